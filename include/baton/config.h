@@ -1,0 +1,105 @@
+/* baton/config.h: the run configuration a model file's `parallel:`, `train:` and `data:` sections
+ * describe, as plain structs. The loader fills them from YAML (defaults first, then the file, then
+ * key=value overrides); C callers fill them with the _init functions and change what they need.
+ * Strings in these structs are owned by whoever filled them (the bt_model for loaded models). */
+#ifndef BATON_CONFIG_H
+#define BATON_CONFIG_H
+
+#include <stdint.h>
+
+#include "baton/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BT_MAX_STAGES 64
+
+typedef enum bt_schedule_kind {
+    BT_SCHEDULE_GPIPE = 0,  /* fill-drain: all forwards, then all backwards */
+    BT_SCHEDULE_1F1B = 1,   /* one forward one backward after warm-up */
+    BT_SCHEDULE_STREAM = 2  /* forward only, for inference */
+} bt_schedule_kind;
+
+typedef enum bt_partition_kind {
+    BT_PARTITION_UNIFORM = 0, /* the same number of layers per stage */
+    BT_PARTITION_PARAMS = 1,  /* balance parameter counts */
+    BT_PARTITION_PROFILE = 2, /* measured costs (baton plan) */
+    BT_PARTITION_BALANCE = 3, /* explicit layer counts per stage */
+    BT_PARTITION_LAYOUT = 4,  /* explicit layer names: "a,b|c|d" */
+    BT_PARTITION_PINNED = 5   /* every layer carries stage: N */
+} bt_partition_kind;
+
+typedef struct bt_parallel_config {
+    const char *devices;      /* "auto", or a list "cpu:0,cpu:1" / "cuda:0,cuda:0" */
+    int stages;               /* 0: one per device */
+    int microbatches;         /* >= 1 */
+    bt_schedule_kind schedule;
+    bt_partition_kind partition;
+    int n_balance;
+    int balance[BT_MAX_STAGES];
+    const char *layout;       /* for BT_PARTITION_LAYOUT */
+} bt_parallel_config;
+
+typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;
+typedef enum bt_lr_kind { BT_LR_CONSTANT = 0, BT_LR_STEP = 1, BT_LR_COSINE = 2 } bt_lr_kind;
+
+typedef struct bt_optimizer_config {
+    bt_optimizer_kind kind;
+    double lr;
+    double weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled */
+    double momentum;          /* SGD */
+    int nesterov;             /* SGD */
+    double beta1, beta2, eps; /* AdamW */
+} bt_optimizer_config;
+
+typedef struct bt_lr_schedule_config {
+    bt_lr_kind kind;
+    int64_t warmup_steps;     /* linear warm-up from 0 (cosine and step) */
+    int64_t step_size;        /* step: multiply by gamma every step_size steps */
+    double gamma;
+    double min_lr;            /* cosine: floor reached at the last step */
+} bt_lr_schedule_config;
+
+typedef struct bt_train_config {
+    int enabled;              /* the model file has a train: section */
+    int64_t batch;            /* samples per step (split into micro-batches) */
+    int epochs;
+    int64_t steps;            /* 0: as many as epochs over the data take */
+    bt_optimizer_config optimizer;
+    bt_lr_schedule_config lr_schedule;
+    double clip_norm;         /* 0: no clipping; else the global gradient norm bound */
+    bt_dtype precision;       /* BT_F32, BT_BF16 or BT_F16 (GPU) */
+    int64_t eval_every;       /* steps; 0: only at the end */
+    int64_t checkpoint_every; /* steps; 0: only at the end (when a checkpoint dir is set) */
+    const char *checkpoint_dir;
+} bt_train_config;
+
+typedef enum bt_data_kind { BT_DATA_NONE = 0, BT_DATA_SYNTHETIC = 1, BT_DATA_IDX = 2, BT_DATA_NPY = 3 } bt_data_kind;
+
+typedef struct bt_data_source {
+    bt_data_kind kind;
+    const char *images;       /* idx/npy: file with the inputs */
+    const char *labels;       /* idx/npy: file with the labels */
+    int64_t samples;          /* synthetic: how many samples an epoch has */
+    int shuffle;
+} bt_data_source;
+
+typedef struct bt_data_config {
+    bt_data_source train;
+    bt_data_source eval;
+} bt_data_config;
+
+/* Defaults: devices "auto", stages 0, microbatches 1, 1F1B, partition params. */
+void bt_parallel_config_init(bt_parallel_config *cfg);
+/* Defaults: disabled, batch 32, 1 epoch, AdamW lr 1e-3 wd 0.01 betas (0.9, 0.999) eps 1e-8,
+ * constant lr, no clipping, f32. */
+void bt_train_config_init(bt_train_config *cfg);
+void bt_data_config_init(bt_data_config *cfg);
+
+const char *bt_schedule_name(bt_schedule_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+/* baton/engine.h: running a graph. An engine takes a graph (which must outlive it), cuts it into
+ * stages on devices, allocates every buffer once, and then runs steps: forward for inference,
+ * forward+backward (+ optimizer) for training, streaming micro-batches through the stages. */
+#ifndef BATON_ENGINE_H
+#define BATON_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "baton/config.h"
+#include "baton/graph.h"
+#include "baton/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_engine bt_engine;
+
+typedef struct bt_engine_params {
+    bt_parallel_config parallel;
+    bt_optimizer_config optimizer;
+    bt_lr_schedule_config lr_schedule;
+    double clip_norm;         /* 0: none */
+    int64_t total_steps;      /* for lr schedules that need the horizon (cosine); 0: unknown */
+    int64_t batch;            /* samples per step; the micro-batch is batch / microbatches */
+    uint64_t seed;            /* parameter initialisation and dropout */
+    bt_dtype dtype;           /* compute and parameter type on the CPU: BT_F32 or BT_F64 */
+    int training;             /* 1: allocate gradients and optimizer state */
+    int threads;              /* BLAS threads per device; 0: cores / devices */
+    double watchdog_s;        /* a worker waiting longer than this stops the run; 0: 60 s */
+} bt_engine_params;
+
+/* Defaults: one stage on cpu:0, 1 micro-batch, batch 32, seed 0, f32, training, AdamW. */
+void bt_engine_params_init(bt_engine_params *params);
+
+/* Builds an engine for graph. The caller owns *out (free with bt_engine_destroy). */
+bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out);
+/* Stops the workers and frees everything; accepts NULL and half-built engines. */
+void bt_engine_destroy(bt_engine *engine);
+
+/* One model input for a step: batch samples of the input's per-sample shape, contiguous. */
+typedef struct bt_feed {
+    const char *name;
+    const void *data;
+    bt_dtype dtype;
+} bt_feed;
+
+typedef struct bt_step_result {
+    double loss;              /* mean loss over the batch (training) */
+    double step_ms;
+    double samples_per_s;
+    double bubble;            /* idle fraction of the step across stages, 0..1 */
+    double lr;                /* learning rate used by this step */
+    double grad_norm;         /* global gradient norm before clipping */
+    int64_t samples;
+} bt_step_result;
+
+/* Forward and backward over one batch, gradients accumulated over its micro-batches; parameters
+ * are left unchanged. Gradients are readable afterwards with bt_engine_read_grad. */
+bt_status bt_engine_compute_grads(bt_engine *engine, const bt_feed *feeds, int n_feeds,
+                                  bt_step_result *result);
+/* bt_engine_compute_grads followed by the optimizer step on every stage. */
+bt_status bt_engine_train_step(bt_engine *engine, const bt_feed *feeds, int n_feeds,
+                               bt_step_result *result);
+/* Forward only (inference schedule). output, if not NULL, receives batch times the last layer's
+ * per-sample elements, in the engine's dtype. */
+bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds, void *output,
+                            bt_step_result *result);
+
+/* Copy a parameter (or its gradient) by name in the engine's dtype; bytes must match exactly. */
+bt_status bt_engine_read_param(const bt_engine *engine, const char *name, void *dst, size_t bytes);
+bt_status bt_engine_write_param(bt_engine *engine, const char *name, const void *src, size_t bytes);
+bt_status bt_engine_read_grad(const bt_engine *engine, const char *name, void *dst, size_t bytes);
+
+typedef struct bt_memory_stats {
+    size_t weights, gradients, optimizer, activations, workspace; /* bytes reserved per class */
+    size_t current;           /* bytes reserved now */
+    size_t peak;              /* the most reserved at once */
+    size_t activation_peak;   /* the most activation-slot bytes holding live micro-batches */
+    int peak_microbatches;    /* the most micro-batches held at once */
+} bt_memory_stats;
+
+typedef struct bt_stage_info {
+    int first_layer, n_layers;
+    const char *device;       /* "cpu:0" */
+    int64_t n_params;
+    size_t send_bytes;        /* bytes this stage sends downstream per micro-batch */
+} bt_stage_info;
+
+int bt_engine_num_stages(const bt_engine *engine);
+bt_status bt_engine_stage(const bt_engine *engine, int stage, bt_stage_info *out);
+bt_status bt_engine_memory(const bt_engine *engine, int stage, bt_memory_stats *out);
+/* Step counter (optimizer steps taken). */
+int64_t bt_engine_step(const bt_engine *engine);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,40 @@
+/* baton/model.h: loading a model file (YAML, see docs/model-format.md) into a graph plus its run
+ * configuration. Every error is reported as "file:line:col: message" through bt_last_error() with
+ * status BT_ERR_MODEL (or BT_ERR_SHAPE / BT_ERR_IO). Overrides "train.optimizer.lr=3e-4" are
+ * applied to the document before it is interpreted, so they are checked exactly like the file. */
+#ifndef BATON_MODEL_H
+#define BATON_MODEL_H
+
+#include <stddef.h>
+
+#include "baton/config.h"
+#include "baton/graph.h"
+#include "baton/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_model {
+    const char *name;         /* the model's name: field */
+    const char *path;         /* the file it came from */
+    bt_graph *graph;          /* owned by the model */
+    bt_parallel_config parallel;
+    bt_train_config train;
+    bt_data_config data;
+} bt_model;
+
+/* Loads path, applying n_overrides "dotted.key=value" strings. The caller owns *out (free with
+ * bt_model_destroy). */
+bt_status bt_model_load(const char *path, const char *const *overrides, int n_overrides,
+                        bt_model **out);
+/* The same from a string; name is used in messages in place of a file name. */
+bt_status bt_model_load_string(const char *text, size_t len, const char *name,
+                               const char *const *overrides, int n_overrides, bt_model **out);
+/* Frees a model and everything it owns; accepts NULL. */
+void bt_model_destroy(bt_model *model);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,127 @@
+/* baton/op.h: what an op is. Every op, built-in or registered from C, is one bt_op_def: a name,
+ * the arguments it accepts, a shape rule, and forward/backward kernels per backend. After
+ * bt_op_register a custom op ("myproj.swish") is usable from the C graph API and from YAML alike.
+ *
+ * Kernel conventions (all backends):
+ *   - in[i], out, and the per-sample shapes of the graph gain the micro-batch as dim[0];
+ *   - forward writes out (and may fill `saved` for its own backward);
+ *   - backward ADDS into in_grad[i] and param_grad[j] (values feeding several layers, and gradients
+ *     accumulated over micro-batches, rely on this); in_grad[i].data is NULL where input i needs
+ *     no gradient (data inputs, labels);
+ *   - both return BT_OK or a status with a message set through bt_op_error. */
+#ifndef BATON_OP_H
+#define BATON_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "baton/args.h"
+#include "baton/status.h"
+#include "baton/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BT_MAX_INPUTS 8
+#define BT_MAX_PARAMS 4
+
+/* How a parameter is initialised (deterministically from the seed and the parameter's name). */
+typedef enum bt_init {
+    BT_INIT_ZEROS = 0,
+    BT_INIT_ONES = 1,
+    BT_INIT_UNIFORM_FAN_IN = 2, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's Linear/Conv default */
+    BT_INIT_NORMAL = 3          /* N(0, arg^2); arg defaults to 1 */
+} bt_init;
+
+/* ---- shape rule ------------------------------------------------------------------------------ */
+
+typedef struct bt_infer_ctx bt_infer_ctx;
+
+int bt_infer_num_inputs(const bt_infer_ctx *ctx);
+/* Per-sample shape and dtype of input i. */
+const bt_shape *bt_infer_input_shape(const bt_infer_ctx *ctx, int i);
+bt_dtype bt_infer_input_dtype(const bt_infer_ctx *ctx, int i);
+/* Argument accessors: the value given, or dflt where the layer did not give it. */
+int64_t bt_infer_arg_int(const bt_infer_ctx *ctx, const char *name, int64_t dflt);
+double bt_infer_arg_float(const bt_infer_ctx *ctx, const char *name, double dflt);
+int bt_infer_arg_bool(const bt_infer_ctx *ctx, const char *name, int dflt);
+/* Copies up to max values into out and returns how many were given (0 if absent). */
+int bt_infer_arg_ints(const bt_infer_ctx *ctx, const char *name, int max, int64_t *out);
+const char *bt_infer_arg_string(const bt_infer_ctx *ctx, const char *name, const char *dflt);
+
+/* Declares the per-sample output shape and dtype. Must be called once. */
+bt_status bt_infer_set_output(bt_infer_ctx *ctx, const bt_shape *shape, bt_dtype dtype);
+/* Declares a parameter "<layer>.<suffix>" with its full shape; fan_in is used by
+ * BT_INIT_UNIFORM_FAN_IN, init_arg by BT_INIT_NORMAL (std). Parameters keep declaration order. */
+bt_status bt_infer_add_param(bt_infer_ctx *ctx, const char *suffix, const bt_shape *shape,
+                             bt_init init, int64_t fan_in, double init_arg);
+/* Bytes the forward keeps for the backward, per sample of the micro-batch (masks, statistics). */
+void bt_infer_set_saved(bt_infer_ctx *ctx, size_t bytes_per_sample);
+/* Scratch bytes one kernel call needs: per_sample * batch + fixed. Not kept between calls. */
+void bt_infer_set_workspace(bt_infer_ctx *ctx, size_t bytes_per_sample, size_t bytes_fixed);
+/* Private per-layer configuration the kernels read as call->config (copied, at most 256 bytes). */
+bt_status bt_infer_set_config(bt_infer_ctx *ctx, const void *config, size_t size);
+/* Marks input i as one that never receives a gradient (an index, a label). */
+void bt_infer_no_grad(bt_infer_ctx *ctx, int i);
+/* Fails the shape rule with a message; the layer's name and source position are prefixed. */
+bt_status bt_infer_error(bt_infer_ctx *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+typedef struct bt_op_call {
+    int64_t batch;               /* samples in this micro-batch: dim[0] of in/out */
+    int n_in;
+    const bt_tensor *in;         /* [n_in] */
+    bt_tensor *out;
+    int n_params;
+    const bt_tensor *param;      /* [n_params] */
+    bt_tensor *param_grad;       /* [n_params]; backward only */
+    const bt_tensor *out_grad;   /* backward only */
+    bt_tensor *in_grad;          /* [n_in]; backward only; .data NULL: no gradient wanted */
+    void *saved;                 /* batch * saved bytes_per_sample, kept from forward to backward */
+    void *workspace;             /* scratch of the declared size */
+    const void *config;          /* what the shape rule stored with bt_infer_set_config */
+    uint64_t seed;               /* differs per layer, micro-batch and step; reproducible */
+    int training;                /* 0 in inference (dropout is the identity) */
+    int threads;                 /* CPU: threads this call may use */
+    void *stream;                /* CUDA: the cudaStream_t to launch on; NULL on the CPU */
+} bt_op_call;
+
+typedef bt_status (*bt_op_fn)(const bt_op_call *call);
+
+typedef struct bt_op_def {
+    const char *name;            /* "linear", or dotted for custom ops: "myproj.swish" */
+    int min_inputs, max_inputs;
+    const bt_arg_spec *args;     /* accepted arguments, n_args entries */
+    int n_args;
+    bt_status (*infer)(bt_infer_ctx *ctx);
+    bt_op_fn cpu_forward, cpu_backward;   /* required */
+    bt_op_fn cuda_forward, cuda_backward; /* optional; NULL: the op cannot run on a GPU */
+    const char *help;
+} bt_op_def;
+
+/* Registers a custom op for the whole process. The name must be new and contain a '.'; the
+ * definition is copied (strings included). Thread-safe; typically called once at start-up. */
+bt_status bt_op_register(const bt_op_def *def);
+/* Finds an op by name; NULL if unknown. The definition is owned by baton. */
+const bt_op_def *bt_op_find(const char *name);
+/* Number of known ops and the i-th of them (built-ins first), for listings. */
+int bt_op_count(void);
+const bt_op_def *bt_op_at(int i);
+
+/* Sets this thread's error message from a kernel and returns status. */
+bt_status bt_op_error(bt_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs every Debian package baton needs to build, test and run its main job.
+# Run as root (or through sudo) on a fresh Debian 12 machine. CUDA is not a Debian package here:
+# configure finds it under /usr/local/cuda when present and builds a CPU-only baton otherwise.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+  build-essential autoconf automake libtool autoconf-archive pkgconf make \
+  libyaml-dev libjansson-dev libcunit1-dev zlib1g-dev libopenblas-dev \
+  dataset-fashion-mnist librsvg2-bin python3 python3-numpy "$@"

@@ -1,0 +1,149 @@
+/* cpu/blas.c: GEMM for the CPU backend. OpenBLAS is opened at run time rather than linked, so
+ * baton can pick its kernels before OpenBLAS initialises: Debian's OpenBLAS 0.3.21 does not
+ * recognise recent Xeons and falls back to SSE kernels about 5x slower. When the user has not set
+ * OPENBLAS_CORETYPE (or BATON_BLAS_CORETYPE, which wins), baton sets it from the CPU's features
+ * (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2+FMA: Haswell) just before the dlopen. If OpenBLAS is missing
+ * a plain C GEMM keeps everything correct, only slower; bt_blas_describe says which is in use. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include "core/error.h"
+#include "cpu/blas.h"
+
+#ifndef BATON_OPENBLAS_SONAME
+#define BATON_OPENBLAS_SONAME "libopenblas.so.0"
+#endif
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
+                         int, float, float *, int);
+typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
+                         const double *, int, double, double *, int);
+typedef void (*set_threads_fn)(int);
+typedef char *(*corename_fn)(void);
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static sgemm_fn blas_sgemm;
+static dgemm_fn blas_dgemm;
+static set_threads_fn blas_set_threads;
+static int blas_thread_count = 1;
+static char blas_desc[256] = "builtin GEMM (OpenBLAS not loaded)";
+
+static const char *coretype_for_cpu(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
+}
+
+static void blas_load(void)
+{
+    const char *chosen = getenv("BATON_BLAS_CORETYPE");
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    void *already = dlopen(BATON_OPENBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD);
+    if (!already) {
+        if (chosen && *chosen) setenv("OPENBLAS_CORETYPE", chosen, 1);
+        else if (!user && (chosen = coretype_for_cpu())) setenv("OPENBLAS_CORETYPE", chosen, 0);
+    } else {
+        dlclose(already);
+    }
+    void *h = dlopen(BATON_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    blas_sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
+    blas_dgemm = (dgemm_fn)dlsym(h, "cblas_dgemm");
+    blas_set_threads = (set_threads_fn)dlsym(h, "openblas_set_num_threads");
+    corename_fn corename = (corename_fn)dlsym(h, "openblas_get_corename");
+    if (!blas_sgemm || !blas_dgemm) {
+        blas_sgemm = NULL;
+        blas_dgemm = NULL;
+        return;
+    }
+    if (blas_set_threads) blas_set_threads(1);
+    snprintf(blas_desc, sizeof blas_desc, "OpenBLAS (%s kernels%s)",
+             corename ? corename() : "default", already ? ", loaded before baton" : "");
+}
+
+bt_status bt_blas_init(void)
+{
+    pthread_once(&blas_once, blas_load);
+    return BT_OK;
+}
+
+const char *bt_blas_describe(void)
+{
+    bt_blas_init();
+    return blas_desc;
+}
+
+void bt_blas_set_threads(int n)
+{
+    bt_blas_init();
+    if (n < 1) n = 1;
+    blas_thread_count = n;
+    if (blas_set_threads) blas_set_threads(n);
+}
+
+int bt_blas_threads(void) { return blas_thread_count; }
+
+/* Plain C GEMM used without OpenBLAS: i-k-j order over a row-major C so the inner loop runs
+ * contiguously over B's and C's rows. */
+#define BT_DEFINE_FALLBACK_GEMM(NAME, T)                                                         \
+    static void NAME(int ta, int tb, int m, int n, int k, T alpha, const T *a, int lda,          \
+                     const T *b, int ldb, T beta, T *c, int ldc)                                 \
+    {                                                                                            \
+        for (int i = 0; i < m; i++) {                                                            \
+            T *crow = c + (size_t)i * ldc;                                                       \
+            for (int j = 0; j < n; j++) crow[j] = beta == 0 ? 0 : beta * crow[j];                \
+            for (int p = 0; p < k; p++) {                                                        \
+                T av = alpha * (ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);           \
+                if (av == 0) continue;                                                           \
+                if (!tb) {                                                                       \
+                    const T *brow = b + (size_t)p * ldb;                                         \
+                    for (int j = 0; j < n; j++) crow[j] += av * brow[j];                         \
+                } else {                                                                         \
+                    for (int j = 0; j < n; j++) crow[j] += av * b[(size_t)j * ldb + p];          \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+BT_DEFINE_FALLBACK_GEMM(fallback_sgemm, float)
+BT_DEFINE_FALLBACK_GEMM(fallback_dgemm, double)
+
+void bt_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+              const float *b, int ldb, float beta, float *c, int ldc)
+{
+    bt_blas_init();
+    if (m == 0 || n == 0) return;
+    if (blas_sgemm)
+        blas_sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+                   trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc);
+    else
+        fallback_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void bt_dgemm(int trans_a, int trans_b, int m, int n, int k, double alpha, const double *a,
+              int lda, const double *b, int ldb, double beta, double *c, int ldc)
+{
+    bt_blas_init();
+    if (m == 0 || n == 0) return;
+    if (blas_dgemm)
+        blas_dgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+                   trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc);
+    else
+        fallback_dgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

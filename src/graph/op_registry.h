@@ -1,0 +1,14 @@
+/* graph/op_registry.h: the process-wide table of ops, built-ins first (src/ops/builtin.c), then
+ * custom ops registered through bt_op_register. Backends attach their kernels to built-in ops
+ * here at start-up (the CUDA backend fills cuda_forward/cuda_backward). */
+#ifndef BT_GRAPH_OP_REGISTRY_H
+#define BT_GRAPH_OP_REGISTRY_H
+
+#include "baton/op.h"
+
+/* Loads the built-in ops once; thread-safe. */
+bt_status bt_op_registry_init(void);
+/* Attaches CUDA kernels to the op called name. */
+bt_status bt_op_registry_set_cuda(const char *name, bt_op_fn forward, bt_op_fn backward);
+
+#endif

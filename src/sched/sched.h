@@ -1,0 +1,94 @@
+/* sched/sched.h: pipeline schedules as plain data. A schedule is a pure function of
+ * (kind, stages p, micro-batches m): for each stage an ordered instruction list. It never sees the
+ * graph: the executor runs it, the simulator predicts it, the planner searches with the simulator,
+ * the tracer draws it, and the validator proves it cannot hang before anything runs.
+ *
+ * Communication is expressed along the stage chain. SEND_ACT(mb) on stage s sends everything stage
+ * s produces for micro-batch mb to every later stage that consumes it (skip connections go straight
+ * to their consumer); RECV_ACT(mb) on stage s receives everything stage s needs for mb from every
+ * earlier stage. Sends never block (channels hold up to m micro-batches), so the only waits are
+ * receives: RECV_ACT(s, mb) waits for SEND_ACT(s-1, mb), RECV_GRAD(s, mb) for SEND_GRAD(s+1, mb),
+ * and because each stage forwards before it sends, that order covers skip connections too.
+ * Stage 0 takes its inputs from the feed; the last stage starts each backward from the loss. */
+#ifndef BT_SCHED_H
+#define BT_SCHED_H
+
+#include <stddef.h>
+
+#include "baton/config.h"
+#include "baton/status.h"
+
+typedef enum bt_instr_kind {
+    BT_I_FWD = 0,       /* forward of mb on this stage */
+    BT_I_BWD = 1,       /* backward of mb (input and weight gradients) */
+    BT_I_SEND_ACT = 2,  /* peer = s + 1 */
+    BT_I_RECV_ACT = 3,  /* peer = s - 1 */
+    BT_I_SEND_GRAD = 4, /* peer = s - 1 */
+    BT_I_RECV_GRAD = 5, /* peer = s + 1 */
+    BT_I_STEP = 6       /* optimizer step; mb = -1 */
+} bt_instr_kind;
+
+typedef struct bt_instr {
+    bt_instr_kind kind;
+    int mb;             /* micro-batch, 0-based; -1 for STEP */
+    int peer;           /* other stage for SEND/RECV, else -1 */
+} bt_instr;
+
+typedef struct bt_schedule {
+    bt_schedule_kind kind;
+    int stages, microbatches;
+    int training;       /* 0 for BT_SCHEDULE_STREAM */
+    int *len;           /* [stages] instructions per stage */
+    bt_instr **list;    /* [stages][len[s]] */
+} bt_schedule;
+
+/* Builds the schedule of kind for p stages and m micro-batches (p, m >= 1). Caller owns *out. */
+bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);
+/* An empty schedule with room for hand-made lists (tests, custom schedules): list[s] gets
+ * capacity cap each, len[s] = 0. */
+bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, int cap,
+                            bt_schedule **out);
+void bt_schedule_destroy(bt_schedule *sched);
+
+/* Proves the schedule can run: every mb has exactly one FWD per stage (and one BWD when training),
+ * BWD after its FWD, every RECV pairs with exactly one SEND of the same kind and mb on the
+ * neighbouring stage and vice versa, STEP after the stage's last BWD, and no cycle of waits
+ * (an abstract run with non-blocking sends completes). On failure returns BT_ERR_SCHEDULE with a
+ * message naming the stage, the index and the instruction ("stage 1, instruction 4 (1B3): ..."). */
+bt_status bt_schedule_validate(const bt_schedule *sched);
+
+/* The most micro-batches stage s holds at once: forwarded and not yet backwarded (training), or 1
+ * per forward in flight (streaming). Sizes the activation slots. */
+int bt_schedule_max_inflight(const bt_schedule *sched, int stage);
+
+/* "1F3", "0B0", "2S3" (send act), "1R3" (recv act), "2s3"/"2r3" (send/recv grad), "1U" (step). */
+void bt_instr_format(int stage, const bt_instr *ins, char *buf, size_t size);
+/* The grid: one row per stage, one column per time slot of the simulated run with unit costs,
+ * compute instructions only, in the notation above ("." for idle). Caller frees the string. */
+char *bt_schedule_format_grid(const bt_schedule *sched);
+
+/* ---- simulator ------------------------------------------------------------------------------- */
+
+typedef struct bt_sim_costs {
+    const double *fwd;       /* [stages] time of one forward of one micro-batch */
+    const double *bwd;       /* [stages] */
+    const double *send_act;  /* [stages] time for stage s's activations to reach s+1; NULL: 0 */
+    const double *send_grad; /* [stages] time for stage s's gradients to reach s-1; NULL: 0 */
+    double step;             /* optimizer step time per stage; 0 allowed */
+} bt_sim_costs;
+
+typedef struct bt_sim_result {
+    double step_time;        /* makespan */
+    double bubble;           /* 1 - sum(busy) / (stages * step_time) */
+    double *busy;            /* [stages] compute time per stage */
+    double **start, **end;   /* [stages][len[s]] per instruction (SEND/RECV: when they complete) */
+    int stages;
+} bt_sim_result;
+
+/* Runs the schedule on the costs: each stage executes its list in order; a RECV completes at the
+ * later of its own start and the matching SEND's completion plus the transfer time. Caller frees
+ * the result with bt_sim_result_free. */
+bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_sim_result *out);
+void bt_sim_result_free(bt_sim_result *res);
+
+#endif

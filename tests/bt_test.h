@@ -1,0 +1,49 @@
+/* tests/bt_test.h: the harness every CUnit test program shares. A program lists its cases in a
+ * bt_test_case array ending with {NULL, NULL} and returns bt_test_main(...) from main: it runs them
+ * verbosely and exits non-zero when any assertion failed (CUnit's own runner does not), or 77 (the
+ * automake "skipped" code) when the program calls bt_test_skip_all first. */
+#ifndef BT_TEST_H
+#define BT_TEST_H
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct bt_test_case {
+    const char *name;
+    void (*fn)(void);
+} bt_test_case;
+
+#define BT_TEST_SKIP 77
+
+static inline int bt_test_main(const char *suite_name, const bt_test_case *cases)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS) return 99;
+    CU_pSuite suite = CU_add_suite(suite_name, NULL, NULL);
+    if (!suite) return 99;
+    for (const bt_test_case *c = cases; c->name; c++)
+        if (!CU_add_test(suite, c->name, c->fn)) return 99;
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failures = CU_get_number_of_failures();
+    unsigned run = CU_get_number_of_tests_run();
+    unsigned failed_tests = CU_get_number_of_tests_failed();
+    printf("%s: %u tests, %u failed, %u assertion failures\n", suite_name, run, failed_tests,
+           failures);
+    CU_cleanup_registry();
+    return failures != 0 ? 1 : 0;
+}
+
+/* Path of a file in the source tree (models/, tests/data/), from BT_SRCDIR. */
+static inline const char *bt_test_src(const char *rel, char *buf, size_t size)
+{
+    const char *root = getenv("BT_SRCDIR");
+#ifdef BT_SRCDIR
+    if (!root) root = BT_SRCDIR;
+#endif
+    if (!root) root = ".";
+    snprintf(buf, size, "%s/%s", root, rel);
+    return buf;
+}
+
+#endif
