@@ -68,6 +68,11 @@ bt_status bt_engine_train_step(bt_engine *engine, const bt_feed *feeds, int n_fe
 bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds, void *output,
                             bt_step_result *result);
 
+/* Forward only, copying the output of the named layer (batch times its per-sample elements) into
+ * output: for example the logits before a loss, for accuracy. */
+bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds, int n_feeds,
+                                  const char *layer, void *output, bt_step_result *result);
+
 /* Copy a parameter (or its gradient) by name in the engine's dtype; bytes must match exactly. */
 bt_status bt_engine_read_param(const bt_engine *engine, const char *name, void *dst, size_t bytes);
 bt_status bt_engine_write_param(bt_engine *engine, const char *name, const void *src, size_t bytes);

@@ -8,8 +8,10 @@
  *
  * The writer collects tensors (borrowed pointers, read only when writing) and metadata pairs, then
  * writes the whole file through io/atomic_file.h: a crash mid-write leaves the previous file.
- * Its header is compact JSON with sorted keys, padded with spaces to a multiple of 8; tensors are
- * laid out contiguously in the order they were added.
+ * Its header is compact JSON as the Rust safetensors library writes it ("__metadata__" first with
+ * sorted keys, then the tensors in data order, each {"dtype", "shape", "data_offsets"}), padded
+ * with spaces to a multiple of 8; tensors are laid out contiguously in the order they were added,
+ * so tensors added in the order the upstream library sorts them give the same bytes it writes.
  *
  * The reader maps the file and validates it completely before returning: header length at most
  * 100,000,000 and inside the file, JSON without duplicate keys, every entry a known dtype, a shape

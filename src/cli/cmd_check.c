@@ -1,0 +1,155 @@
+/* cli/cmd_check.c: `baton check MODEL.yaml`: loads and validates a model, prints its layer table
+ * and totals, then the pipeline plan (stage, device, layers, parameters, bytes each stage sends per
+ * micro-batch, and the activation memory the schedule makes it hold). Nothing is allocated on a
+ * device and nothing runs. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "graph/graph_internal.h"
+#include "plan/plan.h"
+#include "sched/sched.h"
+
+static void check_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: baton check MODEL.yaml [KEY=VALUE ...] [options]\n"
+            "\n"
+            "Validates a model file and prints its layers, parameters and pipeline plan.\n"
+            "\n"
+            "options:\n"
+            "  --devices LIST        devices, one per stage: cpu:0,cpu:1 (beats parallel.devices)\n"
+            "  --stages N            number of pipeline stages\n"
+            "  --microbatches M      micro-batches per step\n"
+            "  --schedule S          gpipe | 1f1b | stream\n"
+            "  -h, --help            this help\n"
+            "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
+}
+
+static void print_layers(const bt_model *m)
+{
+    const bt_graph *g = m->graph;
+    char shape[64], num[32], opname[64];
+    printf("model %s (%s)\n\n", m->name ? m->name : "?", m->path ? m->path : "");
+    printf("  %-3s %-20s %-20s %-18s %12s\n", "#", "layer", "op", "output", "params");
+    for (int i = 0; i < bt_graph_num_layers(g); i++) {
+        bt_layer_info info;
+        bt_graph_layer(g, i, &info);
+        snprintf(opname, sizeof opname, "%s%s%s", info.op, info.act ? "+" : "", info.act ? info.act : "");
+        printf("  %-3d %-20s %-20s %-18s %12s\n", i, info.name, opname,
+               bt_shape_format(&info.shape, shape, sizeof shape),
+               bt_cli_group(info.n_params, num, sizeof num));
+    }
+    printf("\n  %d inputs, %d layers, %d parameter tensors, %s parameters (%s as f32)\n",
+           bt_graph_num_inputs(g), bt_graph_num_layers(g), bt_graph_num_params(g),
+           bt_cli_group(bt_graph_total_params(g), num, sizeof num),
+           bt_cli_bytes((double)bt_graph_total_params(g) * 4, shape, sizeof shape));
+    printf("  %s\n", bt_graph_is_trainable(g) ? "trainable: the last layer is a loss"
+                                              : "inference only: the last layer is not a loss");
+}
+
+static int print_plan(const bt_model *m)
+{
+    const bt_graph *g = m->graph;
+    bt_plan *plan = NULL;
+    bt_schedule *sched = NULL;
+    bt_status st = bt_plan_build(g, &m->parallel, &plan);
+    if (st != BT_OK) return bt_cli_fail("check", st);
+    int mb = m->parallel.microbatches;
+    bt_schedule_kind kind = m->train.enabled ? m->parallel.schedule : BT_SCHEDULE_STREAM;
+    st = bt_schedule_build(kind, plan->stages, mb, &sched);
+    if (st == BT_OK) st = bt_schedule_validate(sched);
+    if (st != BT_OK) {
+        bt_plan_destroy(plan);
+        bt_schedule_destroy(sched);
+        return bt_cli_fail("check", st);
+    }
+    int64_t batch = m->train.enabled ? m->train.batch : m->train.batch;
+    int64_t mbs = batch / mb > 0 ? batch / mb : 1;
+    printf("\nplan: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n\n", plan->stages,
+           plan->stages == 1 ? "" : "s", mb, mb == 1 ? "" : "es", (long long)mbs, bt_schedule_name(kind));
+    printf("  %-5s %-8s %-34s %12s %14s %9s %14s\n", "stage", "device", "layers", "params",
+           "sends/mb", "in flight", "activations");
+    for (int s = 0; s < plan->stages; s++) {
+        char layers[128], num[32], sends[32], acts[32];
+        const char *first = g->layers[plan->first_layer[s]].name;
+        const char *last = g->layers[plan->first_layer[s] + plan->n_stage_layers[s] - 1].name;
+        if (plan->n_stage_layers[s] == 1) snprintf(layers, sizeof layers, "%s", first);
+        else snprintf(layers, sizeof layers, "%s .. %s (%d)", first, last, plan->n_stage_layers[s]);
+        int64_t params = 0;
+        for (int l = plan->first_layer[s]; l < plan->first_layer[s] + plan->n_stage_layers[s]; l++) {
+            bt_layer_info info;
+            bt_graph_layer(g, l, &info);
+            params += info.n_params;
+        }
+        int inflight = bt_schedule_max_inflight(sched, s);
+        printf("  %-5d %-8s %-34s %12s %14s %9d %14s\n", s, plan->device[s], layers,
+               bt_cli_group(params, num, sizeof num),
+               bt_cli_bytes((double)bt_plan_send_bytes(plan, s) * (double)mbs, sends, sizeof sends),
+               inflight,
+               bt_cli_bytes((double)bt_plan_activation_bytes(g, plan, s) * (double)mbs * inflight,
+                            acts, sizeof acts));
+    }
+    int shown = 0;
+    for (int c = 0; c < plan->n_crossings; c++) {
+        const bt_crossing *x = &plan->crossings[c];
+        if (x->src < 0) continue;
+        if (!shown++) printf("\n  values crossing cuts (per micro-batch):\n");
+        char b[32];
+        printf("    %-20s stage %d -> stage %d  %s%s\n", g->values[x->value].name, x->src, x->dst,
+               bt_cli_bytes((double)x->bytes_per_sample * (double)mbs, b, sizeof b),
+               x->dst > x->src + 1 ? "  (skips stages, sent directly)" : "");
+    }
+    bt_plan_destroy(plan);
+    bt_schedule_destroy(sched);
+    return BT_EXIT_OK;
+}
+
+int bt_cmd_check(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"devices", required_argument, NULL, 'd'},   {"stages", required_argument, NULL, 's'},
+        {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
+    bt_cli_model_opts o;
+    memset(&o, 0, sizeof o);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o.devices = optarg; break;
+        case 's': o.stages = atoi(optarg); if (o.stages < 1) goto bad_number; break;
+        case 'm': o.microbatches = atoi(optarg); if (o.microbatches < 1) goto bad_number; break;
+        case 'S': o.schedule = optarg; break;
+        case 'h': check_usage(stdout); return BT_EXIT_OK;
+        default: check_usage(stderr); return BT_EXIT_USAGE;
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (strchr(argv[i], '=')) {
+            if (o.n_overrides < 64) o.overrides[o.n_overrides++] = argv[i];
+        } else if (!o.path) {
+            o.path = argv[i];
+        } else {
+            fprintf(stderr, "baton check: unexpected argument '%s'\n", argv[i]);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if (!o.path) {
+        fprintf(stderr, "baton check: no model file given\n");
+        check_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    bt_model *m = NULL;
+    int rc = bt_cli_load_model("check", &o, &m);
+    if (rc != BT_EXIT_OK) return rc;
+    print_layers(m);
+    rc = print_plan(m);
+    bt_model_destroy(m);
+    return rc;
+bad_number:
+    fprintf(stderr, "baton check: '%s' must be a positive integer\n", optarg);
+    return BT_EXIT_USAGE;
+}

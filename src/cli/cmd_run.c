@@ -1,0 +1,300 @@
+/* cli/cmd_run.c: `baton run MODEL.yaml`: builds an engine from the model and its parallel
+ * section, then trains (a model with train:) or streams inference (without), on synthetic data:
+ * float inputs uniform in [-1, 1], integer inputs uniform over the range their consumer accepts
+ * (class count for a cross_entropy label, vocabulary for an embedding). Prints one line per step
+ * (or one JSON object per step with --log-format jsonl) and a per-stage summary at the end. */
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "graph/graph_internal.h"
+
+typedef struct run_opts {
+    bt_cli_model_opts model;
+    long long steps;
+    unsigned long long seed;
+    int jsonl;
+    int threads;
+    long long batch;
+    double watchdog_s;
+} run_opts;
+
+static void run_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: baton run MODEL.yaml [KEY=VALUE ...] [options]\n"
+            "\n"
+            "Trains the model (when it has a train: section) or streams inference through its\n"
+            "pipeline, printing loss, step time, throughput and bubble per step.\n"
+            "\n"
+            "options:\n"
+            "  --devices LIST        devices, one per stage: cpu:0,cpu:1\n"
+            "  --stages N            number of pipeline stages\n"
+            "  --microbatches M      micro-batches per step\n"
+            "  --schedule S          gpipe | 1f1b (training), stream (inference)\n"
+            "  --steps N             steps to run (default: train.steps, else 10)\n"
+            "  --batch N             samples per step (beats train.batch)\n"
+            "  --seed N              seed for initialisation, data and dropout (default 0)\n"
+            "  --threads N           BLAS threads per device (default 1)\n"
+            "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
+            "  --log-format F        text (default) | jsonl\n"
+            "  -h, --help            this help\n"
+            "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = (*s += 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Exclusive upper bound for the integer input value: the consumer decides what is valid. */
+static int64_t int_input_range(const bt_graph *g, int value)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        const bt_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) {
+            if (n->in[k] != value) continue;
+            if (strcmp(n->op->name, "cross_entropy") == 0) {
+                const bt_shape *logits = &g->values[n->in[0]].shape;
+                return logits->ndim ? logits->dim[logits->ndim - 1] : 1;
+            }
+            const bt_arg_value *num = bt_args_get(&n->args, "num");
+            if (num) return num->i;
+        }
+    }
+    return 2;
+}
+
+typedef struct synth_data {
+    int n;
+    bt_feed feeds[64];
+    void *buf[64];
+} synth_data;
+
+static void synth_free(synth_data *d)
+{
+    for (int i = 0; i < d->n; i++) free(d->buf[i]);
+}
+
+static int synth_make(const bt_graph *g, int64_t batch, uint64_t seed, synth_data *d)
+{
+    memset(d, 0, sizeof *d);
+    uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const bt_value *v = &g->values[g->inputs[i]];
+        int64_t n = batch * bt_shape_numel(&v->shape);
+        d->buf[i] = malloc((size_t)n * 4 + 4);
+        if (!d->buf[i]) return -1;
+        d->n = i + 1;
+        if (v->dtype == BT_I32) {
+            int64_t range = int_input_range(g, g->inputs[i]);
+            int32_t *p = d->buf[i];
+            for (int64_t k = 0; k < n; k++) p[k] = (int32_t)(rng_next(&rng) % (uint64_t)range);
+        } else {
+            float *p = d->buf[i];
+            for (int64_t k = 0; k < n; k++) p[k] = (float)((double)(rng_next(&rng) >> 11) * 0x1.0p-52 - 1.0);
+        }
+        d->feeds[i] = (bt_feed){.name = v->name, .data = d->buf[i], .dtype = v->dtype == BT_I32 ? BT_I32 : BT_F32};
+    }
+    return 0;
+}
+
+static void print_step(const run_opts *o, long long step, long long steps, const bt_step_result *r, int training)
+{
+    if (o->jsonl) {
+        if (training)
+            printf("{\"step\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
+                   "\"samples_per_s\": %.1f, \"bubble\": %.4f}\n",
+                   step, r->loss, r->lr, r->grad_norm, r->step_ms, r->samples_per_s, r->bubble);
+        else
+            printf("{\"step\": %lld, \"step_ms\": %.3f, \"latency_ms\": %.3f, \"samples_per_s\": %.1f, "
+                   "\"bubble\": %.4f}\n",
+                   step, r->step_ms, r->step_ms, r->samples_per_s, r->bubble);
+    } else if (training) {
+        printf("step %*lld/%lld  loss %.4f  lr %.2e  %8.2f ms  %9.0f samples/s  bubble %4.1f%%\n",
+               (int)(steps > 999 ? 5 : 3), step, steps, r->loss, r->lr, r->step_ms,
+               r->samples_per_s, 100 * r->bubble);
+    } else {
+        printf("batch %*lld/%lld  latency %8.2f ms  %9.0f samples/s  bubble %4.1f%%\n",
+               (int)(steps > 999 ? 5 : 3), step, steps, r->step_ms, r->samples_per_s, 100 * r->bubble);
+    }
+    fflush(stdout);
+}
+
+static void print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
+{
+    if (o->jsonl) {
+        printf("{\"summary\": true, \"median_step_ms\": %.3f, \"samples_per_s\": %.1f, \"stages\": [", median_ms,
+               median_ms > 0 ? (double)batch * 1000 / median_ms : 0);
+        for (int s = 0; s < bt_engine_num_stages(e); s++) {
+            bt_memory_stats m;
+            bt_stage_info si;
+            bt_engine_memory(e, s, &m);
+            bt_engine_stage(e, s, &si);
+            printf("%s{\"stage\": %d, \"device\": \"%s\", \"peak_bytes\": %zu, \"activation_peak_bytes\": %zu, "
+                   "\"peak_microbatches\": %d}",
+                   s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("\nmedian step %.2f ms, %.0f samples/s\n", median_ms, median_ms > 0 ? (double)batch * 1000 / median_ms : 0);
+    printf("  %-5s %-8s %12s %12s %12s %12s %14s %9s\n", "stage", "device", "weights", "gradients",
+           "optimizer", "peak", "activations", "in flight");
+    for (int s = 0; s < bt_engine_num_stages(e); s++) {
+        bt_memory_stats m;
+        bt_stage_info si;
+        char a[32], b[32], c[32], d[32], f[32];
+        bt_engine_memory(e, s, &m);
+        bt_engine_stage(e, s, &si);
+        printf("  %-5d %-8s %12s %12s %12s %12s %14s %9d\n", s, si.device,
+               bt_cli_bytes((double)m.weights, a, sizeof a), bt_cli_bytes((double)m.gradients, b, sizeof b),
+               bt_cli_bytes((double)m.optimizer, c, sizeof c), bt_cli_bytes((double)m.peak, d, sizeof d),
+               bt_cli_bytes((double)m.activation_peak, f, sizeof f), m.peak_microbatches);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int run_model(const run_opts *o, bt_model *m)
+{
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel = m->parallel;
+    int training = m->train.enabled;
+    p.training = training;
+    if (!training && p.parallel.schedule != BT_SCHEDULE_STREAM) p.parallel.schedule = BT_SCHEDULE_STREAM;
+    p.optimizer = m->train.optimizer;
+    p.lr_schedule = m->train.lr_schedule;
+    p.clip_norm = m->train.clip_norm;
+    p.batch = o->batch > 0 ? o->batch : m->train.batch;
+    p.seed = o->seed;
+    p.threads = o->threads;
+    p.watchdog_s = o->watchdog_s;
+    long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
+    p.total_steps = steps;
+    if (training && m->train.precision != BT_F32) {
+        fprintf(stderr, "baton run: precision %s needs the CUDA backend; the CPU computes in f32\n",
+                bt_dtype_name(m->train.precision));
+        return BT_EXIT_USAGE;
+    }
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK) return bt_cli_fail("run", st);
+    synth_data data;
+    double *times = calloc((size_t)steps, sizeof *times);
+    int rc = BT_EXIT_OK;
+    if (!times || synth_make(m->graph, p.batch, o->seed, &data) != 0) {
+        fprintf(stderr, "baton run: out of memory for synthetic data\n");
+        free(times);
+        bt_engine_destroy(e);
+        return BT_EXIT_RUNTIME;
+    }
+    if (!o->jsonl) {
+        printf("%s %s: %d stage%s, %d micro-batch%s, schedule %s, batch %lld, synthetic data\n",
+               training ? "training" : "inference", m->name ? m->name : o->model.path,
+               bt_engine_num_stages(e), bt_engine_num_stages(e) == 1 ? "" : "s",
+               p.parallel.microbatches, p.parallel.microbatches == 1 ? "" : "es",
+               bt_schedule_name(p.parallel.schedule), (long long)p.batch);
+    }
+    for (long long i = 0; i < steps; i++) {
+        bt_step_result r;
+        st = training ? bt_engine_train_step(e, data.feeds, data.n, &r)
+                      : bt_engine_forward(e, data.feeds, data.n, NULL, &r);
+        if (st != BT_OK) {
+            rc = bt_cli_fail("run", st);
+            break;
+        }
+        if (training && !isfinite(r.loss)) {
+            fprintf(stderr, "baton run: step %lld: loss is %g; stopping\n", i + 1, r.loss);
+            rc = BT_EXIT_RUNTIME;
+            break;
+        }
+        times[i] = r.step_ms;
+        print_step(o, i + 1, steps, &r, training);
+    }
+    if (rc == BT_EXIT_OK) {
+        qsort(times, (size_t)steps, sizeof *times, cmp_double);
+        print_summary(o, e, times[steps / 2], p.batch);
+    }
+    synth_free(&data);
+    free(times);
+    bt_engine_destroy(e);
+    return rc;
+}
+
+int bt_cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"devices", required_argument, NULL, 'd'},      {"stages", required_argument, NULL, 's'},
+        {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
+        {"steps", required_argument, NULL, 'n'},        {"seed", required_argument, NULL, 'r'},
+        {"threads", required_argument, NULL, 't'},      {"batch", required_argument, NULL, 'b'},
+        {"watchdog", required_argument, NULL, 'w'},     {"log-format", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
+    run_opts o;
+    memset(&o, 0, sizeof o);
+    o.threads = 1;
+    o.watchdog_s = 60;
+    int c;
+    char *end;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o.model.devices = optarg; break;
+        case 's': o.model.stages = (int)strtol(optarg, &end, 10); if (*end || o.model.stages < 1) goto bad; break;
+        case 'm': o.model.microbatches = (int)strtol(optarg, &end, 10); if (*end || o.model.microbatches < 1) goto bad; break;
+        case 'S': o.model.schedule = optarg; break;
+        case 'n': o.steps = strtoll(optarg, &end, 10); if (*end || o.steps < 1) goto bad; break;
+        case 'r': o.seed = strtoull(optarg, &end, 10); if (*end) goto bad; break;
+        case 't': o.threads = (int)strtol(optarg, &end, 10); if (*end || o.threads < 1 || o.threads > 256) goto bad; break;
+        case 'b': o.batch = strtoll(optarg, &end, 10); if (*end || o.batch < 1) goto bad; break;
+        case 'w': o.watchdog_s = strtod(optarg, &end); if (*end || !(o.watchdog_s > 0)) goto bad; break;
+        case 'l':
+            if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1;
+            else if (strcmp(optarg, "text") == 0) o.jsonl = 0;
+            else {
+                fprintf(stderr, "baton run: --log-format must be text or jsonl, not '%s'\n", optarg);
+                return BT_EXIT_USAGE;
+            }
+            break;
+        case 'h': run_usage(stdout); return BT_EXIT_OK;
+        default: run_usage(stderr); return BT_EXIT_USAGE;
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (strchr(argv[i], '=')) {
+            if (o.model.n_overrides < 64) o.model.overrides[o.model.n_overrides++] = argv[i];
+        } else if (!o.model.path) {
+            o.model.path = argv[i];
+        } else {
+            fprintf(stderr, "baton run: unexpected argument '%s'\n", argv[i]);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if (!o.model.path) {
+        fprintf(stderr, "baton run: no model file given\n");
+        run_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    bt_model *m = NULL;
+    int rc = bt_cli_load_model("run", &o.model, &m);
+    if (rc != BT_EXIT_OK) return rc;
+    rc = run_model(&o, m);
+    bt_model_destroy(m);
+    return rc;
+bad:
+    fprintf(stderr, "baton run: bad value '%s' for an option\n", optarg);
+    return BT_EXIT_USAGE;
+}

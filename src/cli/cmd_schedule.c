@@ -1,0 +1,181 @@
+/* cli/cmd_schedule.c: `baton schedule`, a window onto sched/. It builds the schedule of the kind,
+ * stages and micro-batches asked for, optionally validates it out loud, prints the grid (one row
+ * per stage, one column per time slot of a unit-cost run) and one line with the bubble of a run with
+ * unit costs (F = B = 1, step 0, instant transfers) and the peak in-flight micro-batches per stage.
+ *
+ * Exit codes: 0 success or --help, 1 the library failed (message on stderr), 2 bad usage.
+ * This is the only file of the schedule path that prints. */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "baton/config.h"
+#include "baton/status.h"
+#include "cli/cmd_schedule.h"
+#include "sched/sched.h"
+
+#define CMD_NAME "baton schedule"
+#define MAX_MICROBATCHES 65536
+
+static void print_usage(FILE *to)
+{
+    fprintf(to,
+            "usage: " CMD_NAME " --stages P --microbatches M [--schedule gpipe|1f1b|stream] "
+            "[--validate]\n"
+            "\n"
+            "Builds a pipeline schedule and prints it as a grid: one row per stage, one column per\n"
+            "time slot of a run with unit costs (forward = backward = optimizer step = 1 slot,\n"
+            "instant transfers). Cells use the notation <stage><op><micro-batch>: F forward,\n"
+            "B backward, U optimizer step; '.' is idle. Then prints the bubble of that run with\n"
+            "a free optimizer step, and the most micro-batches each stage holds at once.\n"
+            "\n"
+            "  -p, --stages P         pipeline stages (1..%d)\n"
+            "  -m, --microbatches M   micro-batches per step (1..%d)\n"
+            "  -s, --schedule KIND    gpipe, 1f1b (default) or stream (forward only)\n"
+            "  -v, --validate         prove the schedule cannot hang and say so\n"
+            "  -h, --help             show this help\n",
+            BT_MAX_STAGES, MAX_MICROBATCHES);
+}
+
+static int usage_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* Prints "baton schedule: <message> (see ...)" to stderr and returns the usage exit code. */
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, CMD_NAME ": ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see '" CMD_NAME " --help')\n");
+    return 2;
+}
+
+/* Parses a whole decimal integer in [lo, hi]; 0 on success. */
+static int parse_int(const char *text, int lo, int hi, int *out)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_schedule_kind(const char *text, bt_schedule_kind *out)
+{
+    static const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B,
+                                             BT_SCHEDULE_STREAM};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcasecmp(text, bt_schedule_name(kinds[i])) == 0) {
+            *out = kinds[i];
+            return 0;
+        }
+    return -1;
+}
+
+/* Bubble of the unit-cost run with step 0: with equal costs (p-1)/(m+p-1) for GPipe and 1F1B. */
+static int print_summary(const bt_schedule *sched)
+{
+    int p = sched->stages, rc = 1;
+    bt_sim_result sim = {0};
+    double *unit = malloc((size_t)p * sizeof *unit);
+    if (!unit) {
+        fprintf(stderr, CMD_NAME ": out of memory\n");
+        return 1;
+    }
+    for (int s = 0; s < p; s++) unit[s] = 1.0;
+    bt_sim_costs costs = {.fwd = unit, .bwd = unit, .step = 0.0};
+    if (bt_simulate(sched, &costs, &sim) != BT_OK) {
+        fprintf(stderr, CMD_NAME ": %s\n", bt_last_error());
+        goto out;
+    }
+    printf("bubble %.4f with unit costs (F = B = 1, step 0, instant transfers); "
+           "peak in-flight micro-batches per stage:",
+           sim.bubble);
+    for (int s = 0; s < p; s++) printf(" %d", bt_schedule_max_inflight(sched, s));
+    printf("\n");
+    rc = 0;
+out:
+    bt_sim_result_free(&sim);
+    free(unit);
+    return rc;
+}
+
+int bt_cmd_schedule(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"stages", required_argument, NULL, 'p'},
+        {"microbatches", required_argument, NULL, 'm'},
+        {"schedule", required_argument, NULL, 's'},
+        {"validate", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int stages = 0, microbatches = 0, validate = 0, opt;
+    bt_schedule_kind kind = BT_SCHEDULE_1F1B;
+    bt_schedule *sched = NULL;
+    char *grid = NULL;
+    int rc = 1;
+
+    optind = 0; /* GNU: rescan from scratch, whatever parsed argv before */
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":p:m:s:vh", options, NULL)) != -1) {
+        switch (opt) {
+        case 'p':
+            if (parse_int(optarg, 1, BT_MAX_STAGES, &stages) != 0)
+                return usage_error("--stages wants a whole number from 1 to %d, not '%s'",
+                                   BT_MAX_STAGES, optarg);
+            break;
+        case 'm':
+            if (parse_int(optarg, 1, MAX_MICROBATCHES, &microbatches) != 0)
+                return usage_error("--microbatches wants a whole number from 1 to %d, not '%s'",
+                                   MAX_MICROBATCHES, optarg);
+            break;
+        case 's':
+            if (parse_schedule_kind(optarg, &kind) != 0)
+                return usage_error("unknown schedule '%s' (gpipe, 1f1b or stream)", optarg);
+            break;
+        case 'v': validate = 1; break;
+        case 'h': print_usage(stdout); return 0;
+        case ':': return usage_error("%s needs a value", argv[optind - 1]);
+        default:
+            if (optopt) return usage_error("unknown option '-%c'", optopt);
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (stages == 0) return usage_error("missing --stages");
+    if (microbatches == 0) return usage_error("missing --microbatches");
+
+    if (bt_schedule_build(kind, stages, microbatches, &sched) != BT_OK) goto fail;
+    if (validate) {
+        if (bt_schedule_validate(sched) != BT_OK) goto fail;
+        int total = 0;
+        for (int s = 0; s < stages; s++) total += sched->len[s];
+        printf("valid: %d instructions on %d stages, every send paired with its receive, "
+               "no wait cycle\n",
+               total, stages);
+    }
+    grid = bt_schedule_format_grid(sched);
+    if (!grid) goto fail;
+    printf("%s schedule, %d stages, %d micro-batches\n", bt_schedule_name(kind), stages,
+           microbatches);
+    fputs(grid, stdout);
+    rc = print_summary(sched);
+    goto out;
+
+fail:
+    fprintf(stderr, CMD_NAME ": %s\n", bt_last_error());
+    rc = 1;
+out:
+    free(grid);
+    bt_schedule_destroy(sched);
+    return rc;
+}

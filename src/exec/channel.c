@@ -1,0 +1,82 @@
+/* exec/channel.c: a one-way, one-step mailbox between two stages. The sender fills the slot of a
+ * micro-batch and posts it; the receiver waits for that micro-batch, copies it out and clears it.
+ * A slot per micro-batch means a send never blocks, which is the assumption the schedule
+ * validator proves deadlock-freedom under. Waits are bounded: past the watchdog timeout the
+ * receiver gives up with BT_ERR_TIMEOUT, and an abort wakes every waiter. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "exec/exec_internal.h"
+
+bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microbatches)
+{
+    ch->from = from;
+    ch->to = to;
+    ch->grad = grad;
+    ch->ready = calloc((size_t)microbatches, sizeof *ch->ready);
+    if (!ch->ready) return bt_error(BT_ERR_NOMEM, "channel: out of memory");
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&ch->mu, NULL);
+    pthread_cond_init(&ch->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    ch->sync_ready = 1;
+    return BT_OK;
+}
+
+void bt_channel_destroy(bt_channel *ch)
+{
+    if (!ch) return;
+    if (ch->sync_ready) {
+        pthread_mutex_destroy(&ch->mu);
+        pthread_cond_destroy(&ch->cv);
+    }
+    free(ch->buf);
+    free(ch->ready);
+}
+
+void bt_channel_post(bt_channel *ch, int mb)
+{
+    pthread_mutex_lock(&ch->mu);
+    ch->ready[mb] = 1;
+    pthread_cond_broadcast(&ch->cv);
+    pthread_mutex_unlock(&ch->mu);
+}
+
+bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)timeout_s;
+    deadline.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    bt_status st = BT_OK;
+    pthread_mutex_lock(&ch->mu);
+    while (!ch->ready[mb] && !e->abort) {
+        if (pthread_cond_timedwait(&ch->cv, &ch->mu, &deadline) == ETIMEDOUT && !ch->ready[mb]) {
+            st = BT_ERR_TIMEOUT;
+            break;
+        }
+    }
+    if (st == BT_OK && !ch->ready[mb]) st = BT_ERR_INTERNAL; /* aborted by another stage */
+    if (st == BT_OK) ch->ready[mb] = 0;
+    pthread_mutex_unlock(&ch->mu);
+    return st;
+}
+
+void bt_channels_wake_all(bt_engine *e)
+{
+    for (int c = 0; c < e->n_channels; c++) {
+        bt_channel *ch = &e->channels[c];
+        pthread_mutex_lock(&ch->mu);
+        pthread_cond_broadcast(&ch->cv);
+        pthread_mutex_unlock(&ch->mu);
+    }
+}

@@ -1,0 +1,636 @@
+/* exec/engine.c: building an engine and the public engine API. Creation plans the stages,
+ * builds and validates the schedules, opens one device per stage, lays out and allocates every
+ * buffer (see exec_internal.h), initialises parameters deterministically from the seed and each
+ * parameter's name (so placement never changes the initial weights), builds the channels and
+ * starts one worker thread per stage. A step posts a job to the workers and waits for all of
+ * them; the first failure's message is handed back to the caller's thread. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "exec/exec_internal.h"
+#include "train/optim.h"
+
+void bt_engine_params_init(bt_engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    bt_parallel_config_init(&p->parallel);
+    bt_train_config tc;
+    bt_train_config_init(&tc);
+    p->optimizer = tc.optimizer;
+    p->lr_schedule = tc.lr_schedule;
+    p->batch = 32;
+    p->dtype = BT_F32;
+    p->training = 1;
+    p->watchdog_s = 60;
+}
+
+/* ---- deterministic initialisation ------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static double next_unit(uint64_t *state)
+{
+    *state = mix64(*state);
+    return (double)(*state >> 11) * 0x1.0p-53;
+}
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+static double init_value(const bt_param *p, uint64_t *rng)
+{
+    switch (p->init) {
+    case BT_INIT_ZEROS: return 0;
+    case BT_INIT_ONES: return 1;
+    case BT_INIT_UNIFORM_FAN_IN: {
+        double bound = p->fan_in > 0 ? 1.0 / sqrt((double)p->fan_in) : 0;
+        return (2 * next_unit(rng) - 1) * bound;
+    }
+    case BT_INIT_NORMAL: {
+        double u1 = next_unit(rng), u2 = next_unit(rng);
+        if (u1 < 1e-300) u1 = 1e-300;
+        double std = p->init_arg > 0 ? p->init_arg : 1.0;
+        return std * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+    }
+    }
+    return 0;
+}
+
+static bt_status init_param(bt_engine *e, bt_stage *st, bt_param_store *ps)
+{
+    const bt_param *p = &e->graph->params[ps->param];
+    size_t bytes = ps->numel * bt_dtype_size(e->dtype);
+    void *host = malloc(bytes ? bytes : 1);
+    if (!host) return bt_error(BT_ERR_NOMEM, "initialising '%s': out of memory", p->name);
+    uint64_t rng = mix64(e->params.seed) ^ name_hash(p->name);
+    for (size_t i = 0; i < ps->numel; i++) {
+        double v = init_value(p, &rng);
+        if (e->dtype == BT_F64) ((double *)host)[i] = v;
+        else ((float *)host)[i] = (float)v;
+    }
+    bt_status s = st->be->from_host(st->dev, ps->w, host, bytes);
+    free(host);
+    return s;
+}
+
+/* ---- layout ----------------------------------------------------------------------------------- */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t value_bytes(const bt_engine *e, int value)
+{
+    const bt_value *v = &e->graph->values[value];
+    bt_dtype dt = v->dtype == BT_I32 ? BT_I32 : e->dtype;
+    return (size_t)e->mb_size * (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(dt);
+}
+
+static int is_outgoing(const bt_engine *e, int stage, int value)
+{
+    for (int c = 0; c < e->plan->n_crossings; c++)
+        if (e->plan->crossings[c].src == stage && e->plan->crossings[c].value == value) return 1;
+    return 0;
+}
+
+static bt_status stage_alloc(bt_stage *st, size_t bytes, void **out, size_t *counter)
+{
+    BT_TRY(st->be->alloc(st->dev, bytes ? bytes : 64, out));
+    if (counter) *counter += bytes;
+    return BT_OK;
+}
+
+static bt_status layout_stage(bt_engine *e, bt_stage *st)
+{
+    const bt_graph *g = e->graph;
+    int nv = g->n_values;
+    st->value_offset = malloc((size_t)nv * sizeof *st->value_offset);
+    st->grad_offset = malloc((size_t)nv * sizeof *st->grad_offset);
+    st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
+    st->outgoing = calloc((size_t)nv, sizeof *st->outgoing);
+    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->outgoing)
+        return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    for (int v = 0; v < nv; v++) st->value_offset[v] = st->grad_offset[v] = -1;
+
+    size_t off = 0, ws = 0;
+    for (int c = 0; c < e->plan->n_crossings; c++) {
+        const bt_crossing *x = &e->plan->crossings[c];
+        if (x->dst != st->index) continue;
+        st->value_offset[x->value] = (int)off;
+        off = align64(off + value_bytes(e, x->value));
+    }
+    for (int k = 0; k < st->n_nodes; k++) {
+        const bt_node *n = &g->nodes[st->first_node + k];
+        st->value_offset[n->out] = (int)off;
+        off = align64(off + value_bytes(e, n->out));
+        size_t w = n->ws_per_sample * (size_t)e->mb_size + n->ws_fixed;
+        if (w > ws) ws = w;
+    }
+    for (int k = 0; k < st->n_nodes; k++) {
+        const bt_node *n = &g->nodes[st->first_node + k];
+        st->node_saved_offset[k] = off;
+        off = align64(off + n->saved_per_sample * (size_t)e->mb_size);
+    }
+    st->slot_bytes = off;
+    st->ws_bytes = ws;
+
+    /* gradients: outgoing values first (received from later stages), then the rest */
+    size_t goff = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int v = 0; v < nv; v++) {
+            const bt_value *val = &g->values[v];
+            if (st->value_offset[v] < 0 || val->producer < 0 || val->dtype == BT_I32) continue;
+            int out = is_outgoing(e, st->index, v);
+            if (out != (pass == 0)) continue;
+            if (out) st->outgoing[st->n_outgoing++] = v;
+            st->grad_offset[v] = (int)goff;
+            goff = align64(goff + value_bytes(e, v));
+        }
+        if (pass == 0) st->outgoing_grad_bytes = goff;
+    }
+    st->grad_bytes = goff;
+    return BT_OK;
+}
+
+static bt_status alloc_stage(bt_engine *e, bt_stage *st)
+{
+    const bt_graph *g = e->graph;
+    int training = e->params.training;
+    bt_memory_stats *m = &st->mem;
+    BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots, (void **)&st->slots, &m->activations));
+    if (training) BT_TRY(stage_alloc(st, st->grad_bytes, (void **)&st->grads, &m->workspace));
+    BT_TRY(stage_alloc(st, st->ws_bytes, &st->workspace, &m->workspace));
+    st->loss_host = malloc((size_t)e->mb_size * sizeof(double));
+    if (!st->loss_host) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+
+    for (int p = 0; p < g->n_params; p++) {
+        int node = g->params[p].node;
+        if (node >= st->first_node && node < st->first_node + st->n_nodes) st->n_params++;
+    }
+    st->params = calloc((size_t)st->n_params + 1, sizeof *st->params);
+    if (!st->params) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    int n_state = training ? bt_optim_state_count(&e->params.optimizer) : 0;
+    int k = 0;
+    size_t dsz = bt_dtype_size(e->dtype);
+    for (int p = 0; p < g->n_params; p++) {
+        int node = g->params[p].node;
+        if (node < st->first_node || node >= st->first_node + st->n_nodes) continue;
+        bt_param_store *ps = &st->params[k++];
+        ps->param = p;
+        ps->numel = (size_t)bt_shape_numel(&g->params[p].shape);
+        BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w, &m->weights));
+        BT_TRY(init_param(e, st, ps));
+        if (training) {
+            BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->g, &m->gradients));
+            BT_TRY(st->be->zero(st->dev, ps->g, ps->numel * dsz));
+            for (int j = 0; j < n_state; j++) {
+                BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->state[j], &m->optimizer));
+                BT_TRY(st->be->zero(st->dev, ps->state[j], ps->numel * dsz));
+            }
+        }
+    }
+    return BT_OK;
+}
+
+/* One channel per direction between every pair of stages that exchange values, and always
+ * between neighbours (possibly empty), so the chain order the validator assumes holds. */
+static bt_status build_channels(bt_engine *e)
+{
+    int p = e->stages, m = e->params.parallel.microbatches;
+    int cap = 2 * p * p + 2;
+    e->channels = calloc((size_t)cap, sizeof *e->channels);
+    if (!e->channels) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    for (int a = 0; a < p; a++) {
+        for (int b = a + 1; b < p; b++) {
+            int n_values = 0, values[BT_MAX_CHANNEL_VALUES];
+            for (int c = 0; c < e->plan->n_crossings; c++) {
+                const bt_crossing *x = &e->plan->crossings[c];
+                if (x->src != a || x->dst != b) continue;
+                if (n_values == BT_MAX_CHANNEL_VALUES)
+                    return bt_error(BT_ERR_UNSUPPORTED, "more than %d values cross from stage %d to %d",
+                                    BT_MAX_CHANNEL_VALUES, a, b);
+                values[n_values++] = x->value;
+            }
+            if (n_values == 0 && b != a + 1) continue;
+            for (int dir = 0; dir < (e->params.training ? 2 : 1); dir++) {
+                bt_channel *ch = &e->channels[e->n_channels];
+                BT_TRY(bt_channel_init(ch, dir ? b : a, dir ? a : b, dir, m));
+                e->n_channels++;
+                for (int k = 0; k < n_values; k++) {
+                    const bt_value *v = &e->graph->values[values[k]];
+                    if (dir && v->dtype == BT_I32) continue;
+                    ch->values[ch->n_values++] = values[k];
+                    ch->msg_bytes += value_bytes(e, values[k]);
+                }
+                ch->buf = malloc(ch->msg_bytes * (size_t)m + 1);
+                if (!ch->buf) return bt_error(BT_ERR_NOMEM, "engine: out of memory for channels");
+                bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
+                if (!dir) {
+                    from->out_act[from->n_out_act++] = ch;
+                    to->in_act[to->n_in_act++] = ch;
+                } else {
+                    from->out_grad[from->n_out_grad++] = ch;
+                    to->in_grad[to->n_in_grad++] = ch;
+                    if (ch->msg_bytes > to->recv_scratch_bytes) to->recv_scratch_bytes = ch->msg_bytes;
+                }
+                from->mem.workspace += ch->msg_bytes * (size_t)m;
+            }
+        }
+    }
+    for (int s = 0; s < p; s++) {
+        bt_stage *st = &e->stage[s];
+        if (st->recv_scratch_bytes)
+            BT_TRY(stage_alloc(st, st->recv_scratch_bytes, &st->recv_scratch, &st->mem.workspace));
+    }
+    return BT_OK;
+}
+
+static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
+{
+    if (!g) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_create: graph is NULL");
+    if (g->n_layers == 0) return bt_error(BT_ERR_MODEL, "the model has no layers");
+    int m = p->parallel.microbatches;
+    if (m < 1 || m > 4096) return bt_error(BT_ERR_INVALID_ARG, "microbatches must be 1 to 4096, got %d", m);
+    if (p->batch < 1) return bt_error(BT_ERR_INVALID_ARG, "batch must be >= 1, got %lld", (long long)p->batch);
+    if (p->batch % m != 0)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "batch %lld does not split into %d equal micro-batches", (long long)p->batch, m);
+    if (p->dtype != BT_F32 && p->dtype != BT_F64)
+        return bt_error(BT_ERR_UNSUPPORTED, "the CPU backend computes in f32 or f64, not %s",
+                        bt_dtype_name(p->dtype));
+    if (p->training && !bt_graph_is_trainable(g))
+        return bt_error(BT_ERR_MODEL,
+                        "cannot train: the last layer must be a loss (one scalar per sample)");
+    if (p->training && p->parallel.schedule == BT_SCHEDULE_STREAM)
+        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe or 1f1b to train");
+    if (g->n_inputs > 64) return bt_error(BT_ERR_UNSUPPORTED, "more than 64 graph inputs");
+    return BT_OK;
+}
+
+static bt_status open_stage(bt_engine *e, int s)
+{
+    bt_stage *st = &e->stage[s];
+    char kind[16];
+    int index;
+    st->index = s;
+    st->first_node = e->plan->first_node[s];
+    st->n_nodes = e->plan->n_stage_nodes[s];
+    snprintf(st->device_name, sizeof st->device_name, "%s", e->plan->device[s]);
+    BT_TRY(bt_device_parse(st->device_name, kind, sizeof kind, &index));
+    st->be = bt_backend_find(kind);
+    if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
+    int threads = e->params.threads;
+    if (threads < 1) {
+        threads = 1;
+    }
+    BT_TRY(st->be->open(index, threads, &st->dev));
+    int slots = e->train_sched ? bt_schedule_max_inflight(e->train_sched, s) : 1;
+    st->n_slots = slots < 1 ? 1 : slots;
+    return BT_OK;
+}
+
+static bt_status start_workers(bt_engine *e)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv_job, NULL);
+    pthread_cond_init(&e->cv_done, NULL);
+    pthread_cond_init(&e->cv_barrier, NULL);
+    pthread_condattr_destroy(&attr);
+    e->mu_ready = 1;
+    for (int s = 0; s < e->stages; s++) {
+        bt_worker *w = &e->worker[s];
+        w->engine = e;
+        w->stage = s;
+        w->cur_instr = -1;
+        w->last_done = -1;
+        if (pthread_create(&w->thread, NULL, bt_worker_main, w) != 0)
+            return bt_error(BT_ERR_NOMEM, "cannot start the worker thread of stage %d", s);
+        w->started = 1;
+    }
+    return BT_OK;
+}
+
+bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out)
+{
+    bt_status st = BT_OK;
+    if (!params || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_create: NULL argument");
+    BT_TRY(check_params(graph, params));
+    bt_engine *e = calloc(1, sizeof *e);
+    if (!e) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    e->graph = graph;
+    e->params = *params;
+    if (e->params.watchdog_s <= 0) e->params.watchdog_s = 60;
+    e->dtype = params->dtype;
+    e->mb_size = params->batch / params->parallel.microbatches;
+    e->loss_value = bt_graph_output_value(graph);
+    e->drop_send_stage = -1;
+    e->drop_send_mb = -1;
+    BT_TRY_GOTO(st, bt_plan_build(graph, &params->parallel, &e->plan), fail);
+    e->stages = e->plan->stages;
+    int m = params->parallel.microbatches;
+    if (params->training) {
+        BT_TRY_GOTO(st, bt_schedule_build(params->parallel.schedule, e->stages, m, &e->train_sched), fail);
+        BT_TRY_GOTO(st, bt_schedule_validate(e->train_sched), fail);
+    }
+    BT_TRY_GOTO(st, bt_schedule_build(BT_SCHEDULE_STREAM, e->stages, m, &e->infer_sched), fail);
+    BT_TRY_GOTO(st, bt_schedule_validate(e->infer_sched), fail);
+
+    e->stage = calloc((size_t)e->stages, sizeof *e->stage);
+    e->worker = calloc((size_t)e->stages, sizeof *e->worker);
+    e->sumsq = calloc((size_t)e->stages, sizeof *e->sumsq);
+    if (!e->stage || !e->worker || !e->sumsq) {
+        st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    for (int s = 0; s < e->stages; s++) {
+        BT_TRY_GOTO(st, open_stage(e, s), fail);
+        BT_TRY_GOTO(st, layout_stage(e, &e->stage[s]), fail);
+        BT_TRY_GOTO(st, alloc_stage(e, &e->stage[s]), fail);
+    }
+    BT_TRY_GOTO(st, build_channels(e), fail);
+    for (int s = 0; s < e->stages; s++) {
+        bt_memory_stats *mem = &e->stage[s].mem;
+        mem->current = mem->weights + mem->gradients + mem->optimizer + mem->activations + mem->workspace;
+        mem->peak = mem->current;
+    }
+    BT_TRY_GOTO(st, start_workers(e), fail);
+    *out = e;
+    return BT_OK;
+fail:
+    bt_engine_destroy(e);
+    return st;
+}
+
+static void stage_free(bt_stage *st)
+{
+    if (st->dev) {
+        for (int i = 0; st->params && i < st->n_params; i++) {
+            bt_param_store *ps = &st->params[i];
+            if (ps->w) st->be->free(st->dev, ps->w);
+            if (ps->g) st->be->free(st->dev, ps->g);
+            for (int j = 0; j < 2; j++)
+                if (ps->state[j]) st->be->free(st->dev, ps->state[j]);
+        }
+        if (st->slots) st->be->free(st->dev, st->slots);
+        if (st->grads) st->be->free(st->dev, st->grads);
+        if (st->workspace) st->be->free(st->dev, st->workspace);
+        if (st->recv_scratch) st->be->free(st->dev, st->recv_scratch);
+        st->be->close(st->dev);
+    }
+    free(st->params);
+    free(st->value_offset);
+    free(st->grad_offset);
+    free(st->node_saved_offset);
+    free(st->outgoing);
+    free(st->loss_host);
+}
+
+void bt_engine_destroy(bt_engine *e)
+{
+    if (!e) return;
+    if (e->mu_ready) {
+        pthread_mutex_lock(&e->mu);
+        e->job = BT_JOB_EXIT;
+        e->generation++;
+        pthread_cond_broadcast(&e->cv_job);
+        pthread_mutex_unlock(&e->mu);
+        for (int s = 0; s < e->stages; s++)
+            if (e->worker[s].started) pthread_join(e->worker[s].thread, NULL);
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv_job);
+        pthread_cond_destroy(&e->cv_done);
+        pthread_cond_destroy(&e->cv_barrier);
+    }
+    for (int c = 0; c < e->n_channels; c++) bt_channel_destroy(&e->channels[c]);
+    free(e->channels);
+    for (int s = 0; e->stage && s < e->stages; s++) stage_free(&e->stage[s]);
+    free(e->stage);
+    free(e->worker);
+    free(e->sumsq);
+    bt_schedule_destroy(e->train_sched);
+    bt_schedule_destroy(e->infer_sched);
+    bt_plan_destroy(e->plan);
+    free(e);
+}
+
+/* ---- steps ------------------------------------------------------------------------------------ */
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
+{
+    const bt_graph *g = e->graph;
+    for (int i = 0; i < g->n_inputs; i++) e->feed_ptr[i] = NULL;
+    for (int f = 0; f < n_feeds; f++) {
+        int v = feeds[f].name ? bt_graph_find_value(g, feeds[f].name) : -1;
+        if (v < 0 || g->values[v].producer >= 0)
+            return bt_error(BT_ERR_INVALID_ARG, "feed '%s' is not an input of the model",
+                            feeds[f].name ? feeds[f].name : "(null)");
+        const bt_value *val = &g->values[v];
+        bt_dtype want = val->dtype == BT_I32 ? BT_I32 : e->dtype;
+        if (feeds[f].dtype != want)
+            return bt_error(BT_ERR_INVALID_ARG, "feed '%s' is %s but the engine expects %s",
+                            feeds[f].name, bt_dtype_name(feeds[f].dtype), bt_dtype_name(want));
+        if (!feeds[f].data) return bt_error(BT_ERR_INVALID_ARG, "feed '%s' has no data", feeds[f].name);
+        e->feed_ptr[val->input_index] = feeds[f].data;
+    }
+    for (int c = 0; c < e->plan->n_crossings; c++) {
+        const bt_crossing *x = &e->plan->crossings[c];
+        if (x->src != -1) continue;
+        const bt_value *val = &g->values[x->value];
+        if (!e->feed_ptr[val->input_index])
+            return bt_error(BT_ERR_INVALID_ARG, "input '%s' was not fed", val->name);
+    }
+    return BT_OK;
+}
+
+static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
+                         int out_value, void *out, bt_step_result *result)
+{
+    if (!e) return bt_error(BT_ERR_INVALID_ARG, "engine is NULL");
+    if (job != BT_JOB_FORWARD && !e->train_sched)
+        return bt_error(BT_ERR_INVALID_ARG, "this engine was created for inference (training = 0)");
+    BT_TRY(bind_feeds(e, feeds, n_feeds));
+    e->job_sched = job == BT_JOB_FORWARD ? e->infer_sched : e->train_sched;
+    e->out_value = out_value;
+    e->out_ptr = out;
+    e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
+    e->abort = 0;
+    e->barrier_count = 0;
+    e->grad_norm = 0;
+
+    double t0 = wall_ms();
+    pthread_mutex_lock(&e->mu);
+    e->job = job;
+    e->done_count = 0;
+    e->generation++;
+    pthread_cond_broadcast(&e->cv_job);
+    while (e->done_count < e->stages) pthread_cond_wait(&e->cv_done, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    double ms = wall_ms() - t0;
+
+    /* Report the root cause: a timeout or a real failure beats the stages it aborted. */
+    int first = -1;
+    for (int s = 0; s < e->stages; s++) {
+        bt_status ws = e->worker[s].status;
+        if (ws == BT_OK) continue;
+        if (first < 0 || (e->worker[first].status == BT_ERR_INTERNAL && ws != BT_ERR_INTERNAL)) first = s;
+    }
+    if (first >= 0) return bt_error(e->worker[first].status, "%s", e->worker[first].error);
+
+    double busy = 0;
+    for (int s = 0; s < e->stages; s++) {
+        busy += e->worker[s].busy_ms;
+        bt_memory_stats *m = &e->stage[s].mem;
+        int live = e->worker[s].peak_live;
+        if (live > m->peak_microbatches) m->peak_microbatches = live;
+        size_t act = (size_t)live * e->stage[s].slot_bytes;
+        if (act > m->activation_peak) m->activation_peak = act;
+    }
+    if (job == BT_JOB_TRAIN) e->step++;
+    if (result) {
+        memset(result, 0, sizeof *result);
+        result->samples = e->params.batch;
+        result->step_ms = ms;
+        result->samples_per_s = ms > 0 ? (double)e->params.batch * 1000.0 / ms : 0;
+        result->bubble = ms > 0 ? 1.0 - busy / ((double)e->stages * ms) : 0;
+        if (result->bubble < 0) result->bubble = 0;
+        result->lr = e->lr;
+        result->grad_norm = e->grad_norm;
+        if (job != BT_JOB_FORWARD)
+            result->loss = e->worker[e->stages - 1].loss_sum / (double)e->params.batch;
+    }
+    return BT_OK;
+}
+
+bt_status bt_engine_compute_grads(bt_engine *e, const bt_feed *feeds, int n_feeds,
+                                  bt_step_result *result)
+{
+    return run_job(e, BT_JOB_GRADS, feeds, n_feeds, -1, NULL, result);
+}
+
+bt_status bt_engine_train_step(bt_engine *e, const bt_feed *feeds, int n_feeds,
+                               bt_step_result *result)
+{
+    return run_job(e, BT_JOB_TRAIN, feeds, n_feeds, -1, NULL, result);
+}
+
+bt_status bt_engine_forward(bt_engine *e, const bt_feed *feeds, int n_feeds, void *output,
+                            bt_step_result *result)
+{
+    if (!e) return bt_error(BT_ERR_INVALID_ARG, "engine is NULL");
+    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, e->loss_value, output, result);
+}
+
+bt_status bt_engine_forward_layer(bt_engine *e, const bt_feed *feeds, int n_feeds,
+                                  const char *layer, void *output, bt_step_result *result)
+{
+    if (!e || !layer) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_forward_layer: NULL argument");
+    int l = bt_graph_find_layer(e->graph, layer);
+    if (l < 0) return bt_error(BT_ERR_INVALID_ARG, "no layer named '%s'", layer);
+    const bt_layer *ly = &e->graph->layers[l];
+    int value = e->graph->nodes[ly->first_node + ly->n_nodes - 1].out;
+    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, value, output, result);
+}
+
+/* ---- parameters and statistics ---------------------------------------------------------------- */
+
+static bt_status find_param(const bt_engine *e, const char *name, bt_stage **st, bt_param_store **ps)
+{
+    if (!e || !name) return bt_error(BT_ERR_INVALID_ARG, "NULL engine or parameter name");
+    for (int s = 0; s < e->stages; s++)
+        for (int i = 0; i < e->stage[s].n_params; i++)
+            if (strcmp(e->graph->params[e->stage[s].params[i].param].name, name) == 0) {
+                *st = &e->stage[s];
+                *ps = &e->stage[s].params[i];
+                return BT_OK;
+            }
+    return bt_error(BT_ERR_INVALID_ARG, "the model has no parameter '%s'", name);
+}
+
+static bt_status check_bytes(const bt_engine *e, const bt_param_store *ps, const char *name, size_t bytes)
+{
+    size_t want = ps->numel * bt_dtype_size(e->dtype);
+    if (bytes != want)
+        return bt_error(BT_ERR_INVALID_ARG, "parameter '%s' holds %zu bytes (%zu %s), not %zu", name,
+                        want, ps->numel, bt_dtype_name(e->dtype), bytes);
+    return BT_OK;
+}
+
+bt_status bt_engine_read_param(const bt_engine *e, const char *name, void *dst, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_param(e, name, &st, &ps));
+    BT_TRY(check_bytes(e, ps, name, bytes));
+    return st->be->to_host(st->dev, dst, ps->w, bytes);
+}
+
+bt_status bt_engine_write_param(bt_engine *e, const char *name, const void *src, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_param(e, name, &st, &ps));
+    BT_TRY(check_bytes(e, ps, name, bytes));
+    return st->be->from_host(st->dev, ps->w, src, bytes);
+}
+
+bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_param(e, name, &st, &ps));
+    BT_TRY(check_bytes(e, ps, name, bytes));
+    if (!ps->g) return bt_error(BT_ERR_INVALID_ARG, "the engine was created without gradients");
+    return st->be->to_host(st->dev, dst, ps->g, bytes);
+}
+
+int bt_engine_num_stages(const bt_engine *e) { return e ? e->stages : 0; }
+
+bt_status bt_engine_stage(const bt_engine *e, int s, bt_stage_info *out)
+{
+    if (!e || !out || s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_stage: no stage %d", s);
+    memset(out, 0, sizeof *out);
+    out->first_layer = e->plan->first_layer[s];
+    out->n_layers = e->plan->n_stage_layers[s];
+    out->device = e->stage[s].device_name;
+    for (int i = 0; i < e->stage[s].n_params; i++) out->n_params += (int64_t)e->stage[s].params[i].numel;
+    out->send_bytes = bt_plan_send_bytes(e->plan, s) * (size_t)e->mb_size;
+    return BT_OK;
+}
+
+bt_status bt_engine_memory(const bt_engine *e, int s, bt_memory_stats *out)
+{
+    if (!e || !out || s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_memory: no stage %d", s);
+    *out = e->stage[s].mem;
+    return BT_OK;
+}
+
+int64_t bt_engine_step(const bt_engine *e) { return e ? e->step : 0; }
+
+void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)
+{
+    e->drop_send_stage = stage;
+    e->drop_send_mb = mb;
+}

@@ -1,0 +1,195 @@
+/* io/idx.c: the IDX reader (through zlib's gz* calls, which read gzipped and plain files alike)
+ * and the images + labels pair loader (see idx.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/error.h"
+#include "io/idx.h"
+
+void bt_idx_free(bt_idx *idx)
+{
+    if (!idx) return;
+    free(idx->data);
+    memset(idx, 0, sizeof *idx);
+}
+
+void bt_dataset_free(bt_dataset *ds)
+{
+    if (!ds) return;
+    free(ds->inputs);
+    free(ds->labels);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* Reads exactly size bytes; *got gets the count actually read. A gzip error sets the message. */
+static bt_status gz_read_full(gzFile gz, const char *path, void *buf, uint64_t size, uint64_t *got)
+{
+    unsigned char *p = buf;
+    *got = 0;
+    while (*got < size) {
+        uint64_t left = size - *got;
+        unsigned chunk = left > (1u << 30) ? (1u << 30) : (unsigned)left;
+        int n = gzread(gz, p + *got, chunk);
+        if (n < 0) {
+            int errnum = 0;
+            const char *msg = gzerror(gz, &errnum);
+            if (errnum == Z_ERRNO) msg = strerror(errno);
+            return bt_error(BT_ERR_IO, "%s: read error after %llu bytes: %s", path,
+                            (unsigned long long)*got, msg);
+        }
+        if (n == 0) break;
+        *got += (uint64_t)n;
+    }
+    return BT_OK;
+}
+
+static uint32_t be32(const unsigned char *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+bt_status bt_idx_read(const char *path, bt_idx *out)
+{
+    bt_status st = BT_OK;
+    gzFile gz = NULL;
+    unsigned char head[4 + 4 * BT_IDX_MAX_DIMS];
+    uint64_t got = 0;
+    memset(out, 0, sizeof *out);
+    if (!path) return bt_error(BT_ERR_INVALID_ARG, "idx: NULL path");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return bt_error(BT_ERR_IO, "%s: %s", path, strerror(errno));
+    gz = gzdopen(fd, "rb");
+    if (!gz) {
+        close(fd);
+        return bt_error(BT_ERR_NOMEM, "%s: cannot start reading (out of memory)", path);
+    }
+    BT_TRY_GOTO(st, gz_read_full(gz, path, head, 4, &got), fail);
+    if (got < 4) {
+        st = bt_error(BT_ERR_IO, "%s: truncated: %llu bytes, too short for an IDX magic", path,
+                      (unsigned long long)got);
+        goto fail;
+    }
+    uint32_t magic = be32(head);
+    if ((magic >> 16) != 0) {
+        st = bt_error(BT_ERR_IO, "%s: bad magic 0x%08x: not an IDX file", path, (unsigned)magic);
+        goto fail;
+    }
+    unsigned type = (magic >> 8) & 0xff, ndim = magic & 0xff;
+    if (type != 0x08) {
+        st = bt_error(BT_ERR_IO,
+                      "%s: magic 0x%08x: element type 0x%02x is not supported (only unsigned "
+                      "byte, 0x08)",
+                      path, (unsigned)magic, type);
+        goto fail;
+    }
+    if (ndim < 1 || ndim > BT_IDX_MAX_DIMS) {
+        st = bt_error(BT_ERR_IO, "%s: magic 0x%08x: %u dims (expected 1 to %d)", path,
+                      (unsigned)magic, ndim, BT_IDX_MAX_DIMS);
+        goto fail;
+    }
+    BT_TRY_GOTO(st, gz_read_full(gz, path, head + 4, 4 * (uint64_t)ndim, &got), fail);
+    if (got < 4 * (uint64_t)ndim) {
+        st = bt_error(BT_ERR_IO, "%s: truncated in the dims (%u expected)", path, ndim);
+        goto fail;
+    }
+    uint64_t numel = 1;
+    out->ndim = (int)ndim;
+    for (unsigned d = 0; d < ndim; d++) {
+        out->dim[d] = be32(head + 4 + 4 * d);
+        if (d > 0 && out->dim[d] == 0) {
+            st = bt_error(BT_ERR_IO, "%s: absurd dims: dim %u is 0", path, d);
+            goto fail;
+        }
+        numel *= (uint64_t)out->dim[d];
+        if (numel > BT_IDX_MAX_ELEMENTS) {
+            st = bt_error(BT_ERR_IO, "%s: absurd dims: more than %llu elements", path,
+                          (unsigned long long)BT_IDX_MAX_ELEMENTS);
+            goto fail;
+        }
+    }
+    out->numel = (int64_t)numel;
+    out->data = malloc(numel ? (size_t)numel : 1);
+    if (!out->data) {
+        st = bt_error(BT_ERR_NOMEM, "%s: cannot allocate %llu bytes", path,
+                      (unsigned long long)numel);
+        goto fail;
+    }
+    BT_TRY_GOTO(st, gz_read_full(gz, path, out->data, numel, &got), fail);
+    if (got < numel) {
+        st = bt_error(BT_ERR_IO, "%s: truncated: the dims need %llu data bytes, the file has %llu",
+                      path, (unsigned long long)numel, (unsigned long long)got);
+        goto fail;
+    }
+    unsigned char extra;
+    BT_TRY_GOTO(st, gz_read_full(gz, path, &extra, 1, &got), fail);
+    if (got != 0) {
+        st = bt_error(BT_ERR_IO, "%s: trailing bytes after the %llu data bytes the dims give", path,
+                      (unsigned long long)numel);
+        goto fail;
+    }
+    gzclose(gz);
+    return BT_OK;
+fail:
+    if (gz) gzclose(gz);
+    bt_idx_free(out);
+    return st;
+}
+
+bt_status bt_idx_load_pair(const char *images_path, const char *labels_path, int n_classes,
+                           bt_dataset *out)
+{
+    bt_status st = BT_OK;
+    bt_idx images = {0}, labels = {0};
+    memset(out, 0, sizeof *out);
+    if (n_classes < 1) return bt_error(BT_ERR_INVALID_ARG, "idx: n_classes %d < 1", n_classes);
+    BT_TRY_GOTO(st, bt_idx_read(images_path, &images), fail);
+    BT_TRY_GOTO(st, bt_idx_read(labels_path, &labels), fail);
+    if (images.ndim < 2) {
+        st = bt_error(BT_ERR_IO, "%s: images need at least 2 dims (n, ...), the file has %d",
+                      images_path, images.ndim);
+        goto fail;
+    }
+    if (labels.ndim != 1) {
+        st = bt_error(BT_ERR_IO, "%s: labels need 1 dim (n), the file has %d", labels_path,
+                      labels.ndim);
+        goto fail;
+    }
+    if (images.dim[0] != labels.dim[0]) {
+        st = bt_error(BT_ERR_IO, "%s has %lld images but %s has %lld labels", images_path,
+                      (long long)images.dim[0], labels_path, (long long)labels.dim[0]);
+        goto fail;
+    }
+    for (int64_t i = 0; i < labels.numel; i++)
+        if (labels.data[i] >= n_classes) {
+            st = bt_error(BT_ERR_IO, "%s: label %lld is %u, not below n_classes %d", labels_path,
+                          (long long)i, (unsigned)labels.data[i], n_classes);
+            goto fail;
+        }
+    out->n = images.dim[0];
+    out->n_classes = n_classes;
+    out->sample_shape.ndim = images.ndim - 1;
+    for (int d = 1; d < images.ndim; d++) out->sample_shape.dim[d - 1] = images.dim[d];
+    out->sample_numel = bt_shape_numel(&out->sample_shape);
+    out->inputs = malloc((size_t)(images.numel ? images.numel : 1) * sizeof *out->inputs);
+    out->labels = malloc((size_t)(out->n ? out->n : 1) * sizeof *out->labels);
+    if (!out->inputs || !out->labels) {
+        st = bt_error(BT_ERR_NOMEM, "%s: out of memory converting %lld images", images_path,
+                      (long long)out->n);
+        goto fail;
+    }
+    for (int64_t i = 0; i < images.numel; i++) out->inputs[i] = (float)images.data[i] / 255.0f;
+    for (int64_t i = 0; i < out->n; i++) out->labels[i] = labels.data[i];
+    bt_idx_free(&images);
+    bt_idx_free(&labels);
+    return BT_OK;
+fail:
+    bt_idx_free(&images);
+    bt_idx_free(&labels);
+    bt_dataset_free(out);
+    return st;
+}

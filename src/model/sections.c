@@ -1,0 +1,481 @@
+/* model/sections.c: train:, parallel: and data: of a model document -> bt_train_config,
+ * bt_parallel_config, bt_data_config (see sections.h). Every key is checked against the keys its
+ * mapping accepts, every number against its range, and the cross-section rules (a loss before
+ * training, balance/layout against the layers, batch against micro-batches) are enforced here, so
+ * a loaded model's configuration is always runnable as far as the file can tell. */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/strutil.h"
+#include "model/sections.h"
+
+#define BT_MAX_BATCH (INT64_C(1) << 30)
+#define BT_MAX_MICROBATCHES 65536
+
+/* ---- train: ---------------------------------------------------------------------------------- */
+
+static bt_status read_optimizer(const bt_ld *ld, const bt_ynode *node, bt_optimizer_config *opt)
+{
+    static const char *const types[] = {"sgd", "adamw", NULL};
+    static const char *const sgd_keys[] = {"type", "lr", "momentum", "nesterov", "weight_decay",
+                                           NULL};
+    static const char *const adamw_keys[] = {"type", "lr", "weight_decay", "betas", "eps", NULL};
+    const bt_ynode *map, *v;
+    BT_TRY(bt_ld_map(ld, node, "train.optimizer", &map));
+    int kind = BT_OPT_ADAMW;
+    if ((v = bt_ymap_get(map, "type"))) BT_TRY(bt_ld_enum(ld, v, "train.optimizer.type", types, &kind));
+    opt->kind = (bt_optimizer_kind)kind;
+    if (kind == BT_OPT_SGD) {
+        opt->weight_decay = 0.0;
+        BT_TRY(bt_ld_keys(ld, map, "train.optimizer (sgd)", sgd_keys));
+    } else {
+        BT_TRY(bt_ld_keys(ld, map, "train.optimizer (adamw)", adamw_keys));
+    }
+    if ((v = bt_ymap_get(map, "lr")))
+        BT_TRY(bt_ld_float(ld, v, "train.optimizer.lr", 0, 0, INFINITY, 0, &opt->lr));
+    if ((v = bt_ymap_get(map, "weight_decay")))
+        BT_TRY(bt_ld_float(ld, v, "train.optimizer.weight_decay", 0, 0, INFINITY, 0,
+                           &opt->weight_decay));
+    if ((v = bt_ymap_get(map, "momentum")))
+        BT_TRY(bt_ld_float(ld, v, "train.optimizer.momentum", 0, 0, 1, 1, &opt->momentum));
+    if ((v = bt_ymap_get(map, "nesterov"))) {
+        BT_TRY(bt_ld_bool(ld, v, "train.optimizer.nesterov", &opt->nesterov));
+        if (opt->nesterov && opt->momentum <= 0)
+            return bt_ld_error(ld, v, BT_ERR_MODEL,
+                               "train.optimizer.nesterov needs momentum > 0");
+    }
+    if ((v = bt_ymap_get(map, "betas"))) {
+        if (v->kind != BT_Y_SEQ || v->n != 2)
+            return bt_ld_error(ld, v, BT_ERR_MODEL,
+                               "expected a list of two numbers for train.optimizer.betas");
+        BT_TRY(bt_ld_float(ld, v->kids[0], "train.optimizer.betas[0]", 0, 0, 1, 1, &opt->beta1));
+        BT_TRY(bt_ld_float(ld, v->kids[1], "train.optimizer.betas[1]", 0, 0, 1, 1, &opt->beta2));
+    }
+    if ((v = bt_ymap_get(map, "eps")))
+        BT_TRY(bt_ld_float(ld, v, "train.optimizer.eps", 0, 1, INFINITY, 0, &opt->eps));
+    return BT_OK;
+}
+
+static bt_status read_lr_schedule(const bt_ld *ld, const bt_ynode *node, double lr,
+                                  bt_lr_schedule_config *lrs)
+{
+    static const char *const types[] = {"constant", "step", "cosine", NULL};
+    static const char *const constant_keys[] = {"type", NULL};
+    static const char *const step_keys[] = {"type", "step_size", "gamma", "warmup_steps", NULL};
+    static const char *const cosine_keys[] = {"type", "warmup_steps", "min_lr", NULL};
+    const bt_ynode *map = NULL, *v;
+    int kind = BT_LR_CONSTANT;
+    if (node && node->kind == BT_Y_SCALAR && !bt_ynode_is_null(node)) {
+        BT_TRY(bt_ld_enum(ld, node, "train.lr_schedule", types, &kind));
+    } else {
+        BT_TRY(bt_ld_map(ld, node, "train.lr_schedule", &map));
+        if ((v = bt_ymap_get(map, "type")))
+            BT_TRY(bt_ld_enum(ld, v, "train.lr_schedule.type", types, &kind));
+    }
+    lrs->kind = (bt_lr_kind)kind;
+    const char *const *keys = kind == BT_LR_STEP ? step_keys
+                              : kind == BT_LR_COSINE ? cosine_keys : constant_keys;
+    const char *what = kind == BT_LR_STEP ? "train.lr_schedule (step)"
+                       : kind == BT_LR_COSINE ? "train.lr_schedule (cosine)"
+                                              : "train.lr_schedule (constant)";
+    BT_TRY(bt_ld_keys(ld, map, what, keys));
+    if ((v = bt_ymap_get(map, "warmup_steps")))
+        BT_TRY(bt_ld_int(ld, v, "train.lr_schedule.warmup_steps", 0, INT64_MAX,
+                         &lrs->warmup_steps));
+    if (kind == BT_LR_STEP) {
+        BT_TRY(bt_ld_require(ld, map, "step_size", "train.lr_schedule (step)", node, &v));
+        BT_TRY(bt_ld_int(ld, v, "train.lr_schedule.step_size", 1, INT64_MAX, &lrs->step_size));
+        if ((v = bt_ymap_get(map, "gamma")))
+            BT_TRY(bt_ld_float(ld, v, "train.lr_schedule.gamma", 0, 1, 1, 0, &lrs->gamma));
+    }
+    if ((v = bt_ymap_get(map, "min_lr"))) {
+        BT_TRY(bt_ld_float(ld, v, "train.lr_schedule.min_lr", 0, 0, INFINITY, 0, &lrs->min_lr));
+        if (lrs->min_lr > lr)
+            return bt_ld_error(ld, v, BT_ERR_MODEL,
+                               "train.lr_schedule.min_lr (%g) is larger than train.optimizer.lr "
+                               "(%g)",
+                               lrs->min_lr, lr);
+    }
+    return BT_OK;
+}
+
+bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node,
+                      const bt_graph *graph, bt_train_config *cfg)
+{
+    static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
+                                       "clip_grad_norm", "precision", "eval_every",
+                                       "checkpoint_every", "checkpoint_dir", NULL};
+    static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
+    static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
+    const bt_ynode *map, *v;
+    if (!key) return BT_OK;
+    BT_TRY(bt_ld_map(ld, node, "train", &map));
+    BT_TRY(bt_ld_keys(ld, map, "train", keys));
+    cfg->enabled = 1;
+    if ((v = bt_ymap_get(map, "batch")))
+        BT_TRY(bt_ld_int(ld, v, "train.batch", 1, BT_MAX_BATCH, &cfg->batch));
+    if ((v = bt_ymap_get(map, "epochs")))
+        BT_TRY(bt_ld_int32(ld, v, "train.epochs", 0, 1000000, &cfg->epochs));
+    if ((v = bt_ymap_get(map, "steps")))
+        BT_TRY(bt_ld_int(ld, v, "train.steps", 0, INT64_MAX, &cfg->steps));
+    if (cfg->epochs == 0 && cfg->steps == 0)
+        return bt_ld_error(ld, map ? map : key, BT_ERR_MODEL,
+                           "train.epochs and train.steps are both 0: nothing would be trained");
+    BT_TRY(read_optimizer(ld, bt_ymap_get(map, "optimizer"), &cfg->optimizer));
+    BT_TRY(read_lr_schedule(ld, bt_ymap_get(map, "lr_schedule"), cfg->optimizer.lr,
+                            &cfg->lr_schedule));
+    if ((v = bt_ymap_get(map, "clip_grad_norm")))
+        BT_TRY(bt_ld_float(ld, v, "train.clip_grad_norm", 0, 0, INFINITY, 0, &cfg->clip_norm));
+    if ((v = bt_ymap_get(map, "precision"))) {
+        int p;
+        BT_TRY(bt_ld_enum(ld, v, "train.precision", precisions, &p));
+        cfg->precision = precision_types[p];
+    }
+    if ((v = bt_ymap_get(map, "eval_every")))
+        BT_TRY(bt_ld_int(ld, v, "train.eval_every", 0, INT64_MAX, &cfg->eval_every));
+    if ((v = bt_ymap_get(map, "checkpoint_every")))
+        BT_TRY(bt_ld_int(ld, v, "train.checkpoint_every", 0, INT64_MAX, &cfg->checkpoint_every));
+    if ((v = bt_ymap_get(map, "checkpoint_dir"))) {
+        const char *s;
+        BT_TRY(bt_ld_string(ld, v, "train.checkpoint_dir", &s));
+        if (!(cfg->checkpoint_dir = bt_strdup(s))) return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    if (!bt_graph_is_trainable(graph)) {
+        bt_layer_info last;
+        char shape[64];
+        BT_TRY(bt_graph_layer(graph, bt_graph_num_layers(graph) - 1, &last));
+        bt_shape_format(&last.shape, shape, sizeof shape);
+        return bt_ld_error(ld, key, BT_ERR_MODEL,
+                           "train: needs a loss as the last layer (one scalar per sample), but "
+                           "the last layer '%s' (%s) gives %s %s",
+                           last.name, last.op, bt_dtype_name(last.dtype), shape);
+    }
+    return BT_OK;
+}
+
+/* ---- parallel: ------------------------------------------------------------------------------- */
+
+/* Checks one "cpu:N" / "cuda:N" entry (n bytes of s). */
+static int valid_device(const char *s, size_t n)
+{
+    size_t p;
+    if (n > 4 && strncmp(s, "cpu:", 4) == 0)
+        p = 4;
+    else if (n > 5 && strncmp(s, "cuda:", 5) == 0)
+        p = 5;
+    else
+        return 0;
+    if (n - p > 4) return 0;
+    for (; p < n; p++)
+        if (!isdigit((unsigned char)s[p])) return 0;
+    return 1;
+}
+
+/* Appends one device to the comma-joined list in *joined (owned). */
+static bt_status add_device(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n,
+                            char **joined)
+{
+    if (!valid_device(s, n))
+        return bt_ld_error(ld, at, BT_ERR_MODEL,
+                           "parallel.devices: '%.*s' is not a device (auto, or a list of cpu:N "
+                           "and cuda:N)",
+                           (int)n, s);
+    char *next = *joined ? bt_strfmt("%s,%.*s", *joined, (int)n, s) : bt_strfmt("%.*s", (int)n, s);
+    if (!next) return bt_error(BT_ERR_NOMEM, "out of memory");
+    free(*joined);
+    *joined = next;
+    return BT_OK;
+}
+
+static bt_status read_devices(const bt_ld *ld, const bt_ynode *node, const char **out)
+{
+    bt_status st = BT_OK;
+    char *joined = NULL;
+    if (node->kind == BT_Y_SEQ) {
+        if (node->n == 0) {
+            st = bt_ld_error(ld, node, BT_ERR_MODEL, "parallel.devices is an empty list");
+            goto fail;
+        }
+        for (int i = 0; i < node->n; i++) {
+            const char *s;
+            BT_TRY_GOTO(st, bt_ld_string(ld, node->kids[i], "parallel.devices", &s), fail);
+            BT_TRY_GOTO(st, add_device(ld, node->kids[i], s, strlen(s), &joined), fail);
+        }
+    } else {
+        const char *s;
+        BT_TRY_GOTO(st, bt_ld_string(ld, node, "parallel.devices", &s), fail);
+        if (strcmp(s, "auto") == 0) {
+            joined = bt_strdup("auto");
+        } else {
+            const char *p = s;
+            for (;;) {
+                while (*p == ' ') p++;
+                size_t n = strcspn(p, ",");
+                size_t m = n;
+                while (m > 0 && p[m - 1] == ' ') m--;
+                BT_TRY_GOTO(st, add_device(ld, node, p, m, &joined), fail);
+                if (!p[n]) break;
+                p += n + 1;
+            }
+        }
+        if (!joined) {
+            st = bt_error(BT_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    free((char *)*out);
+    *out = joined;
+    return BT_OK;
+fail:
+    free(joined);
+    return st;
+}
+
+static bt_status read_balance(const bt_ld *ld, const bt_ynode *node, int n_layers,
+                              bt_parallel_config *cfg)
+{
+    if (node->kind != BT_Y_SEQ || node->n == 0)
+        return bt_ld_error(ld, node, BT_ERR_MODEL,
+                           "expected a non-empty list of layer counts for "
+                           "parallel.pipeline.partition.balance");
+    if (node->n > BT_MAX_STAGES)
+        return bt_ld_error(ld, node, BT_ERR_MODEL,
+                           "parallel.pipeline.partition.balance has %d stages (at most %d)",
+                           node->n, BT_MAX_STAGES);
+    int64_t sum = 0;
+    for (int i = 0; i < node->n; i++) {
+        BT_TRY(bt_ld_int32(ld, node->kids[i], "each entry of parallel.pipeline.partition.balance",
+                           1, 1 << 30, &cfg->balance[i]));
+        sum += cfg->balance[i];
+    }
+    cfg->n_balance = node->n;
+    if (sum != n_layers)
+        return bt_ld_error(ld, node, BT_ERR_MODEL,
+                           "parallel.pipeline.partition.balance sums to %lld layers, but the "
+                           "model has %d",
+                           (long long)sum, n_layers);
+    return BT_OK;
+}
+
+/* Checks a layout "a,b|c|d": every layer once, in model order, no empty stage. Stores a copy
+ * without spaces in cfg->layout and returns the number of stages in *n_stages. */
+static bt_status read_layout(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph,
+                             int *n_stages, bt_parallel_config *cfg)
+{
+    bt_status st = BT_OK;
+    const char *s;
+    const char *what = "parallel.pipeline.partition.layout";
+    BT_TRY(bt_ld_string(ld, node, what, &s));
+    char *out = malloc(strlen(s) + 1);
+    if (!out) return bt_error(BT_ERR_NOMEM, "out of memory");
+    size_t used = 0;
+    int next = 0, stages = 1;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ') p++;
+        size_t n = strcspn(p, ",|");
+        size_t m = n;
+        while (m > 0 && p[m - 1] == ' ') m--;
+        char name[256];
+        if (m == 0 || m >= sizeof name) {
+            st = bt_ld_error(ld, node, BT_ERR_MODEL, "%s: empty layer name in stage %d", what,
+                             stages - 1);
+            goto fail;
+        }
+        memcpy(name, p, m);
+        name[m] = '\0';
+        int idx = bt_graph_find_layer(graph, name);
+        if (idx < 0) {
+            st = bt_ld_error(ld, node, BT_ERR_MODEL, "%s names unknown layer '%s'", what, name);
+            goto fail;
+        }
+        if (idx < next) {
+            st = bt_ld_error(ld, node, BT_ERR_MODEL,
+                             "%s lists layer '%s' twice or out of model order", what, name);
+            goto fail;
+        }
+        if (idx > next) {
+            bt_layer_info skipped;
+            BT_TRY_GOTO(st, bt_graph_layer(graph, next, &skipped), fail);
+            st = bt_ld_error(ld, node, BT_ERR_MODEL,
+                             "%s skips layer '%s' (it must list every layer once, in model order)",
+                             what, skipped.name);
+            goto fail;
+        }
+        next++;
+        memcpy(out + used, name, m);
+        used += m;
+        if (!p[n]) break;
+        out[used++] = p[n];
+        if (p[n] == '|') stages++;
+        p += n + 1;
+    }
+    out[used] = '\0';
+    if (next != bt_graph_num_layers(graph)) {
+        bt_layer_info missing;
+        BT_TRY_GOTO(st, bt_graph_layer(graph, next, &missing), fail);
+        st = bt_ld_error(ld, node, BT_ERR_MODEL, "%s leaves out layer '%s' (and any after it)",
+                         what, missing.name);
+        goto fail;
+    }
+    if (stages > BT_MAX_STAGES) {
+        st = bt_ld_error(ld, node, BT_ERR_MODEL, "%s has %d stages (at most %d)", what, stages,
+                         BT_MAX_STAGES);
+        goto fail;
+    }
+    free((char *)cfg->layout);
+    cfg->layout = out;
+    *n_stages = stages;
+    return BT_OK;
+fail:
+    free(out);
+    return st;
+}
+
+static bt_status read_partition(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph,
+                                int *n_stages, bt_parallel_config *cfg)
+{
+    static const char *const kinds[] = {"uniform", "params", "profile", NULL};
+    static const char *const keys[] = {"balance", "layout", NULL};
+    *n_stages = 0;
+    if (node->kind == BT_Y_SCALAR) {
+        int k;
+        BT_TRY(bt_ld_enum(ld, node, "parallel.pipeline.partition", kinds, &k));
+        cfg->partition = (bt_partition_kind)k;
+        return BT_OK;
+    }
+    if (node->kind != BT_Y_MAP || bt_ymap_len(node) != 1)
+        return bt_ld_error(ld, node, BT_ERR_MODEL,
+                           "parallel.pipeline.partition must be uniform, params, profile, "
+                           "{balance: [n, ...]} or {layout: \"a,b|c\"}");
+    BT_TRY(bt_ld_keys(ld, node, "parallel.pipeline.partition", keys));
+    const bt_ynode *v;
+    if ((v = bt_ymap_get(node, "balance"))) {
+        BT_TRY(read_balance(ld, v, bt_graph_num_layers(graph), cfg));
+        cfg->partition = BT_PARTITION_BALANCE;
+        *n_stages = cfg->n_balance;
+        return BT_OK;
+    }
+    BT_TRY(read_layout(ld, bt_ymap_get(node, "layout"), graph, n_stages, cfg));
+    cfg->partition = BT_PARTITION_LAYOUT;
+    return BT_OK;
+}
+
+bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph,
+                         int pinned_stages, const bt_train_config *train,
+                         bt_parallel_config *cfg)
+{
+    static const char *const keys[] = {"devices", "pipeline", NULL};
+    static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
+                                                NULL};
+    static const char *const schedules[] = {"gpipe", "1f1b", "stream", NULL};
+    const bt_ynode *map, *pipe, *v;
+    const bt_ynode *stages_node = NULL, *micro_node = NULL, *schedule_node = NULL;
+    const bt_ynode *partition_node = NULL;
+    BT_TRY(bt_ld_map(ld, node, "parallel", &map));
+    BT_TRY(bt_ld_keys(ld, map, "parallel", keys));
+    if ((v = bt_ymap_get(map, "devices"))) BT_TRY(read_devices(ld, v, &cfg->devices));
+    BT_TRY(bt_ld_map(ld, bt_ymap_get(map, "pipeline"), "parallel.pipeline", &pipe));
+    BT_TRY(bt_ld_keys(ld, pipe, "parallel.pipeline", pipeline_keys));
+    if ((stages_node = bt_ymap_get(pipe, "stages")))
+        BT_TRY(bt_ld_int32(ld, stages_node, "parallel.pipeline.stages", 0, BT_MAX_STAGES,
+                           &cfg->stages));
+    if ((micro_node = bt_ymap_get(pipe, "microbatches")))
+        BT_TRY(bt_ld_int32(ld, micro_node, "parallel.pipeline.microbatches", 1,
+                           BT_MAX_MICROBATCHES, &cfg->microbatches));
+    cfg->schedule = train->enabled ? BT_SCHEDULE_1F1B : BT_SCHEDULE_STREAM;
+    if ((schedule_node = bt_ymap_get(pipe, "schedule"))) {
+        int k;
+        BT_TRY(bt_ld_enum(ld, schedule_node, "parallel.pipeline.schedule", schedules, &k));
+        cfg->schedule = (bt_schedule_kind)k;
+        if (train->enabled && cfg->schedule == BT_SCHEDULE_STREAM)
+            return bt_ld_error(ld, schedule_node, BT_ERR_MODEL,
+                               "parallel.pipeline.schedule 'stream' runs forward only; a model "
+                               "with train: needs gpipe or 1f1b");
+    }
+
+    int n_layers = bt_graph_num_layers(graph);
+    int fixed_stages = 0; /* stages the partition itself fixes (0: free) */
+    if ((partition_node = bt_ymap_get(pipe, "partition"))) {
+        if (pinned_stages > 0)
+            return bt_ld_error(ld, partition_node, BT_ERR_MODEL,
+                               "parallel.pipeline.partition cannot be combined with per-layer "
+                               "stage: (the layers already fix the stages)");
+        BT_TRY(read_partition(ld, partition_node, graph, &fixed_stages, cfg));
+    } else if (pinned_stages > 0) {
+        cfg->partition = BT_PARTITION_PINNED;
+        fixed_stages = pinned_stages;
+    }
+    if (fixed_stages > 0) {
+        if (cfg->stages != 0 && cfg->stages != fixed_stages)
+            return bt_ld_error(ld, stages_node, BT_ERR_MODEL,
+                               "parallel.pipeline.stages is %d, but the %s gives %d stages",
+                               cfg->stages,
+                               pinned_stages ? "layers' stage: values" : "partition",
+                               fixed_stages);
+        cfg->stages = fixed_stages;
+    }
+    if (cfg->stages > n_layers)
+        return bt_ld_error(ld, stages_node, BT_ERR_MODEL,
+                           "parallel.pipeline.stages is %d, but the model has only %d layers",
+                           cfg->stages, n_layers);
+    if (train->enabled && train->batch % cfg->microbatches != 0)
+        return bt_ld_error(ld, micro_node, BT_ERR_MODEL,
+                           "train.batch %lld is not divisible by parallel.pipeline.microbatches "
+                           "%d",
+                           (long long)train->batch, cfg->microbatches);
+    return BT_OK;
+}
+
+/* ---- data: ----------------------------------------------------------------------------------- */
+
+static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what,
+                             bt_data_source *src)
+{
+    static const char *const types[] = {"synthetic", "idx", "npy", NULL};
+    static const char *const file_keys[] = {"type", "images", "labels", "shuffle", NULL};
+    static const char *const synthetic_keys[] = {"type", "samples", "shuffle", NULL};
+    const bt_ynode *map, *v;
+    char sub[64];
+    BT_TRY(bt_ld_map(ld, node, what, &map));
+    if (!map) return bt_ld_error(ld, node, BT_ERR_MODEL, "%s must be a mapping with a type:", what);
+    snprintf(sub, sizeof sub, "%s.type", what);
+    BT_TRY(bt_ld_require(ld, map, "type", what, node, &v));
+    int k;
+    BT_TRY(bt_ld_enum(ld, v, sub, types, &k));
+    src->kind = (bt_data_kind)(k + 1);
+    BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys : file_keys));
+    if (src->kind == BT_DATA_SYNTHETIC) {
+        src->samples = 10000;
+        snprintf(sub, sizeof sub, "%s.samples", what);
+        if ((v = bt_ymap_get(map, "samples")))
+            BT_TRY(bt_ld_int(ld, v, sub, 1, INT64_MAX, &src->samples));
+    } else {
+        const char *s;
+        snprintf(sub, sizeof sub, "%s.images", what);
+        BT_TRY(bt_ld_require(ld, map, "images", what, node, &v));
+        BT_TRY(bt_ld_string(ld, v, sub, &s));
+        if (!(src->images = bt_strdup(s))) return bt_error(BT_ERR_NOMEM, "out of memory");
+        snprintf(sub, sizeof sub, "%s.labels", what);
+        BT_TRY(bt_ld_require(ld, map, "labels", what, node, &v));
+        BT_TRY(bt_ld_string(ld, v, sub, &s));
+        if (!(src->labels = bt_strdup(s))) return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    snprintf(sub, sizeof sub, "%s.shuffle", what);
+    if ((v = bt_ymap_get(map, "shuffle"))) BT_TRY(bt_ld_bool(ld, v, sub, &src->shuffle));
+    return BT_OK;
+}
+
+bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, bt_data_config *cfg)
+{
+    static const char *const keys[] = {"train", "eval", NULL};
+    const bt_ynode *map, *v;
+    BT_TRY(bt_ld_map(ld, node, "data", &map));
+    BT_TRY(bt_ld_keys(ld, map, "data", keys));
+    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", &cfg->train));
+    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", &cfg->eval));
+    return BT_OK;
+}

@@ -1,0 +1,91 @@
+/* ops/activation_tmpl.h: relu, gelu, tanh and sigmoid kernels for one float type (see
+ * ops/real.h). Forward: y = f(x); backward: dx += dy * f'(x), with f' computed from x. */
+
+#ifndef BT_ACTIVATION_CONSTANTS
+#define BT_ACTIVATION_CONSTANTS
+#define BT_SQRT1_2 0.70710678118654752440    /* 1/sqrt(2) */
+#define BT_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
+#endif
+
+/* The operands of one activation call: n elements of x, y (forward) or dy, dx (backward). */
+#define ACT_FORWARD_SETUP                                \
+    const int64_t n = bt_tensor_numel(call->out);        \
+    const REAL *restrict x = call->in[0].data;           \
+    REAL *restrict y = call->out->data
+#define ACT_BACKWARD_SETUP                               \
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;  \
+    const int64_t n = bt_tensor_numel(call->out_grad);   \
+    const REAL *restrict x = call->in[0].data;           \
+    const REAL *restrict dy = call->out_grad->data;      \
+    REAL *restrict dx = call->in_grad[0].data
+
+static bt_status R(relu_forward)(const bt_op_call *call)
+{
+    ACT_FORWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+    return BT_OK;
+}
+
+static bt_status R(relu_backward)(const bt_op_call *call)
+{
+    ACT_BACKWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) dx[i] += x[i] > 0 ? dy[i] : 0;
+    return BT_OK;
+}
+
+static bt_status R(gelu_forward)(const bt_op_call *call)
+{
+    ACT_FORWARD_SETUP;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (REAL)0.5 * x[i] * (1 + ERF(x[i] * (REAL)BT_SQRT1_2));
+    return BT_OK;
+}
+
+static bt_status R(gelu_backward)(const bt_op_call *call)
+{
+    ACT_BACKWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) {
+        /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
+        REAL cdf = (REAL)0.5 * (1 + ERF(x[i] * (REAL)BT_SQRT1_2));
+        REAL pdf = (REAL)BT_INV_SQRT_2PI * EXP((REAL)-0.5 * x[i] * x[i]);
+        dx[i] += dy[i] * (cdf + x[i] * pdf);
+    }
+    return BT_OK;
+}
+
+static bt_status R(tanh_forward)(const bt_op_call *call)
+{
+    ACT_FORWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) y[i] = TANH(x[i]);
+    return BT_OK;
+}
+
+static bt_status R(tanh_backward)(const bt_op_call *call)
+{
+    ACT_BACKWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) {
+        REAL t = TANH(x[i]);
+        dx[i] += dy[i] * (1 - t * t);
+    }
+    return BT_OK;
+}
+
+static bt_status R(sigmoid_forward)(const bt_op_call *call)
+{
+    ACT_FORWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) y[i] = 1 / (1 + EXP(-x[i]));
+    return BT_OK;
+}
+
+static bt_status R(sigmoid_backward)(const bt_op_call *call)
+{
+    ACT_BACKWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) {
+        REAL s = 1 / (1 + EXP(-x[i]));
+        dx[i] += dy[i] * s * (1 - s);
+    }
+    return BT_OK;
+}
+
+#undef ACT_FORWARD_SETUP
+#undef ACT_BACKWARD_SETUP

@@ -1,0 +1,66 @@
+/* ops/linear.c: `linear`, y = x W^T + b over the last dimension. Input [..., in] (leading
+ * per-sample dims act as extra rows); params weight [out, in] and, with bias: true, bias [out],
+ * both U(-1/sqrt(in), 1/sqrt(in)) like PyTorch's Linear. Kernels are GEMMs through cpu/blas.h. */
+#include <string.h>
+
+#include "ops/ops.h"
+
+typedef struct linear_config {
+    int64_t in, out;
+    int bias;
+} linear_config;
+
+#define BT_REAL_BITS 32
+#include "ops/real.h"
+#include "ops/linear_tmpl.h"
+#undef BT_REAL_BITS
+#define BT_REAL_BITS 64
+#include "ops/real.h"
+#include "ops/linear_tmpl.h"
+
+BT_OPS_DISPATCH("linear", linear_forward, call->out->dtype)
+BT_OPS_DISPATCH("linear", linear_backward, call->out_grad->dtype)
+
+static bt_status linear_infer(bt_infer_ctx *ctx)
+{
+    bt_dtype dtype;
+    bt_status st = bt_ops_same_float(ctx, "linear", &dtype);
+    if (st != BT_OK) return st;
+    const bt_shape *x = bt_infer_input_shape(ctx, 0);
+    if (x->ndim < 1)
+        return bt_infer_error(ctx,
+                              "linear expects its input's last dimension to hold the features "
+                              "(rank >= 1), got %s",
+                              BT_OPS_SHAPE(x));
+    linear_config cfg = {.in = x->dim[x->ndim - 1],
+                         .out = bt_infer_arg_int(ctx, "out", 1),
+                         .bias = bt_infer_arg_bool(ctx, "bias", 1)};
+    bt_shape y = *x;
+    y.dim[y.ndim - 1] = cfg.out;
+    bt_shape w = {.ndim = 2, .dim = {cfg.out, cfg.in}};
+    bt_shape b = {.ndim = 1, .dim = {cfg.out}};
+    if ((st = bt_infer_set_output(ctx, &y, dtype)) != BT_OK) return st;
+    if ((st = bt_infer_add_param(ctx, "weight", &w, BT_INIT_UNIFORM_FAN_IN, cfg.in, 0)) != BT_OK)
+        return st;
+    if (cfg.bias &&
+        (st = bt_infer_add_param(ctx, "bias", &b, BT_INIT_UNIFORM_FAN_IN, cfg.in, 0)) != BT_OK)
+        return st;
+    return bt_infer_set_config(ctx, &cfg, sizeof cfg);
+}
+
+static const bt_arg_spec linear_args[] = {
+    {"out", BT_ARG_INT, 1, 1, BT_OPS_DIM_MAX, "output features"},
+    {"bias", BT_ARG_BOOL, 0, 1, 0, "add a learned bias (default true)"},
+};
+
+const bt_op_def bt_op_linear = {
+    .name = "linear",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .args = linear_args,
+    .n_args = 2,
+    .infer = linear_infer,
+    .cpu_forward = linear_forward,
+    .cpu_backward = linear_backward,
+    .help = "y = x W^T + b over the last dimension; weight [out, in], bias [out]",
+};

@@ -1,0 +1,95 @@
+/* ops/ops.h: the built-in ops and what their implementations share. Each op family lives in one
+ * .c file that defines its bt_op_def(s): argument specification, shape rule, CPU forward and
+ * backward. The registry (graph/op_registry.c) copies the table bt_builtin_ops returns; nothing
+ * else in baton refers to a built-in op by symbol.
+ *
+ * Kernels are written once per family in a template (<family>_tmpl.h) that builds against REAL,
+ * R(name) and the other names ops/real.h defines, and the .c file includes it twice, for f32 and
+ * f64. A kernel picks its instance from the runtime dtype of the tensors it is handed (the
+ * engine's compute dtype), so buffers the shape rule sizes for floats (saved statistics,
+ * workspace) are sized for BT_OPS_REAL_MAX bytes per element, enough for either type. */
+#ifndef BT_OPS_OPS_H
+#define BT_OPS_OPS_H
+
+#include <stddef.h>
+
+#include "baton/op.h"
+
+/* The built-in op definitions, in listing order; *n receives their count. Static storage. */
+const bt_op_def *const *bt_builtin_ops(int *n);
+
+extern const bt_op_def bt_op_linear;
+extern const bt_op_def bt_op_add, bt_op_mul;
+extern const bt_op_def bt_op_relu, bt_op_gelu, bt_op_tanh, bt_op_sigmoid;
+extern const bt_op_def bt_op_softmax;
+extern const bt_op_def bt_op_layernorm;
+extern const bt_op_def bt_op_flatten, bt_op_reshape;
+extern const bt_op_def bt_op_conv2d;
+extern const bt_op_def bt_op_maxpool2d, bt_op_avgpool2d;
+extern const bt_op_def bt_op_embedding;
+extern const bt_op_def bt_op_dropout;
+extern const bt_op_def bt_op_mse, bt_op_cross_entropy;
+
+/* Bytes per float element that float-sized saved/workspace buffers reserve (see above). */
+#define BT_OPS_REAL_MAX sizeof(double)
+
+/* Largest value an integer size argument may take (arg spec ranges). */
+#define BT_OPS_DIM_MAX 1e9
+
+/* "[3, 4]" in a temporary buffer that lives until the end of the enclosing full expression's
+ * block: for messages only. */
+#define BT_OPS_SHAPE(shape) bt_shape_format((shape), (char[128]){0}, 128)
+
+/* ---- shape-rule helpers (ops_util.c); each fails through bt_infer_error with the op's name ---- */
+
+/* Input i must be f32 or f64. */
+bt_status bt_ops_need_float(bt_infer_ctx *ctx, const char *op, int i);
+/* Every input must be f32 or f64, all of the same dtype; *dtype receives it. */
+bt_status bt_ops_same_float(bt_infer_ctx *ctx, const char *op, bt_dtype *dtype);
+/* Inputs a and b must have identical shapes. */
+bt_status bt_ops_same_shape(bt_infer_ctx *ctx, const char *op, int a, int b);
+/* Input i must have exactly ndim dimensions; what names them in the message ("[C, H, W]"). */
+bt_status bt_ops_need_ndim(bt_infer_ctx *ctx, const char *op, int i, int ndim, const char *what);
+/* A 2-D size argument given as one integer or [h, w]; absent: dflt. */
+bt_status bt_ops_pair_arg(bt_infer_ctx *ctx, const char *op, const char *name,
+                          const int64_t dflt[2], int64_t out[2]);
+/* Output size of a 2-D sliding window over the last two dims (H, W) of input:
+ * out = (in + 2 pad - kernel) / stride + 1 per axis. Fails if the kernel is larger than the padded
+ * input or an output size would be < 1. */
+bt_status bt_ops_window_out(bt_infer_ctx *ctx, const char *op, const bt_shape *input,
+                            const int64_t kernel[2], const int64_t stride[2],
+                            const int64_t pad[2], int64_t out[2]);
+
+/* ---- kernel helpers ---------------------------------------------------------------------------- */
+
+/* The error a kernel returns for a dtype it has no instance for. */
+bt_status bt_ops_bad_dtype(const char *op, bt_dtype dtype);
+
+/* Defines `static bt_status fn(const bt_op_call *call)` that runs fn##_f32 or fn##_f64 by the
+ * dtype `dtype_expr` evaluates to (an expression over `call`). */
+#define BT_OPS_DISPATCH(op_name, fn, dtype_expr)                    \
+    static bt_status fn(const bt_op_call *call)                     \
+    {                                                               \
+        switch (dtype_expr) {                                       \
+        case BT_F32: return fn##_f32(call);                         \
+        case BT_F64: return fn##_f64(call);                         \
+        default: return bt_ops_bad_dtype(op_name, (dtype_expr));    \
+        }                                                           \
+    }
+
+/* For a window axis (input length in, kernel offset k, stride, padding pad, out positions):
+ * the output positions [*lo, *hi) whose input index o * stride - pad + k lies in [0, in). */
+static inline void bt_ops_valid_range(int64_t in, int64_t k, int64_t stride, int64_t pad,
+                                      int64_t out, int64_t *lo, int64_t *hi)
+{
+    const int64_t first = pad - k, last = in - 1 + pad - k; /* o * stride in [first, last] */
+    *lo = first > 0 ? (first + stride - 1) / stride : 0;
+    *hi = last < 0 ? 0 : last / stride + 1;
+    if (*hi > out) *hi = out;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* True where the caller wants a gradient in t (a tensor array entry may be absent). */
+#define BT_OPS_WANTS(t) ((t) != NULL && (t)->data != NULL)
+
+#endif

@@ -1,0 +1,106 @@
+/* ops/pool.c: `maxpool2d` and `avgpool2d` on per-sample [C, H, W] inputs, output [C, Ho, Wo]
+ * with Ho = (H + 2 ph - kh) / sh + 1 (floor, as PyTorch's default). stride defaults to the
+ * kernel; padding (at most half the kernel, as PyTorch requires) counts as -inf for max and as
+ * zeros for avg, whose divisor is always kh kw (PyTorch's count_include_pad=True). maxpool saves
+ * the argmax of every output (int32, index ih W + iw within its channel) for the backward. */
+#include <math.h>
+
+#include "ops/ops.h"
+
+typedef struct pool_config {
+    int64_t c, h, w, ho, wo;
+    int64_t kh, kw, sh, sw, ph, pw;
+} pool_config;
+
+/* The input indices [*i0, *i1) that window position o covers along one axis. */
+static inline void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in,
+                             int64_t *i0, int64_t *i1)
+{
+    const int64_t start = o * stride - pad;
+    *i0 = start < 0 ? 0 : start;
+    *i1 = start + k > in ? in : start + k;
+}
+
+#define BT_REAL_BITS 32
+#include "ops/real.h"
+#include "ops/pool_tmpl.h"
+#undef BT_REAL_BITS
+#define BT_REAL_BITS 64
+#include "ops/real.h"
+#include "ops/pool_tmpl.h"
+
+BT_OPS_DISPATCH("maxpool2d", maxpool2d_forward, call->out->dtype)
+BT_OPS_DISPATCH("maxpool2d", maxpool2d_backward, call->out_grad->dtype)
+BT_OPS_DISPATCH("avgpool2d", avgpool2d_forward, call->out->dtype)
+BT_OPS_DISPATCH("avgpool2d", avgpool2d_backward, call->out_grad->dtype)
+
+static bt_status pool_infer(bt_infer_ctx *ctx, const char *op, pool_config *cfg)
+{
+    static const int64_t zero[2] = {0, 0};
+    bt_dtype dtype;
+    bt_status st = bt_ops_same_float(ctx, op, &dtype);
+    if (st != BT_OK) return st;
+    if ((st = bt_ops_need_ndim(ctx, op, 0, 3, "[C, H, W]")) != BT_OK) return st;
+    const bt_shape *x = bt_infer_input_shape(ctx, 0);
+    int64_t k[2], s[2], p[2], o[2];
+    if ((st = bt_ops_pair_arg(ctx, op, "kernel", zero, k)) != BT_OK) return st;
+    if ((st = bt_ops_pair_arg(ctx, op, "stride", k, s)) != BT_OK) return st;
+    if ((st = bt_ops_pair_arg(ctx, op, "padding", zero, p)) != BT_OK) return st;
+    if (2 * p[0] > k[0] || 2 * p[1] > k[1])
+        return bt_infer_error(ctx,
+                              "%s: padding [%lld, %lld] must be at most half the kernel [%lld, "
+                              "%lld]",
+                              op, (long long)p[0], (long long)p[1], (long long)k[0],
+                              (long long)k[1]);
+    if ((st = bt_ops_window_out(ctx, op, x, k, s, p, o)) != BT_OK) return st;
+    *cfg = (pool_config){.c = x->dim[0], .h = x->dim[1], .w = x->dim[2], .ho = o[0], .wo = o[1],
+                         .kh = k[0], .kw = k[1], .sh = s[0], .sw = s[1], .ph = p[0], .pw = p[1]};
+    bt_shape y = {.ndim = 3, .dim = {cfg->c, cfg->ho, cfg->wo}};
+    if ((st = bt_infer_set_output(ctx, &y, dtype)) != BT_OK) return st;
+    return bt_infer_set_config(ctx, cfg, sizeof *cfg);
+}
+
+static bt_status maxpool2d_infer(bt_infer_ctx *ctx)
+{
+    pool_config cfg;
+    bt_status st = pool_infer(ctx, "maxpool2d", &cfg);
+    if (st != BT_OK) return st;
+    bt_infer_set_saved(ctx, (size_t)(cfg.c * cfg.ho * cfg.wo) * sizeof(int32_t));
+    return BT_OK;
+}
+
+static bt_status avgpool2d_infer(bt_infer_ctx *ctx)
+{
+    pool_config cfg;
+    return pool_infer(ctx, "avgpool2d", &cfg);
+}
+
+static const bt_arg_spec pool_args[] = {
+    {"kernel", BT_ARG_INTS, 1, 1, BT_OPS_DIM_MAX, "window: k or [kh, kw]"},
+    {"stride", BT_ARG_INTS, 0, 1, BT_OPS_DIM_MAX, "stride: s or [sh, sw] (default: the kernel)"},
+    {"padding", BT_ARG_INTS, 0, 0, BT_OPS_DIM_MAX, "padding: p or [ph, pw] (default 0)"},
+};
+
+const bt_op_def bt_op_maxpool2d = {
+    .name = "maxpool2d",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .args = pool_args,
+    .n_args = 3,
+    .infer = maxpool2d_infer,
+    .cpu_forward = maxpool2d_forward,
+    .cpu_backward = maxpool2d_backward,
+    .help = "2-D max pooling of [C, H, W]",
+};
+
+const bt_op_def bt_op_avgpool2d = {
+    .name = "avgpool2d",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .args = pool_args,
+    .n_args = 3,
+    .infer = avgpool2d_infer,
+    .cpu_forward = avgpool2d_forward,
+    .cpu_backward = avgpool2d_backward,
+    .help = "2-D average pooling of [C, H, W] (padding counts as zeros)",
+};

@@ -1,0 +1,41 @@
+/* ops/real.h: the names an op template (<family>_tmpl.h) builds against, for one float type.
+ * Include it after defining BT_REAL_BITS as 32 or 64; it replaces whatever an earlier inclusion
+ * defined, so a .c file instantiates its template twice:
+ *     #define BT_REAL_BITS 32 / #include "ops/real.h" / #include "ops/x_tmpl.h"
+ *     #undef BT_REAL_BITS / #define BT_REAL_BITS 64 / #include "ops/real.h" / ... again.
+ * REAL is the element type, R(name) the instance's function name, GEMM the BLAS call, and the
+ * math names map to the float or double libm functions. Reductions accumulate in double. */
+#include <math.h>
+
+#include "cpu/blas.h"
+
+#undef REAL
+#undef R
+#undef GEMM
+#undef EXP
+#undef LOG
+#undef TANH
+#undef ERF
+#undef SQRT
+
+#if BT_REAL_BITS == 32
+#define REAL float
+#define R(name) name##_f32
+#define GEMM bt_sgemm
+#define EXP expf
+#define LOG logf
+#define TANH tanhf
+#define ERF erff
+#define SQRT sqrtf
+#elif BT_REAL_BITS == 64
+#define REAL double
+#define R(name) name##_f64
+#define GEMM bt_dgemm
+#define EXP exp
+#define LOG log
+#define TANH tanh
+#define ERF erf
+#define SQRT sqrt
+#else
+#error "define BT_REAL_BITS as 32 or 64 before including ops/real.h"
+#endif

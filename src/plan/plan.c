@@ -1,0 +1,293 @@
+/* plan/plan.c: turning a parallel config into stage assignments (see plan.h). The partition kinds
+ * all lower to one array, layer -> stage, which is then checked the same way whatever produced
+ * it: every layer in exactly one stage, stages non-empty and in graph order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "graph/graph_internal.h"
+#include "plan/partition.h"
+#include "plan/plan.h"
+
+void bt_plan_destroy(bt_plan *plan)
+{
+    if (!plan) return;
+    free(plan->layer_stage);
+    free(plan->crossings);
+    free(plan);
+}
+
+/* Splits the comma-separated device list into plan->device; returns the count or -1. */
+static int split_devices(const char *list, bt_plan *plan)
+{
+    int n = 0;
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ') p++;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && p[len - 1] == ' ') len--;
+        if (len == 0 || len >= sizeof plan->device[0] || n >= BT_MAX_STAGES) return -1;
+        memcpy(plan->device[n], p, len);
+        plan->device[n][len] = '\0';
+        n++;
+        if (!end) break;
+        p = end + 1;
+    }
+    return n;
+}
+
+static bt_status assign_devices(const bt_parallel_config *cfg, int n_layers, bt_plan *plan)
+{
+    const char *devices = cfg->devices ? cfg->devices : "auto";
+    int stages = cfg->stages;
+    if (strcmp(devices, "auto") == 0) {
+        if (stages == 0) stages = 1;
+        for (int s = 0; s < stages && s < BT_MAX_STAGES; s++)
+            snprintf(plan->device[s], sizeof plan->device[s], "cpu:%d", s);
+    } else {
+        int n = split_devices(devices, plan);
+        if (n < 1)
+            return bt_error(BT_ERR_MODEL, "devices '%s': expected a list like cpu:0,cpu:1 (at most %d)",
+                            devices, BT_MAX_STAGES);
+        if (stages == 0) stages = n;
+        if (stages != n)
+            return bt_error(BT_ERR_MODEL, "%d stages but %d devices (%s): give one device per stage",
+                            stages, n, devices);
+    }
+    if (stages < 1 || stages > BT_MAX_STAGES)
+        return bt_error(BT_ERR_MODEL, "stages must be 1 to %d, got %d", BT_MAX_STAGES, stages);
+    if (stages > n_layers)
+        return bt_error(BT_ERR_MODEL, "%d stages but the model has only %d layers", stages,
+                        n_layers);
+    plan->stages = stages;
+    return BT_OK;
+}
+
+static bt_status counts_to_stages(const int *counts, int stages, bt_plan *plan)
+{
+    int l = 0;
+    for (int s = 0; s < stages; s++)
+        for (int k = 0; k < counts[s]; k++) plan->layer_stage[l++] = s;
+    return BT_OK;
+}
+
+static bt_status partition_balance(const bt_parallel_config *cfg, bt_plan *plan)
+{
+    if (cfg->n_balance != plan->stages)
+        return bt_error(BT_ERR_MODEL, "balance has %d entries but there are %d stages",
+                        cfg->n_balance, plan->stages);
+    int sum = 0;
+    for (int s = 0; s < cfg->n_balance; s++) {
+        if (cfg->balance[s] < 1)
+            return bt_error(BT_ERR_MODEL, "balance entry %d is %d: every stage needs a layer", s,
+                            cfg->balance[s]);
+        sum += cfg->balance[s];
+    }
+    if (sum != plan->n_layers)
+        return bt_error(BT_ERR_MODEL, "balance sums to %d layers but the model has %d", sum,
+                        plan->n_layers);
+    return counts_to_stages(cfg->balance, plan->stages, plan);
+}
+
+/* layout "a,b|c|d": stages separated by '|', layers by ','; must list every layer in order. */
+static bt_status partition_layout(const bt_graph *g, const bt_parallel_config *cfg, bt_plan *plan)
+{
+    const char *p = cfg->layout ? cfg->layout : "";
+    int stage = 0, next_layer = 0;
+    while (*p) {
+        char name[256];
+        size_t len = strcspn(p, ",|");
+        while (len > 0 && *p == ' ') p++, len--;
+        size_t trimmed = len;
+        while (trimmed > 0 && p[trimmed - 1] == ' ') trimmed--;
+        if (trimmed == 0 || trimmed >= sizeof name)
+            return bt_error(BT_ERR_MODEL, "layout '%s': empty or overlong layer name", cfg->layout);
+        memcpy(name, p, trimmed);
+        name[trimmed] = '\0';
+        int l = bt_graph_find_layer(g, name);
+        if (l < 0)
+            return bt_error(BT_ERR_MODEL, "layout '%s': no layer named '%s'", cfg->layout, name);
+        if (l != next_layer)
+            return bt_error(BT_ERR_MODEL,
+                            "layout '%s': layer '%s' is out of order (expected '%s'): each layer "
+                            "must appear exactly once, in model order",
+                            cfg->layout, name, g->layers[next_layer < g->n_layers ? next_layer : 0].name);
+        plan->layer_stage[l] = stage;
+        next_layer++;
+        p += len;
+        if (*p == '|') stage++;
+        if (*p) p++;
+    }
+    if (next_layer != plan->n_layers)
+        return bt_error(BT_ERR_MODEL, "layout '%s' places %d of %d layers (missing '%s')",
+                        cfg->layout, next_layer, plan->n_layers, g->layers[next_layer].name);
+    if (stage + 1 != plan->stages)
+        return bt_error(BT_ERR_MODEL, "layout '%s' has %d stages but %d were asked for",
+                        cfg->layout, stage + 1, plan->stages);
+    return BT_OK;
+}
+
+static bt_status partition_pinned(const bt_graph *g, bt_plan *plan)
+{
+    for (int l = 0; l < g->n_layers; l++) {
+        if (g->layers[l].stage < 0)
+            return bt_error(BT_ERR_MODEL, "layer '%s' has no stage: pin every layer or none",
+                            g->layers[l].name);
+        plan->layer_stage[l] = g->layers[l].stage;
+    }
+    return BT_OK;
+}
+
+static void first_to_stages(const int *first_layer, int stages, bt_plan *plan)
+{
+    for (int s = 0; s < stages; s++)
+        for (int l = first_layer[s]; l < first_layer[s + 1]; l++) plan->layer_stage[l] = s;
+}
+
+static bt_status partition_params(const bt_graph *g, bt_plan *plan)
+{
+    double *weights = malloc((size_t)g->n_layers * sizeof *weights);
+    int first[BT_MAX_STAGES + 1];
+    if (!weights) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
+    for (int l = 0; l < g->n_layers; l++) {
+        bt_layer_info info;
+        bt_graph_layer(g, l, &info);
+        /* A layer without parameters still costs something: count its output as weight. */
+        weights[l] = (double)info.n_params + (double)bt_shape_numel(&info.shape);
+    }
+    bt_status st = bt_partition_by_weight(g->n_layers, weights, plan->stages, first);
+    free(weights);
+    BT_TRY(st);
+    first_to_stages(first, plan->stages, plan);
+    return BT_OK;
+}
+
+static bt_status check_stages(const bt_graph *g, bt_plan *plan)
+{
+    int prev = 0;
+    for (int l = 0; l < plan->n_layers; l++) {
+        int s = plan->layer_stage[l];
+        if (s < 0 || s >= plan->stages)
+            return bt_error(BT_ERR_MODEL, "layer '%s' is on stage %d, but there are %d stages",
+                            g->layers[l].name, s, plan->stages);
+        if (s < prev || s > prev + 1 || (l == 0 && s != 0))
+            return bt_error(BT_ERR_MODEL,
+                            "layer '%s' is on stage %d after a layer on stage %d: stages must "
+                            "hold contiguous layers in order, none empty",
+                            g->layers[l].name, s, prev);
+        prev = s;
+    }
+    if (prev != plan->stages - 1)
+        return bt_error(BT_ERR_MODEL, "the layers fill %d stages but %d were asked for", prev + 1,
+                        plan->stages);
+    for (int s = 0; s < plan->stages; s++) plan->n_stage_layers[s] = 0;
+    for (int l = plan->n_layers - 1; l >= 0; l--) {
+        int s = plan->layer_stage[l];
+        plan->first_layer[s] = l;
+        plan->n_stage_layers[s]++;
+        plan->first_node[s] = g->layers[l].first_node;
+    }
+    for (int s = 0; s < plan->stages; s++) {
+        const bt_layer *last = &g->layers[plan->first_layer[s] + plan->n_stage_layers[s] - 1];
+        plan->n_stage_nodes[s] = last->first_node + last->n_nodes - plan->first_node[s];
+    }
+    return BT_OK;
+}
+
+static bt_status find_crossings(const bt_graph *g, bt_plan *plan)
+{
+    int cap = 16;
+    plan->crossings = malloc((size_t)cap * sizeof *plan->crossings);
+    if (!plan->crossings) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
+    for (int s = 0; s < plan->stages; s++) {
+        for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+            const bt_node *n = &g->nodes[plan->first_node[s] + k];
+            for (int i = 0; i < n->n_in; i++) {
+                const bt_value *v = &g->values[n->in[i]];
+                int src = v->producer < 0 ? -1 : plan->layer_stage[g->nodes[v->producer].layer];
+                if (src == s) continue;
+                int seen = 0;
+                for (int c = 0; c < plan->n_crossings; c++)
+                    seen |= plan->crossings[c].value == n->in[i] && plan->crossings[c].dst == s;
+                if (seen) continue;
+                if (plan->n_crossings == cap) {
+                    cap *= 2;
+                    bt_crossing *c = realloc(plan->crossings, (size_t)cap * sizeof *c);
+                    if (!c) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
+                    plan->crossings = c;
+                }
+                plan->crossings[plan->n_crossings++] = (bt_crossing){
+                    .value = n->in[i],
+                    .src = src,
+                    .dst = s,
+                    .bytes_per_sample =
+                        (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(v->dtype),
+                };
+            }
+        }
+    }
+    return BT_OK;
+}
+
+bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_plan **out)
+{
+    bt_status st = BT_OK;
+    if (!g || !cfg || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_plan_build: NULL argument");
+    if (g->n_layers == 0) return bt_error(BT_ERR_MODEL, "the model has no layers");
+    bt_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
+    plan->n_layers = g->n_layers;
+    plan->layer_stage = calloc((size_t)g->n_layers, sizeof *plan->layer_stage);
+    if (!plan->layer_stage) {
+        st = bt_error(BT_ERR_NOMEM, "plan: out of memory");
+        goto fail;
+    }
+    BT_TRY_GOTO(st, assign_devices(cfg, g->n_layers, plan), fail);
+    int any_pinned = 0;
+    for (int l = 0; l < g->n_layers; l++) any_pinned |= g->layers[l].stage >= 0;
+    bt_partition_kind kind = any_pinned ? BT_PARTITION_PINNED : cfg->partition;
+    switch (kind) {
+    case BT_PARTITION_UNIFORM: {
+        int first[BT_MAX_STAGES + 1];
+        BT_TRY_GOTO(st, bt_partition_uniform(g->n_layers, plan->stages, first), fail);
+        first_to_stages(first, plan->stages, plan);
+        break;
+    }
+    case BT_PARTITION_PROFILE: /* without a profile, balance by parameters (plan/profile.c) */
+    case BT_PARTITION_PARAMS: st = partition_params(g, plan); break;
+    case BT_PARTITION_BALANCE: st = partition_balance(cfg, plan); break;
+    case BT_PARTITION_LAYOUT: st = partition_layout(g, cfg, plan); break;
+    case BT_PARTITION_PINNED: st = partition_pinned(g, plan); break;
+    }
+    if (st != BT_OK) goto fail;
+    BT_TRY_GOTO(st, check_stages(g, plan), fail);
+    BT_TRY_GOTO(st, find_crossings(g, plan), fail);
+    *out = plan;
+    return BT_OK;
+fail:
+    bt_plan_destroy(plan);
+    return st;
+}
+
+size_t bt_plan_send_bytes(const bt_plan *plan, int stage)
+{
+    size_t bytes = 0;
+    for (int c = 0; c < plan->n_crossings; c++)
+        if (plan->crossings[c].src == stage) bytes += plan->crossings[c].bytes_per_sample;
+    return bytes;
+}
+
+size_t bt_plan_activation_bytes(const bt_graph *g, const bt_plan *plan, int stage)
+{
+    size_t bytes = 0;
+    for (int k = 0; k < plan->n_stage_nodes[stage]; k++) {
+        const bt_node *n = &g->nodes[plan->first_node[stage] + k];
+        const bt_value *v = &g->values[n->out];
+        bytes += (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(v->dtype) + n->saved_per_sample;
+    }
+    for (int c = 0; c < plan->n_crossings; c++)
+        if (plan->crossings[c].dst == stage) bytes += plan->crossings[c].bytes_per_sample;
+    return bytes;
+}

@@ -1,0 +1,43 @@
+/* plan/plan.h: a model cut into stages and placed on devices. A plan assigns every layer to exactly
+ * one stage, stages hold contiguous runs of layers in graph order, and each stage names its device.
+ * It also lists every value that crosses a cut (producer stage -> consumer stage, straight to the
+ * consumer even when it skips stages) so the executor can build channels and `baton check` can
+ * print the bytes per boundary. Built from the parallel config (uniform, params, balance, layout,
+ * per-layer stage:) and validated before anything runs. */
+#ifndef BT_PLAN_H
+#define BT_PLAN_H
+
+#include <stddef.h>
+
+#include "baton/config.h"
+#include "baton/graph.h"
+
+typedef struct bt_crossing {
+    int value;                 /* graph value id */
+    int src, dst;              /* producing stage (or -1 for a graph input) and consuming stage */
+    size_t bytes_per_sample;
+} bt_crossing;
+
+typedef struct bt_plan {
+    int stages;
+    int n_layers;
+    int *layer_stage;          /* [n_layers] */
+    int first_layer[BT_MAX_STAGES], n_stage_layers[BT_MAX_STAGES];
+    int first_node[BT_MAX_STAGES], n_stage_nodes[BT_MAX_STAGES];
+    char device[BT_MAX_STAGES][32];
+    int n_crossings;
+    bt_crossing *crossings;    /* stage-to-stage values and the inputs each stage reads */
+} bt_plan;
+
+/* Builds a plan for graph from cfg. devices "auto" means one cpu:N per stage (stages 0: one). A
+ * device list sets the stage count when cfg->stages is 0 and must match it otherwise. Errors
+ * (too many stages, balance not summing to the layer count, a layout naming an unknown or
+ * misordered layer, pinned stages out of order) return BT_ERR_MODEL with a message. */
+bt_status bt_plan_build(const bt_graph *graph, const bt_parallel_config *cfg, bt_plan **out);
+void bt_plan_destroy(bt_plan *plan);
+
+/* Bytes per sample stage s sends to later stages, and holds as activations per micro-batch. */
+size_t bt_plan_send_bytes(const bt_plan *plan, int stage);
+size_t bt_plan_activation_bytes(const bt_graph *graph, const bt_plan *plan, int stage);
+
+#endif

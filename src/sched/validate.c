@@ -1,0 +1,381 @@
+/* sched/validate.c: proving a schedule can run before anything runs it.
+ *
+ * The checks run in four passes and the first failure is reported:
+ *   1. each instruction alone: known kind, micro-batch in range (-1 for STEP), the peer a SEND or
+ *      RECV names is the neighbour its kind talks to (and exists), no backward-pass instruction in a
+ *      forward-only schedule;
+ *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training), each
+ *      send and receive occurs at most once per micro-batch, BWD after its FWD, RECV_ACT before the
+ *      FWD that needs it, RECV_GRAD before the BWD that needs it, SEND_ACT after its FWD,
+ *      SEND_GRAD after its BWD; a training stage has exactly one STEP, after its last BWD;
+ *   3. between neighbours: every SEND pairs with exactly one RECV of the same kind and micro-batch
+ *      on the stage it names, and every RECV with exactly one SEND;
+ *   4. an abstract run (sends never block, a RECV waits for its SEND) completes; otherwise the
+ *      stages that are stuck are named with the instruction each waits at, the wait cycle first.
+ * Messages name the instruction in the bt_instr_format notation:
+ *   "stage 1, instruction 4 (1R3): receive of activations for micro-batch 3 has no matching send
+ *    on stage 0".
+ *
+ * Data flow: called by bt_simulate, by the executor before a run and by `baton schedule
+ * --validate`; reads the schedule only. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "sched/sched.h"
+
+#define NOT_SEEN (-1)
+
+/* Per stage, per micro-batch: the index of the first instruction of each kind, NOT_SEEN if none.
+ * Indexed [kind][s * m + mb]. */
+typedef struct stage_index {
+    int p, m;
+    int *first[BT_I_STEP];
+} stage_index;
+
+static const char *kind_phrase(bt_instr_kind kind)
+{
+    switch (kind) {
+    case BT_I_FWD: return "forward";
+    case BT_I_BWD: return "backward";
+    case BT_I_SEND_ACT: return "send of activations";
+    case BT_I_RECV_ACT: return "receive of activations";
+    case BT_I_SEND_GRAD: return "send of gradients";
+    case BT_I_RECV_GRAD: return "receive of gradients";
+    case BT_I_STEP: return "optimizer step";
+    }
+    return "unknown instruction";
+}
+
+/* The neighbour an instruction of this kind on stage s talks to; -1 for compute. */
+static int expected_peer(bt_instr_kind kind, int s)
+{
+    switch (kind) {
+    case BT_I_SEND_ACT:
+    case BT_I_RECV_GRAD: return s + 1;
+    case BT_I_RECV_ACT:
+    case BT_I_SEND_GRAD: return s - 1;
+    default: return -1;
+    }
+}
+
+/* The instruction kind on the peer that pairs with this one. */
+static bt_instr_kind partner_kind(bt_instr_kind kind)
+{
+    switch (kind) {
+    case BT_I_SEND_ACT: return BT_I_RECV_ACT;
+    case BT_I_RECV_ACT: return BT_I_SEND_ACT;
+    case BT_I_SEND_GRAD: return BT_I_RECV_GRAD;
+    case BT_I_RECV_GRAD: return BT_I_SEND_GRAD;
+    default: return kind;
+    }
+}
+
+static int is_transfer(bt_instr_kind kind)
+{
+    return kind == BT_I_SEND_ACT || kind == BT_I_RECV_ACT || kind == BT_I_SEND_GRAD ||
+           kind == BT_I_RECV_GRAD;
+}
+
+static int is_backward_pass(bt_instr_kind kind)
+{
+    return kind == BT_I_BWD || kind == BT_I_SEND_GRAD || kind == BT_I_RECV_GRAD || kind == BT_I_STEP;
+}
+
+/* Fails with "stage S, instruction I (TOKEN): <message>". */
+static bt_status fail_at(const bt_schedule *sched, int s, int i, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static bt_status fail_at(const bt_schedule *sched, int s, int i, const char *fmt, ...)
+{
+    char token[48], detail[512];
+    va_list ap;
+    bt_instr_format(s, &sched->list[s][i], token, sizeof token);
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return bt_error(BT_ERR_SCHEDULE, "stage %d, instruction %d (%s): %s", s, i, token, detail);
+}
+
+static bt_status check_shape(const bt_schedule *sched)
+{
+    if (!sched) return bt_error(BT_ERR_INVALID_ARG, "bt_schedule_validate: schedule is NULL");
+    if (sched->stages < 1 || sched->microbatches < 1)
+        return bt_error(BT_ERR_SCHEDULE, "schedule has %d stages and %d micro-batches (need >= 1)",
+                        sched->stages, sched->microbatches);
+    if (!sched->len || !sched->list)
+        return bt_error(BT_ERR_SCHEDULE, "schedule has no instruction lists");
+    for (int s = 0; s < sched->stages; s++) {
+        if (sched->len[s] < 0)
+            return bt_error(BT_ERR_SCHEDULE, "stage %d has a negative length %d", s, sched->len[s]);
+        if (sched->len[s] > 0 && !sched->list[s])
+            return bt_error(BT_ERR_SCHEDULE, "stage %d has %d instructions but no list", s,
+                            sched->len[s]);
+    }
+    return BT_OK;
+}
+
+/* Pass 1: each instruction on its own. */
+static bt_status check_instructions(const bt_schedule *sched)
+{
+    int p = sched->stages, m = sched->microbatches;
+    for (int s = 0; s < p; s++)
+        for (int i = 0; i < sched->len[s]; i++) {
+            const bt_instr *ins = &sched->list[s][i];
+            if ((unsigned)ins->kind > BT_I_STEP)
+                return fail_at(sched, s, i, "unknown instruction kind %d", (int)ins->kind);
+            if (!sched->training && is_backward_pass(ins->kind))
+                return fail_at(sched, s, i, "%s in a forward-only schedule",
+                               kind_phrase(ins->kind));
+            if (ins->kind == BT_I_STEP) {
+                if (ins->mb != -1)
+                    return fail_at(sched, s, i, "optimizer step carries micro-batch %d (must be -1)",
+                                   ins->mb);
+            } else if (ins->mb < 0 || ins->mb >= m) {
+                return fail_at(sched, s, i, "micro-batch %d out of range (the schedule has %d: 0..%d)",
+                               ins->mb, m, m - 1);
+            }
+            int want = expected_peer(ins->kind, s);
+            if (is_transfer(ins->kind)) {
+                if (want < 0 || want >= p)
+                    return fail_at(sched, s, i, "%s on the %s stage, which has no %s neighbour",
+                                   kind_phrase(ins->kind), want < 0 ? "first" : "last",
+                                   want < 0 ? "previous" : "next");
+                if (ins->peer != want)
+                    return fail_at(sched, s, i, "%s names peer %d (must be stage %d)",
+                                   kind_phrase(ins->kind), ins->peer, want);
+            } else if (ins->peer != -1) {
+                return fail_at(sched, s, i, "%s names peer %d (must be -1)", kind_phrase(ins->kind),
+                               ins->peer);
+            }
+        }
+    return BT_OK;
+}
+
+static void stage_index_free(stage_index *idx)
+{
+    for (int k = 0; k < BT_I_STEP; k++) free(idx->first[k]);
+}
+
+/* Pass 2: each stage on its own; fills idx with the first index of every (kind, stage, mb). */
+static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
+{
+    int p = sched->stages, m = sched->microbatches;
+    size_t cells = (size_t)p * (size_t)m;
+    idx->p = p;
+    idx->m = m;
+    for (int k = 0; k < BT_I_STEP; k++) {
+        idx->first[k] = malloc(cells * sizeof *idx->first[k]);
+        if (!idx->first[k]) return bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
+        for (size_t c = 0; c < cells; c++) idx->first[k][c] = NOT_SEEN;
+    }
+
+    for (int s = 0; s < p; s++) {
+        int step_at = NOT_SEEN, last_bwd = NOT_SEEN;
+        for (int i = 0; i < sched->len[s]; i++) {
+            const bt_instr *ins = &sched->list[s][i];
+            if (ins->kind == BT_I_STEP) {
+                if (step_at != NOT_SEEN)
+                    return fail_at(sched, s, i, "second optimizer step (the first is instruction %d)",
+                                   step_at);
+                step_at = i;
+                continue;
+            }
+            int *first = &idx->first[ins->kind][(size_t)s * m + ins->mb];
+            if (*first != NOT_SEEN)
+                return fail_at(sched, s, i, "second %s for micro-batch %d (the first is instruction %d)",
+                               kind_phrase(ins->kind), ins->mb, *first);
+            *first = i;
+            if (ins->kind == BT_I_BWD) last_bwd = i;
+        }
+
+        for (int mb = 0; mb < m; mb++) {
+            size_t c = (size_t)s * m + mb;
+            int fwd = idx->first[BT_I_FWD][c], bwd = idx->first[BT_I_BWD][c];
+            int recv_act = idx->first[BT_I_RECV_ACT][c], send_act = idx->first[BT_I_SEND_ACT][c];
+            int recv_grad = idx->first[BT_I_RECV_GRAD][c], send_grad = idx->first[BT_I_SEND_GRAD][c];
+            if (fwd == NOT_SEEN)
+                return bt_error(BT_ERR_SCHEDULE, "stage %d: no forward of micro-batch %d", s, mb);
+            if (sched->training && bwd == NOT_SEEN)
+                return bt_error(BT_ERR_SCHEDULE, "stage %d: no backward of micro-batch %d", s, mb);
+            if (bwd != NOT_SEEN && bwd < fwd)
+                return fail_at(sched, s, bwd, "backward of micro-batch %d before its forward "
+                               "(instruction %d)", mb, fwd);
+            if (s > 0 && recv_act == NOT_SEEN)
+                return fail_at(sched, s, fwd, "forward of micro-batch %d has no receive of its "
+                               "activations from stage %d", mb, s - 1);
+            if (recv_act != NOT_SEEN && recv_act > fwd)
+                return fail_at(sched, s, fwd, "forward of micro-batch %d before the receive of its "
+                               "activations (instruction %d)", mb, recv_act);
+            if (send_act != NOT_SEEN && send_act < fwd)
+                return fail_at(sched, s, send_act, "send of activations for micro-batch %d before "
+                               "its forward (instruction %d)", mb, fwd);
+            if (bwd != NOT_SEEN && s < p - 1 && recv_grad == NOT_SEEN)
+                return fail_at(sched, s, bwd, "backward of micro-batch %d has no receive of its "
+                               "gradients from stage %d", mb, s + 1);
+            if (recv_grad != NOT_SEEN && bwd != NOT_SEEN && recv_grad > bwd)
+                return fail_at(sched, s, bwd, "backward of micro-batch %d before the receive of its "
+                               "gradients (instruction %d)", mb, recv_grad);
+            if (send_grad != NOT_SEEN && (bwd == NOT_SEEN || send_grad < bwd))
+                return fail_at(sched, s, send_grad, "send of gradients for micro-batch %d before its "
+                               "backward", mb);
+        }
+
+        if (sched->training) {
+            if (step_at == NOT_SEEN)
+                return bt_error(BT_ERR_SCHEDULE, "stage %d: no optimizer step in a training schedule",
+                                s);
+            if (step_at < last_bwd)
+                return fail_at(sched, s, step_at, "optimizer step before the stage's last backward "
+                               "(instruction %d)", last_bwd);
+        }
+    }
+    return BT_OK;
+}
+
+/* Pass 3: every SEND and RECV has its partner on the neighbouring stage. Duplicates were rejected
+ * in pass 2, so existence is enough for "exactly one". */
+static bt_status check_pairing(const bt_schedule *sched, const stage_index *idx)
+{
+    int m = sched->microbatches;
+    for (int s = 0; s < sched->stages; s++)
+        for (int i = 0; i < sched->len[s]; i++) {
+            const bt_instr *ins = &sched->list[s][i];
+            if (!is_transfer(ins->kind)) continue;
+            int peer = ins->peer;
+            bt_instr_kind want = partner_kind(ins->kind);
+            if (idx->first[want][(size_t)peer * m + ins->mb] == NOT_SEEN) {
+                int is_send = ins->kind == BT_I_SEND_ACT || ins->kind == BT_I_SEND_GRAD;
+                return fail_at(sched, s, i, "%s for micro-batch %d has no matching %s on stage %d",
+                               kind_phrase(ins->kind), ins->mb, is_send ? "receive" : "send", peer);
+            }
+        }
+    return BT_OK;
+}
+
+/* Appends "<separator>stage S waits at TOKEN (instruction I) for PEER_TOKEN" to buf. */
+static void describe_wait(const bt_schedule *sched, const int *pos, int s, const char *separator,
+                          char *buf, size_t size)
+{
+    const bt_instr *ins = &sched->list[s][pos[s]];
+    bt_instr partner = {partner_kind(ins->kind), ins->mb, s};
+    char mine[48], theirs[48];
+    bt_instr_format(s, ins, mine, sizeof mine);
+    bt_instr_format(ins->peer, &partner, theirs, sizeof theirs);
+    size_t used = strlen(buf);
+    if (used < size)
+        snprintf(buf + used, size - used, "%sstage %d waits at %s (instruction %d) for %s",
+                 separator, s, mine, pos[s], theirs);
+}
+
+/* Builds the deadlock message from the stuck positions. Every stuck stage waits at a RECV whose
+ * peer is stuck too (pairing passed, so a finished peer would have sent), so following the waits
+ * from any stuck stage for p steps lands on a cycle; in a chain of stages that cycle is two
+ * neighbours waiting for each other. The cycle is listed first, then the stages stuck behind it. */
+static bt_status report_wait_cycle(const bt_schedule *sched, const int *pos)
+{
+    int p = sched->stages;
+    bt_status st;
+    int *waits_on = malloc((size_t)p * sizeof *waits_on);
+    char *in_cycle = calloc((size_t)p, 1);
+    size_t msg_size = 112 * (size_t)p + 64;
+    char *msg = calloc(msg_size, 1);
+    if (!waits_on || !in_cycle || !msg) {
+        st = bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
+        goto out;
+    }
+
+    int walker = -1;
+    for (int s = 0; s < p; s++) {
+        waits_on[s] = pos[s] < sched->len[s] ? sched->list[s][pos[s]].peer : -1;
+        if (waits_on[s] >= 0 && walker < 0) walker = s;
+    }
+    for (int step = 0; step < p && walker >= 0; step++) walker = waits_on[walker];
+    if (walker < 0) {
+        st = bt_error(BT_ERR_INTERNAL, "schedule validation: a stuck stage waits on a finished one");
+        goto out;
+    }
+    for (int s = walker; !in_cycle[s]; s = waits_on[s]) in_cycle[s] = 1;
+
+    const char *separator = "wait cycle: ";
+    for (int s = 0; s < p; s++)
+        if (in_cycle[s]) {
+            describe_wait(sched, pos, s, separator, msg, msg_size);
+            separator = ", ";
+        }
+    separator = "; also stuck: ";
+    for (int s = 0; s < p; s++)
+        if (waits_on[s] >= 0 && !in_cycle[s]) {
+            describe_wait(sched, pos, s, separator, msg, msg_size);
+            separator = ", ";
+        }
+    st = bt_error(BT_ERR_SCHEDULE, "%s", msg);
+
+out:
+    free(msg);
+    free(in_cycle);
+    free(waits_on);
+    return st;
+}
+
+/* Pass 4: runs the lists abstractly. A RECV on stage s proceeds once its peer has executed the
+ * matching SEND; everything else proceeds at once. */
+static bt_status check_deadlock(const bt_schedule *sched)
+{
+    int p = sched->stages, m = sched->microbatches;
+    bt_status st = BT_OK;
+    int *pos = calloc((size_t)p, sizeof *pos);
+    /* sent[s * m + mb] bit 0: SEND_ACT from s done, bit 1: SEND_GRAD from s done. */
+    unsigned char *sent = calloc((size_t)p * (size_t)m, 1);
+    if (!pos || !sent) {
+        st = bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
+        goto out;
+    }
+
+    for (;;) {
+        int progress = 0, done = 1;
+        for (int s = 0; s < p; s++) {
+            while (pos[s] < sched->len[s]) {
+                const bt_instr *ins = &sched->list[s][pos[s]];
+                if (ins->kind == BT_I_RECV_ACT && !(sent[(size_t)ins->peer * m + ins->mb] & 1))
+                    break;
+                if (ins->kind == BT_I_RECV_GRAD && !(sent[(size_t)ins->peer * m + ins->mb] & 2))
+                    break;
+                if (ins->kind == BT_I_SEND_ACT) sent[(size_t)s * m + ins->mb] |= 1;
+                if (ins->kind == BT_I_SEND_GRAD) sent[(size_t)s * m + ins->mb] |= 2;
+                pos[s]++;
+                progress = 1;
+            }
+            if (pos[s] < sched->len[s]) done = 0;
+        }
+        if (done) break;
+        if (!progress) {
+            st = report_wait_cycle(sched, pos);
+            break;
+        }
+    }
+
+out:
+    free(sent);
+    free(pos);
+    return st;
+}
+
+bt_status bt_schedule_validate(const bt_schedule *sched)
+{
+    stage_index idx = {0};
+    bt_status st;
+    BT_TRY(check_shape(sched));
+    BT_TRY_GOTO(st, check_instructions(sched), out);
+    BT_TRY_GOTO(st, check_stages(sched, &idx), out);
+    BT_TRY_GOTO(st, check_pairing(sched, &idx), out);
+    BT_TRY_GOTO(st, check_deadlock(sched), out);
+out:
+    stage_index_free(&idx);
+    return st;
+}

@@ -1,0 +1,667 @@
+/* tests/test_sched.c: schedules, validator, simulator and grid (src/sched/).
+ *
+ * References are independent of the code under test: instruction lists and grids written out by
+ * hand, the closed-form bubble (p-1)/(m+p-1) of fill-drain pipelines with equal costs, hand-worked
+ * timings of small unequal-cost runs, and broken schedules whose exact validator message is known.
+ * Hand-made schedules are written in the bt_instr_format notation, one string per stage. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bt_test.h"
+#include "sched/sched.h"
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static const char *letters = "FBSRsrU";
+
+/* Parses "0F0 0S0 0r0 0B0 0U" into stage s's list; peers are the neighbour each kind talks to. */
+static void parse_stage(bt_schedule *sched, int s, const char *text)
+{
+    const char *at = text;
+    while (*at) {
+        while (*at == ' ') at++;
+        if (!*at) break;
+        char *end;
+        long stage = strtol(at, &end, 10);
+        CU_ASSERT_EQUAL_FATAL(stage, s);
+        const char *letter = strchr(letters, *end);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(letter);
+        bt_instr ins = {(bt_instr_kind)(letter - letters), -1, -1};
+        at = end + 1;
+        if (ins.kind != BT_I_STEP) {
+            ins.mb = (int)strtol(at, &end, 10);
+            at = end;
+        }
+        if (ins.kind == BT_I_SEND_ACT || ins.kind == BT_I_RECV_GRAD) ins.peer = s + 1;
+        if (ins.kind == BT_I_RECV_ACT || ins.kind == BT_I_SEND_GRAD) ins.peer = s - 1;
+        sched->list[s][sched->len[s]++] = ins;
+    }
+}
+
+/* A hand-made schedule; rows[s] is stage s in the notation. */
+static bt_schedule *make(int p, int m, int training, const char *const *rows)
+{
+    bt_schedule *sched = NULL;
+    bt_schedule_kind kind = training ? BT_SCHEDULE_1F1B : BT_SCHEDULE_STREAM;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_alloc(kind, p, m, training, 64, &sched), BT_OK);
+    for (int s = 0; s < p; s++) parse_stage(sched, s, rows[s]);
+    return sched;
+}
+
+/* Stage s's list in the notation, space-separated. */
+static void stage_text(const bt_schedule *sched, int s, char *buf, size_t size)
+{
+    char token[32];
+    buf[0] = '\0';
+    for (int i = 0; i < sched->len[s]; i++) {
+        bt_instr_format(s, &sched->list[s][i], token, sizeof token);
+        if (i > 0) strncat(buf, " ", size - strlen(buf) - 1);
+        strncat(buf, token, size - strlen(buf) - 1);
+    }
+}
+
+static void assert_lists(bt_schedule_kind kind, int p, int m, const char *const *expected)
+{
+    bt_schedule *sched = NULL;
+    char text[4096];
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(kind, p, m, &sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->stages, p);
+    CU_ASSERT_EQUAL(sched->microbatches, m);
+    for (int s = 0; s < p; s++) {
+        stage_text(sched, s, text, sizeof text);
+        if (strcmp(text, expected[s]) != 0)
+            printf("\n  stage %d\n  got  %s\n  want %s\n", s, text, expected[s]);
+        CU_ASSERT_STRING_EQUAL(text, expected[s]);
+    }
+    bt_schedule_destroy(sched);
+}
+
+/* Validates and expects exactly this message (or BT_OK when message is NULL). */
+static void assert_validation(const bt_schedule *sched, const char *message)
+{
+    bt_status st = bt_schedule_validate(sched);
+    if (!message) {
+        if (st != BT_OK) printf("\n  unexpected failure: %s\n", bt_last_error());
+        CU_ASSERT_EQUAL(st, BT_OK);
+        return;
+    }
+    CU_ASSERT_EQUAL(st, BT_ERR_SCHEDULE);
+    if (strcmp(bt_last_error(), message) != 0)
+        printf("\n  got  %s\n  want %s\n", bt_last_error(), message);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), message);
+}
+
+static void assert_hand_made_fails(int p, int m, int training, const char *const *rows,
+                                   const char *message)
+{
+    bt_schedule *sched = make(p, m, training, rows);
+    assert_validation(sched, message);
+    bt_schedule_destroy(sched);
+}
+
+static int find_instr(const bt_schedule *sched, int s, bt_instr_kind kind, int mb)
+{
+    for (int i = 0; i < sched->len[s]; i++)
+        if (sched->list[s][i].kind == kind && sched->list[s][i].mb == mb) return i;
+    return -1;
+}
+
+static void remove_instr(bt_schedule *sched, int s, int i)
+{
+    memmove(&sched->list[s][i], &sched->list[s][i + 1],
+            (size_t)(sched->len[s] - i - 1) * sizeof sched->list[s][i]);
+    sched->len[s]--;
+}
+
+static bt_status simulate_equal(const bt_schedule *sched, double f, double b, bt_sim_result *res)
+{
+    double fwd[16], bwd[16];
+    for (int s = 0; s < sched->stages; s++) {
+        fwd[s] = f;
+        bwd[s] = b;
+    }
+    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd, .step = 0.0};
+    return bt_simulate(sched, &costs, res);
+}
+
+/* ---- builders -------------------------------------------------------------------------------- */
+
+static void test_notation(void)
+{
+    char buf[32];
+    const struct {
+        int stage;
+        bt_instr ins;
+        const char *text;
+    } cases[] = {
+        {1, {BT_I_FWD, 3, -1}, "1F3"},       {0, {BT_I_BWD, 0, -1}, "0B0"},
+        {2, {BT_I_SEND_ACT, 3, 3}, "2S3"},   {1, {BT_I_RECV_ACT, 3, 0}, "1R3"},
+        {2, {BT_I_SEND_GRAD, 3, 1}, "2s3"},  {2, {BT_I_RECV_GRAD, 3, 3}, "2r3"},
+        {1, {BT_I_STEP, -1, -1}, "1U"},      {12, {BT_I_FWD, 345, -1}, "12F345"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bt_instr_format(cases[i].stage, &cases[i].ins, buf, sizeof buf);
+        CU_ASSERT_STRING_EQUAL(buf, cases[i].text);
+    }
+    bt_instr_format(7, &cases[7].ins, buf, 4); /* truncates, stays terminated */
+    CU_ASSERT_STRING_EQUAL(buf, "7F3");
+}
+
+static void test_1f1b_lists(void)
+{
+    /* p = 3, m = 4: stage s warms up with min(p-s-1, m) forwards, then F/B pairs, then drains. */
+    const char *const p3m4[] = {
+        "0F0 0S0 0F1 0S1 0F2 0S2 0r0 0B0 0F3 0S3 0r1 0B1 0r2 0B2 0r3 0B3 0U",
+        "1R0 1F0 1S0 1R1 1F1 1S1 1r0 1B0 1s0 1R2 1F2 1S2 1r1 1B1 1s1 1R3 1F3 1S3 1r2 1B2 1s2 "
+        "1r3 1B3 1s3 1U",
+        "2R0 2F0 2B0 2s0 2R1 2F1 2B1 2s1 2R2 2F2 2B2 2s2 2R3 2F3 2B3 2s3 2U",
+    };
+    assert_lists(BT_SCHEDULE_1F1B, 3, 4, p3m4);
+    /* Fewer micro-batches than stages: the warm-up is cut to m. */
+    const char *const p3m1[] = {
+        "0F0 0S0 0r0 0B0 0U",
+        "1R0 1F0 1S0 1r0 1B0 1s0 1U",
+        "2R0 2F0 2B0 2s0 2U",
+    };
+    assert_lists(BT_SCHEDULE_1F1B, 3, 1, p3m1);
+    const char *const p1m2[] = {"0F0 0B0 0F1 0B1 0U"};
+    assert_lists(BT_SCHEDULE_1F1B, 1, 2, p1m2);
+}
+
+static void test_gpipe_lists(void)
+{
+    /* All forwards, then all backwards in ascending micro-batch order, then the step. */
+    const char *const p2m2[] = {
+        "0F0 0S0 0F1 0S1 0r0 0B0 0r1 0B1 0U",
+        "1R0 1F0 1R1 1F1 1B0 1s0 1B1 1s1 1U",
+    };
+    assert_lists(BT_SCHEDULE_GPIPE, 2, 2, p2m2);
+    const char *const p3m2[] = {
+        "0F0 0S0 0F1 0S1 0r0 0B0 0r1 0B1 0U",
+        "1R0 1F0 1S0 1R1 1F1 1S1 1r0 1B0 1s0 1r1 1B1 1s1 1U",
+        "2R0 2F0 2R1 2F1 2B0 2s0 2B1 2s1 2U",
+    };
+    assert_lists(BT_SCHEDULE_GPIPE, 3, 2, p3m2);
+}
+
+static void test_stream_lists(void)
+{
+    const char *const p3m2[] = {"0F0 0S0 0F1 0S1", "1R0 1F0 1S0 1R1 1F1 1S1", "2R0 2F0 2R1 2F1"};
+    assert_lists(BT_SCHEDULE_STREAM, 3, 2, p3m2);
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_STREAM, 2, 2, &sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->training, 0);
+    bt_schedule_destroy(sched);
+}
+
+static void test_build_rejects_bad_sizes(void)
+{
+    bt_schedule *sched = (bt_schedule *)&sched; /* must be reset to NULL on failure */
+    CU_ASSERT_EQUAL(bt_schedule_build(BT_SCHEDULE_1F1B, 0, 4, &sched), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(sched);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "0 stages"));
+    CU_ASSERT_EQUAL(bt_schedule_build(BT_SCHEDULE_GPIPE, 2, 0, &sched), BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_schedule_build((bt_schedule_kind)9, 2, 2, &sched), BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_schedule_alloc(BT_SCHEDULE_1F1B, 2, 2, 1, -1, &sched), BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_schedule_alloc(BT_SCHEDULE_1F1B, 2, 2, 1, 0, &sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->len[0], 0);
+    CU_ASSERT_EQUAL(sched->len[1], 0);
+    bt_schedule_destroy(sched);
+    bt_schedule_destroy(NULL);
+}
+
+static void test_built_schedules_validate(void)
+{
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
+    for (int k = 0; k < 3; k++)
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 16; m++) {
+                bt_schedule *sched = NULL;
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_build(kinds[k], p, m, &sched), BT_OK);
+                assert_validation(sched, NULL);
+                bt_schedule_destroy(sched);
+            }
+}
+
+static void test_max_inflight(void)
+{
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 16; m++) {
+            bt_schedule *f1b = NULL, *gpipe = NULL, *stream = NULL;
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, p, m, &f1b), BT_OK);
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_GPIPE, p, m, &gpipe), BT_OK);
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_STREAM, p, m, &stream), BT_OK);
+            for (int s = 0; s < p; s++) {
+                int want = p - s < m ? p - s : m;
+                CU_ASSERT_EQUAL(bt_schedule_max_inflight(f1b, s), want);
+                CU_ASSERT_EQUAL(bt_schedule_max_inflight(gpipe, s), m);
+                CU_ASSERT_EQUAL(bt_schedule_max_inflight(stream, s), 1);
+            }
+            CU_ASSERT_EQUAL(bt_schedule_max_inflight(f1b, p), 0);
+            CU_ASSERT_EQUAL(bt_schedule_max_inflight(f1b, -1), 0);
+            bt_schedule_destroy(f1b);
+            bt_schedule_destroy(gpipe);
+            bt_schedule_destroy(stream);
+        }
+    /* Counted from the list, not from the kind: this stage holds at most 2. */
+    const char *const rows[] = {"0F0 0B0 0F1 0F2 0B1 0B2 0U"};
+    bt_schedule *sched = make(1, 3, 1, rows);
+    CU_ASSERT_EQUAL(bt_schedule_max_inflight(sched, 0), 2);
+    bt_schedule_destroy(sched);
+}
+
+/* ---- validator ------------------------------------------------------------------------------- */
+
+static void test_validate_missing_send(void)
+{
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 4, &sched), BT_OK);
+    int i = find_instr(sched, 0, BT_I_SEND_ACT, 3);
+    CU_ASSERT_FATAL(i >= 0);
+    remove_instr(sched, 0, i);
+    /* Stage 1 (last) runs R F B s per micro-batch: 1R3 is instruction 12. */
+    assert_validation(sched, "stage 1, instruction 12 (1R3): receive of activations for "
+                             "micro-batch 3 has no matching send on stage 0");
+    bt_sim_result res;
+    CU_ASSERT_EQUAL(simulate_equal(sched, 1, 1, &res), BT_ERR_SCHEDULE);
+    bt_schedule_destroy(sched);
+
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_GPIPE, 3, 2, &sched), BT_OK);
+    i = find_instr(sched, 2, BT_I_SEND_GRAD, 1);
+    CU_ASSERT_FATAL(i >= 0);
+    remove_instr(sched, 2, i);
+    assert_validation(sched, "stage 1, instruction 9 (1r1): receive of gradients for micro-batch 1 "
+                             "has no matching send on stage 2");
+    bt_schedule_destroy(sched);
+}
+
+static void test_validate_missing_receive(void)
+{
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 3, 4, &sched), BT_OK);
+    int i = find_instr(sched, 1, BT_I_RECV_ACT, 2);
+    CU_ASSERT_FATAL(i >= 0);
+    remove_instr(sched, 1, i);
+    /* Stage 1 was "1R0 1F0 1S0 1R1 1F1 1S1 1r0 1B0 1s0 1R2 1F2 ...": 1F2 moves up to index 9. */
+    assert_validation(sched, "stage 1, instruction 9 (1F2): forward of micro-batch 2 has no "
+                             "receive of its activations from stage 0");
+    bt_schedule_destroy(sched);
+
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 1, &sched), BT_OK);
+    remove_instr(sched, 0, find_instr(sched, 0, BT_I_RECV_GRAD, 0));
+    assert_validation(sched, "stage 0, instruction 2 (0B0): backward of micro-batch 0 has no "
+                             "receive of its gradients from stage 1");
+    bt_schedule_destroy(sched);
+}
+
+static void test_validate_deadlock_two_stages(void)
+{
+    /* Stage 0 waits for gradients before it ever sends activations. */
+    const char *const rows[] = {"0r0 0F0 0S0 0B0 0U", "1R0 1F0 1B0 1s0 1U"};
+    assert_hand_made_fails(2, 1, 1, rows,
+                           "wait cycle: stage 0 waits at 0r0 (instruction 0) for 1s0, stage 1 "
+                           "waits at 1R0 (instruction 0) for 0S0");
+    /* Receives in the wrong order on both sides of a boundary (the shape of the brief's example). */
+    const char *const crossed[] = {
+        "0F0 0S0 0r1 0F1 0S1 0B0 0r0 0B1 0U",
+        "1R0 1F0 1R1 1F1 1B1 1s1 1B0 1s0 1U",
+    };
+    assert_hand_made_fails(2, 2, 1, crossed, NULL);
+}
+
+static void test_validate_deadlock_names_all_stuck_stages(void)
+{
+    /* Stages 1 and 2 wait for each other; stage 0 is stuck behind them. */
+    const char *const rows[] = {
+        "0F0 0S0 0r0 0B0 0U",
+        "1R0 1r0 1F0 1S0 1B0 1s0 1U",
+        "2R0 2F0 2B0 2s0 2U",
+    };
+    assert_hand_made_fails(3, 1, 1, rows,
+                           "wait cycle: stage 1 waits at 1r0 (instruction 1) for 2s0, stage 2 "
+                           "waits at 2R0 (instruction 0) for 1S0; also stuck: stage 0 waits at "
+                           "0r0 (instruction 2) for 1s0");
+}
+
+static void test_validate_crossed_receives_deadlock(void)
+{
+    /* Stage 0 sends 0 then waits for 1's gradient first; stage 1 does B0 first and needs F1's
+     * input only after sending s0... here stage 1 waits for activations 1 before it has sent any
+     * gradient, while stage 0 only sends activations 1 after receiving gradient 1. */
+    const char *const rows[] = {
+        "0F0 0S0 0r1 0F1 0S1 0r0 0B0 0B1 0U",
+        "1R0 1F0 1R1 1F1 1B1 1s1 1B0 1s0 1U",
+    };
+    bt_schedule *sched = make(2, 2, 1, rows);
+    /* 0B1 precedes nothing it needs? it needs 0r1, which comes earlier: ordering is fine. */
+    assert_validation(sched, "wait cycle: stage 0 waits at 0r1 (instruction 2) for 1s1, stage 1 "
+                             "waits at 1R1 (instruction 2) for 0S1");
+    bt_schedule_destroy(sched);
+}
+
+static void test_validate_ordering_errors(void)
+{
+    struct {
+        int p, m, training;
+        const char *rows[2];
+        const char *message;
+    } cases[] = {
+        {1, 1, 1, {"0F0 0F0 0B0 0U"},
+         "stage 0, instruction 1 (0F0): second forward for micro-batch 0 (the first is instruction 0)"},
+        {1, 2, 1, {"0F0 0B0 0B1 0U"}, "stage 0: no forward of micro-batch 1"},
+        {1, 2, 1, {"0F0 0F1 0B0 0U"}, "stage 0: no backward of micro-batch 1"},
+        {1, 1, 1, {"0B0 0F0 0U"},
+         "stage 0, instruction 0 (0B0): backward of micro-batch 0 before its forward (instruction 1)"},
+        {2, 1, 1, {"0F0 0S0 0r0 0B0 0U", "1F0 1R0 1B0 1s0 1U"},
+         "stage 1, instruction 0 (1F0): forward of micro-batch 0 before the receive of its "
+         "activations (instruction 1)"},
+        {2, 1, 1, {"0S0 0F0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
+         "stage 0, instruction 0 (0S0): send of activations for micro-batch 0 before its forward "
+         "(instruction 1)"},
+        {2, 1, 1, {"0F0 0S0 0B0 0r0 0U", "1R0 1F0 1B0 1s0 1U"},
+         "stage 0, instruction 2 (0B0): backward of micro-batch 0 before the receive of its "
+         "gradients (instruction 3)"},
+        {2, 1, 1, {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1s0 1B0 1U"},
+         "stage 1, instruction 2 (1s0): send of gradients for micro-batch 0 before its backward"},
+        {2, 1, 1, {"0F0 0S0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
+         "stage 0, instruction 2 (0S0): second send of activations for micro-batch 0 (the first is "
+         "instruction 1)"},
+        {1, 1, 1, {"0F0 0B0 0U 0U"},
+         "stage 0, instruction 3 (0U): second optimizer step (the first is instruction 2)"},
+        {1, 2, 1, {"0F0 0F1 0B0 0U 0B1"},
+         "stage 0, instruction 3 (0U): optimizer step before the stage's last backward "
+         "(instruction 4)"},
+        {1, 1, 1, {"0F0 0B0"}, "stage 0: no optimizer step in a training schedule"},
+        {1, 1, 1, {"0F0 0F1 0B0 0U"},
+         "stage 0, instruction 1 (0F1): micro-batch 1 out of range (the schedule has 1: 0..0)"},
+        {2, 1, 1, {"0R0 0F0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
+         "stage 0, instruction 0 (0R0): receive of activations on the first stage, which has no "
+         "previous neighbour"},
+        {2, 1, 1, {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1S0 1B0 1s0 1U"},
+         "stage 1, instruction 2 (1S0): send of activations on the last stage, which has no next "
+         "neighbour"},
+        {1, 1, 0, {"0F0 0B0"}, "stage 0, instruction 1 (0B0): backward in a forward-only schedule"},
+        {1, 1, 0, {"0F0 0U"},
+         "stage 0, instruction 1 (0U): optimizer step in a forward-only schedule"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        assert_hand_made_fails(cases[c].p, cases[c].m, cases[c].training, cases[c].rows,
+                               cases[c].message);
+}
+
+static void test_validate_bad_fields(void)
+{
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 3, 2, &sched), BT_OK);
+    sched->list[1][0].peer = 2; /* 1R0 must receive from stage 0 */
+    assert_validation(sched, "stage 1, instruction 0 (1R0): receive of activations names peer 2 "
+                             "(must be stage 0)");
+    sched->list[1][0].peer = 0;
+    sched->list[1][1].peer = 0; /* 1F0 is compute */
+    assert_validation(sched, "stage 1, instruction 1 (1F0): forward names peer 0 (must be -1)");
+    sched->list[1][1].peer = -1;
+    int step = sched->len[2] - 1;
+    sched->list[2][step].mb = 0;
+    assert_validation(sched, "stage 2, instruction 12 (2U): optimizer step carries micro-batch 0 "
+                             "(must be -1)");
+    sched->list[2][step].mb = -1;
+    sched->list[0][0].mb = -1;
+    assert_validation(sched, "stage 0, instruction 0 (0F-1): micro-batch -1 out of range (the "
+                             "schedule has 2: 0..1)");
+    sched->list[0][0].mb = 0;
+    sched->list[0][0].kind = (bt_instr_kind)42;
+    assert_validation(sched, "stage 0, instruction 0 (0?): unknown instruction kind 42");
+    sched->list[0][0].kind = BT_I_FWD;
+    assert_validation(sched, NULL);
+    bt_schedule_destroy(sched);
+    CU_ASSERT_EQUAL(bt_schedule_validate(NULL), BT_ERR_INVALID_ARG);
+}
+
+static void test_validate_accepts_custom_order(void)
+{
+    /* Receives of gradients out of micro-batch order, backwards in reverse order: unusual, valid. */
+    const char *const rows[] = {
+        "0F0 0S0 0F1 0S1 0r1 0r0 0B1 0B0 0U",
+        "1R0 1F0 1R1 1F1 1B1 1s1 1B0 1s0 1U",
+    };
+    bt_schedule *sched = make(2, 2, 1, rows);
+    assert_validation(sched, NULL);
+    /* Unit costs: stage 1 F0 1..2, F1 2..3, B1 3..4 (s1 at 4), B0 4..5 (s0 at 5), U 5..5;
+     * stage 0 waits for 1s1 at 4, for 1s0 at 5, then B1 5..6, B0 6..7: makespan 7. */
+    bt_sim_result res;
+    CU_ASSERT_EQUAL_FATAL(simulate_equal(sched, 1, 1, &res), BT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(res.step_time, 7.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.start[0][6], 5.0, 1e-12);
+    bt_sim_result_free(&res);
+    bt_schedule_destroy(sched);
+}
+
+/* ---- simulator ------------------------------------------------------------------------------- */
+
+static void test_bubble_closed_form(void)
+{
+    const double costs[][2] = {{1.0, 1.0}, {1.0, 2.0}, {0.3, 0.7}, {2.5, 0.0}};
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B};
+    for (size_t c = 0; c < sizeof costs / sizeof costs[0]; c++)
+        for (int k = 0; k < 2; k++)
+            for (int p = 1; p <= 8; p++)
+                for (int m = 1; m <= 16; m++) {
+                    bt_schedule *sched = NULL;
+                    bt_sim_result res;
+                    double f = costs[c][0], b = costs[c][1];
+                    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(kinds[k], p, m, &sched), BT_OK);
+                    CU_ASSERT_EQUAL_FATAL(simulate_equal(sched, f, b, &res), BT_OK);
+                    double want = (double)(p - 1) / (double)(m + p - 1);
+                    if (fabs(res.bubble - want) > 1e-12)
+                        printf("\n  kind %d p %d m %d f %g b %g: bubble %.15f want %.15f\n",
+                               (int)kinds[k], p, m, f, b, res.bubble, want);
+                    CU_ASSERT(fabs(res.bubble - want) <= 1e-12);
+                    CU_ASSERT(fabs(res.step_time - (m + p - 1) * (f + b)) <= 1e-9);
+                    for (int s = 0; s < p; s++)
+                        CU_ASSERT(fabs(res.busy[s] - m * (f + b)) <= 1e-9);
+                    bt_sim_result_free(&res);
+                    bt_schedule_destroy(sched);
+                }
+    /* Streaming has the same fill and drain with forwards alone. */
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 16; m++) {
+            bt_schedule *sched = NULL;
+            bt_sim_result res;
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_STREAM, p, m, &sched), BT_OK);
+            double fwd[8];
+            for (int s = 0; s < p; s++) fwd[s] = 1.5;
+            bt_sim_costs sc = {.fwd = fwd, .step = 0};
+            CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &sc, &res), BT_OK);
+            CU_ASSERT(fabs(res.bubble - (double)(p - 1) / (m + p - 1)) <= 1e-12);
+            CU_ASSERT(fabs(res.step_time - 1.5 * (m + p - 1)) <= 1e-12);
+            bt_sim_result_free(&res);
+            bt_schedule_destroy(sched);
+        }
+}
+
+static void test_simulate_unequal_1f1b_by_hand(void)
+{
+    /* 1F1B, p = 2, m = 2. fwd = {1, 2}, bwd = {2, 3}, activations 0 -> 1 take 0.5, gradients
+     * 1 -> 0 take 0.25, step 0.5.
+     *   stage 0: 0F0 0S0 0F1 0S1 0r0 0B0 0r1 0B1 0U
+     *   stage 1: 1R0 1F0 1B0 1s0 1R1 1F1 1B1 1s1 1U
+     * stage 0: F0 0..1 (act 0 arrives at 1.5), F1 1..2 (act 1 arrives at 2.5)
+     * stage 1: R0 done 1.5, F0 1.5..3.5, B0 3.5..6.5 (grad 0 arrives at 6.75),
+     *          R1 done max(6.5, 2.5) = 6.5, F1 6.5..8.5, B1 8.5..11.5 (grad 1 at 11.75),
+     *          U 11.5..12
+     * stage 0: r0 waits 2..6.75, B0 6.75..8.75, r1 waits 8.75..11.75, B1 11.75..13.75,
+     *          U 13.75..14.25
+     * step time 14.25; busy {1+1+2+2+0.5, 2+2+3+3+0.5} = {6.5, 10.5};
+     * bubble = 1 - 17 / (2 * 14.25) = 23/57. */
+    bt_schedule *sched = NULL;
+    bt_sim_result res;
+    const double fwd[] = {1, 2}, bwd[] = {2, 3}, send_act[] = {0.5, 0}, send_grad[] = {0, 0.25};
+    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &costs, &res), BT_OK);
+    CU_ASSERT_EQUAL(res.stages, 2);
+    CU_ASSERT_DOUBLE_EQUAL(res.step_time, 14.25, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.busy[0], 6.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.busy[1], 10.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.bubble, 23.0 / 57.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.start[1][1], 1.5, 1e-12);  /* 1F0 */
+    CU_ASSERT_DOUBLE_EQUAL(res.end[1][0], 1.5, 1e-12);    /* 1R0 completes */
+    CU_ASSERT_DOUBLE_EQUAL(res.start[1][5], 6.5, 1e-12);  /* 1F1 */
+    CU_ASSERT_DOUBLE_EQUAL(res.start[0][4], 2.0, 1e-12);  /* 0r0 starts waiting */
+    CU_ASSERT_DOUBLE_EQUAL(res.end[0][4], 6.75, 1e-12);   /* and completes */
+    CU_ASSERT_DOUBLE_EQUAL(res.start[0][5], 6.75, 1e-12); /* 0B0 */
+    CU_ASSERT_DOUBLE_EQUAL(res.start[0][7], 11.75, 1e-12); /* 0B1 */
+    CU_ASSERT_DOUBLE_EQUAL(res.end[0][8], 14.25, 1e-12);  /* 0U */
+    CU_ASSERT_DOUBLE_EQUAL(res.end[1][8], 12.0, 1e-12);   /* 1U */
+    bt_sim_result_free(&res);
+    bt_schedule_destroy(sched);
+}
+
+static void test_simulate_unequal_gpipe_by_hand(void)
+{
+    /* GPipe, p = 2, m = 2, fwd = {2, 1}, bwd = {1, 3}, instant transfers, free step.
+     * stage 0: F0 0..2, F1 2..4; stage 1: F0 2..3, waits for act 1 until 4, F1 4..5,
+     * B0 5..8 (s0 at 8), B1 8..11 (s1 at 11); stage 0: B0 8..9, B1 11..12.
+     * step time 12, busy {6, 8}, bubble 1 - 14/24 = 5/12. */
+    bt_schedule *sched = NULL;
+    bt_sim_result res;
+    const double fwd[] = {2, 1}, bwd[] = {1, 3};
+    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_GPIPE, 2, 2, &sched), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &costs, &res), BT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(res.step_time, 12.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.bubble, 5.0 / 12.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.start[1][3], 4.0, 1e-12); /* 1F1 */
+    CU_ASSERT_DOUBLE_EQUAL(res.start[0][5], 8.0, 1e-12); /* 0B0 */
+    bt_sim_result_free(&res);
+    bt_schedule_destroy(sched);
+}
+
+static void test_simulate_stream_with_transfers(void)
+{
+    /* p = 2, m = 3, fwd 1 each, activations take 0.5: stage 1 runs F0 1.5..2.5, F1 2.5..3.5,
+     * F2 3.5..4.5 (stage 0 sends at 1, 2, 3; arrivals 1.5, 2.5, 3.5). busy 3 + 3 over 2 * 4.5. */
+    bt_schedule *sched = NULL;
+    bt_sim_result res;
+    const double fwd[] = {1, 1}, send_act[] = {0.5, 0};
+    bt_sim_costs costs = {.fwd = fwd, .send_act = send_act};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_STREAM, 2, 3, &sched), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &costs, &res), BT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(res.step_time, 4.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.bubble, 1.0 - 6.0 / 9.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.start[1][1], 1.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(res.start[1][7], 3.5, 1e-12); /* 1F2: 1R0 1F0 1R1 1F1 1R2 1F2 ... */
+    bt_sim_result_free(&res);
+    bt_schedule_destroy(sched);
+}
+
+static void test_simulate_rejects_bad_costs(void)
+{
+    bt_schedule *sched = NULL;
+    bt_sim_result res;
+    const double fwd[] = {1, -1}, ok[] = {1, 1};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
+    bt_sim_costs negative = {.fwd = fwd, .bwd = ok};
+    CU_ASSERT_EQUAL(bt_simulate(sched, &negative, &res), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "fwd[1]"));
+    bt_sim_costs no_bwd = {.fwd = ok};
+    CU_ASSERT_EQUAL(bt_simulate(sched, &no_bwd, &res), BT_ERR_INVALID_ARG);
+    bt_sim_costs nan_step = {.fwd = ok, .bwd = ok, .step = NAN};
+    CU_ASSERT_EQUAL(bt_simulate(sched, &nan_step, &res), BT_ERR_INVALID_ARG);
+    bt_sim_result_free(&res); /* zeroed by the failed calls: freeing is a no-op */
+    bt_sim_result_free(NULL);
+    bt_schedule_destroy(sched);
+}
+
+/* ---- grid ------------------------------------------------------------------------------------ */
+
+static void test_grid_by_hand(void)
+{
+    /* 1F1B p = 2, m = 2 with F = B = U = 1 slot (see the unit-cost timeline in
+     * test_validate_accepts_custom_order's neighbour: stage 1 runs F0 B0 F1 B1 back to back from
+     * slot 1, stage 0 waits for each gradient). */
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
+    char *grid = bt_schedule_format_grid(sched);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(grid);
+    const char *want = "slot     0   1   2   3   4   5   6\n"
+                       "stage 0  0F0 0F1 .   0B0 .   0B1 0U\n"
+                       "stage 1  .   1F0 1B0 1F1 1B1 1U  .\n";
+    if (strcmp(grid, want) != 0) printf("\n%s", grid);
+    CU_ASSERT_STRING_EQUAL(grid, want);
+    free(grid);
+    bt_schedule_destroy(sched);
+
+    /* Streaming p = 3, m = 2: a diagonal, no backward, no step. */
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_STREAM, 3, 2, &sched), BT_OK);
+    grid = bt_schedule_format_grid(sched);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(grid);
+    CU_ASSERT_STRING_EQUAL(grid, "slot     0   1   2   3\n"
+                                 "stage 0  0F0 0F1 .   .\n"
+                                 "stage 1  .   1F0 1F1 .\n"
+                                 "stage 2  .   .   2F0 2F1\n");
+    free(grid);
+    bt_schedule_destroy(sched);
+}
+
+static void test_grid_columns_are_fixed_width(void)
+{
+    /* p = 11, m = 12 GPipe: tokens up to "10F11" (5 wide); every cell but the last of a row is
+     * padded to 5 + 1, so every column starts at the same offset in every row. */
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_GPIPE, 11, 12, &sched), BT_OK);
+    char *grid = bt_schedule_format_grid(sched);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(grid);
+    int slots = 2 * (12 + 11 - 1) + 1; /* forwards, backwards, step */
+    int rows = 0;
+    for (char *line = strtok(grid, "\n"); line; line = strtok(NULL, "\n"), rows++) {
+        int label = (int)strlen("stage 10");
+        for (int t = 0; t < slots; t++) {
+            int col = label + 2 + t * 6;
+            CU_ASSERT_FATAL((int)strlen(line) > col);
+            CU_ASSERT(line[col - 1] == ' ');
+            CU_ASSERT(line[col] != ' ');
+        }
+        if (rows > 0) {
+            int cells = 0;
+            for (char *c = line + label; *c; c++)
+                if (c[0] != ' ' && c[-1] == ' ') cells++;
+            CU_ASSERT_EQUAL(cells, slots);
+        }
+    }
+    CU_ASSERT_EQUAL(rows, 12);
+    free(grid);
+    bt_schedule_destroy(sched);
+}
+
+int main(void)
+{
+    static const bt_test_case cases[] = {
+        {"instruction notation", test_notation},
+        {"1F1B instruction lists", test_1f1b_lists},
+        {"GPipe instruction lists", test_gpipe_lists},
+        {"streaming instruction lists", test_stream_lists},
+        {"build rejects bad sizes", test_build_rejects_bad_sizes},
+        {"built schedules validate (p 1..8, m 1..16)", test_built_schedules_validate},
+        {"peak in-flight micro-batches", test_max_inflight},
+        {"validator: missing send", test_validate_missing_send},
+        {"validator: missing receive", test_validate_missing_receive},
+        {"validator: two-stage deadlock", test_validate_deadlock_two_stages},
+        {"validator: deadlock names every stuck stage", test_validate_deadlock_names_all_stuck_stages},
+        {"validator: crossed receives deadlock", test_validate_crossed_receives_deadlock},
+        {"validator: ordering and count errors", test_validate_ordering_errors},
+        {"validator: bad fields", test_validate_bad_fields},
+        {"validator: accepts a custom order", test_validate_accepts_custom_order},
+        {"simulator: bubble (p-1)/(m+p-1) with equal costs", test_bubble_closed_form},
+        {"simulator: unequal 1F1B by hand", test_simulate_unequal_1f1b_by_hand},
+        {"simulator: unequal GPipe by hand", test_simulate_unequal_gpipe_by_hand},
+        {"simulator: streaming with transfers", test_simulate_stream_with_transfers},
+        {"simulator: rejects bad costs", test_simulate_rejects_bad_costs},
+        {"grid by hand", test_grid_by_hand},
+        {"grid columns are fixed width", test_grid_columns_are_fixed_width},
+        {NULL, NULL},
+    };
+    return bt_test_main("sched", cases);
+}
