@@ -1,0 +1,406 @@
+/* tests/test_engine.c: the engine end to end on the CPU. A pipelined run must match the same model
+ * run as one stage (loss and every parameter after three steps, for p in 1..4 and m in 1,2,4,8
+ * under GPipe and 1F1B, with a residual that skips a stage); activation memory must follow the
+ * schedule; a stuck transfer must be reported by the watchdog in bounded time; a graph built
+ * through the C API and the same model from YAML must give bit-identical results; and the
+ * engine's gradients must agree with finite differences of its own loss in f64. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "baton.h"
+#include "bt_test.h"
+#include "exec/exec_internal.h"
+
+#define IN 8
+#define HID 16
+#define CLASSES 4
+
+/* x -> fc1(tanh) -> fc2(relu) -> ln -> skip = ln + fc1 -> fc3(gelu) -> head -> loss(head, label) */
+static bt_graph *residual_graph(void)
+{
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in_dims[] = {IN};
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, in_dims, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    bt_args_create(&a);
+    bt_layer_desc d;
+    const char *skip_in[] = {"ln", "fc1"}, *loss_in[] = {"head", "label"};
+
+    bt_args_set_int(a, "out", HID);
+    bt_layer_desc_init(&d), d.name = "fc1", d.op = "linear", d.args = a, d.act = "tanh";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "fc2", d.op = "linear", d.args = a, d.act = "relu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "ln", d.op = "layernorm";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "skip", d.op = "add", d.inputs = skip_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "fc3", d.op = "linear", d.args = a, d.act = "gelu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_set_int(a, "out", CLASSES);
+    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    return g;
+}
+
+#define BATCH 16
+
+typedef struct batch_data {
+    float x[BATCH * IN];
+    int32_t label[BATCH];
+    bt_feed feeds[2];
+} batch_data;
+
+static void make_batch(batch_data *b, unsigned seed)
+{
+    srand(seed);
+    for (int i = 0; i < BATCH * IN; i++) b->x[i] = (float)rand() / RAND_MAX * 2 - 1;
+    for (int i = 0; i < BATCH; i++) b->label[i] = rand() % CLASSES;
+    b->feeds[0] = (bt_feed){"x", b->x, BT_F32};
+    b->feeds[1] = (bt_feed){"label", b->label, BT_I32};
+}
+
+/* Balances that put fc1 alone on stage 0 so `skip` (which reads fc1) sits two or more stages on. */
+static const int balances[5][4] = {{0}, {7}, {1, 6}, {1, 2, 4}, {1, 1, 2, 3}};
+
+static void engine_params(bt_engine_params *p, int stages, int m, bt_schedule_kind kind)
+{
+    static char devices[64];
+    bt_engine_params_init(p);
+    devices[0] = '\0';
+    for (int s = 0; s < stages; s++) {
+        char one[16];
+        snprintf(one, sizeof one, "%scpu:%d", s ? "," : "", s);
+        strcat(devices, one);
+    }
+    p->parallel.devices = devices;
+    p->parallel.stages = stages;
+    p->parallel.microbatches = m;
+    p->parallel.schedule = kind;
+    p->parallel.partition = BT_PARTITION_BALANCE;
+    p->parallel.n_balance = stages;
+    for (int s = 0; s < stages; s++) p->parallel.balance[s] = balances[stages][s];
+    p->batch = BATCH;
+    p->seed = 42;
+    p->optimizer.kind = BT_OPT_SGD;
+    p->optimizer.lr = 0.1;
+    p->optimizer.momentum = 0.9;
+    p->optimizer.weight_decay = 0.01;
+    p->watchdog_s = 20;
+}
+
+typedef struct run_result {
+    double loss[3];
+    int n;
+    float *params[16];
+    size_t sizes[16];
+} run_result;
+
+static void run_three_steps(const bt_graph *g, const bt_engine_params *p, run_result *r)
+{
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(g, p, &e);
+    if (st != BT_OK) printf("\n  engine_create: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    for (int step = 0; step < 3; step++) {
+        batch_data b;
+        make_batch(&b, 100 + (unsigned)step);
+        bt_step_result res;
+        st = bt_engine_train_step(e, b.feeds, 2, &res);
+        if (st != BT_OK) printf("\n  train_step: %s\n", bt_last_error());
+        CU_ASSERT_FATAL(st == BT_OK);
+        r->loss[step] = res.loss;
+    }
+    r->n = bt_graph_num_params(g);
+    for (int i = 0; i < r->n; i++) {
+        bt_param_info info;
+        bt_graph_param(g, i, &info);
+        r->sizes[i] = (size_t)bt_shape_numel(&info.shape) * sizeof(float);
+        r->params[i] = malloc(r->sizes[i]);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, info.name, r->params[i], r->sizes[i]) == BT_OK);
+    }
+    bt_engine_destroy(e);
+}
+
+static void free_result(run_result *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->params[i]);
+}
+
+static int close_rel(double a, double b, double rel)
+{
+    double scale = fmax(fabs(a), fabs(b));
+    return fabs(a - b) <= rel * fmax(scale, 1e-3);
+}
+
+static void test_pipeline_matches_single_stage(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    run_result ref;
+    engine_params(&p, 1, 1, BT_SCHEDULE_1F1B);
+    run_three_steps(g, &p, &ref);
+    CU_ASSERT(ref.loss[2] < ref.loss[0]); /* it actually learns something */
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B};
+    const int ms[] = {1, 2, 4, 8};
+    int checked = 0;
+    for (int k = 0; k < 2; k++)
+        for (int stages = 1; stages <= 4; stages++)
+            for (int mi = 0; mi < 4; mi++) {
+                run_result r;
+                engine_params(&p, stages, ms[mi], kinds[k]);
+                run_three_steps(g, &p, &r);
+                int ok = 1;
+                for (int s = 0; s < 3; s++) ok &= close_rel(r.loss[s], ref.loss[s], 1e-6);
+                for (int i = 0; i < r.n; i++)
+                    for (size_t j = 0; j < r.sizes[i] / sizeof(float); j++)
+                        ok &= close_rel(r.params[i][j], ref.params[i][j], 1e-6);
+                if (!ok)
+                    printf("\n  mismatch: %s p=%d m=%d loss %.9g vs %.9g\n", bt_schedule_name(kinds[k]),
+                           stages, ms[mi], r.loss[2], ref.loss[2]);
+                CU_ASSERT(ok);
+                checked++;
+                free_result(&r);
+            }
+    CU_ASSERT_EQUAL(checked, 32);
+    free_result(&ref);
+    bt_graph_destroy(g);
+}
+
+static void test_activation_memory_follows_schedule(void)
+{
+    bt_graph *g = residual_graph();
+    const int m = 8;
+    for (int k = 0; k < 2; k++) {
+        bt_schedule_kind kind = k ? BT_SCHEDULE_1F1B : BT_SCHEDULE_GPIPE;
+        for (int stages = 2; stages <= 4; stages++) {
+            bt_engine_params p;
+            bt_engine *e = NULL;
+            engine_params(&p, stages, m, kind);
+            CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+            batch_data b;
+            make_batch(&b, 7);
+            CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, NULL) == BT_OK);
+            for (int s = 0; s < stages; s++) {
+                bt_memory_stats mem;
+                CU_ASSERT_FATAL(bt_engine_memory(e, s, &mem) == BT_OK);
+                int want = kind == BT_SCHEDULE_GPIPE ? m : (stages - s < m ? stages - s : m);
+                if (mem.peak_microbatches != want)
+                    printf("\n  %s p=%d stage %d holds %d, want %d\n", bt_schedule_name(kind), stages, s,
+                           mem.peak_microbatches, want);
+                CU_ASSERT_EQUAL(mem.peak_microbatches, want);
+                CU_ASSERT(mem.activation_peak > 0);
+                CU_ASSERT(mem.activation_peak <= mem.activations);
+                CU_ASSERT(mem.weights > 0 && mem.gradients == mem.weights);
+                CU_ASSERT(mem.optimizer == mem.weights); /* SGD momentum: one buffer */
+            }
+            /* under 1F1B the first stage holds p micro-batches, the last one */
+            bt_engine_destroy(e);
+        }
+    }
+    bt_graph_destroy(g);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void test_watchdog_reports_stuck_transfer(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    bt_engine *e = NULL;
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.watchdog_s = 0.5;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    batch_data b;
+    make_batch(&b, 3);
+    CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, NULL) == BT_OK);
+    bt_engine_test_drop_send(e, 0, 1);
+    double t0 = now_s();
+    bt_status st = bt_engine_train_step(e, b.feeds, 2, NULL);
+    double waited = now_s() - t0;
+    CU_ASSERT_EQUAL(st, BT_ERR_TIMEOUT);
+    const char *msg = bt_last_error();
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "watchdog: stage 1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "(1R1)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "activations of micro-batch 1 from stage 0"));
+    CU_ASSERT(waited < 5.0);
+    /* the engine stays usable once the fault is gone */
+    bt_engine_test_drop_send(e, -1, -1);
+    st = bt_engine_train_step(e, b.feeds, 2, NULL);
+    CU_ASSERT_EQUAL(st, BT_OK);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
+static const char residual_yaml[] =
+    "format: 1\n"
+    "name: residual\n"
+    "inputs:\n"
+    "  x: {shape: [8]}\n"
+    "  label: {shape: [], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: fc1, op: linear, args: {out: 16}, act: tanh}\n"
+    "  - {name: fc2, op: linear, args: {out: 16}, act: relu}\n"
+    "  - {name: ln, op: layernorm}\n"
+    "  - {name: skip, op: add, from: [-1, fc1]}\n"
+    "  - {name: fc3, op: linear, args: {out: 16}, act: gelu}\n"
+    "  - {name: head, op: linear, args: {out: 4}}\n"
+    "  - {name: loss, op: cross_entropy, from: [head, label]}\n"
+    "train:\n"
+    "  batch: 16\n";
+
+static void test_c_api_and_yaml_bit_identical(void)
+{
+    bt_graph *g = residual_graph();
+    bt_model *m = NULL;
+    bt_status st = bt_model_load_string(residual_yaml, sizeof residual_yaml - 1, "residual.yaml", NULL, 0, &m);
+    if (st != BT_OK) printf("\n  load: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT_EQUAL(bt_graph_num_params(g), bt_graph_num_params(m->graph));
+    bt_engine_params p;
+    engine_params(&p, 2, 4, BT_SCHEDULE_1F1B);
+    bt_engine *e1 = NULL, *e2 = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e1) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_create(m->graph, &p, &e2) == BT_OK);
+    batch_data b;
+    make_batch(&b, 11);
+    bt_step_result r1, r2;
+    CU_ASSERT_FATAL(bt_engine_compute_grads(e1, b.feeds, 2, &r1) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_compute_grads(e2, b.feeds, 2, &r2) == BT_OK);
+    CU_ASSERT(memcmp(&r1.loss, &r2.loss, sizeof r1.loss) == 0);
+    for (int i = 0; i < bt_graph_num_params(g); i++) {
+        bt_param_info a, c;
+        bt_graph_param(g, i, &a);
+        bt_graph_param(m->graph, i, &c);
+        CU_ASSERT_STRING_EQUAL(a.name, c.name);
+        size_t bytes = (size_t)bt_shape_numel(&a.shape) * 4;
+        float *w1 = malloc(bytes), *w2 = malloc(bytes);
+        CU_ASSERT(bt_engine_read_param(e1, a.name, w1, bytes) == BT_OK);
+        CU_ASSERT(bt_engine_read_param(e2, a.name, w2, bytes) == BT_OK);
+        CU_ASSERT(memcmp(w1, w2, bytes) == 0);
+        CU_ASSERT(bt_engine_read_grad(e1, a.name, w1, bytes) == BT_OK);
+        CU_ASSERT(bt_engine_read_grad(e2, a.name, w2, bytes) == BT_OK);
+        CU_ASSERT(memcmp(w1, w2, bytes) == 0);
+        free(w1);
+        free(w2);
+    }
+    float out1[BATCH * CLASSES], out2[BATCH * CLASSES];
+    CU_ASSERT(bt_engine_forward_layer(e1, b.feeds, 2, "head", out1, NULL) == BT_OK);
+    CU_ASSERT(bt_engine_forward_layer(e2, b.feeds, 2, "head", out2, NULL) == BT_OK);
+    CU_ASSERT(memcmp(out1, out2, sizeof out1) == 0);
+    bt_engine_destroy(e1);
+    bt_engine_destroy(e2);
+    bt_model_destroy(m);
+    bt_graph_destroy(g);
+}
+
+/* The engine's gradients (pipelined, micro-batched, f64) against central differences of the
+ * engine's own mean loss. */
+static void test_engine_gradients_match_finite_differences(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    engine_params(&p, 3, 4, BT_SCHEDULE_1F1B);
+    p.dtype = BT_F64;
+    bt_engine *e = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    static double x[BATCH * IN];
+    static int32_t label[BATCH];
+    srand(5);
+    for (int i = 0; i < BATCH * IN; i++) x[i] = (double)rand() / RAND_MAX * 2 - 1;
+    for (int i = 0; i < BATCH; i++) label[i] = rand() % CLASSES;
+    bt_feed feeds[2] = {{"x", x, BT_F64}, {"label", label, BT_I32}};
+    const char *names[] = {"fc1.weight", "ln.weight", "fc3.bias", "head.weight"};
+    double max_err = 0;
+    for (int k = 0; k < 4; k++) {
+        bt_param_info info;
+        int idx = -1;
+        for (int i = 0; i < bt_graph_num_params(g); i++) {
+            bt_graph_param(g, i, &info);
+            if (strcmp(info.name, names[k]) == 0) { idx = i; break; }
+        }
+        CU_ASSERT_FATAL(idx >= 0);
+        size_t n = (size_t)bt_shape_numel(&info.shape);
+        double *w = malloc(n * 8), *grad = malloc(n * 8);
+        bt_step_result r;
+        CU_ASSERT_FATAL(bt_engine_compute_grads(e, feeds, 2, &r) == BT_OK);
+        CU_ASSERT(bt_engine_read_grad(e, names[k], grad, n * 8) == BT_OK);
+        CU_ASSERT(bt_engine_read_param(e, names[k], w, n * 8) == BT_OK);
+        for (size_t j = 0; j < n; j += (n > 8 ? n / 7 : 1)) {
+            const double h = 1e-5;
+            double orig = w[j], lp, lm;
+            w[j] = orig + h;
+            bt_engine_write_param(e, names[k], w, n * 8);
+            bt_engine_compute_grads(e, feeds, 2, &r);
+            lp = r.loss;
+            w[j] = orig - h;
+            bt_engine_write_param(e, names[k], w, n * 8);
+            bt_engine_compute_grads(e, feeds, 2, &r);
+            lm = r.loss;
+            w[j] = orig;
+            bt_engine_write_param(e, names[k], w, n * 8);
+            double fd = (lp - lm) / (2 * h);
+            double err = fabs(fd - grad[j]) / fmax(1e-4, fabs(fd) + fabs(grad[j]));
+            if (err > max_err) max_err = err;
+        }
+        free(w);
+        free(grad);
+    }
+    CU_ASSERT(max_err < 1e-5);
+    if (max_err >= 1e-5) printf("\n  max relative error %g\n", max_err);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
+static void test_bad_configurations_rejected(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    bt_engine *e = NULL;
+    engine_params(&p, 2, 3, BT_SCHEDULE_1F1B); /* 16 samples do not split into 3 */
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "does not split"));
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.parallel.balance[0] = 3; /* sums to 9, not 7 */
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_MODEL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "balance sums to 9"));
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.parallel.devices = "cpu:0,cpu:1,cpu:2";
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_MODEL);
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    batch_data b;
+    make_batch(&b, 1);
+    b.label[5] = 9; /* out of range for 4 classes */
+    CU_ASSERT_EQUAL(bt_engine_train_step(e, b.feeds, 2, NULL), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "9"));
+    b.feeds[0].dtype = BT_F64;
+    CU_ASSERT_EQUAL(bt_engine_train_step(e, b.feeds, 2, NULL), BT_ERR_INVALID_ARG);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
+int main(void)
+{
+    static const bt_test_case cases[] = {
+        {"pipeline matches single stage (p 1-4, m 1-8, gpipe and 1f1b)", test_pipeline_matches_single_stage},
+        {"activation memory follows the schedule", test_activation_memory_follows_schedule},
+        {"watchdog reports a stuck transfer", test_watchdog_reports_stuck_transfer},
+        {"C API and YAML give bit-identical results", test_c_api_and_yaml_bit_identical},
+        {"engine gradients match finite differences (f64)", test_engine_gradients_match_finite_differences},
+        {"bad configurations are rejected", test_bad_configurations_rejected},
+        {NULL, NULL}};
+    return bt_test_main("engine", cases);
+}

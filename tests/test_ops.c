@@ -1,0 +1,943 @@
+/* tests/test_ops.c: the built-in ops (src/ops/) against independent references.
+ *   - every op's backward against central finite differences in f64, for every float input and
+ *     parameter, batch > 1, conv/pool with strides and padding (the gradients are pre-filled, so
+ *     a backward that overwrites instead of adding fails);
+ *   - every op's forward against a naive formula written here (conv2d as its nested loops,
+ *     layernorm by hand, ...) and against numbers computed by hand;
+ *   - shape-rule errors (bad shapes, dtypes, arguments) and their messages; run-time errors (a
+ *     label or an index out of range) as BT_ERR_INVALID_ARG with a message;
+ *   - f32 against f64; dropout's reproducibility, rate and inference identity;
+ *   - the harness itself: a deliberately wrong backward must fail the gradient check.
+ * Ops run outside any graph through tests/op_check.h. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bt_test.h"
+#include "baton/status.h"
+#include "op_check.h"
+#include "ops/ops.h"
+
+#define F BT_F64 /* "the float type" in case tables; f32 runs map it to BT_F32 */
+#define I BT_I32
+#define SH(...) {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .dim = {__VA_ARGS__}}
+#define SCALAR {.ndim = 0}
+
+/* One op configuration run by the generic tests. */
+typedef struct op_case {
+    const char *label;
+    const char *op;
+    const char *args;
+    int n_in;
+    bt_shape shape[2];
+    bt_dtype dtype[2];
+    int64_t batch;
+    int index_range; /* i32 inputs are drawn from [0, index_range) */
+} op_case;
+
+static const op_case cases[] = {
+    {"linear", "linear", "out=3", 1, {SH(2, 4)}, {F}, 3, 0},
+    {"linear rank1 no bias", "linear", "out=2 bias=false", 1, {SH(5)}, {F}, 2, 0},
+    {"add", "add", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
+    {"mul", "mul", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
+    {"relu", "relu", "", 1, {SH(7)}, {F}, 3, 0},
+    {"gelu", "gelu", "", 1, {SH(2, 3)}, {F}, 2, 0},
+    {"tanh", "tanh", "", 1, {SH(2, 3)}, {F}, 2, 0},
+    {"sigmoid", "sigmoid", "", 1, {SH(2, 3)}, {F}, 2, 0},
+    {"softmax", "softmax", "", 1, {SH(2, 5)}, {F}, 2, 0},
+    {"softmax axis=1", "softmax", "axis=1", 1, {SH(3, 4)}, {F}, 2, 0},
+    {"layernorm", "layernorm", "eps=0.001", 1, {SH(3, 6)}, {F}, 2, 0},
+    {"flatten", "flatten", "", 1, {SH(2, 3, 2)}, {F}, 2, 0},
+    {"reshape", "reshape", "shape=2,-1", 1, {SH(6)}, {F}, 2, 0},
+    {"conv2d k(3,2) s(2,1) p(1,0)", "conv2d", "out=3 kernel=3,2 stride=2,1 padding=1,0", 1,
+     {SH(2, 5, 6)}, {F}, 2, 0},
+    {"conv2d k3 s2 p2 no bias", "conv2d", "out=2 kernel=3 stride=2 padding=2 bias=false", 1,
+     {SH(1, 4, 5)}, {F}, 2, 0},
+    {"conv2d k(2,3) s(3,2) p(0,1)", "conv2d", "out=2 kernel=2,3 stride=3,2 padding=0,1", 1,
+     {SH(2, 7, 6)}, {F}, 2, 0},
+    {"conv2d 1x1", "conv2d", "out=4 kernel=1", 1, {SH(3, 3, 2)}, {F}, 2, 0},
+    {"conv2d 1x1 s2", "conv2d", "out=2 kernel=1 stride=2", 1, {SH(2, 5, 4)}, {F}, 2, 0},
+    {"maxpool2d k3 s2 p1", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2, 0},
+    {"maxpool2d k2", "maxpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
+    {"maxpool2d k(2,3) s(1,2) p(1,1)", "maxpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
+     {SH(1, 4, 5)}, {F}, 2, 0},
+    {"avgpool2d k3 s2 p1", "avgpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2, 0},
+    {"avgpool2d k2", "avgpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
+    {"avgpool2d k(2,3) s(1,2) p(1,1)", "avgpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
+     {SH(1, 4, 5)}, {F}, 2, 0},
+    {"embedding", "embedding", "num=5 dim=3", 1, {SH(4)}, {I}, 3, 5},
+    {"embedding scalar index", "embedding", "num=4 dim=2", 1, {SCALAR}, {I}, 3, 4},
+    {"dropout", "dropout", "p=0.3", 1, {SH(4, 5)}, {F}, 2, 0},
+    {"mse", "mse", "", 2, {SH(2, 3), SH(2, 3)}, {F, F}, 3, 0},
+    {"cross_entropy", "cross_entropy", "", 2, {SH(5), SCALAR}, {F, I}, 4, 5},
+    {"cross_entropy [T, C]", "cross_entropy", "", 2, {SH(3, 4), SH(3)}, {F, I}, 2, 4},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* Sets up L for case c with float type real and fills its index inputs. */
+static int setup_case(oc_layer *L, const op_case *c, bt_dtype real)
+{
+    bt_status st = oc_setup(L, c->op, c->args, c->n_in, c->shape, c->dtype, c->batch, real);
+    if (st != BT_OK) {
+        printf("\n  %s: setup failed: %s\n", c->label, bt_last_error());
+        return -1;
+    }
+    for (int i = 0; i < c->n_in; i++)
+        if (c->dtype[i] == I) oc_fill(L, &L->in[i], 0, c->index_range);
+    return 0;
+}
+
+/* ---- registry ------------------------------------------------------------------------------- */
+
+static void test_builtin_table(void)
+{
+    static const char *names[] = {"linear",    "add",       "mul",     "relu",      "gelu",
+                                  "tanh",      "sigmoid",   "softmax", "layernorm", "flatten",
+                                  "reshape",   "conv2d",    "maxpool2d", "avgpool2d", "embedding",
+                                  "dropout",   "mse",       "cross_entropy"};
+    int n = 0;
+    const bt_op_def *const *ops = bt_builtin_ops(&n);
+    CU_ASSERT_EQUAL(n, (int)(sizeof names / sizeof names[0]));
+    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++) {
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            if (strcmp(ops[i]->name, names[k]) == 0) {
+                found = 1;
+                CU_ASSERT_PTR_NOT_NULL(ops[i]->infer);
+                CU_ASSERT_PTR_NOT_NULL(ops[i]->cpu_forward);
+                CU_ASSERT_PTR_NOT_NULL(ops[i]->cpu_backward);
+                CU_ASSERT_PTR_NOT_NULL(ops[i]->help);
+                CU_ASSERT(ops[i]->min_inputs >= 1 && ops[i]->max_inputs >= ops[i]->min_inputs);
+            }
+        CU_ASSERT(found);
+        const bt_op_def *d = bt_op_find(names[k]);
+        CU_ASSERT(d != NULL && strcmp(d->name, names[k]) == 0);
+    }
+}
+
+/* ---- 1. backward against finite differences ------------------------------------------------- */
+
+static void test_gradients(void)
+{
+    for (int k = 0; k < N_CASES; k++) {
+        oc_layer L;
+        char msg[256];
+        if (setup_case(&L, &cases[k], BT_F64)) {
+            CU_FAIL("setup");
+            continue;
+        }
+        int bad = oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg);
+        if (bad != 0) printf("\n  gradient %s: %s\n", cases[k].label, msg);
+        CU_ASSERT_EQUAL(bad, 0);
+        oc_free(&L);
+    }
+}
+
+/* mse towards a target that takes no gradient, dropout in inference, and the backward asked for
+ * input gradients only or parameter gradients only (the zero-bubble B/W split). */
+static void test_gradients_partial(void)
+{
+    char msg[256];
+    oc_layer L;
+    /* mse with the target's gradient unwanted */
+    CU_ASSERT_FATAL(setup_case(&L, &cases[27], BT_F64) == 0);
+    CU_ASSERT_STRING_EQUAL(L.op->name, "mse");
+    free(L.in_grad[1].data);
+    L.in_grad[1].data = NULL;
+    CU_ASSERT_EQUAL(oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg), 0);
+    oc_free(&L);
+    /* dropout in inference: identity, gradient passes through */
+    CU_ASSERT_FATAL(setup_case(&L, &cases[26], BT_F64) == 0);
+    L.training = 0;
+    CU_ASSERT_EQUAL(oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg), 0);
+    oc_free(&L);
+
+    /* linear, conv2d, layernorm: input-only and parameter-only backwards equal the full one */
+    const int which[] = {0, 13, 10};
+    for (int w = 0; w < 3; w++) {
+        oc_layer full, part;
+        const op_case *c = &cases[which[w]];
+        CU_ASSERT_FATAL(setup_case(&full, c, BT_F64) == 0);
+        CU_ASSERT_FATAL(setup_case(&part, c, BT_F64) == 0);
+        CU_ASSERT(oc_forward(&full) == BT_OK && oc_backward(&full) == BT_OK);
+        CU_ASSERT(oc_forward(&part) == BT_OK);
+        /* inputs only: parameter gradient array absent */
+        bt_op_call call = {.batch = part.batch, .n_in = part.n_in, .in = part.in, .out = &part.out,
+                           .n_params = part.n_params, .param = part.param, .param_grad = NULL,
+                           .out_grad = &part.out_grad, .in_grad = part.in_grad,
+                           .saved = part.saved, .workspace = part.workspace,
+                           .config = part.ctx.config, .seed = part.seed, .training = 1};
+        CU_ASSERT(part.op->cpu_backward(&call) == BT_OK);
+        for (int j = 0; j < part.n_params; j++)
+            CU_ASSERT_EQUAL(oc_get(&part.param_grad[j], 0), 0.0);
+        /* parameters only: input gradient not wanted */
+        bt_tensor no_in = part.in_grad[0];
+        no_in.data = NULL;
+        call.param_grad = part.param_grad;
+        call.in_grad = &no_in;
+        CU_ASSERT(part.op->cpu_backward(&call) == BT_OK);
+        double worst = 0;
+        for (int j = 0; j < full.n_params; j++)
+            for (int64_t e = 0; e < bt_tensor_numel(&full.param_grad[j]); e++)
+                worst = fmax(worst, fabs(oc_get(&full.param_grad[j], e) -
+                                         oc_get(&part.param_grad[j], e)));
+        for (int64_t e = 0; e < bt_tensor_numel(&full.in_grad[0]); e++)
+            worst = fmax(worst, fabs(oc_get(&full.in_grad[0], e) - oc_get(&part.in_grad[0], e)));
+        if (!(worst < 1e-12)) printf("\n  partial backward %s: differs by %g\n", c->label, worst);
+        CU_ASSERT(worst < 1e-12);
+        oc_free(&full);
+        oc_free(&part);
+    }
+}
+
+/* The harness must be able to fail: a custom op whose backward is off by a factor fails the
+ * check, and one whose backward overwrites instead of adding fails too. */
+static bt_status square_infer(bt_infer_ctx *ctx)
+{
+    return bt_infer_set_output(ctx, bt_infer_input_shape(ctx, 0), bt_infer_input_dtype(ctx, 0));
+}
+static bt_status square_forward(const bt_op_call *call)
+{
+    const double *x = call->in[0].data;
+    double *y = call->out->data;
+    for (int64_t i = 0; i < bt_tensor_numel(call->out); i++) y[i] = x[i] * x[i];
+    return BT_OK;
+}
+static bt_status square_backward_ok(const bt_op_call *call)
+{
+    const double *x = call->in[0].data, *dy = call->out_grad->data;
+    double *dx = call->in_grad[0].data;
+    for (int64_t i = 0; i < bt_tensor_numel(call->out_grad); i++) dx[i] += 2 * x[i] * dy[i];
+    return BT_OK;
+}
+static bt_status square_backward_wrong(const bt_op_call *call)
+{
+    const double *x = call->in[0].data, *dy = call->out_grad->data;
+    double *dx = call->in_grad[0].data;
+    for (int64_t i = 0; i < bt_tensor_numel(call->out_grad); i++) dx[i] += 2.01 * x[i] * dy[i];
+    return BT_OK;
+}
+static bt_status square_backward_overwrites(const bt_op_call *call)
+{
+    const double *x = call->in[0].data, *dy = call->out_grad->data;
+    double *dx = call->in_grad[0].data;
+    for (int64_t i = 0; i < bt_tensor_numel(call->out_grad); i++) dx[i] = 2 * x[i] * dy[i];
+    return BT_OK;
+}
+
+static void test_gradcheck_can_fail(void)
+{
+    const struct {
+        const char *name;
+        bt_op_fn backward;
+        int should_pass;
+    } defs[] = {{"test.square_ok", square_backward_ok, 1},
+                {"test.square_wrong", square_backward_wrong, 0},
+                {"test.square_overwrites", square_backward_overwrites, 0}};
+    for (int k = 0; k < 3; k++) {
+        bt_op_def d = {.name = defs[k].name, .min_inputs = 1, .max_inputs = 1,
+                       .infer = square_infer, .cpu_forward = square_forward,
+                       .cpu_backward = defs[k].backward};
+        CU_ASSERT_FATAL(bt_op_register(&d) == BT_OK);
+        oc_layer L;
+        bt_shape s = SH(4);
+        bt_dtype dt = F;
+        char msg[256];
+        CU_ASSERT_FATAL(oc_setup(&L, defs[k].name, "", 1, &s, &dt, 2, BT_F64) == BT_OK);
+        int bad = oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg);
+        CU_ASSERT_EQUAL(bad == 0, defs[k].should_pass);
+        oc_free(&L);
+    }
+}
+
+/* ---- 2. forward against independent formulas ------------------------------------------------ */
+
+static double in_at(const oc_layer *L, int i, int64_t e) { return oc_get(&L->in[i], e); }
+static double par_at(const oc_layer *L, int j, int64_t e) { return oc_get(&L->param[j], e); }
+static int64_t numel_in(const oc_layer *L, int i) { return bt_tensor_numel(&L->in[i]); }
+
+/* 2-D argument of the layer: one value or [h, w], dflt when absent. */
+static void pair_arg(const oc_layer *L, const char *name, int64_t dflt0, int64_t dflt1,
+                     int64_t out[2])
+{
+    int64_t v[BT_ARG_MAX_INTS];
+    int n = bt_infer_arg_ints(&L->ctx, name, BT_ARG_MAX_INTS, v);
+    out[0] = n ? v[0] : dflt0;
+    out[1] = n == 2 ? v[1] : n ? v[0] : dflt1;
+}
+
+static void ref_linear(const oc_layer *L, double *y)
+{
+    const int64_t in = L->param[0].dim[1], out = L->param[0].dim[0], rows = numel_in(L, 0) / in;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < out; o++) {
+            double s = L->n_params > 1 ? par_at(L, 1, o) : 0;
+            for (int64_t i = 0; i < in; i++) s += in_at(L, 0, r * in + i) * par_at(L, 0, o * in + i);
+            y[r * out + o] = s;
+        }
+}
+
+static void ref_add(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = in_at(L, 0, e) + in_at(L, 1, e);
+}
+static void ref_mul(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = in_at(L, 0, e) * in_at(L, 1, e);
+}
+static void ref_relu(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = fmax(in_at(L, 0, e), 0);
+}
+static void ref_gelu(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) {
+        double x = in_at(L, 0, e);
+        y[e] = x * 0.5 * erfc(-x / sqrt(2.0)); /* x Phi(x) */
+    }
+}
+static void ref_tanh(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) {
+        double x = in_at(L, 0, e);
+        y[e] = (exp(x) - exp(-x)) / (exp(x) + exp(-x));
+    }
+}
+static void ref_sigmoid(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = 1 / (1 + exp(-in_at(L, 0, e)));
+}
+static void ref_softmax(const oc_layer *L, double *y)
+{
+    const int64_t d = L->in[0].dim[L->in[0].ndim - 1], rows = numel_in(L, 0) / d;
+    for (int64_t r = 0; r < rows; r++) {
+        double z = 0;
+        for (int64_t j = 0; j < d; j++) z += exp(in_at(L, 0, r * d + j));
+        for (int64_t j = 0; j < d; j++) y[r * d + j] = exp(in_at(L, 0, r * d + j)) / z;
+    }
+}
+static void ref_layernorm(const oc_layer *L, double *y)
+{
+    const int64_t d = L->in[0].dim[L->in[0].ndim - 1], rows = numel_in(L, 0) / d;
+    const double eps = bt_infer_arg_float(&L->ctx, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < d; j++) mean += in_at(L, 0, r * d + j) / (double)d;
+        for (int64_t j = 0; j < d; j++) {
+            double c = in_at(L, 0, r * d + j) - mean;
+            var += c * c / (double)d;
+        }
+        for (int64_t j = 0; j < d; j++)
+            y[r * d + j] =
+                (in_at(L, 0, r * d + j) - mean) / sqrt(var + eps) * par_at(L, 0, j) + par_at(L, 1, j);
+    }
+}
+static void ref_copy(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = in_at(L, 0, e);
+}
+
+/* conv2d by its definition: seven nested loops. */
+static void ref_conv2d(const oc_layer *L, double *y)
+{
+    const bt_tensor *x = &L->in[0], *w = &L->param[0];
+    const int64_t B = x->dim[0], C = x->dim[1], H = x->dim[2], W = x->dim[3];
+    const int64_t O = w->dim[0], KH = w->dim[2], KW = w->dim[3];
+    const int64_t HO = L->out.dim[2], WO = L->out.dim[3];
+    int64_t s[2], p[2];
+    pair_arg(L, "stride", 1, 1, s);
+    pair_arg(L, "padding", 0, 0, p);
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oh = 0; oh < HO; oh++)
+                for (int64_t ow = 0; ow < WO; ow++) {
+                    double acc = L->n_params > 1 ? par_at(L, 1, o) : 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t i = 0; i < KH; i++)
+                            for (int64_t j = 0; j < KW; j++) {
+                                int64_t ih = oh * s[0] - p[0] + i, iw = ow * s[1] - p[1] + j;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                acc += in_at(L, 0, ((n * C + c) * H + ih) * W + iw) *
+                                       par_at(L, 0, ((o * C + c) * KH + i) * KW + j);
+                            }
+                    y[((n * O + o) * HO + oh) * WO + ow] = acc;
+                }
+}
+
+static void ref_pool(const oc_layer *L, double *y, int is_max)
+{
+    const bt_tensor *x = &L->in[0];
+    const int64_t B = x->dim[0], C = x->dim[1], H = x->dim[2], W = x->dim[3];
+    const int64_t HO = L->out.dim[2], WO = L->out.dim[3];
+    int64_t k[2], s[2], p[2];
+    pair_arg(L, "kernel", 0, 0, k);
+    pair_arg(L, "stride", k[0], k[1], s);
+    pair_arg(L, "padding", 0, 0, p);
+    for (int64_t n = 0; n < B * C; n++)
+        for (int64_t oh = 0; oh < HO; oh++)
+            for (int64_t ow = 0; ow < WO; ow++) {
+                double acc = is_max ? -INFINITY : 0;
+                for (int64_t i = 0; i < k[0]; i++)
+                    for (int64_t j = 0; j < k[1]; j++) {
+                        int64_t ih = oh * s[0] - p[0] + i, iw = ow * s[1] - p[1] + j;
+                        double v = (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                       ? (is_max ? -INFINITY : 0)
+                                       : in_at(L, 0, (n * H + ih) * W + iw);
+                        acc = is_max ? fmax(acc, v) : acc + v;
+                    }
+                y[(n * HO + oh) * WO + ow] = is_max ? acc : acc / (double)(k[0] * k[1]);
+            }
+}
+static void ref_maxpool2d(const oc_layer *L, double *y) { ref_pool(L, y, 1); }
+static void ref_avgpool2d(const oc_layer *L, double *y) { ref_pool(L, y, 0); }
+
+static void ref_embedding(const oc_layer *L, double *y)
+{
+    const int64_t dim = L->param[0].dim[1];
+    for (int64_t t = 0; t < numel_in(L, 0); t++)
+        for (int64_t j = 0; j < dim; j++)
+            y[t * dim + j] = par_at(L, 0, (int64_t)in_at(L, 0, t) * dim + j);
+}
+
+/* Dropout's mask is random: every output must be 0 or x / (1 - p); the zeros are taken from the
+ * output, the kept values are checked. */
+static void ref_dropout(const oc_layer *L, double *y)
+{
+    const double p = bt_infer_arg_float(&L->ctx, "p", 0.5);
+    for (int64_t e = 0; e < numel_in(L, 0); e++)
+        y[e] = oc_get(&L->out, e) == 0 ? 0 : in_at(L, 0, e) / (1 - p);
+}
+
+static void ref_mse(const oc_layer *L, double *y)
+{
+    const int64_t per = numel_in(L, 0) / L->batch;
+    for (int64_t n = 0; n < L->batch; n++) {
+        double s = 0;
+        for (int64_t e = n * per; e < (n + 1) * per; e++)
+            s += pow(in_at(L, 0, e) - in_at(L, 1, e), 2);
+        y[n] = s / (double)per;
+    }
+}
+
+static void ref_cross_entropy(const oc_layer *L, double *y)
+{
+    const int64_t c = L->in[0].dim[L->in[0].ndim - 1], np = numel_in(L, 1) / L->batch;
+    for (int64_t n = 0; n < L->batch; n++) {
+        double s = 0;
+        for (int64_t q = n * np; q < (n + 1) * np; q++) {
+            double z = 0;
+            for (int64_t j = 0; j < c; j++) z += exp(in_at(L, 0, q * c + j));
+            s += -log(exp(in_at(L, 0, q * c + (int64_t)in_at(L, 1, q))) / z);
+        }
+        y[n] = s / (double)np;
+    }
+}
+
+static const struct {
+    const char *op;
+    void (*ref)(const oc_layer *, double *);
+} refs[] = {
+    {"linear", ref_linear},       {"add", ref_add},
+    {"mul", ref_mul},             {"relu", ref_relu},
+    {"gelu", ref_gelu},           {"tanh", ref_tanh},
+    {"sigmoid", ref_sigmoid},     {"softmax", ref_softmax},
+    {"layernorm", ref_layernorm}, {"flatten", ref_copy},
+    {"reshape", ref_copy},        {"conv2d", ref_conv2d},
+    {"maxpool2d", ref_maxpool2d}, {"avgpool2d", ref_avgpool2d},
+    {"embedding", ref_embedding}, {"dropout", ref_dropout},
+    {"mse", ref_mse},             {"cross_entropy", ref_cross_entropy},
+};
+
+static void test_forward_reference(void)
+{
+    for (int k = 0; k < N_CASES; k++) {
+        oc_layer L;
+        void (*ref)(const oc_layer *, double *) = NULL;
+        for (size_t r = 0; r < sizeof refs / sizeof refs[0]; r++)
+            if (strcmp(refs[r].op, cases[k].op) == 0) ref = refs[r].ref;
+        CU_ASSERT_FATAL(ref != NULL);
+        if (setup_case(&L, &cases[k], BT_F64)) {
+            CU_FAIL("setup");
+            continue;
+        }
+        CU_ASSERT_FATAL(oc_forward(&L) == BT_OK);
+        const int64_t n = bt_tensor_numel(&L.out);
+        double *want = calloc((size_t)n, sizeof *want);
+        CU_ASSERT_FATAL(want != NULL);
+        ref(&L, want);
+        double worst = 0;
+        int64_t at = 0;
+        for (int64_t e = 0; e < n; e++) {
+            double err = fabs(oc_get(&L.out, e) - want[e]) / fmax(1, fabs(want[e]));
+            if (!(err <= worst)) {
+                worst = err;
+                at = e;
+            }
+        }
+        if (!(worst < 1e-12))
+            printf("\n  forward %s: element %lld is %.17g, expected %.17g\n", cases[k].label,
+                   (long long)at, oc_get(&L.out, at), want[at]);
+        CU_ASSERT(worst < 1e-12);
+        /* shapes: output is the batch followed by the inferred per-sample shape */
+        CU_ASSERT_EQUAL(L.out.dim[0], cases[k].batch);
+        free(want);
+        oc_free(&L);
+    }
+}
+
+/* Runs op on one f64 sample with the given input values (and parameters if params != NULL) and
+ * compares the output with expected values written down by hand. */
+static void check_hand(const char *op, const char *args, int n_in, const bt_shape *shapes,
+                       const bt_dtype *dtypes, const double *const *inputs,
+                       const double *const *params, const double *expected, int64_t n_out,
+                       double tol)
+{
+    oc_layer L;
+    CU_ASSERT_FATAL(oc_setup(&L, op, args, n_in, shapes, dtypes, 1, BT_F64) == BT_OK);
+    for (int i = 0; i < n_in; i++)
+        for (int64_t e = 0; e < numel_in(&L, i); e++) oc_set(&L.in[i], e, inputs[i][e]);
+    for (int j = 0; params && j < L.n_params; j++)
+        for (int64_t e = 0; e < bt_tensor_numel(&L.param[j]); e++)
+            oc_set(&L.param[j], e, params[j][e]);
+    CU_ASSERT_FATAL(oc_forward(&L) == BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_tensor_numel(&L.out), n_out);
+    for (int64_t e = 0; e < n_out; e++) {
+        double got = oc_get(&L.out, e);
+        if (!(fabs(got - expected[e]) <= tol)) {
+            printf("\n  %s %s: element %lld is %.17g, expected %.17g\n", op, args, (long long)e,
+                   got, expected[e]);
+            CU_FAIL("hand-computed value");
+        }
+    }
+    oc_free(&L);
+}
+
+static void test_forward_hand_values(void)
+{
+    {   /* linear: x [1, 2], W [[1, 0], [0, 1], [1, 1]], b [0.5, -1, 0] */
+        bt_shape s = SH(2);
+        bt_dtype d = F;
+        const double x[] = {1, 2}, w[] = {1, 0, 0, 1, 1, 1}, b[] = {0.5, -1, 0};
+        const double want[] = {1.5, 1, 3};
+        check_hand("linear", "out=3", 1, &s, &d, (const double *[]){x}, (const double *[]){w, b},
+                   want, 3, 1e-15);
+    }
+    {   /* gelu at -1, 0, 1 (PyTorch: F.gelu) */
+        bt_shape s = SH(3);
+        bt_dtype d = F;
+        const double x[] = {-1, 0, 1};
+        const double want[] = {-0.15865525393145707, 0, 0.8413447460685429};
+        check_hand("gelu", "", 1, &s, &d, (const double *[]){x}, NULL, want, 3, 1e-15);
+    }
+    {   /* softmax of [1, 2, 3] and, stably, of [1000, 1001] */
+        bt_shape s = SH(3);
+        bt_dtype d = F;
+        const double x[] = {1, 2, 3};
+        const double want[] = {0.09003057317038046, 0.24472847105479767, 0.6652409557748219};
+        check_hand("softmax", "", 1, &s, &d, (const double *[]){x}, NULL, want, 3, 1e-15);
+        bt_shape s2 = SH(2);
+        const double x2[] = {1000, 1001};
+        const double want2[] = {0.2689414213699951, 0.7310585786300049};
+        check_hand("softmax", "", 1, &s2, &d, (const double *[]){x2}, NULL, want2, 2, 1e-15);
+    }
+    {   /* layernorm of [1, 2, 3, 4]: mean 2.5, variance 1.25; weight [1, 2, 1, 1], bias 0.5 */
+        bt_shape s = SH(4);
+        bt_dtype d = F;
+        const double x[] = {1, 2, 3, 4}, w[] = {1, 2, 1, 1}, b[] = {0.5, 0.5, 0.5, 0.5};
+        const double r = 1 / sqrt(1.25 + 1e-5);
+        const double want[] = {-1.5 * r + 0.5, -0.5 * r * 2 + 0.5, 0.5 * r + 0.5, 1.5 * r + 0.5};
+        check_hand("layernorm", "", 1, &s, &d, (const double *[]){x}, (const double *[]){w, b},
+                   want, 4, 1e-14);
+    }
+    {   /* conv2d of [[1..9]] with a 2x2 kernel of ones: stride 1; and stride 2 padding 1 */
+        bt_shape s = SH(1, 3, 3);
+        bt_dtype d = F;
+        const double x[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[] = {1, 1, 1, 1}, b[] = {0};
+        const double want[] = {12, 16, 24, 28};
+        check_hand("conv2d", "out=1 kernel=2", 1, &s, &d, (const double *[]){x},
+                   (const double *[]){w, b}, want, 4, 1e-15);
+        const double want2[] = {1, 5, 11, 28};
+        check_hand("conv2d", "out=1 kernel=2 stride=2 padding=1", 1, &s, &d,
+                   (const double *[]){x}, (const double *[]){w, b}, want2, 4, 1e-15);
+    }
+    {   /* maxpool2d of 0..15 in 4x4 with 2x2 windows; avgpool2d 3x3 padding 1 of ones counts
+         * the padding (4/9 at corners, 6/9 at edges) */
+        bt_shape s = SH(1, 4, 4);
+        bt_dtype d = F;
+        double x[16];
+        for (int i = 0; i < 16; i++) x[i] = i;
+        const double want[] = {5, 7, 13, 15};
+        check_hand("maxpool2d", "kernel=2", 1, &s, &d, (const double *[]){x}, NULL, want, 4, 0);
+        bt_shape s3 = SH(1, 3, 3);
+        const double ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+        const double want3[] = {4. / 9, 6. / 9, 4. / 9, 6. / 9, 1, 6. / 9, 4. / 9, 6. / 9, 4. / 9};
+        check_hand("avgpool2d", "kernel=3 stride=1 padding=1", 1, &s3, &d,
+                   (const double *[]){ones}, NULL, want3, 9, 1e-15);
+    }
+    {   /* mse of [1, 2, 3] against [1, 0, 0] is 13/3 */
+        bt_shape s[] = {SH(3), SH(3)};
+        bt_dtype d[] = {F, F};
+        const double p[] = {1, 2, 3}, t[] = {1, 0, 0};
+        const double want[] = {13.0 / 3};
+        check_hand("mse", "", 2, s, d, (const double *[]){p, t}, NULL, want, 1, 1e-15);
+    }
+    {   /* cross_entropy: [0, 0] label 0 is log 2; [1000, 0] label 1 is 1000 (stable) */
+        bt_shape s[] = {SH(2), SCALAR};
+        bt_dtype d[] = {F, I};
+        const double x[] = {0, 0}, l0[] = {0};
+        const double want[] = {0.6931471805599453};
+        check_hand("cross_entropy", "", 2, s, d, (const double *[]){x, l0}, NULL, want, 1, 1e-15);
+        const double x2[] = {1000, 0}, l1[] = {1};
+        const double want2[] = {1000};
+        check_hand("cross_entropy", "", 2, s, d, (const double *[]){x2, l1}, NULL, want2, 1, 1e-12);
+    }
+    {   /* embedding picks rows; flatten keeps i32 indices */
+        bt_shape s = SH(3);
+        bt_dtype d = I;
+        const double ids[] = {2, 0, 2}, w[] = {10, 11, 20, 21, 30, 31};
+        const double want[] = {30, 31, 10, 11, 30, 31};
+        check_hand("embedding", "num=3 dim=2", 1, &s, &d, (const double *[]){ids},
+                   (const double *[]){w}, want, 6, 0);
+        bt_shape s2 = SH(2, 2);
+        const double v[] = {7, -3, 5, 1};
+        check_hand("flatten", "", 1, &s2, &d, (const double *[]){v}, NULL, v, 4, 0);
+    }
+}
+
+/* ---- 3. errors ------------------------------------------------------------------------------ */
+
+static const struct {
+    const char *op, *args;
+    int n_in;
+    bt_shape shape[2];
+    bt_dtype dtype[2];
+    bt_status status;
+    const char *message;
+} error_cases[] = {
+    {"linear", "out=3", 1, {SCALAR}, {BT_F32}, BT_ERR_SHAPE,
+     "linear expects its input's last dimension to hold the features (rank >= 1), got []"},
+    {"linear", "", 1, {SH(4)}, {BT_F32}, BT_ERR_MODEL, "op 'linear' needs argument 'out'"},
+    {"linear", "out=0", 1, {SH(4)}, {BT_F32}, BT_ERR_MODEL, "'out' = 0 is out of range"},
+    {"linear", "out=3 width=2", 1, {SH(4)}, {BT_F32}, BT_ERR_MODEL, "has no argument 'width'"},
+    {"linear", "out=3", 1, {SH(4)}, {BT_I32}, BT_ERR_SHAPE,
+     "linear: input 0 has dtype i32; expected f32 or f64"},
+    {"add", "", 2, {SH(10), SH(12)}, {BT_F32, BT_F32}, BT_ERR_SHAPE,
+     "add: shapes [10] and [12] differ"},
+    {"add", "", 2, {SH(2, 3), SH(3, 2)}, {BT_F32, BT_F32}, BT_ERR_SHAPE,
+     "add: shapes [2, 3] and [3, 2] differ"},
+    {"add", "", 2, {SH(4), SH(4)}, {BT_F32, BT_F64}, BT_ERR_SHAPE,
+     "add: inputs mix dtypes f32 and f64"},
+    {"mul", "", 1, {SH(4)}, {BT_F32}, BT_ERR_SHAPE, "op 'mul' takes 2 inputs, got 1"},
+    {"relu", "", 1, {SH(4)}, {BT_I32}, BT_ERR_SHAPE, "relu: input 0 has dtype i32"},
+    {"softmax", "axis=0", 1, {SH(3, 4)}, {BT_F32}, BT_ERR_SHAPE,
+     "softmax: only the last axis is supported (axis -1 or 1), got axis 0 for input [3, 4]"},
+    {"layernorm", "eps=0.0", 1, {SH(4)}, {BT_F32}, BT_ERR_SHAPE,
+     "layernorm: eps must be > 0, got 0"},
+    {"layernorm", "eps=-1.0", 1, {SH(4)}, {BT_F32}, BT_ERR_MODEL, "'eps' = -1 is out of range"},
+    {"reshape", "shape=4,2", 1, {SH(6)}, {BT_F32}, BT_ERR_SHAPE,
+     "reshape: cannot reshape [6] (6 elements) to [4, 2] (8 elements)"},
+    {"reshape", "shape=-1,-1", 1, {SH(6)}, {BT_F32}, BT_ERR_SHAPE,
+     "reshape: shape [-1, -1] has more than one -1"},
+    {"reshape", "shape=0,6", 1, {SH(6)}, {BT_F32}, BT_ERR_SHAPE,
+     "reshape: shape [0, 6] has dimension 0 = 0 (must be >= 1 or -1)"},
+    {"reshape", "shape=2,-1", 1, {SH(7)}, {BT_F32}, BT_ERR_SHAPE,
+     "reshape: cannot reshape [7] (7 elements) to [2, -1]: 7 is not a multiple of 2"},
+    {"reshape", "", 1, {SH(6)}, {BT_F32}, BT_ERR_MODEL, "needs argument 'shape'"},
+    {"conv2d", "out=2 kernel=3", 1, {SH(3, 4)}, {BT_F32}, BT_ERR_SHAPE,
+     "conv2d expects input 0 shaped [C, H, W], got [3, 4]"},
+    {"conv2d", "out=2 kernel=5", 1, {SH(1, 3, 3)}, {BT_F32}, BT_ERR_SHAPE,
+     "conv2d: kernel [5, 5] is larger than the padded input [3, 3] (input [1, 3, 3], padding "
+     "[0, 0])"},
+    {"conv2d", "out=2 kernel=5,1 padding=1", 1, {SH(1, 2, 3)}, {BT_F32}, BT_ERR_SHAPE,
+     "conv2d: kernel [5, 1] is larger than the padded input [4, 5]"},
+    {"conv2d", "out=2 kernel=1,2,3", 1, {SH(1, 3, 3)}, {BT_F32}, BT_ERR_SHAPE,
+     "conv2d: 'kernel' takes one integer or [h, w], got 3 values"},
+    {"conv2d", "out=2 kernel=3 stride=0", 1, {SH(1, 3, 3)}, {BT_F32}, BT_ERR_MODEL,
+     "'stride' = 0 is out of range"},
+    {"conv2d", "kernel=3", 1, {SH(1, 3, 3)}, {BT_F32}, BT_ERR_MODEL, "needs argument 'out'"},
+    {"maxpool2d", "kernel=3 padding=2", 1, {SH(1, 8, 8)}, {BT_F32}, BT_ERR_SHAPE,
+     "maxpool2d: padding [2, 2] must be at most half the kernel [3, 3]"},
+    {"avgpool2d", "kernel=4", 1, {SH(2, 3, 8)}, {BT_F32}, BT_ERR_SHAPE,
+     "avgpool2d: kernel [4, 4] is larger than the padded input [3, 8]"},
+    {"maxpool2d", "", 1, {SH(1, 4, 4)}, {BT_F32}, BT_ERR_MODEL, "needs argument 'kernel'"},
+    {"embedding", "num=10 dim=4", 1, {SH(3)}, {BT_F32}, BT_ERR_SHAPE,
+     "embedding expects i32 indices, got dtype f32"},
+    {"embedding", "num=10 dim=4 dtype=f16", 1, {SH(3)}, {BT_I32}, BT_ERR_SHAPE,
+     "embedding: dtype must be \"f32\" or \"f64\", got \"f16\""},
+    {"embedding", "dim=4", 1, {SH(3)}, {BT_I32}, BT_ERR_MODEL, "needs argument 'num'"},
+    {"dropout", "p=1.0", 1, {SH(3)}, {BT_F32}, BT_ERR_SHAPE, "dropout: p must be in [0, 1), got 1"},
+    {"dropout", "p=1.5", 1, {SH(3)}, {BT_F32}, BT_ERR_MODEL, "'p' = 1.5 is out of range"},
+    {"mse", "", 2, {SH(3), SH(4)}, {BT_F32, BT_F32}, BT_ERR_SHAPE, "mse: shapes [3] and [4] differ"},
+    {"cross_entropy", "", 2, {SCALAR, SCALAR}, {BT_F32, BT_I32}, BT_ERR_SHAPE,
+     "cross_entropy expects logits shaped [C], got []"},
+    {"cross_entropy", "", 2, {SH(5), SCALAR}, {BT_F32, BT_F32}, BT_ERR_SHAPE,
+     "cross_entropy expects i32 labels, got dtype f32"},
+    {"cross_entropy", "", 2, {SH(5), SH(2)}, {BT_F32, BT_I32}, BT_ERR_SHAPE,
+     "cross_entropy: labels shaped [2] do not fit logits [5] (expected labels shaped [])"},
+    {"cross_entropy", "", 2, {SH(5), SCALAR}, {BT_I32, BT_I32}, BT_ERR_SHAPE,
+     "cross_entropy: input 0 has dtype i32"},
+};
+
+static void test_shape_errors(void)
+{
+    for (size_t k = 0; k < sizeof error_cases / sizeof error_cases[0]; k++) {
+        oc_layer L;
+        bt_clear_error();
+        bt_status st = oc_setup(&L, error_cases[k].op, error_cases[k].args, error_cases[k].n_in,
+                                error_cases[k].shape, error_cases[k].dtype, 2, BT_F64);
+        const char *msg = bt_last_error();
+        int ok = st == error_cases[k].status && strstr(msg, error_cases[k].message) != NULL &&
+                 strncmp(msg, "layer 'L': ", 11) == 0;
+        if (!ok)
+            printf("\n  %s %s: status %d (want %d), message \"%s\"\n    want \"%s\"\n",
+                   error_cases[k].op, error_cases[k].args, (int)st, (int)error_cases[k].status,
+                   msg, error_cases[k].message);
+        CU_ASSERT(ok);
+        if (st == BT_OK) oc_free(&L);
+    }
+}
+
+static void test_runtime_errors(void)
+{
+    oc_layer L;
+    /* embedding: index 7 in a vocabulary of 5, and -1 */
+    CU_ASSERT_FATAL(setup_case(&L, &cases[24], BT_F64) == 0);
+    CU_ASSERT_STRING_EQUAL(L.op->name, "embedding");
+    oc_set(&L.in[0], 5, 7);
+    bt_clear_error();
+    CU_ASSERT_EQUAL(oc_forward(&L), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "index 7 at position 5"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "vocabulary of 5"));
+    oc_set(&L.in[0], 5, -1);
+    CU_ASSERT_EQUAL(oc_forward(&L), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "index -1"));
+    CU_ASSERT_EQUAL(oc_backward(&L), BT_ERR_INVALID_ARG);
+    oc_free(&L);
+    /* cross_entropy: label 5 with 5 classes, in the forward and the backward */
+    CU_ASSERT_FATAL(setup_case(&L, &cases[28], BT_F64) == 0);
+    CU_ASSERT_STRING_EQUAL(L.op->name, "cross_entropy");
+    oc_set(&L.in[1], 2, 5);
+    bt_clear_error();
+    CU_ASSERT_EQUAL(oc_forward(&L), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "label 5 at position 2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "5 classes"));
+    CU_ASSERT_EQUAL(oc_backward(&L), BT_ERR_INVALID_ARG);
+    oc_free(&L);
+    /* a dtype without a CPU kernel */
+    CU_ASSERT_FATAL(setup_case(&L, &cases[4], BT_F64) == 0);
+    L.out.dtype = BT_F16;
+    CU_ASSERT_EQUAL(oc_forward(&L), BT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "relu: no CPU kernel for dtype f16"));
+    L.out.dtype = BT_F64;
+    oc_free(&L);
+}
+
+/* What the shape rules declare: parameters (names, shapes, init, fan-in), no-grad inputs. */
+static void test_declarations(void)
+{
+    oc_layer L;
+    CU_ASSERT_FATAL(setup_case(&L, &cases[0], BT_F64) == 0); /* linear out=3 on [2, 4] */
+    CU_ASSERT_EQUAL(L.ctx.out_shape.ndim, 2);
+    CU_ASSERT(L.ctx.out_shape.dim[0] == 2 && L.ctx.out_shape.dim[1] == 3);
+    CU_ASSERT_EQUAL(L.ctx.n_params, 2);
+    CU_ASSERT_STRING_EQUAL(L.ctx.params[0].suffix, "weight");
+    CU_ASSERT(L.ctx.params[0].shape.ndim == 2 && L.ctx.params[0].shape.dim[0] == 3 &&
+              L.ctx.params[0].shape.dim[1] == 4);
+    CU_ASSERT(L.ctx.params[0].init == BT_INIT_UNIFORM_FAN_IN && L.ctx.params[0].fan_in == 4);
+    CU_ASSERT_STRING_EQUAL(L.ctx.params[1].suffix, "bias");
+    CU_ASSERT(L.ctx.params[1].shape.ndim == 1 && L.ctx.params[1].shape.dim[0] == 3);
+    CU_ASSERT(L.ctx.params[1].init == BT_INIT_UNIFORM_FAN_IN && L.ctx.params[1].fan_in == 4);
+    oc_free(&L);
+    CU_ASSERT_FATAL(setup_case(&L, &cases[1], BT_F64) == 0); /* linear bias=false */
+    CU_ASSERT_EQUAL(L.ctx.n_params, 1);
+    oc_free(&L);
+    CU_ASSERT_FATAL(setup_case(&L, &cases[13], BT_F64) == 0); /* conv2d 3 <- 2, k(3,2) */
+    CU_ASSERT(L.ctx.out_shape.ndim == 3 && L.ctx.out_shape.dim[0] == 3 &&
+              L.ctx.out_shape.dim[1] == 3 && L.ctx.out_shape.dim[2] == 5);
+    CU_ASSERT(L.ctx.params[0].shape.ndim == 4 && L.ctx.params[0].shape.dim[0] == 3 &&
+              L.ctx.params[0].shape.dim[1] == 2 && L.ctx.params[0].shape.dim[2] == 3 &&
+              L.ctx.params[0].shape.dim[3] == 2);
+    CU_ASSERT(L.ctx.params[0].fan_in == 12 && L.ctx.params[1].fan_in == 12);
+    oc_free(&L);
+    CU_ASSERT_FATAL(setup_case(&L, &cases[10], BT_F64) == 0); /* layernorm [3, 6] */
+    CU_ASSERT(L.ctx.params[0].init == BT_INIT_ONES && L.ctx.params[0].shape.dim[0] == 6);
+    CU_ASSERT(L.ctx.params[1].init == BT_INIT_ZEROS && L.ctx.params[1].shape.dim[0] == 6);
+    oc_free(&L);
+    CU_ASSERT_FATAL(setup_case(&L, &cases[24], BT_F64) == 0); /* embedding num 5 dim 3 on [4] */
+    CU_ASSERT(L.ctx.out_shape.ndim == 2 && L.ctx.out_shape.dim[0] == 4 &&
+              L.ctx.out_shape.dim[1] == 3);
+    CU_ASSERT(L.ctx.params[0].init == BT_INIT_NORMAL && L.ctx.params[0].init_arg == 1.0);
+    CU_ASSERT(L.ctx.params[0].shape.dim[0] == 5 && L.ctx.params[0].shape.dim[1] == 3);
+    CU_ASSERT_EQUAL(L.ctx.no_grad_mask, 1u);
+    oc_free(&L);
+    CU_ASSERT_FATAL(setup_case(&L, &cases[28], BT_F64) == 0); /* cross_entropy */
+    CU_ASSERT_EQUAL(L.ctx.out_shape.ndim, 0);
+    CU_ASSERT_EQUAL(L.ctx.no_grad_mask, 2u);
+    oc_free(&L);
+    CU_ASSERT_FATAL(setup_case(&L, &cases[27], BT_F64) == 0); /* mse */
+    CU_ASSERT_EQUAL(L.ctx.out_shape.ndim, 0);
+    CU_ASSERT_EQUAL(L.ctx.no_grad_mask, 0u);
+    oc_free(&L);
+    /* reshape with -1, and the per-sample shape's dtype following the input */
+    bt_shape s = SH(2, 3, 4);
+    bt_dtype d = BT_F32;
+    CU_ASSERT_FATAL(oc_setup(&L, "reshape", "shape=-1,2", 1, &s, &d, 1, BT_F32) == BT_OK);
+    CU_ASSERT(L.ctx.out_shape.ndim == 2 && L.ctx.out_shape.dim[0] == 12 &&
+              L.ctx.out_shape.dim[1] == 2 && L.ctx.out_dtype == BT_F32);
+    oc_free(&L);
+    d = BT_I32;
+    CU_ASSERT_FATAL(oc_setup(&L, "flatten", "", 1, &s, &d, 1, BT_F32) == BT_OK);
+    CU_ASSERT(L.ctx.out_shape.ndim == 1 && L.ctx.out_shape.dim[0] == 24);
+    CU_ASSERT(L.ctx.out_dtype == BT_I32 && L.ctx.no_grad_mask == 1u);
+    oc_free(&L);
+    /* maxpool's stride defaults to the kernel: [2, 7, 9] with k3 -> [2, 2, 3] */
+    bt_shape p = SH(2, 7, 9);
+    d = BT_F64;
+    CU_ASSERT_FATAL(oc_setup(&L, "maxpool2d", "kernel=3", 1, &p, &d, 1, BT_F64) == BT_OK);
+    CU_ASSERT(L.ctx.out_shape.dim[0] == 2 && L.ctx.out_shape.dim[1] == 2 &&
+              L.ctx.out_shape.dim[2] == 3);
+    oc_free(&L);
+}
+
+/* ---- 4. f32 against f64; dropout ---------------------------------------------------------- */
+
+static double rel_diff(const bt_tensor *a, const bt_tensor *b, int64_t *at)
+{
+    double worst = 0;
+    for (int64_t e = 0; e < bt_tensor_numel(a); e++) {
+        double d = fabs(oc_get(a, e) - oc_get(b, e)) / fmax(1, fabs(oc_get(b, e)));
+        if (!(d <= worst)) {
+            worst = d;
+            *at = e;
+        }
+    }
+    return worst;
+}
+
+static void test_f32_matches_f64(void)
+{
+    for (int k = 0; k < N_CASES; k++) {
+        oc_layer L64, L32;
+        if (setup_case(&L64, &cases[k], BT_F64) || setup_case(&L32, &cases[k], BT_F32)) {
+            CU_FAIL("setup");
+            continue;
+        }
+        oc_copy_values(&L32, &L64); /* f64 values rounded to f32 */
+        oc_copy_values(&L64, &L32); /* ... and the same rounded values back in f64 */
+        CU_ASSERT(oc_forward(&L64) == BT_OK && oc_backward(&L64) == BT_OK);
+        CU_ASSERT(oc_forward(&L32) == BT_OK && oc_backward(&L32) == BT_OK);
+        int64_t at = 0;
+        double worst = rel_diff(&L32.out, &L64.out, &at);
+        for (int i = 0; i < L64.n_in; i++)
+            if (L64.in_grad[i].data) worst = fmax(worst, rel_diff(&L32.in_grad[i], &L64.in_grad[i], &at));
+        for (int j = 0; j < L64.n_params; j++)
+            worst = fmax(worst, rel_diff(&L32.param_grad[j], &L64.param_grad[j], &at));
+        if (!(worst < 2e-6)) printf("\n  f32 vs f64 %s: relative difference %g\n", cases[k].label, worst);
+        CU_ASSERT(worst < 2e-6);
+        oc_free(&L64);
+        oc_free(&L32);
+    }
+}
+
+static void test_dropout(void)
+{
+    bt_shape s = SH(1000);
+    bt_dtype d = F;
+    const double p = 0.3;
+    oc_layer a, b;
+    CU_ASSERT_FATAL(oc_setup(&a, "dropout", "p=0.3", 1, &s, &d, 100, BT_F64) == BT_OK);
+    CU_ASSERT_FATAL(oc_setup(&b, "dropout", "p=0.3", 1, &s, &d, 100, BT_F64) == BT_OK);
+    oc_copy_values(&b, &a);
+    const int64_t n = bt_tensor_numel(&a.out);
+    /* the same seed gives the same output */
+    a.seed = b.seed = 7;
+    CU_ASSERT(oc_forward(&a) == BT_OK && oc_forward(&b) == BT_OK);
+    CU_ASSERT(memcmp(a.out.data, b.out.data, (size_t)n * sizeof(double)) == 0);
+    /* rate close to p (std of the fraction is ~0.0015 here), kept values scaled by 1/(1-p) */
+    int64_t zeros = 0, bad = 0;
+    for (int64_t e = 0; e < n; e++) {
+        double y = oc_get(&a.out, e);
+        if (y == 0)
+            zeros++;
+        else if (fabs(y - oc_get(&a.in[0], e) / (1 - p)) > 1e-15)
+            bad++;
+    }
+    CU_ASSERT(fabs((double)zeros / (double)n - p) < 0.01);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* the backward passes the gradient where kept, scaled, and nothing where dropped */
+    CU_ASSERT(oc_backward(&a) == BT_OK);
+    for (int64_t e = 0; e < n; e++) {
+        double g = oc_get(&a.in_grad[0], e), dy = oc_get(&a.out_grad, e);
+        if (oc_get(&a.out, e) == 0 ? g != 0 : fabs(g - dy / (1 - p)) > 1e-15) bad++;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* a neighbouring seed gives a different mask, not a shifted copy of this one */
+    b.seed = 8;
+    CU_ASSERT(oc_forward(&b) == BT_OK);
+    int64_t differ = 0, shifted_same = 0;
+    for (int64_t e = 0; e < n; e++) {
+        differ += (oc_get(&a.out, e) == 0) != (oc_get(&b.out, e) == 0);
+        if (e + 1 < n) shifted_same += (oc_get(&a.out, e + 1) == 0) == (oc_get(&b.out, e) == 0);
+    }
+    /* independent masks disagree on 2 p (1 - p) = 42% of the elements */
+    CU_ASSERT(fabs((double)differ / (double)n - 2 * p * (1 - p)) < 0.02);
+    CU_ASSERT((double)shifted_same / (double)(n - 1) < 0.65);
+    /* inference: the identity */
+    a.training = 0;
+    CU_ASSERT(oc_forward(&a) == BT_OK);
+    CU_ASSERT(memcmp(a.out.data, a.in[0].data, (size_t)n * sizeof(double)) == 0);
+    oc_free(&a);
+    oc_free(&b);
+    /* p = 0 in training is the identity too */
+    CU_ASSERT_FATAL(oc_setup(&a, "dropout", "p=0", 1, &s, &d, 2, BT_F64) == BT_OK);
+    CU_ASSERT(oc_forward(&a) == BT_OK);
+    CU_ASSERT(memcmp(a.out.data, a.in[0].data, 2000 * sizeof(double)) == 0);
+    oc_free(&a);
+}
+
+/* A larger conv and linear in f32 against the f64 naive references: the GEMM path (OpenBLAS or
+ * the builtin fallback) with sizes past any blocking threshold. */
+static void test_larger_gemm_paths(void)
+{
+    const op_case big[] = {
+        {"conv2d big", "conv2d", "out=16 kernel=3 padding=1", 1, {SH(8, 12, 12)}, {F}, 3, 0},
+        {"linear big", "linear", "out=70", 1, {SH(5, 130)}, {F}, 4, 0},
+    };
+    void (*ref[])(const oc_layer *, double *) = {ref_conv2d, ref_linear};
+    for (int k = 0; k < 2; k++) {
+        oc_layer L;
+        CU_ASSERT_FATAL(setup_case(&L, &big[k], BT_F32) == 0);
+        CU_ASSERT_FATAL(oc_forward(&L) == BT_OK);
+        const int64_t n = bt_tensor_numel(&L.out);
+        double *want = malloc((size_t)n * sizeof *want);
+        CU_ASSERT_FATAL(want != NULL);
+        ref[k](&L, want);
+        double worst = 0;
+        for (int64_t e = 0; e < n; e++)
+            worst = fmax(worst, fabs(oc_get(&L.out, e) - want[e]) / fmax(1, fabs(want[e])));
+        if (!(worst < 1e-5)) printf("\n  %s: relative difference %g\n", big[k].label, worst);
+        CU_ASSERT(worst < 1e-5);
+        free(want);
+        oc_free(&L);
+    }
+}
+
+int main(void)
+{
+    static const bt_test_case tests[] = {
+        {"builtin table", test_builtin_table},
+        {"backward = finite differences (f64)", test_gradients},
+        {"partial backwards", test_gradients_partial},
+        {"gradient check can fail", test_gradcheck_can_fail},
+        {"forward = naive reference", test_forward_reference},
+        {"forward = hand-computed values", test_forward_hand_values},
+        {"shape-rule errors", test_shape_errors},
+        {"run-time errors", test_runtime_errors},
+        {"declarations", test_declarations},
+        {"f32 matches f64", test_f32_matches_f64},
+        {"dropout", test_dropout},
+        {"larger GEMM paths", test_larger_gemm_paths},
+        {NULL, NULL},
+    };
+    return bt_test_main("ops", tests);
+}
