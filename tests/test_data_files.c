@@ -460,13 +460,16 @@ static void test_npy_write_round_trip(void)
     size_t got = fread(raw, 1, sizeof raw, fp);
     fclose(fp);
     static const char dict[] = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-    CU_ASSERT_EQUAL(got, 64 + sizeof f);
+    /* 10 + 59 dict chars + '\n' = 70, rounded up to 128: header length 118. */
+    CU_ASSERT_EQUAL(strlen(dict), 59);
+    CU_ASSERT_EQUAL(got, 128 + sizeof f);
     CU_ASSERT_EQUAL(memcmp(raw, "\x93NUMPY\x01\x00", 8), 0);
-    CU_ASSERT_EQUAL(raw[8] | raw[9] << 8, 54);
+    CU_ASSERT_EQUAL(raw[8] | raw[9] << 8, 118);
     CU_ASSERT_EQUAL(memcmp(raw + 10, dict, strlen(dict)), 0);
-    CU_ASSERT_EQUAL(raw[63], '\n');
-    CU_ASSERT_EQUAL(raw[62], ' ');
-    CU_ASSERT_EQUAL(memcmp(raw + 64, f, sizeof f), 0);
+    CU_ASSERT_EQUAL(raw[127], '\n');
+    CU_ASSERT_EQUAL(raw[126], ' ');
+    CU_ASSERT_EQUAL(raw[69], ' ');
+    CU_ASSERT_EQUAL(memcmp(raw + 128, f, sizeof f), 0);
 
     bt_npy a;
     CU_ASSERT_EQUAL_FATAL(bt_npy_read(path, &a), BT_OK);
@@ -555,7 +558,7 @@ static void test_npy_pair(void)
  * otherwise. */
 static void test_npy_numpy_peer(void)
 {
-    char cmd[2048], np_f4[512], np_i8[512], np_u1[512], np_f8t[512], ours[512];
+    char cmd[4096], np_f4[512], np_i8[512], np_u1[512], np_f8t[512], ours[512];
     if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
         printf("\n    note: /usr/bin/python3 with numpy absent; numpy cross-check not run ");
         return;
@@ -603,6 +606,14 @@ static void test_npy_numpy_peer(void)
              "sys.exit(0 if a.dtype == np.float32 and a.shape == (2, 3) and "
              "a.flags['C_CONTIGUOUS'] and (a == e).all() else 1)\"",
              ours);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+    /* Byte for byte what np.save writes for the same array. */
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import numpy as np, sys; "
+             "e = np.array([[0.5, -1.5, 3], [1e-3, 0, -7]], dtype=np.float32); "
+             "np.save('%s', e); "
+             "sys.exit(0 if open('%s', 'rb').read() == open('%s', 'rb').read() else 1)\"",
+             np_f4, np_f4, ours);
     CU_ASSERT_EQUAL(system(cmd), 0);
     int32_t v[4] = {1, -2, 3, 2147483647};
     int64_t d1[1] = {4};

@@ -503,7 +503,8 @@ static void check_hand(const char *op, const char *args, int n_in, const bt_shap
     CU_ASSERT_EQUAL_FATAL(bt_tensor_numel(&L.out), n_out);
     for (int64_t e = 0; e < n_out; e++) {
         double got = oc_get(&L.out, e);
-        if (!(fabs(got - expected[e]) <= tol)) {
+        const int same_nan = isnan(got) && isnan(expected[e]);
+        if (!same_nan && !(fabs(got - expected[e]) <= tol)) {
             printf("\n  %s %s: element %lld is %.17g, expected %.17g\n", op, args, (long long)e,
                    got, expected[e]);
             CU_FAIL("hand-computed value");
@@ -539,6 +540,8 @@ static void test_forward_hand_values(void)
         const double x2[] = {1000, 1001};
         const double want2[] = {0.2689414213699951, 0.7310585786300049};
         check_hand("softmax", "", 1, &s2, &d, (const double *[]){x2}, NULL, want2, 2, 1e-15);
+        const double x3[] = {-1001, -1000};
+        check_hand("softmax", "", 1, &s2, &d, (const double *[]){x3}, NULL, want2, 2, 1e-15);
     }
     {   /* layernorm of [1, 2, 3, 4]: mean 2.5, variance 1.25; weight [1, 2, 1, 1], bias 0.5 */
         bt_shape s = SH(4);
@@ -568,6 +571,10 @@ static void test_forward_hand_values(void)
         for (int i = 0; i < 16; i++) x[i] = i;
         const double want[] = {5, 7, 13, 15};
         check_hand("maxpool2d", "kernel=2", 1, &s, &d, (const double *[]){x}, NULL, want, 4, 0);
+        /* a NaN in a window propagates to its output, as in PyTorch */
+        x[4] = NAN;
+        const double want_nan[] = {NAN, 7, 13, 15};
+        check_hand("maxpool2d", "kernel=2", 1, &s, &d, (const double *[]){x}, NULL, want_nan, 4, 0);
         bt_shape s3 = SH(1, 3, 3);
         const double ones[] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
         const double want3[] = {4. / 9, 6. / 9, 4. / 9, 6. / 9, 1, 6. / 9, 4. / 9, 6. / 9, 4. / 9};

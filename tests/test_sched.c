@@ -154,8 +154,8 @@ static void test_1f1b_lists(void)
     /* p = 3, m = 4: stage s warms up with min(p-s-1, m) forwards, then F/B pairs, then drains. */
     const char *const p3m4[] = {
         "0F0 0S0 0F1 0S1 0F2 0S2 0r0 0B0 0F3 0S3 0r1 0B1 0r2 0B2 0r3 0B3 0U",
-        "1R0 1F0 1S0 1R1 1F1 1S1 1r0 1B0 1s0 1R2 1F2 1S2 1r1 1B1 1s1 1R3 1F3 1S3 1r2 1B2 1s2 "
-        "1r3 1B3 1s3 1U",
+        ("1R0 1F0 1S0 1R1 1F1 1S1 1r0 1B0 1s0 1R2 1F2 1S2 1r1 1B1 1s1 1R3 1F3 1S3 1r2 1B2 1s2 "
+         "1r3 1B3 1s3 1U"),
         "2R0 2F0 2B0 2s0 2R1 2F1 2B1 2s1 2R2 2F2 2B2 2s2 2R3 2F3 2B3 2s3 2U",
     };
     assert_lists(BT_SCHEDULE_1F1B, 3, 4, p3m4);
@@ -340,42 +340,83 @@ static void test_validate_ordering_errors(void)
         const char *rows[2];
         const char *message;
     } cases[] = {
-        {1, 1, 1, {"0F0 0F0 0B0 0U"},
-         "stage 0, instruction 1 (0F0): second forward for micro-batch 0 (the first is instruction 0)"},
+        {1,
+         1,
+         1,
+         {"0F0 0F0 0B0 0U"},
+         "stage 0, instruction 1 (0F0): second forward for micro-batch 0 (the first is instruction "
+         "0)"},
         {1, 2, 1, {"0F0 0B0 0B1 0U"}, "stage 0: no forward of micro-batch 1"},
         {1, 2, 1, {"0F0 0F1 0B0 0U"}, "stage 0: no backward of micro-batch 1"},
-        {1, 1, 1, {"0B0 0F0 0U"},
-         "stage 0, instruction 0 (0B0): backward of micro-batch 0 before its forward (instruction 1)"},
-        {2, 1, 1, {"0F0 0S0 0r0 0B0 0U", "1F0 1R0 1B0 1s0 1U"},
+        {1,
+         1,
+         1,
+         {"0B0 0F0 0U"},
+         "stage 0, instruction 0 (0B0): backward of micro-batch 0 before its forward (instruction "
+         "1)"},
+        {2,
+         1,
+         1,
+         {"0F0 0S0 0r0 0B0 0U", "1F0 1R0 1B0 1s0 1U"},
          "stage 1, instruction 0 (1F0): forward of micro-batch 0 before the receive of its "
          "activations (instruction 1)"},
-        {2, 1, 1, {"0S0 0F0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
+        {2,
+         1,
+         1,
+         {"0S0 0F0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
          "stage 0, instruction 0 (0S0): send of activations for micro-batch 0 before its forward "
          "(instruction 1)"},
-        {2, 1, 1, {"0F0 0S0 0B0 0r0 0U", "1R0 1F0 1B0 1s0 1U"},
+        {2,
+         1,
+         1,
+         {"0F0 0S0 0B0 0r0 0U", "1R0 1F0 1B0 1s0 1U"},
          "stage 0, instruction 2 (0B0): backward of micro-batch 0 before the receive of its "
          "gradients (instruction 3)"},
-        {2, 1, 1, {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1s0 1B0 1U"},
+        {2,
+         1,
+         1,
+         {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1s0 1B0 1U"},
          "stage 1, instruction 2 (1s0): send of gradients for micro-batch 0 before its backward"},
-        {2, 1, 1, {"0F0 0S0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
+        {2,
+         1,
+         1,
+         {"0F0 0S0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
          "stage 0, instruction 2 (0S0): second send of activations for micro-batch 0 (the first is "
          "instruction 1)"},
-        {1, 1, 1, {"0F0 0B0 0U 0U"},
+        {1,
+         1,
+         1,
+         {"0F0 0B0 0U 0U"},
          "stage 0, instruction 3 (0U): second optimizer step (the first is instruction 2)"},
-        {1, 2, 1, {"0F0 0F1 0B0 0U 0B1"},
+        {1,
+         2,
+         1,
+         {"0F0 0F1 0B0 0U 0B1"},
          "stage 0, instruction 3 (0U): optimizer step before the stage's last backward "
          "(instruction 4)"},
         {1, 1, 1, {"0F0 0B0"}, "stage 0: no optimizer step in a training schedule"},
-        {1, 1, 1, {"0F0 0F1 0B0 0U"},
+        {1,
+         1,
+         1,
+         {"0F0 0F1 0B0 0U"},
          "stage 0, instruction 1 (0F1): micro-batch 1 out of range (the schedule has 1: 0..0)"},
-        {2, 1, 1, {"0R0 0F0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
+        {2,
+         1,
+         1,
+         {"0R0 0F0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1U"},
          "stage 0, instruction 0 (0R0): receive of activations on the first stage, which has no "
          "previous neighbour"},
-        {2, 1, 1, {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1S0 1B0 1s0 1U"},
+        {2,
+         1,
+         1,
+         {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1S0 1B0 1s0 1U"},
          "stage 1, instruction 2 (1S0): send of activations on the last stage, which has no next "
          "neighbour"},
         {1, 1, 0, {"0F0 0B0"}, "stage 0, instruction 1 (0B0): backward in a forward-only schedule"},
-        {1, 1, 0, {"0F0 0U"},
+        {1,
+         1,
+         0,
+         {"0F0 0U"},
          "stage 0, instruction 1 (0U): optimizer step in a forward-only schedule"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -413,7 +454,8 @@ static void test_validate_bad_fields(void)
 
 static void test_validate_accepts_custom_order(void)
 {
-    /* Receives of gradients out of micro-batch order, backwards in reverse order: unusual, valid. */
+    /* Receives of gradients out of micro-batch order, backwards in reverse order: unusual, valid.
+     */
     const char *const rows[] = {
         "0F0 0S0 0F1 0S1 0r1 0r0 0B1 0B0 0U",
         "1R0 1F0 1R1 1F1 1B1 1s1 1B0 1s0 1U",
@@ -642,7 +684,8 @@ int main(void)
         {"validator: missing send", test_validate_missing_send},
         {"validator: missing receive", test_validate_missing_receive},
         {"validator: two-stage deadlock", test_validate_deadlock_two_stages},
-        {"validator: deadlock names every stuck stage", test_validate_deadlock_names_all_stuck_stages},
+        {"validator: deadlock names every stuck stage",
+         test_validate_deadlock_names_all_stuck_stages},
         {"validator: crossed receives deadlock", test_validate_crossed_receives_deadlock},
         {"validator: ordering and count errors", test_validate_ordering_errors},
         {"validator: bad fields", test_validate_bad_fields},

@@ -1,7 +1,8 @@
 /* cli/cmd_schedule.c: `baton schedule`, a window onto sched/. It builds the schedule of the kind,
  * stages and micro-batches asked for, optionally validates it out loud, prints the grid (one row
- * per stage, one column per time slot of a unit-cost run) and one line with the bubble of a run with
- * unit costs (F = B = 1, step 0, instant transfers) and the peak in-flight micro-batches per stage.
+ * per stage, one column per time slot of a unit-cost run) and one line with the bubble of a run
+ * with unit costs (F = B = 1, step 0, instant transfers) and the peak in-flight micro-batches per
+ * stage.
  *
  * Exit codes: 0 success or --help, 1 the library failed (message on stderr), 2 bad usage.
  * This is the only file of the schedule path that prints. */
@@ -26,11 +27,12 @@ static void print_usage(FILE *to)
             "usage: " CMD_NAME " --stages P --microbatches M [--schedule gpipe|1f1b|stream] "
             "[--validate]\n"
             "\n"
-            "Builds a pipeline schedule and prints it as a grid: one row per stage, one column per\n"
-            "time slot of a run with unit costs (forward = backward = optimizer step = 1 slot,\n"
-            "instant transfers). Cells use the notation <stage><op><micro-batch>: F forward,\n"
-            "B backward, U optimizer step; '.' is idle. Then prints the bubble of that run with\n"
-            "a free optimizer step, and the most micro-batches each stage holds at once.\n"
+            "Builds a pipeline schedule and prints it as a grid: one row per stage, one column\n"
+            "per time slot of a run with unit costs (forward = backward = optimizer step = 1\n"
+            "slot, instant transfers). Cells use the notation <stage><op><micro-batch>:\n"
+            "F forward, B backward, U optimizer step; '.' is idle. Then prints the bubble of\n"
+            "that run with a free optimizer step, and the most micro-batches each stage holds\n"
+            "at once.\n"
             "\n"
             "  -p, --stages P         pipeline stages (1..%d)\n"
             "  -m, --microbatches M   micro-batches per step (1..%d)\n"

@@ -8,6 +8,7 @@
  * Invariants of a returned model: every string in it is malloc'ed and owned by it; the graph has
  * at least one layer; a model with train: ends in a loss. Nothing here prints or exits. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,7 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
                                bt_ykind_name(node->kind));
         en->node = node;
         en->stage = -1;
+        L->n_entries = e + 1;
         BT_TRY(bt_ld_require(ld, node, "name", what, node, &v));
         BT_TRY(bt_ld_string(ld, v, "name", &en->name));
         BT_TRY(check_name(L, v, "layer", en->name));
@@ -277,7 +279,6 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
                 BT_TRY(add_expanded(L, node, e, bt_strfmt("%s.%d", en->name, k)));
         }
     }
-    L->n_entries = layers->n;
     if (n_pinned == 0) return BT_OK;
     for (int e = 0; e < L->n_entries; e++) {
         const entry *en = &L->entries[e];

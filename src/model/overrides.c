@@ -90,17 +90,17 @@ static int child_slot(const char *file, const char *ov, bt_ynode *cur, const cha
     }
     for (int i = 0; i < bt_ymap_len(cur); i++)
         if (strcmp(bt_ymap_key(cur, i)->text, part) == 0) return 2 * i + 1;
-    bt_ynode *key = made_node(BT_Y_SCALAR, part, ov);
+    bt_ynode *knode = made_node(BT_Y_SCALAR, part, ov);
     bt_ynode *val = made_node(BT_Y_SCALAR, "", ov);
-    if (!key || !val || bt_ynode_append(cur, key) != BT_OK) {
-        bt_ynode_free(key);
+    if (!knode || !val || bt_ynode_append(cur, knode) != BT_OK) {
+        bt_ynode_free(knode);
         bt_ynode_free(val);
         bt_error(BT_ERR_NOMEM, "override: out of memory");
         return -1;
     }
     if (bt_ynode_append(cur, val) != BT_OK) {
         cur->n--;
-        bt_ynode_free(key);
+        bt_ynode_free(knode);
         bt_ynode_free(val);
         bt_error(BT_ERR_NOMEM, "override: out of memory");
         return -1;

@@ -5,6 +5,7 @@
  * a loaded model's configuration is always runnable as far as the file can tell. */
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -19,17 +19,32 @@
     const REAL *restrict dy = call->out_grad->data;      \
     REAL *restrict dx = call->in_grad[0].data
 
+/* relu's loops take restrict parameters so they vectorise (see ops/vec_tmpl.h). */
+static inline void R(relu_loop)(const REAL *restrict x, REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = x[i] > 0 ? x[i] : 0;);
+}
+
+static inline void R(relu_grad_loop)(const REAL *restrict x, const REAL *restrict dy,
+                                     REAL *restrict dx, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, {
+        const REAL g = dy[i]; /* loaded unconditionally so the select if-converts */
+        dx[i] += x[i] > 0 ? g : 0;
+    });
+}
+
 static bt_status R(relu_forward)(const bt_op_call *call)
 {
-    ACT_FORWARD_SETUP;
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+    R(relu_loop)(call->in[0].data, call->out->data, bt_tensor_numel(call->out));
     return BT_OK;
 }
 
 static bt_status R(relu_backward)(const bt_op_call *call)
 {
-    ACT_BACKWARD_SETUP;
-    for (int64_t i = 0; i < n; i++) dx[i] += x[i] > 0 ? dy[i] : 0;
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    R(relu_grad_loop)(call->in[0].data, call->out_grad->data, call->in_grad[0].data,
+                      bt_tensor_numel(call->out_grad));
     return BT_OK;
 }
 

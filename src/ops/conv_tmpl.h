@@ -2,6 +2,8 @@
  * sample is (C kh kw, Ho Wo): row (c, ki, kj), column (oh, ow) holds x[c, oh sh - ph + ki,
  * ow sw - pw + kj], or 0 where that falls in the padding. */
 
+#include "ops/vec_tmpl.h"
+
 /* Unfolds x (C, H, W) into col (C kh kw, Ho Wo). */
 static void R(im2col)(const conv_config *cf, const REAL *restrict x, REAL *restrict col)
 {
@@ -66,10 +68,7 @@ static bt_status R(conv2d_forward)(const bt_op_call *call)
         REAL *yn = y + n * cf->out * howo;
         if (!cf->pointwise) R(im2col)(cf, xn, col);
         if (b)
-            for (int64_t oc = 0; oc < cf->out; oc++) {
-                REAL *restrict yr = yn + oc * howo;
-                for (int64_t i = 0; i < howo; i++) yr[i] = b[oc];
-            }
+            for (int64_t oc = 0; oc < cf->out; oc++) R(vec_fill)(b[oc], yn + oc * howo, howo);
         GEMM(0, 0, o, n_out, ckk, 1, w, ckk, cf->pointwise ? xn : col, n_out, b ? 1 : 0, yn,
              n_out);
     }

@@ -3,6 +3,8 @@
  * identity. The keep decision for element i of a micro-batch is a pure function of (call->seed,
  * i) through splitmix64, so it is reproducible for a seed and independent of threading or
  * chunking. The forward saves the mask (one byte per element) for the backward. */
+#include <string.h>
+
 #include "ops/ops.h"
 
 typedef struct dropout_config {

@@ -1,28 +1,51 @@
 /* ops/layernorm_tmpl.h: layernorm kernels for one float type (see ops/real.h). saved holds
- * (mean, rstd) per row as doubles; statistics accumulate in double. */
+ * (mean, rstd) per row as doubles; statistics accumulate in double. The per-element row loops
+ * take restrict parameters so they vectorise (see ops/vec_tmpl.h). */
+
+#include "ops/vec_tmpl.h"
+
+/* y = (x - m) s w + b over one row */
+static inline void R(ln_apply)(const REAL *restrict x, REAL m, REAL s, const REAL *restrict w,
+                               const REAL *restrict b, REAL *restrict y, int64_t d)
+{
+    BT_OPS_VLOOP(j, d, y[j] = (x[j] - m) * s * w[j] + b[j];);
+}
+
+/* dw += dy (x - m) s over one row */
+static inline void R(ln_acc_dw)(const REAL *restrict x, REAL m, REAL s, const REAL *restrict dy,
+                                REAL *restrict dw, int64_t d)
+{
+    BT_OPS_VLOOP(j, d, dw[j] += dy[j] * (x[j] - m) * s;);
+}
+
+/* dx += s (dy w - mg - xhat mgx), xhat = (x - m) s, over one row */
+static inline void R(ln_acc_dx)(const REAL *restrict x, REAL m, REAL s, const REAL *restrict dy,
+                                const REAL *restrict w, REAL mg, REAL mgx, REAL *restrict dx,
+                                int64_t d)
+{
+    BT_OPS_VLOOP(j, d, dx[j] += s * (dy[j] * w[j] - mg - (x[j] - m) * s * mgx););
+}
 
 static bt_status R(layernorm_forward)(const bt_op_call *call)
 {
     const layernorm_config *cfg = call->config;
     const int64_t d = cfg->d, rows = bt_tensor_numel(call->out) / d;
-    const REAL *x = call->in[0].data;                    /* (rows, d) */
-    const REAL *restrict w = call->param[0].data;        /* (d) */
-    const REAL *restrict b = call->param[1].data;        /* (d) */
-    REAL *y = call->out->data;                           /* (rows, d) */
-    double *stats = call->saved;                         /* (rows, 2); may be NULL */
+    const REAL *x = call->in[0].data;    /* (rows, d) */
+    const REAL *w = call->param[0].data; /* (d) */
+    const REAL *b = call->param[1].data; /* (d) */
+    REAL *y = call->out->data;           /* (rows, d) */
+    double *stats = call->saved;         /* (rows, 2); may be NULL */
     for (int64_t r = 0; r < rows; r++) {
-        const REAL *restrict xr = x + r * d;
-        REAL *restrict yr = y + r * d;
+        const REAL *xr = x + r * d;
         double sum = 0, sq = 0;
         for (int64_t j = 0; j < d; j++) sum += xr[j];
         const double mean = sum / (double)d;
         for (int64_t j = 0; j < d; j++) {
-            double c = xr[j] - mean;
+            const double c = xr[j] - mean;
             sq += c * c;
         }
         const double rstd = 1.0 / sqrt(sq / (double)d + cfg->eps);
-        const REAL m = (REAL)mean, s = (REAL)rstd;
-        for (int64_t j = 0; j < d; j++) yr[j] = (xr[j] - m) * s * w[j] + b[j];
+        R(ln_apply)(xr, (REAL)mean, (REAL)rstd, w, b, y + r * d, d);
         if (stats) {
             stats[2 * r] = mean;
             stats[2 * r + 1] = rstd;
@@ -35,37 +58,30 @@ static bt_status R(layernorm_backward)(const bt_op_call *call)
 {
     const layernorm_config *cfg = call->config;
     const int64_t d = cfg->d, rows = bt_tensor_numel(call->out_grad) / d;
-    const REAL *x = call->in[0].data;                    /* (rows, d) */
-    const REAL *restrict w = call->param[0].data;        /* (d) */
-    const REAL *dy = call->out_grad->data;               /* (rows, d) */
-    const double *stats = call->saved;                   /* (rows, 2) */
+    const REAL *x = call->in[0].data;      /* (rows, d) */
+    const REAL *w = call->param[0].data;   /* (d) */
+    const REAL *dy = call->out_grad->data; /* (rows, d) */
+    const double *stats = call->saved;     /* (rows, 2) */
     REAL *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
-    REAL *restrict dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0])
-                            ? call->param_grad[0].data : NULL;
-    REAL *restrict db = call->param_grad && BT_OPS_WANTS(&call->param_grad[1])
-                            ? call->param_grad[1].data : NULL;
+    REAL *dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0])
+                   ? call->param_grad[0].data : NULL;
+    REAL *db = call->param_grad && BT_OPS_WANTS(&call->param_grad[1])
+                   ? call->param_grad[1].data : NULL;
     for (int64_t r = 0; r < rows; r++) {
-        const REAL *restrict xr = x + r * d;
-        const REAL *restrict dyr = dy + r * d;
+        const REAL *xr = x + r * d, *dyr = dy + r * d;
         const REAL m = (REAL)stats[2 * r], s = (REAL)stats[2 * r + 1];
-        if (dw)
-            for (int64_t j = 0; j < d; j++) dw[j] += dyr[j] * (xr[j] - m) * s;
-        if (db)
-            for (int64_t j = 0; j < d; j++) db[j] += dyr[j];
+        if (dw) R(ln_acc_dw)(xr, m, s, dyr, dw, d);
+        if (db) R(vec_acc)(dyr, db, d);
         if (!dx) continue;
-        /* g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) */
+        /* g = dy w; dx = rstd (g - mean(g) - xhat mean(g xhat)) */
         double sum_g = 0, sum_gx = 0;
         for (int64_t j = 0; j < d; j++) {
-            REAL g = dyr[j] * w[j];
+            const double g = (double)dyr[j] * w[j];
             sum_g += g;
-            sum_gx += (double)g * ((xr[j] - m) * s);
+            sum_gx += g * (((double)xr[j] - m) * s);
         }
-        const REAL mg = (REAL)(sum_g / (double)d), mgx = (REAL)(sum_gx / (double)d);
-        REAL *restrict dxr = dx + r * d;
-        for (int64_t j = 0; j < d; j++) {
-            REAL xhat = (xr[j] - m) * s;
-            dxr[j] += s * (dyr[j] * w[j] - mg - xhat * mgx);
-        }
+        R(ln_acc_dx)(xr, m, s, dyr, w, (REAL)(sum_g / (double)d), (REAL)(sum_gx / (double)d),
+                     dx + r * d, d);
     }
     return BT_OK;
 }

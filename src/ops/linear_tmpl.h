@@ -1,6 +1,8 @@
 /* ops/linear_tmpl.h: linear kernels for one float type (see ops/real.h). rows = every element of
  * the input but the last dimension, batch included. */
 
+#include "ops/vec_tmpl.h"
+
 static bt_status R(linear_forward)(const bt_op_call *call)
 {
     const linear_config *cfg = call->config;
@@ -36,11 +38,8 @@ static bt_status R(linear_backward)(const bt_op_call *call)
         GEMM(1, 0, out, in, rows, 1, dy, out, x, in, 1, dw, in);
     }
     if (cfg->bias && call->param_grad && BT_OPS_WANTS(&call->param_grad[1])) {
-        REAL *restrict db = call->param_grad[1].data; /* (out) += column sums of dY */
-        for (int r = 0; r < rows; r++) {
-            const REAL *restrict dyr = dy + (size_t)r * out;
-            for (int j = 0; j < out; j++) db[j] += dyr[j];
-        }
+        REAL *db = call->param_grad[1].data; /* (out) += column sums of dY */
+        for (int r = 0; r < rows; r++) R(vec_acc)(dy + (size_t)r * out, db, out);
     }
     return BT_OK;
 }

@@ -87,7 +87,8 @@ static bt_status check_problem(const bt_partition_problem *pr, const bt_partitio
     if (L < 1) return bt_error(BT_ERR_INVALID_ARG, "partition: %d layers (need at least 1)", L);
     if (D < 1) return bt_error(BT_ERR_INVALID_ARG, "partition: %d devices (need at least 1)", D);
     if (p < 1 || p > BT_MAX_STAGES)
-        return bt_error(BT_ERR_INVALID_ARG, "partition: %d stages (need 1 to %d)", p, BT_MAX_STAGES);
+        return bt_error(BT_ERR_INVALID_ARG, "partition: %d stages (need 1 to %d)", p,
+                        BT_MAX_STAGES);
     if (p > L)
         return bt_error(BT_ERR_INVALID_ARG,
                         "partition: cannot cut %d layers into %d non-empty stages", L, p);
@@ -95,10 +96,11 @@ static bt_status check_problem(const bt_partition_problem *pr, const bt_partitio
         return bt_error(BT_ERR_INVALID_ARG, "partition: %d stages need %d devices, %d given", p, p,
                         D);
     if (pr->permute && D > BT_PARTITION_MAX_PERMUTED_DEVICES)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "partition: reordering %d devices is not supported (at most %d); place them "
-                        "in order instead",
-                        D, BT_PARTITION_MAX_PERMUTED_DEVICES);
+        return bt_error(
+            BT_ERR_INVALID_ARG,
+            "partition: reordering %d devices is not supported (at most %d); place them "
+            "in order instead",
+            D, BT_PARTITION_MAX_PERMUTED_DEVICES);
     if (pr->microbatches < 1)
         return bt_error(BT_ERR_INVALID_ARG, "partition: %d micro-batches (need at least 1)",
                         pr->microbatches);
@@ -233,7 +235,8 @@ static bt_status search(const bt_partition_problem *pr, const int *inflight,
                 for (int j2 = j + 1; j2 <= j2_max; j2++) {
                     int l = j2 - 1;
                     t += pr->cost[(size_t)d * L + l];
-                    if (pr->static_bytes) static_sum = add_saturating(static_sum, pr->static_bytes[l]);
+                    if (pr->static_bytes)
+                        static_sum = add_saturating(static_sum, pr->static_bytes[l]);
                     if (pr->act_bytes) act_sum = add_saturating(act_sum, pr->act_bytes[l]);
                     uint64_t bytes = stage_bytes(static_sum, act_sum, inflight[k]);
                     if (objective == MINIMISE_TIME && bytes > cap) break;
@@ -315,19 +318,18 @@ static bt_status explain_misfit(const bt_partition_problem *pr, const int *infli
         if (pr->act_bytes) act_sum = add_saturating(act_sum, pr->act_bytes[l]);
     }
     char need[32], has[32], weights[32], acts[32];
-    return bt_error(BT_ERR_INVALID_ARG,
-                    "no placement of %d layers on %d stages fits in device memory (%s schedule, %d "
-                    "micro-batches): the closest still puts layers %d..%d (stage %d) on device %d, "
-                    "needing %s (%s of weights, gradients and optimizer state + %d in-flight "
-                    "micro-batches x %s of activations) where device %d has %s%s",
-                    pr->layers, pr->stages, bt_schedule_name(pr->schedule), pr->microbatches, a,
-                    b - 1, worst, closest.device[worst],
-                    format_bytes(closest.stage_bytes[worst], need, sizeof need),
-                    format_bytes(static_sum, weights, sizeof weights), closest.inflight[worst],
-                    format_bytes(act_sum, acts, sizeof acts), closest.device[worst],
-                    format_bytes(device_capacity(pr, closest.device[worst]), has, sizeof has),
-                    !pr->permute && pr->devices > 1 ? "; letting the planner reorder devices may help"
-                                                    : "");
+    return bt_error(
+        BT_ERR_INVALID_ARG,
+        "no placement of %d layers on %d stages fits in device memory (%s schedule, %d "
+        "micro-batches): the closest still puts layers %d..%d (stage %d) on device %d, "
+        "needing %s (%s of weights, gradients and optimizer state + %d in-flight "
+        "micro-batches x %s of activations) where device %d has %s%s",
+        pr->layers, pr->stages, bt_schedule_name(pr->schedule), pr->microbatches, a, b - 1, worst,
+        closest.device[worst], format_bytes(closest.stage_bytes[worst], need, sizeof need),
+        format_bytes(static_sum, weights, sizeof weights), closest.inflight[worst],
+        format_bytes(act_sum, acts, sizeof acts), closest.device[worst],
+        format_bytes(device_capacity(pr, closest.device[worst]), has, sizeof has),
+        !pr->permute && pr->devices > 1 ? "; letting the planner reorder devices may help" : "");
 }
 
 bt_status bt_partition_optimal(const bt_partition_problem *pr, bt_partition_plan *out)
@@ -440,8 +442,8 @@ bt_status bt_partition_uniform(int layers, int stages, int *first_layer)
 }
 
 /* Min-max over contiguous cuts of [0, layers) into stages. The score of a stage is its weight sum
- * (by_count 0) or its layer count (by_count 1); a stage whose weight sum exceeds weight_limit is not
- * allowed. On success fills first_layer and *optimum; *found 0 when no cut is allowed. */
+ * (by_count 0) or its layer count (by_count 1); a stage whose weight sum exceeds weight_limit is
+ * not allowed. On success fills first_layer and *optimum; *found 0 when no cut is allowed. */
 static bt_status balance(int layers, int stages, const double *weight, double weight_limit,
                          int by_count, int *first_layer, double *optimum, int *found)
 {

@@ -39,7 +39,7 @@
 
 typedef struct bt_partition_problem {
     int layers;                   /* L >= 1, in pipeline order */
-    int devices;                  /* D >= 1: device slots (two stages sharing a GPU are two slots) */
+    int devices;                  /* D >= 1: device slots (stages sharing a GPU: two slots) */
     int stages;                   /* 1 <= p <= min(L, D, BT_MAX_STAGES) */
     const double *cost;           /* [D * L]: cost[d * L + l] ms of forward + backward of layer l
                                    * for one micro-batch on device d; finite, >= 0 */

@@ -179,8 +179,9 @@ int bt_schedule_max_inflight(const bt_schedule *sched, int stage)
 void bt_instr_format(int stage, const bt_instr *ins, char *buf, size_t size)
 {
     static const char letter[] = {
-        [BT_I_FWD] = 'F',       [BT_I_BWD] = 'B',       [BT_I_SEND_ACT] = 'S', [BT_I_RECV_ACT] = 'R',
-        [BT_I_SEND_GRAD] = 's', [BT_I_RECV_GRAD] = 'r', [BT_I_STEP] = 'U',
+        [BT_I_FWD] = 'F',      [BT_I_BWD] = 'B',       [BT_I_SEND_ACT] = 'S',
+        [BT_I_RECV_ACT] = 'R', [BT_I_SEND_GRAD] = 's', [BT_I_RECV_GRAD] = 'r',
+        [BT_I_STEP] = 'U',
     };
     if (!buf || size == 0) return;
     if (!ins || (unsigned)ins->kind > BT_I_STEP) {
@@ -261,21 +262,19 @@ char *bt_schedule_format_grid(const bt_schedule *sched)
     size_t row_bytes = (size_t)label + 2 + (size_t)slots * (size_t)(width + 1) + 1;
     text = malloc(row_bytes * (size_t)(p + 1) + 1);
     if (!text) goto nomem;
-    char *at = text;
-    at += sprintf(at, "%-*s ", label, "slot");
-    for (int t = 0; t < slots; t++) {
-        if (t == slots - 1) at += sprintf(at, " %d", t);
-        else at += sprintf(at, " %-*d", width, t);
-    }
+    char *at = text, *text_end = text + row_bytes * (size_t)(p + 1) + 1;
+    at += snprintf(at, (size_t)(text_end - at), "%-*s ", label, "slot");
+    for (int t = 0; t < slots; t++)
+        at += snprintf(at, (size_t)(text_end - at), " %-*d", t == slots - 1 ? 0 : width, t);
     *at++ = '\n';
     for (int s = 0; s < p; s++) {
-        at += sprintf(at, "stage %-*d ", label - (int)strlen("stage "), s);
+        int stage_digits = label - (int)strlen("stage ");
+        at += snprintf(at, (size_t)(text_end - at), "stage %-*d ", stage_digits, s);
         for (int t = 0; t < slots; t++) {
             const bt_instr *ins = cell[(size_t)s * slots + t];
             if (ins) bt_instr_format(s, ins, token, sizeof token);
             else strcpy(token, ".");
-            if (t == slots - 1) at += sprintf(at, " %s", token);
-            else at += sprintf(at, " %-*s", width, token);
+            at += snprintf(at, (size_t)(text_end - at), " %-*s", t == slots - 1 ? 0 : width, token);
         }
         *at++ = '\n';
     }

@@ -86,7 +86,7 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
 {
     bt_status st = BT_OK;
     int *pos = NULL;
-    double *clock = NULL, *act_arrives = NULL, *grad_arrives = NULL;
+    double *stage_free_at = NULL, *act_arrives = NULL, *grad_arrives = NULL;
 
     if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_simulate: out is NULL");
     memset(out, 0, sizeof *out);
@@ -97,12 +97,12 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
     int p = sched->stages, m = sched->microbatches;
     size_t cells = (size_t)p * (size_t)m;
     pos = calloc((size_t)p, sizeof *pos);
-    clock = calloc((size_t)p, sizeof *clock);
+    stage_free_at = calloc((size_t)p, sizeof *stage_free_at);
     /* act_arrives[s * m + mb]: when stage s's activations of mb reach s+1 (NAN: not sent yet);
      * grad_arrives likewise for gradients reaching s-1. */
     act_arrives = malloc(cells * sizeof *act_arrives);
     grad_arrives = malloc(cells * sizeof *grad_arrives);
-    if (!pos || !clock || !act_arrives || !grad_arrives) {
+    if (!pos || !stage_free_at || !act_arrives || !grad_arrives) {
         st = bt_error(BT_ERR_NOMEM, "out of memory simulating a schedule");
         goto fail;
     }
@@ -111,9 +111,10 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
     for (;;) {
         int progress = 0, done = 1;
         for (int s = 0; s < p; s++) {
+            int blocked = 0;
             while (pos[s] < sched->len[s]) {
                 const bt_instr *ins = &sched->list[s][pos[s]];
-                double start = clock[s], end = start;
+                double start = stage_free_at[s], end = start;
                 switch (ins->kind) {
                 case BT_I_FWD:
                     end = start + costs->fwd[s];
@@ -139,19 +140,19 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
                 case BT_I_RECV_GRAD: {
                     const double *arrives = ins->kind == BT_I_RECV_ACT ? act_arrives : grad_arrives;
                     double at = arrives[(size_t)ins->peer * m + ins->mb];
-                    if (isnan(at)) goto blocked;
+                    blocked = isnan(at); /* its SEND has not run yet */
                     end = at > start ? at : start;
                     break;
                 }
                 }
+                if (blocked) break;
                 out->start[s][pos[s]] = start;
                 out->end[s][pos[s]] = end;
-                clock[s] = end;
+                stage_free_at[s] = end;
                 if (end > out->step_time) out->step_time = end;
                 pos[s]++;
                 progress = 1;
             }
-        blocked:
             if (pos[s] < sched->len[s]) done = 0;
         }
         if (done) break;
@@ -171,7 +172,7 @@ fail:
 done:
     free(grad_arrives);
     free(act_arrives);
-    free(clock);
+    free(stage_free_at);
     free(pos);
     return st;
 }

@@ -2,8 +2,8 @@
  *
  * The checks run in four passes and the first failure is reported:
  *   1. each instruction alone: known kind, micro-batch in range (-1 for STEP), the peer a SEND or
- *      RECV names is the neighbour its kind talks to (and exists), no backward-pass instruction in a
- *      forward-only schedule;
+ *      RECV names is the neighbour its kind talks to (and exists), no backward-pass instruction
+ *      in a forward-only schedule;
  *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training), each
  *      send and receive occurs at most once per micro-batch, BWD after its FWD, RECV_ACT before the
  *      FWD that needs it, RECV_GRAD before the BWD that needs it, SEND_ACT after its FWD,
@@ -31,7 +31,6 @@
 /* Per stage, per micro-batch: the index of the first instruction of each kind, NOT_SEEN if none.
  * Indexed [kind][s * m + mb]. */
 typedef struct stage_index {
-    int p, m;
     int *first[BT_I_STEP];
 } stage_index;
 
@@ -81,7 +80,8 @@ static int is_transfer(bt_instr_kind kind)
 
 static int is_backward_pass(bt_instr_kind kind)
 {
-    return kind == BT_I_BWD || kind == BT_I_SEND_GRAD || kind == BT_I_RECV_GRAD || kind == BT_I_STEP;
+    return kind == BT_I_BWD || kind == BT_I_SEND_GRAD || kind == BT_I_RECV_GRAD ||
+           kind == BT_I_STEP;
 }
 
 /* Fails with "stage S, instruction I (TOKEN): <message>". */
@@ -134,11 +134,12 @@ static bt_status check_instructions(const bt_schedule *sched)
                                kind_phrase(ins->kind));
             if (ins->kind == BT_I_STEP) {
                 if (ins->mb != -1)
-                    return fail_at(sched, s, i, "optimizer step carries micro-batch %d (must be -1)",
-                                   ins->mb);
+                    return fail_at(sched, s, i,
+                                   "optimizer step carries micro-batch %d (must be -1)", ins->mb);
             } else if (ins->mb < 0 || ins->mb >= m) {
-                return fail_at(sched, s, i, "micro-batch %d out of range (the schedule has %d: 0..%d)",
-                               ins->mb, m, m - 1);
+                return fail_at(sched, s, i,
+                               "micro-batch %d out of range (the schedule has %d: 0..%d)", ins->mb,
+                               m, m - 1);
             }
             int want = expected_peer(ins->kind, s);
             if (is_transfer(ins->kind)) {
@@ -167,8 +168,6 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
 {
     int p = sched->stages, m = sched->microbatches;
     size_t cells = (size_t)p * (size_t)m;
-    idx->p = p;
-    idx->m = m;
     for (int k = 0; k < BT_I_STEP; k++) {
         idx->first[k] = malloc(cells * sizeof *idx->first[k]);
         if (!idx->first[k]) return bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
@@ -181,14 +180,15 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
             const bt_instr *ins = &sched->list[s][i];
             if (ins->kind == BT_I_STEP) {
                 if (step_at != NOT_SEEN)
-                    return fail_at(sched, s, i, "second optimizer step (the first is instruction %d)",
-                                   step_at);
+                    return fail_at(sched, s, i,
+                                   "second optimizer step (the first is instruction %d)", step_at);
                 step_at = i;
                 continue;
             }
             int *first = &idx->first[ins->kind][(size_t)s * m + ins->mb];
             if (*first != NOT_SEEN)
-                return fail_at(sched, s, i, "second %s for micro-batch %d (the first is instruction %d)",
+                return fail_at(sched, s, i,
+                               "second %s for micro-batch %d (the first is instruction %d)",
                                kind_phrase(ins->kind), ins->mb, *first);
             *first = i;
             if (ins->kind == BT_I_BWD) last_bwd = i;
@@ -198,7 +198,8 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
             size_t c = (size_t)s * m + mb;
             int fwd = idx->first[BT_I_FWD][c], bwd = idx->first[BT_I_BWD][c];
             int recv_act = idx->first[BT_I_RECV_ACT][c], send_act = idx->first[BT_I_SEND_ACT][c];
-            int recv_grad = idx->first[BT_I_RECV_GRAD][c], send_grad = idx->first[BT_I_SEND_GRAD][c];
+            int recv_grad = idx->first[BT_I_RECV_GRAD][c],
+                send_grad = idx->first[BT_I_SEND_GRAD][c];
             if (fwd == NOT_SEEN)
                 return bt_error(BT_ERR_SCHEDULE, "stage %d: no forward of micro-batch %d", s, mb);
             if (sched->training && bwd == NOT_SEEN)
@@ -219,17 +220,17 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
                 return fail_at(sched, s, bwd, "backward of micro-batch %d has no receive of its "
                                "gradients from stage %d", mb, s + 1);
             if (recv_grad != NOT_SEEN && bwd != NOT_SEEN && recv_grad > bwd)
-                return fail_at(sched, s, bwd, "backward of micro-batch %d before the receive of its "
-                               "gradients (instruction %d)", mb, recv_grad);
+                return fail_at(sched, s, bwd, "backward of micro-batch %d before the receive of "
+                               "its gradients (instruction %d)", mb, recv_grad);
             if (send_grad != NOT_SEEN && (bwd == NOT_SEEN || send_grad < bwd))
-                return fail_at(sched, s, send_grad, "send of gradients for micro-batch %d before its "
-                               "backward", mb);
+                return fail_at(sched, s, send_grad,
+                               "send of gradients for micro-batch %d before its backward", mb);
         }
 
         if (sched->training) {
             if (step_at == NOT_SEEN)
-                return bt_error(BT_ERR_SCHEDULE, "stage %d: no optimizer step in a training schedule",
-                                s);
+                return bt_error(BT_ERR_SCHEDULE,
+                                "stage %d: no optimizer step in a training schedule", s);
             if (step_at < last_bwd)
                 return fail_at(sched, s, step_at, "optimizer step before the stage's last backward "
                                "(instruction %d)", last_bwd);
@@ -297,7 +298,7 @@ static bt_status report_wait_cycle(const bt_schedule *sched, const int *pos)
     }
     for (int step = 0; step < p && walker >= 0; step++) walker = waits_on[walker];
     if (walker < 0) {
-        st = bt_error(BT_ERR_INTERNAL, "schedule validation: a stuck stage waits on a finished one");
+        st = bt_error(BT_ERR_INTERNAL, "validation: a stuck stage waits on a finished one");
         goto out;
     }
     for (int s = walker; !in_cycle[s]; s = waits_on[s]) in_cycle[s] = 1;

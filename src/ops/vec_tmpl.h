@@ -1,0 +1,53 @@
+/* ops/vec_tmpl.h: elementwise array loops for one float type (see ops/real.h), shared by the op
+ * templates. They take their arrays as restrict parameters and run through BT_OPS_VLOOP: GCC at
+ * -O2 vectorises a loop only when it needs no run-time alias check, and it learns that from
+ * restrict parameters (also once inlined), not from restrict locals loaded out of a struct. An
+ * output may not overlap an input; read-only inputs may be the same array. */
+
+/* y = a + b */
+static inline void R(vec_add)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
+                              int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = a[i] + b[i];);
+}
+
+/* y = a * b */
+static inline void R(vec_mul)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
+                              int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = a[i] * b[i];);
+}
+
+/* y += x */
+static inline void R(vec_acc)(const REAL *restrict x, REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] += x[i];);
+}
+
+/* y += x * w */
+static inline void R(vec_acc_mul)(const REAL *restrict x, const REAL *restrict w,
+                                  REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] += x[i] * w[i];);
+}
+
+/* y = x * scale where mask is 1, 0 where it is 0 */
+static inline void R(vec_mask_scale)(const REAL *restrict x, const unsigned char *restrict mask,
+                                     REAL scale, REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = x[i] * (scale * (REAL)mask[i]););
+}
+
+/* y += x * scale where mask is 1 */
+static inline void R(vec_acc_mask_scale)(const REAL *restrict x,
+                                         const unsigned char *restrict mask, REAL scale,
+                                         REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] += x[i] * (scale * (REAL)mask[i]););
+}
+
+/* y = v */
+static inline void R(vec_fill)(REAL v, REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = v;);
+}
