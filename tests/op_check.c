@@ -25,7 +25,8 @@ bt_args *oc_args(const char *spec)
     if (bt_args_create(&args) != BT_OK) return NULL;
     if (!spec) return args;
     snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq) goto fail;
         *eq = '\0';

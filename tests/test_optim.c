@@ -89,7 +89,8 @@ static void run_three_steps(const bt_optimizer_config *cfg, const double expect[
         for (int i = 0; i < 3; i++) {
             CU_ASSERT(close_to(w[i], expect[t - 1][i], 1e-13));
             CU_ASSERT(close_to(wf[i], expect[t - 1][i], 2e-6));
-            if (!close_to(w[i], expect[t - 1][i], 1e-13) || !close_to(wf[i], expect[t - 1][i], 2e-6))
+            if (!close_to(w[i], expect[t - 1][i], 1e-13) ||
+                !close_to(wf[i], expect[t - 1][i], 2e-6))
                 printf("\n    step %d [%d]: f64 %.17g f32 %.9g want %.17g", t, i, w[i], wf[i],
                        expect[t - 1][i]);
         }
@@ -391,7 +392,8 @@ static void test_lr_cosine(void)
     CU_ASSERT(close_to(bt_lr_at(&s, 1.0, 20, 12), 0.1, 1e-15));
     /* Monotone non-increasing after the warm-up. */
     int mono = 1;
-    for (int64_t k = 2; k < 15; k++) mono &= bt_lr_at(&s, 1.0, k + 1, 12) <= bt_lr_at(&s, 1.0, k, 12);
+    for (int64_t k = 2; k < 15; k++)
+        mono &= bt_lr_at(&s, 1.0, k + 1, 12) <= bt_lr_at(&s, 1.0, k, 12);
     CU_ASSERT(mono);
     /* No warm-up, min 0, 5 steps: span 4; step 2 (p = 1/2) is half of lr. */
     s = sched(BT_LR_COSINE, 0, 0, 0, 0.0);

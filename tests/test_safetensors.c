@@ -402,8 +402,8 @@ static void test_corrupt_files(void)
               1, zeros, 20);
     expect_reject(path, "tensor 'fc1.bias'", "hole");
     /* A hole at the start. */
-    write_raw(path, -1, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 1, zeros,
-              8);
+    write_raw(path, -1, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 1,
+              zeros, 8);
     expect_reject(path, "tensor 'x'", "hole");
 
     /* Size mismatch: extra bytes after the last tensor. */
@@ -411,8 +411,8 @@ static void test_corrupt_files(void)
     expect_reject(path, "size mismatch", NULL);
 
     /* Unknown dtype. */
-    write_raw(path, -1, "{\"fc1.weight\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 1,
-              zeros, 4);
+    write_raw(path, -1, "{\"fc1.weight\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+              1, zeros, 4);
     expect_reject(path, "tensor 'fc1.weight'", "unknown dtype 'Q7'");
 
     /* Shape disagrees with the offsets: [3] F32 needs 12 bytes, the offsets span 8. */

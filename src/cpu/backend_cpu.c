@@ -89,17 +89,9 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
 static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *x, size_t n,
                                  double *out)
 {
-    double s = 0;
-    if (dtype == BT_F32) {
-        const float *v = x;
-        for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
-    } else if (dtype == BT_F64) {
-        const double *v = x;
-        for (size_t i = 0; i < n; i++) s += v[i] * v[i];
-    } else {
-        return bt_error(BT_ERR_INTERNAL, "sum_squares: dtype %s", bt_dtype_name(dtype));
-    }
-    *out = s;
+    if (dtype == BT_F32) *out = bt_optim_sumsq_f32(x, (int64_t)n);
+    else if (dtype == BT_F64) *out = bt_optim_sumsq_f64(x, (int64_t)n);
+    else return bt_error(BT_ERR_INTERNAL, "sum_squares: dtype %s", bt_dtype_name(dtype));
     return BT_OK;
 }
 

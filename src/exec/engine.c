@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "exec/exec_internal.h"
+#include "train/lr_schedule.h"
 #include "train/optim.h"
 
 void bt_engine_params_init(bt_engine_params *p)
@@ -317,6 +318,12 @@ static bt_status start_workers(bt_engine *e)
         w->stage = s;
         w->cur_instr = -1;
         w->last_done = -1;
+        int cap = 0;
+        if (e->train_sched) cap = e->train_sched->len[s];
+        if (e->infer_sched->len[s] > cap) cap = e->infer_sched->len[s];
+        w->trace = calloc((size_t)cap + 1, sizeof *w->trace);
+        if (!w->trace) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+        w->trace_cap = cap;
         if (pthread_create(&w->thread, NULL, bt_worker_main, w) != 0)
             return bt_error(BT_ERR_NOMEM, "cannot start the worker thread of stage %d", s);
         w->started = 1;
@@ -419,6 +426,7 @@ void bt_engine_destroy(bt_engine *e)
     free(e->channels);
     for (int s = 0; e->stage && s < e->stages; s++) stage_free(&e->stage[s]);
     free(e->stage);
+    for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
     free(e->sumsq);
     bt_schedule_destroy(e->train_sched);
@@ -479,6 +487,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->grad_norm = 0;
 
     double t0 = wall_ms();
+    e->step_t0_ms = t0;
     pthread_mutex_lock(&e->mu);
     e->job = job;
     e->done_count = 0;
@@ -628,6 +637,20 @@ bt_status bt_engine_memory(const bt_engine *e, int s, bt_memory_stats *out)
 }
 
 int64_t bt_engine_step(const bt_engine *e) { return e ? e->step : 0; }
+
+void bt_engine_set_tracing(bt_engine *e, int on) { e->tracing = on != 0; }
+
+const bt_schedule *bt_engine_last_schedule(const bt_engine *e) { return e->job_sched; }
+
+const bt_trace_rec *bt_engine_trace(const bt_engine *e, int stage, int *n)
+{
+    if (stage < 0 || stage >= e->stages) {
+        *n = 0;
+        return NULL;
+    }
+    *n = e->worker[stage].n_trace;
+    return e->worker[stage].trace;
+}
 
 void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)
 {

@@ -75,6 +75,15 @@ typedef struct bt_stage {
 
 typedef enum bt_job_kind { BT_JOB_NONE, BT_JOB_GRADS, BT_JOB_TRAIN, BT_JOB_FORWARD, BT_JOB_EXIT } bt_job_kind;
 
+/* What a worker measured for one instruction of the last step (times in ms from the step's
+ * start); kept for every instruction when the engine traces, so the timeline is the real run. */
+typedef struct bt_trace_rec {
+    int instr;                 /* index into the job schedule's list for this stage */
+    double start_ms, end_ms;
+    size_t bytes;              /* SEND/RECV: bytes moved */
+    int live;                  /* micro-batches held after the instruction */
+} bt_trace_rec;
+
 typedef struct bt_worker {
     struct bt_engine *engine;
     int stage;
@@ -88,6 +97,8 @@ typedef struct bt_worker {
     int last_done;             /* index of the last completed instruction */
     bt_status status;
     char error[2048];
+    bt_trace_rec *trace;       /* [trace_cap], filled when engine->tracing */
+    int n_trace, trace_cap;
 } bt_worker;
 
 struct bt_engine {
@@ -124,6 +135,9 @@ struct bt_engine {
     uint64_t barrier_generation;
     pthread_cond_t cv_barrier;
     double grad_norm;
+    /* timeline of the last step (see bt_trace_rec) */
+    int tracing;
+    double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
     /* failure */
     volatile int abort;
     /* test hook: a stage that silently skips one send (watchdog tests) */
@@ -142,6 +156,12 @@ void bt_channel_post(bt_channel *ch, int mb);
 bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s);
 /* Wakes every waiter (abort). */
 void bt_channels_wake_all(bt_engine *e);
+
+/* Turns per-instruction recording on or off (off by default; it costs two clock reads). */
+void bt_engine_set_tracing(bt_engine *engine, int on);
+/* The last job's schedule and stage's records; valid until the next step. */
+const bt_schedule *bt_engine_last_schedule(const bt_engine *engine);
+const bt_trace_rec *bt_engine_trace(const bt_engine *engine, int stage, int *n);
 
 /* Test hook: stage skips its send of micro-batch mb (activations or gradients) in later steps. */
 void bt_engine_test_drop_send(bt_engine *engine, int stage, int mb);

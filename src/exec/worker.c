@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "exec/exec_internal.h"
+#include "train/optim.h"
 
 static double now_ms(void)
 {
@@ -323,9 +324,7 @@ static bt_status run_step(bt_engine *e, bt_stage *st)
     for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
     double norm = sqrt(total);
     if (st->index == 0) e->grad_norm = norm;
-    double scale = 1.0;
-    if (e->params.clip_norm > 0 && norm > e->params.clip_norm)
-        scale = e->params.clip_norm / (norm + 1e-6);
+    double scale = e->params.clip_norm > 0 ? bt_optim_clip_scale(norm, e->params.clip_norm) : 1.0;
     for (int i = 0; i < st->n_params; i++) {
         bt_param_store *p = &st->params[i];
         BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
@@ -367,6 +366,23 @@ static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_in
     return bt_error(BT_ERR_INTERNAL, "unknown instruction kind %d", (int)ins->kind);
 }
 
+/* Bytes a SEND or RECV instruction moves (0 for compute). */
+static size_t instr_bytes(const bt_stage *st, const bt_instr *ins)
+{
+    size_t bytes = 0;
+    bt_channel *const *ch = NULL;
+    int n = 0;
+    switch (ins->kind) {
+    case BT_I_SEND_ACT: ch = st->out_act, n = st->n_out_act; break;
+    case BT_I_RECV_ACT: ch = st->in_act, n = st->n_in_act; break;
+    case BT_I_SEND_GRAD: ch = st->out_grad, n = st->n_out_grad; break;
+    case BT_I_RECV_GRAD: ch = st->in_grad, n = st->n_in_grad; break;
+    default: return 0;
+    }
+    for (int c = 0; c < n; c++) bytes += ch[c]->msg_bytes;
+    return bytes;
+}
+
 static void fail_job(bt_engine *e, bt_worker *w, bt_status s)
 {
     w->status = s;
@@ -399,9 +415,20 @@ static void run_job(bt_engine *e, bt_worker *w)
             }
         }
     }
+    w->n_trace = 0;
     for (int i = 0; i < sched->len[st->index] && !e->abort; i++) {
         w->cur_instr = i;
-        bt_status s = run_instr(e, w, st, &sched->list[st->index][i]);
+        const bt_instr *ins = &sched->list[st->index][i];
+        double t0 = e->tracing ? now_ms() : 0;
+        bt_status s = run_instr(e, w, st, ins);
+        if (e->tracing && w->n_trace < w->trace_cap) {
+            bt_trace_rec *r = &w->trace[w->n_trace++];
+            r->instr = i;
+            r->start_ms = t0 - e->step_t0_ms;
+            r->end_ms = now_ms() - e->step_t0_ms;
+            r->bytes = instr_bytes(st, ins);
+            r->live = w->live;
+        }
         if (s != BT_OK) {
             fail_job(e, w, s);
             break;

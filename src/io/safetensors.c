@@ -388,20 +388,21 @@ static bt_status parse_entry(bt_st_file *f, const char *name, json_t *entry, uin
     uint64_t begin, end;
     if (!json_is_array(jo) || json_array_size(jo) != 2 ||
         !json_nonneg(json_array_get(jo, 0), &begin) || !json_nonneg(json_array_get(jo, 1), &end))
-        return bt_error(BT_ERR_IO,
-                        "%s: tensor '%s': data_offsets is not [begin, end] of non-negative integers",
-                        p, name);
+        return bt_error(
+            BT_ERR_IO, "%s: tensor '%s': data_offsets is not [begin, end] of non-negative integers",
+            p, name);
     if (end < begin)
         return bt_error(BT_ERR_IO, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", p,
                         name, (unsigned long long)begin, (unsigned long long)end);
     if (end - begin != bytes) {
         char buf[128];
-        return bt_error(BT_ERR_IO,
-                        "%s: tensor '%s': data_offsets [%llu, %llu] span %llu bytes but shape %s of "
-                        "%s needs %llu",
-                        p, name, (unsigned long long)begin, (unsigned long long)end,
-                        (unsigned long long)(end - begin), bt_shape_format(&t->shape, buf, sizeof buf),
-                        di->name, (unsigned long long)bytes);
+        return bt_error(
+            BT_ERR_IO,
+            "%s: tensor '%s': data_offsets [%llu, %llu] span %llu bytes but shape %s of "
+            "%s needs %llu",
+            p, name, (unsigned long long)begin, (unsigned long long)end,
+            (unsigned long long)(end - begin), bt_shape_format(&t->shape, buf, sizeof buf),
+            di->name, (unsigned long long)bytes);
     }
     if (end > data_size)
         return bt_error(BT_ERR_IO,
@@ -461,9 +462,10 @@ bt_status bt_st_open(const char *path, bt_st_file **out)
         goto fail;
     }
     if (n > size - 8) {
-        st = bt_error(BT_ERR_IO,
-                      "%s: truncated: header length %llu runs past the end of the file (%llu bytes)",
-                      path, (unsigned long long)n, (unsigned long long)size);
+        st =
+            bt_error(BT_ERR_IO,
+                     "%s: truncated: header length %llu runs past the end of the file (%llu bytes)",
+                     path, (unsigned long long)n, (unsigned long long)size);
         goto fail;
     }
     if (n == 0 || bytes[8] != '{') {

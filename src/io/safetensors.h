@@ -16,8 +16,8 @@
  * The reader maps the file and validates it completely before returning: header length at most
  * 100,000,000 and inside the file, JSON without duplicate keys, every entry a known dtype, a shape
  * of non-negative integers (at most BT_MAX_DIMS of them), data_offsets [begin, end] with
- * end - begin == numel * element size, the tensors tiling the data area with no overlap and no hole,
- * and 8 + N + last end == file size. Errors are BT_ERR_IO with messages that name the file and the
+ * end - begin == numel * element size, the tensors tiling the data area with no overlap and no
+ * hole, and 8 + N + last end == file size. Errors are BT_ERR_IO with messages that name the file and the
  * tensor. Tensors whose dtype baton cannot compute with (I64, U8, BOOL, ...) are listed, with
  * known == 0, so a PyTorch file with extra buffers still opens; only reading them as data fails.
  *

@@ -44,7 +44,7 @@ static bt_status parse_value(const char *file, const char *ov, const char *text,
     bt_status st = BT_OK;
     char *label = bt_strfmt("%s: override '%s'", file, ov);
     if (!label) return bt_error(BT_ERR_NOMEM, "override: out of memory");
-    BT_TRY_GOTO(st, bt_yaml_parse(text, strlen(text), label, out), done);
+    BT_TRY_GOTO(st, bt_yaml_parse_value(text, strlen(text), label, out), done);
     if (!*out && !(*out = bt_ynode_new(BT_Y_SCALAR, ""))) {
         st = bt_error(BT_ERR_NOMEM, "override: out of memory");
         goto done;

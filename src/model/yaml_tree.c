@@ -17,6 +17,7 @@
 
 typedef struct builder {
     const char *name;                        /* labels messages */
+    int value_only;                          /* positions relative to a value, not a file */
     bt_ynode *stack[BT_YAML_MAX_DEPTH];      /* open collections, outermost first */
     int depth;
     bt_ynode *root;
@@ -130,6 +131,9 @@ static bt_status at_mark(const builder *b, yaml_mark_t mark, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (b->value_only)
+        return bt_error(BT_ERR_MODEL, "%s: %s (at line %zu, column %zu of the value)", b->name, msg,
+                        mark.line + 1, mark.column + 1);
     return bt_error(BT_ERR_MODEL, "%s:%zu:%zu: %s", b->name, mark.line + 1, mark.column + 1, msg);
 }
 
@@ -170,9 +174,11 @@ static bt_status check_duplicates(const builder *b, const bt_ynode *map)
         }
     }
     bt_status st = BT_OK;
-    if (dup)
-        st = bt_error(BT_ERR_MODEL, "%s:%d:%d: duplicate key '%s' (first given at line %d, column %d)",
-                      b->name, dup->line, dup->col, dup->text, first->line, first->col);
+    if (dup) {
+        yaml_mark_t mark = {.line = (size_t)dup->line - 1, .column = (size_t)dup->col - 1};
+        st = at_mark(b, mark, "duplicate key '%s' (first given at line %d, column %d)", dup->text,
+                     first->line, first->col);
+    }
     free(keys);
     return st;
 }
@@ -286,9 +292,10 @@ static bt_status syntax_error(const builder *b, const yaml_parser_t *p)
     return at_mark(b, p->problem_mark, "YAML syntax error: %s", problem);
 }
 
-bt_status bt_yaml_parse(const char *text, size_t len, const char *name, bt_ynode **out)
+static bt_status parse(const char *text, size_t len, const char *name, int value_only,
+                       bt_ynode **out)
 {
-    builder b = {.name = name ? name : "<string>"};
+    builder b = {.name = name ? name : "<string>", .value_only = value_only};
     yaml_parser_t parser;
     yaml_event_t ev;
     bt_status st = BT_OK;
@@ -316,4 +323,14 @@ fail:
     yaml_parser_delete(&parser);
     bt_ynode_free(b.root);
     return st;
+}
+
+bt_status bt_yaml_parse(const char *text, size_t len, const char *name, bt_ynode **out)
+{
+    return parse(text, len, name, 0, out);
+}
+
+bt_status bt_yaml_parse_value(const char *text, size_t len, const char *label, bt_ynode **out)
+{
+    return parse(text, len, label, 1, out);
 }

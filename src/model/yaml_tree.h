@@ -33,6 +33,9 @@ typedef struct bt_ynode {
 /* Parses text (a whole YAML stream holding at most one document) into *out; an empty stream
  * gives *out == NULL. name labels messages: "name:line:col: ...". Errors: BT_ERR_MODEL. */
 bt_status bt_yaml_parse(const char *text, size_t len, const char *name, bt_ynode **out);
+/* The same for a value outside any file (an override's "=..." part): messages read
+ * "label: message (at line L, column C of the value)". */
+bt_status bt_yaml_parse_value(const char *text, size_t len, const char *label, bt_ynode **out);
 /* Frees a node and its subtree; accepts NULL. */
 void bt_ynode_free(bt_ynode *node);
 

@@ -23,7 +23,8 @@ static void R(im2col)(const conv_config *cf, const REAL *restrict x, REAL *restr
                         continue;
                     }
                     /* x index of (c, ih, iw) with iw = ow sw - pw + kj is base + ow sw */
-                    const int64_t base = (c * cf->h + oh * cf->sh - cf->ph + ki) * cf->w - cf->pw + kj;
+                    const int64_t ih = oh * cf->sh - cf->ph + ki;
+                    const int64_t base = (c * cf->h + ih) * cf->w - cf->pw + kj;
                     for (int64_t ow = 0; ow < ow_lo; ow++) dst[ow] = 0;
                     for (int64_t ow = ow_lo; ow < ow_hi; ow++) dst[ow] = x[base + ow * cf->sw];
                     for (int64_t ow = ow_hi; ow < cf->wo; ow++) dst[ow] = 0;
@@ -46,7 +47,8 @@ static void R(col2im_add)(const conv_config *cf, const REAL *restrict col, REAL 
                 const REAL *crow = col + ((c * cf->kh + ki) * cf->kw + kj) * howo;
                 for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
                     const REAL *restrict src = crow + oh * cf->wo;
-                    const int64_t base = (c * cf->h + oh * cf->sh - cf->ph + ki) * cf->w - cf->pw + kj;
+                    const int64_t ih = oh * cf->sh - cf->ph + ki;
+                    const int64_t base = (c * cf->h + ih) * cf->w - cf->pw + kj;
                     for (int64_t ow = ow_lo; ow < ow_hi; ow++) dx[base + ow * cf->sw] += src[ow];
                 }
             }

@@ -20,13 +20,20 @@ static inline uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* mask[i] = 1 where element i is kept: its 53-bit uniform draw is >= p. The seed is mixed first
- * so neighbouring seeds do not give shifted copies of one mask. */
+/* mask[i] = 1 where element i is kept: its 32-bit uniform draw u satisfies u >= p 2^32. The draws
+ * of elements 2j and 2j+1 are the low and high halves of splitmix64(key + j), key being the mixed
+ * seed (so neighbouring seeds do not give shifted copies of one mask). */
 static void dropout_mask(uint64_t seed, double p, int64_t n, unsigned char *restrict mask)
 {
     const uint64_t key = splitmix64(seed);
-    const uint64_t threshold = (uint64_t)(p * 9007199254740992.0); /* p * 2^53 */
-    for (int64_t i = 0; i < n; i++) mask[i] = (splitmix64(key + (uint64_t)i) >> 11) >= threshold;
+    const uint32_t threshold = (uint32_t)(p * 4294967296.0); /* p < 1, so < 2^32 */
+    int64_t j = 0;
+    for (; 2 * j + 1 < n; j++) {
+        const uint64_t h = splitmix64(key + (uint64_t)j);
+        mask[2 * j] = (uint32_t)h >= threshold;
+        mask[2 * j + 1] = (uint32_t)(h >> 32) >= threshold;
+    }
+    if (2 * j < n) mask[2 * j] = (uint32_t)splitmix64(key + (uint64_t)j) >= threshold;
 }
 
 #define BT_REAL_BITS 32

@@ -26,6 +26,29 @@ static inline void R(ln_acc_dx)(const REAL *restrict x, REAL m, REAL s, const RE
     BT_OPS_VLOOP(j, d, dx[j] += s * (dy[j] * w[j] - mg - (x[j] - m) * s * mgx););
 }
 
+/* sum(g) and sum(g xhat) over one row, g = dy w, xhat = (x - m) s; as vec_sum. */
+static inline void R(ln_grad_sums)(const REAL *restrict x, REAL m, REAL s, const REAL *restrict dy,
+                                   const REAL *restrict w, int64_t d, double *sum_g,
+                                   double *sum_gx)
+{
+    double ag[4] = {0}, agx[4] = {0};
+    int64_t j = 0;
+    for (; j + 4 <= d; j += 4)
+        for (int k = 0; k < 4; k++) {
+            const double g = (double)dy[j + k] * w[j + k];
+            ag[k] += g;
+            agx[k] += g * ((double)(x[j + k] - m) * s);
+        }
+    double sg = 0, sgx = 0;
+    for (; j < d; j++) {
+        const double g = (double)dy[j] * w[j];
+        sg += g;
+        sgx += g * ((double)(x[j] - m) * s);
+    }
+    *sum_g = sg + (ag[0] + ag[1]) + (ag[2] + ag[3]);
+    *sum_gx = sgx + (agx[0] + agx[1]) + (agx[2] + agx[3]);
+}
+
 static bt_status R(layernorm_forward)(const bt_op_call *call)
 {
     const layernorm_config *cfg = call->config;
@@ -37,14 +60,8 @@ static bt_status R(layernorm_forward)(const bt_op_call *call)
     double *stats = call->saved;         /* (rows, 2); may be NULL */
     for (int64_t r = 0; r < rows; r++) {
         const REAL *xr = x + r * d;
-        double sum = 0, sq = 0;
-        for (int64_t j = 0; j < d; j++) sum += xr[j];
-        const double mean = sum / (double)d;
-        for (int64_t j = 0; j < d; j++) {
-            const double c = xr[j] - mean;
-            sq += c * c;
-        }
-        const double rstd = 1.0 / sqrt(sq / (double)d + cfg->eps);
+        const double mean = R(vec_sum)(xr, d) / (double)d;
+        const double rstd = 1.0 / sqrt(R(vec_sumsq_centered)(xr, mean, d) / (double)d + cfg->eps);
         R(ln_apply)(xr, (REAL)mean, (REAL)rstd, w, b, y + r * d, d);
         if (stats) {
             stats[2 * r] = mean;
@@ -74,12 +91,8 @@ static bt_status R(layernorm_backward)(const bt_op_call *call)
         if (db) R(vec_acc)(dyr, db, d);
         if (!dx) continue;
         /* g = dy w; dx = rstd (g - mean(g) - xhat mean(g xhat)) */
-        double sum_g = 0, sum_gx = 0;
-        for (int64_t j = 0; j < d; j++) {
-            const double g = (double)dyr[j] * w[j];
-            sum_g += g;
-            sum_gx += g * (((double)xr[j] - m) * s);
-        }
+        double sum_g, sum_gx;
+        R(ln_grad_sums)(xr, m, s, dyr, w, d, &sum_g, &sum_gx);
         R(ln_acc_dx)(xr, m, s, dyr, w, (REAL)(sum_g / (double)d), (REAL)(sum_gx / (double)d),
                      dx + r * d, d);
     }

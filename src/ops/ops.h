@@ -40,7 +40,7 @@ extern const bt_op_def bt_op_mse, bt_op_cross_entropy;
  * block: for messages only. */
 #define BT_OPS_SHAPE(shape) bt_shape_format((shape), (char[128]){0}, 128)
 
-/* ---- shape-rule helpers (ops_util.c); each fails through bt_infer_error with the op's name ---- */
+/* ---- shape-rule helpers (ops_util.c); they fail through bt_infer_error naming the op ---- */
 
 /* Input i must be f32 or f64. */
 bt_status bt_ops_need_float(bt_infer_ctx *ctx, const char *op, int i);
@@ -60,7 +60,7 @@ bt_status bt_ops_window_out(bt_infer_ctx *ctx, const char *op, const bt_shape *i
                             const int64_t kernel[2], const int64_t stride[2],
                             const int64_t pad[2], int64_t out[2]);
 
-/* ---- kernel helpers ---------------------------------------------------------------------------- */
+/* ---- kernel helpers ------------------------------------------------------------------------- */
 
 /* The error a kernel returns for a dtype it has no instance for. */
 bt_status bt_ops_bad_dtype(const char *op, bt_dtype dtype);
@@ -90,17 +90,19 @@ static inline void bt_ops_valid_range(int64_t in, int64_t k, int64_t stride, int
 }
 
 /* Runs the statements `body` (which use the int64_t index i) for i in [0, n): a main loop whose
- * trip count is a multiple of 16, then the tail. GCC 12 at -O2 (autoconf's default CFLAGS)
- * vectorises only loops of that shape ("very cheap" cost model); a plain loop over n stays scalar,
- * 4-20x slower on memory-bound elementwise kernels. Keep bodies branch-free: load every operand
- * unconditionally and select with ?: so the loop can be if-converted. */
-#define BT_OPS_VLOOP(i, n, body)                             \
-    do {                                                     \
-        const int64_t bt_vloop_n_ = (n);                     \
-        const int64_t bt_vloop_main_ = bt_vloop_n_ & ~(int64_t)15; \
-        int64_t i = 0;                                       \
-        for (; i < bt_vloop_main_; i++) { body }             \
-        for (; i < bt_vloop_n_; i++) { body }                \
+ * trip count is n rounded down to a multiple of 16, then the tail. GCC 12 at -O2 (autoconf's
+ * default CFLAGS) vectorises only loops whose trip count it can prove a multiple of the vector
+ * length ("very cheap" cost model); a plain loop over n stays scalar, 4-20x slower on
+ * memory-bound elementwise kernels. Keep bodies branch-free (load every operand
+ * unconditionally, select with ?:) and the arrays restrict parameters of the enclosing function
+ * (see ops/vec_tmpl.h). Other compilers and -O3 vectorise either loop anyway. */
+#define BT_OPS_VLOOP(i, n, body)                                     \
+    do {                                                             \
+        const int64_t bt_vloop_n_ = (n);                             \
+        const int64_t bt_vloop_main_ = bt_vloop_n_ & ~(int64_t)15;   \
+        int64_t i = 0;                                               \
+        for (; i < bt_vloop_main_; i++) { body }                     \
+        for (; i < bt_vloop_n_; i++) { body }                        \
     } while (0)
 
 /* True where the caller wants a gradient in t (a tensor array entry may be absent). */

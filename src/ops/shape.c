@@ -87,7 +87,8 @@ static bt_status reshape_infer(bt_infer_ctx *ctx)
         known = numel;
     }
     if (known != numel)
-        return bt_infer_error(ctx, "reshape: cannot reshape %s (%lld elements) to %s (%lld elements)",
+        return bt_infer_error(ctx,
+                              "reshape: cannot reshape %s (%lld elements) to %s (%lld elements)",
                               BT_OPS_SHAPE(x), (long long)numel, BT_OPS_SHAPE(&y),
                               (long long)known);
     return bt_infer_set_output(ctx, &y, bt_infer_input_dtype(ctx, 0));

@@ -46,6 +46,34 @@ static inline void R(vec_acc_mask_scale)(const REAL *restrict x,
     BT_OPS_VLOOP(i, n, y[i] += x[i] * (scale * (REAL)mask[i]););
 }
 
+/* sum of x in double. Eight independent partial sums keep the adds pipelined (a reduction is
+ * not vectorised without -ffast-math); the order is fixed, so the result is deterministic. */
+static inline double R(vec_sum)(const REAL *restrict x, int64_t n)
+{
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += x[i + k];
+    double s = 0;
+    for (; i < n; i++) s += x[i];
+    return s + ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* sum of (x - c)^2 in double, as vec_sum. */
+static inline double R(vec_sumsq_centered)(const REAL *restrict x, double c, int64_t n)
+{
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            const double d = x[i + k] - c;
+            acc[k] += d * d;
+        }
+    double s = 0;
+    for (; i < n; i++) s += (x[i] - c) * (x[i] - c);
+    return s + ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 /* y = v */
 static inline void R(vec_fill)(REAL v, REAL *restrict y, int64_t n)
 {

@@ -32,6 +32,7 @@
 
 #include "baton/config.h"
 #include "baton/status.h"
+#include "train/lr_schedule.h" /* callers of the train module need only this header */
 
 #define BT_OPTIM_MAX_STATE 2
 
