@@ -34,8 +34,8 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
         snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.microbatches=%d", o->microbatches), ov[n++] = flags[nf++];
     if (o->schedule) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.schedule=%s", o->schedule), ov[n++] = flags[nf++];
     if (o->partition) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition=%s", o->partition), ov[n++] = flags[nf++];
-    if (o->balance) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition.balance=[%s]", o->balance), ov[n++] = flags[nf++];
-    if (o->layout) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition.layout=%s", o->layout), ov[n++] = flags[nf++];
+    if (o->balance) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition={balance: [%s]}", o->balance), ov[n++] = flags[nf++];
+    if (o->layout) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition={layout: \"%s\"}", o->layout), ov[n++] = flags[nf++];
     for (int i = 0; i < o->n_overrides && n < 96; i++) ov[n++] = o->overrides[i];
     bt_status st = bt_model_load(o->path, ov, n, out);
     if (st != BT_OK) {
