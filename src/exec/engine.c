@@ -471,6 +471,31 @@ static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
     return BT_OK;
 }
 
+/* The first real failure is the cause; stages stopped by its abort are context. A watchdog
+ * timeout lists every stage that was stuck, since the cause of a hang is the cycle, not one wait. */
+static bt_status collect_failure(bt_engine *e)
+{
+    int first = -1;
+    for (int s = 0; s < e->stages; s++) {
+        bt_status ws = e->worker[s].status;
+        if (ws == BT_OK) continue;
+        if (first < 0 || (e->worker[first].status == BT_ERR_INTERNAL && ws != BT_ERR_INTERNAL)) first = s;
+    }
+    if (first < 0) return BT_OK;
+    bt_status status = e->worker[first].status;
+    if (status != BT_ERR_TIMEOUT) return bt_error(status, "%s", e->worker[first].error);
+    char msg[2048];
+    size_t used = (size_t)snprintf(msg, sizeof msg, "%s", e->worker[first].error);
+    for (int s = 0; s < e->stages && used < sizeof msg; s++) {
+        if (s == first || e->worker[s].status == BT_OK) continue;
+        const char *other = e->worker[s].error;
+        if (strncmp(other, "watchdog: ", 10) == 0) other = strchr(other, ',') ? strchr(other, ',') + 2 : other;
+        else if (strncmp(other, "stopped while ", 14) == 0) other += 14;
+        used += (size_t)snprintf(msg + used, sizeof msg - used, "; meanwhile %s", other);
+    }
+    return bt_error(status, "%s", msg);
+}
+
 static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
                          int out_value, void *out, bt_step_result *result)
 {
@@ -497,14 +522,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     pthread_mutex_unlock(&e->mu);
     double ms = wall_ms() - t0;
 
-    /* Report the root cause: a timeout or a real failure beats the stages it aborted. */
-    int first = -1;
-    for (int s = 0; s < e->stages; s++) {
-        bt_status ws = e->worker[s].status;
-        if (ws == BT_OK) continue;
-        if (first < 0 || (e->worker[first].status == BT_ERR_INTERNAL && ws != BT_ERR_INTERNAL)) first = s;
-    }
-    if (first >= 0) return bt_error(e->worker[first].status, "%s", e->worker[first].error);
+    BT_TRY(collect_failure(e));
 
     double busy = 0;
     for (int s = 0; s < e->stages; s++) {

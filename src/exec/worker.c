@@ -236,7 +236,9 @@ static bt_status send_grad(bt_engine *e, bt_stage *st, int mb)
     return BT_OK;
 }
 
-static bt_status watchdog_error(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *ch, int mb)
+/* Describes what stage st is waiting for at its current instruction, and what the peer last did. */
+static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *ch, int mb, char *buf,
+                          size_t size)
 {
     char ins[32], peer_ins[32] = "nothing yet";
     const bt_schedule *sched = e->job_sched;
@@ -244,11 +246,21 @@ static bt_status watchdog_error(bt_engine *e, bt_stage *st, bt_worker *w, bt_cha
     int peer = ch->from;
     int done = __atomic_load_n(&e->worker[peer].last_done, __ATOMIC_RELAXED);
     if (done >= 0) bt_instr_format(peer, &sched->list[peer][done], peer_ins, sizeof peer_ins);
-    return bt_error(BT_ERR_TIMEOUT,
-                    "watchdog: stage %d (%s) waited %.1f s at instruction %d (%s) for %s of "
-                    "micro-batch %d from stage %d; stage %d last completed %s",
-                    st->index, st->device_name, e->params.watchdog_s, w->cur_instr, ins,
-                    ch->grad ? "gradients" : "activations", mb, peer, peer, peer_ins);
+    snprintf(buf, size,
+             "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from stage %d; "
+             "stage %d last completed %s",
+             st->index, st->device_name, w->cur_instr, ins, ch->grad ? "gradients" : "activations", mb,
+             peer, peer, peer_ins);
+}
+
+/* A failed channel wait: the watchdog's timeout, or an abort raised by another stage. */
+static bt_status wait_error(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *ch, int mb, bt_status s)
+{
+    char what[512];
+    describe_wait(e, st, w, ch, mb, what, sizeof what);
+    if (s == BT_ERR_TIMEOUT)
+        return bt_error(BT_ERR_TIMEOUT, "watchdog: after %.1f s, %s", e->params.watchdog_s, what);
+    return bt_error(BT_ERR_INTERNAL, "stopped while %s", what);
 }
 
 static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
@@ -256,8 +268,7 @@ static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
     for (int c = 0; c < st->n_in_act; c++) {
         bt_channel *ch = st->in_act[c];
         bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
-        if (s == BT_ERR_TIMEOUT) return watchdog_error(e, st, w, ch, mb);
-        if (s != BT_OK) return bt_error(s, "stage %d: stopped while waiting (another stage failed)", st->index);
+        if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
         const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
             const bt_value *v = &e->graph->values[ch->values[k]];
@@ -275,8 +286,7 @@ static bt_status recv_grad(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
     for (int c = 0; c < st->n_in_grad; c++) {
         bt_channel *ch = st->in_grad[c];
         bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
-        if (s == BT_ERR_TIMEOUT) return watchdog_error(e, st, w, ch, mb);
-        if (s != BT_OK) return bt_error(s, "stage %d: stopped while waiting (another stage failed)", st->index);
+        if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
         const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
             const bt_value *v = &e->graph->values[ch->values[k]];
