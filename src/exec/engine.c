@@ -510,6 +510,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->abort = 0;
     e->barrier_count = 0;
     e->grad_norm = 0;
+    for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;
 
     double t0 = wall_ms();
     e->step_t0_ms = t0;
@@ -524,7 +525,9 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
 
     BT_TRY(collect_failure(e));
 
-    double busy = 0;
+    double busy = 0, sumsq = 0;
+    for (int s = 0; s < e->stages; s++) sumsq += e->sumsq[s];
+    if (job == BT_JOB_TRAIN) e->grad_norm = sqrt(sumsq);
     for (int s = 0; s < e->stages; s++) {
         busy += e->worker[s].busy_ms;
         bt_memory_stats *m = &e->stage[s].mem;

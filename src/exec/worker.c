@@ -320,6 +320,9 @@ static bt_status stage_barrier(bt_engine *e)
     return BT_OK;
 }
 
+/* The optimizer step of one stage. Clipping needs the global norm, so only then do the stages
+ * meet at a barrier to add their sums of squares; otherwise each stage updates at once and the
+ * engine adds the sums for the report after the step. */
 static bt_status run_step(bt_engine *e, bt_stage *st)
 {
     double sumsq = 0;
@@ -329,12 +332,13 @@ static bt_status run_step(bt_engine *e, bt_stage *st)
         sumsq += s;
     }
     e->sumsq[st->index] = sumsq;
-    BT_TRY(stage_barrier(e));
-    double total = 0;
-    for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
-    double norm = sqrt(total);
-    if (st->index == 0) e->grad_norm = norm;
-    double scale = e->params.clip_norm > 0 ? bt_optim_clip_scale(norm, e->params.clip_norm) : 1.0;
+    double scale = 1.0;
+    if (e->params.clip_norm > 0) {
+        BT_TRY(stage_barrier(e));
+        double total = 0;
+        for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
+        scale = bt_optim_clip_scale(sqrt(total), e->params.clip_norm);
+    }
     for (int i = 0; i < st->n_params; i++) {
         bt_param_store *p = &st->params[i];
         BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
