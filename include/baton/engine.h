@@ -78,6 +78,24 @@ bt_status bt_engine_read_param(const bt_engine *engine, const char *name, void *
 bt_status bt_engine_write_param(bt_engine *engine, const char *name, const void *src, size_t bytes);
 bt_status bt_engine_read_grad(const bt_engine *engine, const char *name, void *dst, size_t bytes);
 
+/* Optimizer state of a parameter: slot 0..bt_engine_optimizer_slots()-1 (AdamW: 0 = exp_avg,
+ * 1 = exp_avg_sq; SGD with momentum: 0 = momentum_buffer), in the engine's dtype. */
+int bt_engine_optimizer_slots(const bt_engine *engine);
+/* The PyTorch name of slot ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
+const char *bt_engine_optimizer_slot_name(const bt_engine *engine, int slot);
+bt_status bt_engine_read_state(const bt_engine *engine, const char *name, int slot, void *dst,
+                               size_t bytes);
+bt_status bt_engine_write_state(bt_engine *engine, const char *name, int slot, const void *src,
+                                size_t bytes);
+/* Sets the optimizer step counter (resuming: bias correction, lr schedule and dropout seeds all
+ * depend on it). */
+bt_status bt_engine_set_step(bt_engine *engine, int64_t step);
+/* Sets the number of steps the run will take (the horizon of a cosine schedule). */
+bt_status bt_engine_set_total_steps(bt_engine *engine, int64_t total_steps);
+/* The engine's compute dtype and samples per step. */
+bt_dtype bt_engine_dtype(const bt_engine *engine);
+int64_t bt_engine_batch(const bt_engine *engine);
+
 typedef struct bt_memory_stats {
     size_t weights, gradients, optimizer, activations, workspace; /* bytes reserved per class */
     size_t current;           /* bytes reserved now */

@@ -12,6 +12,8 @@
 int bt_cmd_check(int argc, char **argv);
 int bt_cmd_run(int argc, char **argv);
 int bt_cmd_ops(int argc, char **argv);
+int bt_cmd_profile(int argc, char **argv);
+int bt_cmd_plan(int argc, char **argv);
 
 /* Exit code for a failed call: 2 for model and argument errors, 1 otherwise. */
 int bt_cli_exit_code(bt_status status);

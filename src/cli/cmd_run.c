@@ -10,18 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include <unistd.h>
+
+#include "cli/run.h"
 #include "graph/graph_internal.h"
 
-typedef struct run_opts {
-    bt_cli_model_opts model;
-    long long steps;
-    unsigned long long seed;
-    int jsonl;
-    int threads;
-    long long batch;
-    double watchdog_s;
-} run_opts;
+typedef bt_run_opts run_opts;
 
 static void run_usage(FILE *f)
 {
@@ -36,7 +30,14 @@ static void run_usage(FILE *f)
             "  --stages N            number of pipeline stages\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b (training), stream (inference)\n"
-            "  --steps N             steps to run (default: train.steps, else 10)\n"
+            "  --steps N             steps to run (default: train.steps, else the epochs)\n"
+            "  --epochs N            passes over the training data (beats train.epochs)\n"
+            "  --eval-every N        evaluate every N steps (0: only at the end)\n"
+            "  --checkpoint-dir DIR  write DIR/checkpoint.safetensors (atomically)\n"
+            "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
+            "  --resume DIR          continue exactly from a checkpoint\n"
+            "  --init FILE           start from weights in a safetensors file (PyTorch names)\n"
+            "  --synthetic           train on synthetic data even if the model names data files\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
             "  --threads N           BLAS threads per device (default 1)\n"
@@ -128,7 +129,7 @@ static void print_step(const run_opts *o, long long step, long long steps, const
     fflush(stdout);
 }
 
-static void print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
+void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
 {
     if (o->jsonl) {
         printf("{\"summary\": true, \"median_step_ms\": %.3f, \"samples_per_s\": %.1f, \"stages\": [", median_ms,
@@ -184,6 +185,7 @@ static int run_model(const run_opts *o, bt_model *m)
     p.watchdog_s = o->watchdog_s;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps;
+    if (training) p.total_steps = 0; /* the trainer knows the horizon; set below */
     if (training && m->train.precision != BT_F32) {
         fprintf(stderr, "baton run: precision %s needs the CUDA backend; the CPU computes in f32\n",
                 bt_dtype_name(m->train.precision));
@@ -192,6 +194,13 @@ static int run_model(const run_opts *o, bt_model *m)
     bt_engine *e = NULL;
     bt_status st = bt_engine_create(m->graph, &p, &e);
     if (st != BT_OK) return bt_cli_fail("run", st);
+    if (training) {
+        int rc = bt_cli_train(o, m, e, &p);
+        if (rc >= 0) {
+            bt_engine_destroy(e);
+            return rc;
+        }
+    }
     synth_data data;
     double *times = calloc((size_t)steps, sizeof *times);
     int rc = BT_EXIT_OK;
@@ -226,7 +235,7 @@ static int run_model(const run_opts *o, bt_model *m)
     }
     if (rc == BT_EXIT_OK) {
         qsort(times, (size_t)steps, sizeof *times, cmp_double);
-        print_summary(o, e, times[steps / 2], p.batch);
+        bt_cli_print_summary(o, e, times[steps / 2], p.batch);
     }
     synth_free(&data);
     free(times);
@@ -242,11 +251,18 @@ int bt_cmd_run(int argc, char **argv)
         {"steps", required_argument, NULL, 'n'},        {"seed", required_argument, NULL, 'r'},
         {"threads", required_argument, NULL, 't'},      {"batch", required_argument, NULL, 'b'},
         {"watchdog", required_argument, NULL, 'w'},     {"log-format", required_argument, NULL, 'l'},
+        {"epochs", required_argument, NULL, 'E'},       {"eval-every", required_argument, NULL, 'v'},
+        {"checkpoint-dir", required_argument, NULL, 'C'}, {"checkpoint-every", required_argument, NULL, 'k'},
+        {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
+        {"synthetic", no_argument, NULL, 'Y'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
     o.threads = 1;
     o.watchdog_s = 60;
+    o.eval_every = -1;
+    o.checkpoint_every = -1;
+    o.progress = isatty(STDOUT_FILENO);
     int c;
     char *end;
     optind = 1;
@@ -261,8 +277,15 @@ int bt_cmd_run(int argc, char **argv)
         case 't': o.threads = (int)strtol(optarg, &end, 10); if (*end || o.threads < 1 || o.threads > 256) goto bad; break;
         case 'b': o.batch = strtoll(optarg, &end, 10); if (*end || o.batch < 1) goto bad; break;
         case 'w': o.watchdog_s = strtod(optarg, &end); if (*end || !(o.watchdog_s > 0)) goto bad; break;
+        case 'E': o.epochs = (int)strtol(optarg, &end, 10); if (*end || o.epochs < 1) goto bad; break;
+        case 'v': o.eval_every = strtoll(optarg, &end, 10); if (*end || o.eval_every < 0) goto bad; break;
+        case 'k': o.checkpoint_every = strtoll(optarg, &end, 10); if (*end || o.checkpoint_every < 0) goto bad; break;
+        case 'C': o.checkpoint_dir = optarg; break;
+        case 'R': o.resume = optarg; break;
+        case 'I': o.init = optarg; break;
+        case 'Y': o.synthetic = 1; break;
         case 'l':
-            if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1;
+            if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1, o.progress = 0;
             else if (strcmp(optarg, "text") == 0) o.jsonl = 0;
             else {
                 fprintf(stderr, "baton run: --log-format must be text or jsonl, not '%s'\n", optarg);

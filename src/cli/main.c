@@ -16,6 +16,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  check MODEL.yaml     validate a model; print its layers and pipeline plan\n"
             "  run MODEL.yaml       train (or serve) a model as a pipeline\n"
+            "  profile MODEL.yaml   measure each layer's time and memory on devices\n"
+            "  plan MODEL.yaml      choose stage cuts and devices from measured costs\n"
             "  schedule             print a pipeline schedule as a grid (--stages, --microbatches)\n"
             "  ops                  list the ops models can use\n"
             "  help [COMMAND]       this help, or a command's\n"
@@ -47,6 +49,8 @@ int main(int argc, char **argv)
         if (strcmp(cmd, "run") == 0) return bt_cmd_run(argc, argv);
         if (strcmp(cmd, "schedule") == 0) return bt_cmd_schedule(argc, argv);
         if (strcmp(cmd, "ops") == 0) return bt_cmd_ops(argc, argv);
+        if (strcmp(cmd, "profile") == 0) return bt_cmd_profile(argc, argv);
+        if (strcmp(cmd, "plan") == 0) return bt_cmd_plan(argc, argv);
     } else {
         if (strcmp(cmd, "--version") == 0) {
             printf("baton " BATON_VERSION "\n");
@@ -56,6 +60,8 @@ int main(int argc, char **argv)
         if (strcmp(cmd, "run") == 0) return bt_cmd_run(argc - 1, argv + 1);
         if (strcmp(cmd, "schedule") == 0) return bt_cmd_schedule(argc - 1, argv + 1);
         if (strcmp(cmd, "ops") == 0) return bt_cmd_ops(argc - 1, argv + 1);
+        if (strcmp(cmd, "profile") == 0) return bt_cmd_profile(argc - 1, argv + 1);
+        if (strcmp(cmd, "plan") == 0) return bt_cmd_plan(argc - 1, argv + 1);
     }
     fprintf(stderr, "baton: unknown command '%s' (try baton --help)\n", cmd);
     return BT_EXIT_USAGE;

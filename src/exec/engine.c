@@ -634,6 +634,62 @@ bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, s
     return st->be->to_host(st->dev, dst, ps->g, bytes);
 }
 
+int bt_engine_optimizer_slots(const bt_engine *e)
+{
+    return e && e->params.training ? bt_optim_state_count(&e->params.optimizer) : 0;
+}
+
+const char *bt_engine_optimizer_slot_name(const bt_engine *e, int slot)
+{
+    if (!e || slot < 0 || slot >= bt_engine_optimizer_slots(e)) return NULL;
+    if (e->params.optimizer.kind == BT_OPT_ADAMW) return slot == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+static bt_status find_state(const bt_engine *e, const char *name, int slot, size_t bytes, bt_stage **st,
+                            bt_param_store **ps)
+{
+    BT_TRY(find_param(e, name, st, ps));
+    BT_TRY(check_bytes(e, *ps, name, bytes));
+    if (slot < 0 || slot >= bt_engine_optimizer_slots(e))
+        return bt_error(BT_ERR_INVALID_ARG, "parameter '%s': the optimizer has no state slot %d", name, slot);
+    return BT_OK;
+}
+
+bt_status bt_engine_read_state(const bt_engine *e, const char *name, int slot, void *dst, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    return st->be->to_host(st->dev, dst, ps->state[slot], bytes);
+}
+
+bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const void *src, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    return st->be->from_host(st->dev, ps->state[slot], src, bytes);
+}
+
+bt_status bt_engine_set_step(bt_engine *e, int64_t step)
+{
+    if (!e || step < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_step: bad engine or step");
+    e->step = step;
+    return BT_OK;
+}
+
+bt_status bt_engine_set_total_steps(bt_engine *e, int64_t total_steps)
+{
+    if (!e || total_steps < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_total_steps: bad arguments");
+    e->params.total_steps = total_steps;
+    return BT_OK;
+}
+
+bt_dtype bt_engine_dtype(const bt_engine *e) { return e ? e->dtype : BT_F32; }
+
+int64_t bt_engine_batch(const bt_engine *e) { return e ? e->params.batch : 0; }
+
 int bt_engine_num_stages(const bt_engine *e) { return e ? e->stages : 0; }
 
 bt_status bt_engine_stage(const bt_engine *e, int s, bt_stage_info *out)

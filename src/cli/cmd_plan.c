@@ -1,0 +1,287 @@
+/* cli/cmd_plan.c: `baton plan MODEL.yaml --devices cpu:0,cpu:1`: chooses the cut points (and,
+ * with --permute, the device order) that minimise the slowest stage within each device's memory,
+ * from a profile file or from a quick measurement, then prints the per-stage table, the predicted
+ * step time and bubble (the schedule simulated on the chosen stages' costs), the uniform split for
+ * comparison, and the `parallel:` YAML to paste into the model file.
+ * Exit codes: 0 ok, 2 usage, model or profile-file errors (and no placement fitting in memory),
+ * 1 runtime failures while measuring. */
+#include <ctype.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "plan/partition.h"
+#include "plan/placement.h"
+#include "plan/profile.h"
+
+typedef struct plan_opts {
+    bt_cli_model_opts model;
+    const char *devices;
+    const char *profile;
+    const char *schedule;
+    int microbatches, repeats, permute;
+    unsigned long long memory;
+} plan_opts;
+
+static void plan_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: baton plan MODEL.yaml [KEY=VALUE ...] [options]\n"
+            "\n"
+            "Chooses the pipeline cut points that minimise the slowest stage within each device's\n"
+            "memory, predicts step time and bubble, and prints the placement as YAML to paste.\n"
+            "\n"
+            "options:\n"
+            "  --devices LIST        devices, one per stage: cpu:0,cpu:1 (default: the model's)\n"
+            "  --profile FILE        costs from `baton profile` (default: measure now)\n"
+            "  --microbatches M      micro-batches per step (default: the model's)\n"
+            "  --schedule S          gpipe | 1f1b | stream (default: the model's)\n"
+            "  --memory BYTES        memory each device offers, e.g. 2G or 512M (default: the\n"
+            "                        device's own; cpu devices share the machine's memory)\n"
+            "  --permute             let the planner choose the order of the devices too\n"
+            "  --repeats R           timed runs per measurement when measuring (default 5)\n"
+            "  -h, --help            this help\n"
+            "KEY=VALUE overrides any field of the model file, e.g. train.batch=512\n");
+}
+
+/* "1048576", "512M", "2G", "1.5GiB" (powers of 1024). */
+static int parse_bytes(const char *s, unsigned long long *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return 0;
+    double mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1024.0, end++; break;
+    case 'M': mult = 1024.0 * 1024, end++; break;
+    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
+    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+    }
+    if (mult > 1 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v * mult > 1.8e19) return 0;
+    *out = (unsigned long long)(v * mult);
+    return *out > 0;
+}
+
+static int parse_schedule(const char *name, bt_schedule_kind *out)
+{
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, bt_schedule_name(kinds[i])) == 0) {
+            *out = kinds[i];
+            return 1;
+        }
+    return 0;
+}
+
+/* --devices, else the model's list, else cpu:0..cpu:(stages-1) for devices: auto. */
+static const char *plan_devices(const plan_opts *o, const bt_model *m, char *buf, size_t size)
+{
+    if (o->devices) return o->devices;
+    if (m->parallel.devices && strcmp(m->parallel.devices, "auto") != 0) return m->parallel.devices;
+    int n = m->parallel.stages > 0 ? m->parallel.stages : 1;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int s = 0; s < n && len + 12 < size; s++)
+        len += (size_t)snprintf(buf + len, size - len, "%scpu:%d", s ? "," : "", s);
+    return buf;
+}
+
+/* The profile: the file given, checked against the model, or a measurement now. */
+static int get_profile(const plan_opts *o, const bt_model *m, const char *devices, int microbatches,
+                       bt_profile **out)
+{
+    bt_status st;
+    if (o->profile) {
+        st = bt_profile_load(o->profile, out);
+        if (st == BT_OK) st = bt_profile_check_graph(*out, m->graph, o->profile);
+        if (st != BT_OK) {
+            bt_profile_destroy(*out);
+            *out = NULL;
+            fprintf(stderr, "baton plan: %s\n", bt_last_error());
+            return BT_EXIT_USAGE;
+        }
+        return BT_EXIT_OK;
+    }
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.devices = devices;
+    pp.batch = m->train.batch;
+    pp.microbatches = microbatches;
+    pp.training = m->train.enabled && bt_graph_is_trainable(m->graph);
+    pp.optimizer = m->train.optimizer;
+    pp.repeats = o->repeats > 0 ? o->repeats : 5;
+    pp.warmup = 1;
+    st = bt_profile_measure(m->graph, m->name, &pp, out);
+    if (st != BT_OK) return bt_cli_fail("plan", st);
+    return BT_EXIT_OK;
+}
+
+static void stage_layers(const bt_profile *p, const bt_placement_stage *s, char *buf, size_t size)
+{
+    const char *first = p->layers[s->first_layer].name;
+    const char *last = p->layers[s->first_layer + s->n_layers - 1].name;
+    if (s->n_layers == 1) snprintf(buf, size, "%s", first);
+    else snprintf(buf, size, "%s .. %s (%d)", first, last, s->n_layers);
+}
+
+static void print_stages(const bt_profile *p, const bt_placement *pl)
+{
+    printf("  %-5s %-8s %-32s %12s %12s %9s %9s %7s\n", "stage", "device", "layers", "params", "peak memory",
+           "fwd ms", "bwd ms", "idle");
+    for (int k = 0; k < pl->stages; k++) {
+        const bt_placement_stage *s = &pl->stage[k];
+        char layers[160], num[32], mem[32];
+        stage_layers(p, s, layers, sizeof layers);
+        printf("  %-5d %-8s %-32s %12s %12s %9.4f %9.4f %6.1f%%\n", k, s->device, layers,
+               bt_cli_group(s->params, num, sizeof num), bt_cli_bytes((double)s->peak_bytes, mem, sizeof mem),
+               s->fwd_ms, s->bwd_ms, 100 * s->idle);
+    }
+}
+
+static void print_costs_source(const plan_opts *o, const bt_profile *p, const bt_placement *pl)
+{
+    if (o->profile) printf("costs: %s (measured on", o->profile);
+    else printf("costs: measured now (%d repeats, on", p->repeats);
+    for (int k = 0; k < p->n_kinds; k++) printf(" %s", p->measured_on[k]);
+    printf(")");
+    if (pl->time_scale != 1.0)
+        printf(", scaled from micro-batches of %lld samples to %lld", (long long)p->microbatch_size,
+               (long long)pl->microbatch_size);
+    printf("\n");
+}
+
+static void print_memory_note(const plan_opts *o, const bt_placement *pl)
+{
+    char b[32];
+    const bt_placement_stage *s = &pl->stage[0];
+    if (o->memory) printf("memory: %s per device (--memory)\n", bt_cli_bytes((double)o->memory, b, sizeof b));
+    else if (s->capacity != UINT64_MAX)
+        printf("memory: %s per device (the machine's memory shared by its cpu devices)\n",
+               bt_cli_bytes((double)s->capacity, b, sizeof b));
+    else printf("memory: device capacity unknown, not limited (give --memory)\n");
+}
+
+static void print_plan(const plan_opts *o, const bt_model *m, const bt_profile *p, const bt_placement *pl,
+                       const bt_placement *uniform)
+{
+    int worst = 0;
+    for (int k = 1; k < pl->stages; k++)
+        if (pl->stage[k].stage_ms > pl->stage[worst].stage_ms) worst = k;
+    printf("plan for %s: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n", m->name ? m->name : "model",
+           pl->stages, pl->stages == 1 ? "" : "s", pl->microbatches, pl->microbatches == 1 ? "" : "es",
+           (long long)pl->microbatch_size, bt_schedule_name(pl->schedule));
+    print_costs_source(o, p, pl);
+    print_memory_note(o, pl);
+    printf("\n");
+    print_stages(p, pl);
+    printf("\n  bottleneck: stage %d, %.4f ms per micro-batch (compute + transfer)\n", worst, pl->bottleneck_ms);
+    printf("  predicted step %.3f ms, bubble %.1f%% (%s simulated on these stage costs)\n", pl->step_ms,
+           100 * pl->bubble, bt_schedule_name(pl->schedule));
+    if (uniform)
+        printf("  uniform split for comparison: bottleneck %.4f ms, predicted step %.3f ms (%.2fx)\n",
+               uniform->bottleneck_ms, uniform->step_ms, pl->step_ms > 0 ? uniform->step_ms / pl->step_ms : 0);
+    if (pl->unknown_rates)
+        printf("  note: the profile has no transfer rate between some of these devices; transfers counted free\n");
+    printf("\npaste into the model file:\n\n%s", pl->yaml);
+}
+
+static int plan_model(const plan_opts *o, const bt_model *m)
+{
+    char dev_buf[BT_MAX_STAGES * 12];
+    const char *devices = plan_devices(o, m, dev_buf, sizeof dev_buf);
+    int training = m->train.enabled && bt_graph_is_trainable(m->graph);
+    bt_placement_params lp;
+    bt_placement_params_init(&lp);
+    lp.devices = devices;
+    lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.microbatches;
+    lp.schedule = training ? m->parallel.schedule : BT_SCHEDULE_STREAM;
+    if (o->schedule && !parse_schedule(o->schedule, &lp.schedule)) {
+        fprintf(stderr, "baton plan: --schedule must be gpipe, 1f1b or stream, not '%s'\n", o->schedule);
+        return BT_EXIT_USAGE;
+    }
+    if (training && lp.schedule == BT_SCHEDULE_STREAM) {
+        fprintf(stderr, "baton plan: the stream schedule is forward-only: use gpipe or 1f1b for a model that trains\n");
+        return BT_EXIT_USAGE;
+    }
+    lp.memory = o->memory;
+    lp.permute = o->permute;
+    bt_profile *p = NULL;
+    int rc = get_profile(o, m, devices, lp.microbatches, &p);
+    if (rc != BT_EXIT_OK) return rc;
+    bt_placement pl, uniform;
+    memset(&uniform, 0, sizeof uniform);
+    bt_status st = bt_placement_plan(p, &lp, &pl);
+    if (st != BT_OK) {
+        bt_profile_destroy(p);
+        return bt_cli_fail("plan", st);
+    }
+    int first[BT_MAX_STAGES + 1], have_uniform = 0;
+    if (pl.stages > 1 && bt_partition_uniform(p->n_layers, pl.stages, first) == BT_OK) {
+        bt_placement_params up = lp;
+        up.permute = 0;
+        have_uniform = bt_placement_evaluate(p, &up, first, &uniform) == BT_OK;
+    }
+    print_plan(o, m, p, &pl, have_uniform ? &uniform : NULL);
+    bt_placement_clear(&pl);
+    bt_placement_clear(&uniform);
+    bt_profile_destroy(p);
+    return BT_EXIT_OK;
+}
+
+int bt_cmd_plan(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"devices", required_argument, NULL, 'd'}, {"profile", required_argument, NULL, 'p'},
+        {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
+        {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
+        {"repeats", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    plan_opts o;
+    memset(&o, 0, sizeof o);
+    int c;
+    char *end;
+    long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o.devices = optarg; break;
+        case 'p': o.profile = optarg; break;
+        case 'm': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > 4096) goto bad; o.microbatches = (int)v; break;
+        case 'S': o.schedule = optarg; break;
+        case 'M': if (!parse_bytes(optarg, &o.memory)) goto bad; break;
+        case 'P': o.permute = 1; break;
+        case 'r': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > 100000) goto bad; o.repeats = (int)v; break;
+        case 'h': plan_usage(stdout); return BT_EXIT_OK;
+        default: plan_usage(stderr); return BT_EXIT_USAGE;
+        }
+    }
+    for (int i = optind; i < argc; i++) {
+        if (strchr(argv[i], '=')) {
+            if (o.model.n_overrides < 64) o.model.overrides[o.model.n_overrides++] = argv[i];
+        } else if (!o.model.path) {
+            o.model.path = argv[i];
+        } else {
+            fprintf(stderr, "baton plan: unexpected argument '%s'\n", argv[i]);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if (!o.model.path) {
+        fprintf(stderr, "baton plan: no model file given\n");
+        plan_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    bt_model *m = NULL;
+    int rc = bt_cli_load_model("plan", &o.model, &m);
+    if (rc != BT_EXIT_OK) return rc;
+    rc = plan_model(&o, m);
+    bt_model_destroy(m);
+    return rc;
+bad:
+    fprintf(stderr, "baton plan: bad value '%s' for an option\n", optarg);
+    return BT_EXIT_USAGE;
+}

@@ -1,0 +1,209 @@
+/* io/loader.c: the prefetching batch loader (see loader.h). A ring of `prefetch` slots: the
+ * loader thread fills slot k with the k-th batch of the stream while the consumer trains on an
+ * earlier one. The permutation of an epoch is a seeded Fisher-Yates shuffle, recomputed by the
+ * thread when it enters an epoch, so (seed, epoch, index) fully determines a batch. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "io/loader.h"
+
+typedef struct loader_slot {
+    float *inputs;
+    int32_t *labels;
+    bt_batch batch;
+    int full;
+} loader_slot;
+
+struct bt_loader {
+    const bt_dataset *ds;
+    int64_t batch, per_epoch;
+    int shuffle, drop_last;
+    uint64_t seed;
+    int64_t *perm;
+    int64_t perm_epoch;
+    int n_slots;
+    loader_slot *slots;
+    /* producer position and consumer position, in batches since (epoch0, index0) */
+    int64_t epoch0, index0;
+    int64_t produced, consumed;
+    int out;               /* a batch is with the consumer */
+    uint64_t generation;   /* bumped by seek: the producer drops what it was making */
+    int stop;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static void make_perm(bt_loader *l, int64_t epoch)
+{
+    int64_t n = l->ds->n;
+    for (int64_t i = 0; i < n; i++) l->perm[i] = i;
+    if (l->shuffle) {
+        uint64_t s = mix(l->seed ^ mix((uint64_t)epoch + 1));
+        for (int64_t i = n - 1; i > 0; i--) {
+            s = mix(s);
+            int64_t j = (int64_t)(s % (uint64_t)(i + 1));
+            int64_t t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->perm_epoch = epoch;
+}
+
+static void fill(bt_loader *l, loader_slot *slot, int64_t epoch, int64_t index)
+{
+    const bt_dataset *ds = l->ds;
+    if (l->perm_epoch != epoch) make_perm(l, epoch);
+    int64_t numel = ds->sample_numel, start = index * l->batch, valid = 0;
+    for (int64_t r = 0; r < l->batch; r++) {
+        int64_t pos = start + r;
+        int64_t src = pos < ds->n ? l->perm[pos] : l->perm[0];
+        if (pos < ds->n) valid++;
+        memcpy(slot->inputs + r * numel, ds->inputs + src * numel, (size_t)numel * sizeof(float));
+        slot->labels[r] = ds->labels[src];
+    }
+    slot->batch = (bt_batch){slot->inputs, slot->labels, valid, epoch, index};
+}
+
+static void *loader_main(void *arg)
+{
+    bt_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        while (!l->stop && l->produced - l->consumed >= l->n_slots) pthread_cond_wait(&l->cv, &l->mu);
+        if (l->stop) break;
+        int64_t k = l->produced;
+        int64_t pos = l->index0 + k;
+        int64_t epoch = l->epoch0 + pos / l->per_epoch, index = pos % l->per_epoch;
+        loader_slot *slot = &l->slots[k % l->n_slots];
+        uint64_t gen = l->generation;
+        pthread_mutex_unlock(&l->mu);
+        fill(l, slot, epoch, index);
+        pthread_mutex_lock(&l->mu);
+        if (gen != l->generation) continue; /* a seek happened meanwhile */
+        slot->full = 1;
+        l->produced++;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
+                           uint64_t seed, int prefetch, bt_loader **out)
+{
+    if (!ds || batch < 1 || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create: bad arguments");
+    int64_t per_epoch = drop_last ? ds->n / batch : (ds->n + batch - 1) / batch;
+    if (per_epoch < 1)
+        return bt_error(BT_ERR_INVALID_ARG, "the dataset has %lld samples, fewer than one batch of %lld",
+                        (long long)ds->n, (long long)batch);
+    bt_loader *l = calloc(1, sizeof *l);
+    if (!l) return bt_error(BT_ERR_NOMEM, "loader: out of memory");
+    l->ds = ds;
+    l->batch = batch;
+    l->per_epoch = per_epoch;
+    l->shuffle = shuffle;
+    l->drop_last = drop_last;
+    l->seed = seed;
+    l->perm_epoch = -1;
+    l->n_slots = prefetch < 1 ? 1 : prefetch;
+    l->perm = malloc((size_t)ds->n * sizeof *l->perm);
+    l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
+    int ok = l->perm && l->slots;
+    for (int i = 0; ok && i < l->n_slots; i++) {
+        l->slots[i].inputs = malloc((size_t)batch * (size_t)ds->sample_numel * sizeof(float));
+        l->slots[i].labels = malloc((size_t)batch * sizeof(int32_t));
+        ok = l->slots[i].inputs && l->slots[i].labels;
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    if (!ok || pthread_create(&l->thread, NULL, loader_main, l) != 0) {
+        bt_loader_destroy(l);
+        return bt_error(BT_ERR_NOMEM, "loader: cannot allocate %d batches of %lld samples", prefetch,
+                        (long long)batch);
+    }
+    l->started = 1;
+    *out = l;
+    return BT_OK;
+}
+
+void bt_loader_destroy(bt_loader *l)
+{
+    if (!l) return;
+    if (l->started) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = 1;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    for (int i = 0; l->slots && i < l->n_slots; i++) {
+        free(l->slots[i].inputs);
+        free(l->slots[i].labels);
+    }
+    free(l->slots);
+    free(l->perm);
+    free(l);
+}
+
+int64_t bt_loader_batches_per_epoch(const bt_loader *l) { return l->per_epoch; }
+
+bt_status bt_loader_seek(bt_loader *l, int64_t epoch, int64_t index)
+{
+    if (epoch < 0 || index < 0 || index >= l->per_epoch)
+        return bt_error(BT_ERR_INVALID_ARG, "loader: no batch %lld of epoch %lld (an epoch has %lld)",
+                        (long long)index, (long long)epoch, (long long)l->per_epoch);
+    pthread_mutex_lock(&l->mu);
+    if (l->out) {
+        pthread_mutex_unlock(&l->mu);
+        return bt_error(BT_ERR_INVALID_ARG, "loader: seek while a batch is out");
+    }
+    l->generation++;
+    l->epoch0 = epoch;
+    l->index0 = index;
+    l->produced = l->consumed = 0;
+    for (int i = 0; i < l->n_slots; i++) l->slots[i].full = 0;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    return BT_OK;
+}
+
+bt_status bt_loader_next(bt_loader *l, bt_batch *out)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->out) {
+        pthread_mutex_unlock(&l->mu);
+        return bt_error(BT_ERR_INVALID_ARG, "loader: release the previous batch first");
+    }
+    while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
+    *out = l->slots[l->consumed % l->n_slots].batch;
+    l->out = 1;
+    pthread_mutex_unlock(&l->mu);
+    return BT_OK;
+}
+
+void bt_loader_release(bt_loader *l)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->out) {
+        l->slots[l->consumed % l->n_slots].full = 0;
+        l->consumed++;
+        l->out = 0;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+}

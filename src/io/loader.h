@@ -1,0 +1,34 @@
+/* io/loader.h: batches from a dataset, assembled ahead of the step on a loader thread. Epoch e
+ * visits the samples in a permutation seeded by (seed, e) (or in order without shuffling); a
+ * training loader drops the incomplete last batch, an evaluation loader pads it and says how many
+ * rows are real. `prefetch` batches are kept ready in buffers allocated once, so the first stage
+ * never waits on gathering rows. The position (epoch, batch) can be set for an exact resume. */
+#ifndef BT_IO_LOADER_H
+#define BT_IO_LOADER_H
+
+#include <stdint.h>
+
+#include "io/idx.h"
+
+typedef struct bt_loader bt_loader;
+
+typedef struct bt_batch {
+    const float *inputs;   /* (batch, sample_numel) */
+    const int32_t *labels; /* (batch) */
+    int64_t valid;         /* rows that are real samples (< batch only for a padded last batch) */
+    int64_t epoch, index;  /* position of this batch */
+} bt_batch;
+
+/* ds must outlive the loader. drop_last: 1 for training, 0 for evaluation (pads with row 0). */
+bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
+                           uint64_t seed, int prefetch, bt_loader **out);
+void bt_loader_destroy(bt_loader *loader);
+/* Batches per epoch. */
+int64_t bt_loader_batches_per_epoch(const bt_loader *loader);
+/* Restarts the stream at (epoch, index). */
+bt_status bt_loader_seek(bt_loader *loader, int64_t epoch, int64_t index);
+/* Waits for the next batch; it stays valid until bt_loader_release. One batch out at a time. */
+bt_status bt_loader_next(bt_loader *loader, bt_batch *out);
+void bt_loader_release(bt_loader *loader);
+
+#endif

@@ -1,0 +1,264 @@
+/* train/trainer.c: the training loop (see trainer.h). The model must have one float input (the
+ * samples) and one integer input (the labels) read by the loss layer; that is the shape of every
+ * supervised data source baton reads. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "graph/graph_internal.h"
+#include "io/dataset.h"
+#include "io/loader.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+struct bt_trainer {
+    const bt_model *model;
+    bt_engine *engine;
+    bt_trainer_opts opts;
+    const char *input_name, *label_name;
+    const char *logits_layer;  /* layer whose output the loss reads as logits, or NULL */
+    int64_t sample_numel;
+    int n_classes;
+    bt_dataset train, eval;
+    int has_eval;
+    bt_loader *train_loader, *eval_loader;
+    int64_t total_steps, first_step;
+    float *logits;             /* (batch, classes) */
+    float *losses;             /* (batch) */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Finds the sample and label inputs and the logits layer from the graph. */
+static bt_status inspect_graph(bt_trainer *t)
+{
+    const bt_graph *g = t->model->graph;
+    if (!bt_graph_is_trainable(g))
+        return bt_error(BT_ERR_MODEL, "%s: the last layer is not a loss, so there is nothing to train",
+                        t->model->path ? t->model->path : "model");
+    const bt_node *loss = &g->nodes[g->n_nodes - 1];
+    for (int i = 0; i < g->n_inputs; i++) {
+        const bt_value *v = &g->values[g->inputs[i]];
+        if (v->dtype == BT_I32) {
+            if (!t->label_name) t->label_name = v->name;
+        } else if (!t->input_name) {
+            t->input_name = v->name;
+            t->sample_numel = bt_shape_numel(&v->shape);
+        }
+    }
+    if (!t->input_name || !t->label_name || g->n_inputs != 2)
+        return bt_error(BT_ERR_UNSUPPORTED,
+                        "training from data needs exactly one float input and one i32 label input; "
+                        "this model has %d inputs", g->n_inputs);
+    const bt_value *logits = &g->values[loss->in[0]];
+    t->n_classes = logits->shape.ndim ? (int)logits->shape.dim[logits->shape.ndim - 1] : 1;
+    if (strcmp(loss->op->name, "cross_entropy") == 0 && logits->producer >= 0)
+        t->logits_layer = g->layers[g->nodes[logits->producer].layer].name;
+    return BT_OK;
+}
+
+static bt_status load_data(bt_trainer *t)
+{
+    const bt_data_config *d = &t->model->data;
+    bt_data_source train = d->train;
+    if (train.kind == BT_DATA_NONE) {
+        train.kind = BT_DATA_SYNTHETIC;
+        train.samples = 10000;
+        train.shuffle = 1;
+    }
+    BT_TRY(bt_dataset_load(&train, t->sample_numel, t->n_classes, t->opts.seed, 0, &t->train));
+    if (d->eval.kind != BT_DATA_NONE) {
+        BT_TRY(bt_dataset_load(&d->eval, t->sample_numel, t->n_classes, t->opts.seed, 1, &t->eval));
+        t->has_eval = 1;
+    } else if (train.kind == BT_DATA_SYNTHETIC) {
+        bt_data_source held_out = train;
+        held_out.samples = train.samples / 5 > 0 ? train.samples / 5 : 1;
+        BT_TRY(bt_dataset_load(&held_out, t->sample_numel, t->n_classes, t->opts.seed, 1, &t->eval));
+        t->has_eval = 1;
+    }
+    int64_t batch = bt_engine_batch(t->engine);
+    int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
+    BT_TRY(bt_loader_create(&t->train, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->train_loader));
+    const bt_dataset *ev = t->has_eval ? &t->eval : &t->train;
+    BT_TRY(bt_loader_create(ev, batch, 0, 0, 0, prefetch, &t->eval_loader));
+    return BT_OK;
+}
+
+bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_trainer_opts *opts,
+                            bt_trainer **out)
+{
+    bt_status st = BT_OK;
+    bt_trainer *t = calloc(1, sizeof *t);
+    if (!t) return bt_error(BT_ERR_NOMEM, "trainer: out of memory");
+    t->model = model;
+    t->engine = engine;
+    t->opts = *opts;
+    BT_TRY_GOTO(st, inspect_graph(t), fail);
+    BT_TRY_GOTO(st, load_data(t), fail);
+    int64_t batch = bt_engine_batch(engine);
+    t->logits = malloc((size_t)batch * (size_t)t->n_classes * sizeof *t->logits);
+    t->losses = malloc((size_t)batch * sizeof *t->losses);
+    if (!t->logits || !t->losses) {
+        st = bt_error(BT_ERR_NOMEM, "trainer: out of memory");
+        goto fail;
+    }
+    int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
+    t->total_steps = opts->steps > 0 ? opts->steps : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) * per_epoch;
+    if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(engine, model->graph, opts->init), fail);
+    if (opts->resume) {
+        bt_checkpoint_meta meta;
+        BT_TRY_GOTO(st, bt_checkpoint_resume(engine, model->graph, opts->resume, &meta), fail);
+        if (meta.seed != opts->seed) {
+            st = bt_error(BT_ERR_INVALID_ARG,
+                          "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to "
+                          "continue it exactly",
+                          opts->resume, (unsigned long long)meta.seed, (unsigned long long)opts->seed,
+                          (unsigned long long)meta.seed);
+            goto fail;
+        }
+        if (meta.batch_index >= per_epoch) {
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: data position %lld is past an epoch of %lld batches",
+                          opts->resume, (long long)meta.batch_index, (long long)per_epoch);
+            goto fail;
+        }
+        BT_TRY_GOTO(st, bt_loader_seek(t->train_loader, meta.epoch, meta.batch_index), fail);
+        t->first_step = meta.step;
+    }
+    *out = t;
+    return BT_OK;
+fail:
+    bt_trainer_destroy(t);
+    return st;
+}
+
+void bt_trainer_destroy(bt_trainer *t)
+{
+    if (!t) return;
+    bt_loader_destroy(t->train_loader);
+    bt_loader_destroy(t->eval_loader);
+    bt_dataset_free(&t->train);
+    bt_dataset_free(&t->eval);
+    free(t->logits);
+    free(t->losses);
+    free(t);
+}
+
+int64_t bt_trainer_total_steps(const bt_trainer *t) { return t->total_steps; }
+int64_t bt_trainer_first_step(const bt_trainer *t) { return t->first_step; }
+int64_t bt_trainer_train_samples(const bt_trainer *t) { return t->train.n; }
+
+static void feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
+{
+    feeds[0] = (bt_feed){t->input_name, b->inputs, BT_F32};
+    feeds[1] = (bt_feed){t->label_name, b->labels, BT_I32};
+}
+
+bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int64_t *samples)
+{
+    bt_status st = BT_OK;
+    const bt_dataset *ds = t->has_eval ? &t->eval : &t->train;
+    int64_t batches = bt_loader_batches_per_epoch(t->eval_loader), correct = 0, seen = 0;
+    double loss_sum = 0;
+    int C = t->n_classes;
+    BT_TRY(bt_loader_seek(t->eval_loader, 0, 0));
+    for (int64_t k = 0; k < batches && st == BT_OK; k++) {
+        bt_batch b;
+        BT_TRY(bt_loader_next(t->eval_loader, &b));
+        bt_feed feeds[2];
+        feeds_for(t, &b, feeds);
+        if (t->logits_layer) {
+            st = bt_engine_forward_layer(t->engine, feeds, 2, t->logits_layer, t->logits, NULL);
+            for (int64_t r = 0; st == BT_OK && r < b.valid; r++) {
+                const float *z = t->logits + r * C;
+                int best = 0;
+                double mx = z[0], sum = 0;
+                for (int c = 1; c < C; c++)
+                    if (z[c] > z[best]) best = c;
+                for (int c = 1; c < C; c++) mx = fmax(mx, z[c]);
+                for (int c = 0; c < C; c++) sum += exp((double)z[c] - mx);
+                loss_sum += mx + log(sum) - z[b.labels[r]];
+                correct += best == b.labels[r];
+            }
+        } else {
+            st = bt_engine_forward(t->engine, feeds, 2, t->losses, NULL);
+            for (int64_t r = 0; st == BT_OK && r < b.valid; r++) loss_sum += t->losses[r];
+        }
+        seen += b.valid;
+        bt_loader_release(t->eval_loader);
+    }
+    BT_TRY(st);
+    *samples = seen;
+    *loss = seen ? loss_sum / (double)seen : 0;
+    *accuracy = t->logits_layer && seen ? (double)correct / (double)seen : NAN;
+    (void)ds;
+    return BT_OK;
+}
+
+static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
+{
+    bt_checkpoint_meta meta;
+    memset(&meta, 0, sizeof meta);
+    int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
+    meta.step = bt_engine_step(t->engine);
+    meta.epoch = step / per_epoch;
+    meta.batch_index = step % per_epoch;
+    meta.seed = t->opts.seed;
+    snprintf(meta.model, sizeof meta.model, "%s", t->model->name ? t->model->name : "");
+    BT_TRY(bt_checkpoint_save(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta));
+    if (cb) {
+        bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
+                             .path = t->opts.checkpoint_dir};
+        cb(&ev, user);
+    }
+    return BT_OK;
+}
+
+static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
+{
+    bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps};
+    double t0 = now_ms();
+    BT_TRY(bt_trainer_evaluate(t, &ev.accuracy, &ev.loss, &ev.samples));
+    ev.eval_ms = now_ms() - t0;
+    if (cb) cb(&ev, user);
+    return BT_OK;
+}
+
+bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
+{
+    int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
+    for (int64_t step = t->first_step; step < t->total_steps; step++) {
+        bt_batch b;
+        BT_TRY(bt_loader_next(t->train_loader, &b));
+        bt_feed feeds[2];
+        feeds_for(t, &b, feeds);
+        bt_step_result r;
+        bt_status st = bt_engine_train_step(t->engine, feeds, 2, &r);
+        bt_loader_release(t->train_loader);
+        if (st != BT_OK) return bt_error_context(st, "step %lld", (long long)step + 1);
+        if (!isfinite(r.loss))
+            return bt_error(BT_ERR_BACKEND, "step %lld: the loss is %g; stopping (try a lower learning rate)",
+                            (long long)step + 1, r.loss);
+        if (cb) {
+            bt_train_event ev = {.kind = BT_EV_STEP, .step = step + 1, .total_steps = t->total_steps,
+                                 .epoch = step / per_epoch, .result = &r};
+            cb(&ev, user);
+        }
+        int last = step + 1 == t->total_steps;
+        if (t->opts.eval_every > 0 && (step + 1) % t->opts.eval_every == 0 && !last)
+            BT_TRY(eval_event(t, step + 1, cb, user));
+        if (t->opts.checkpoint_dir && t->opts.checkpoint_every > 0 && (step + 1) % t->opts.checkpoint_every == 0 &&
+            !last)
+            BT_TRY(save(t, step + 1, cb, user));
+    }
+    if (t->opts.eval_every >= 0) BT_TRY(eval_event(t, t->total_steps, cb, user));
+    if (t->opts.checkpoint_dir) BT_TRY(save(t, t->total_steps, cb, user));
+    return BT_OK;
+}

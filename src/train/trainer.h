@@ -1,0 +1,56 @@
+/* train/trainer.h: training a model for real. A trainer owns the datasets and loaders of a model's
+ * data: section (synthetic when it has none), drives an engine step by step, evaluates on the eval
+ * set through the forward-only schedule (accuracy from the loss layer's logits), writes
+ * checkpoints, and resumes exactly from one. It reports through a callback and never prints. */
+#ifndef BT_TRAIN_TRAINER_H
+#define BT_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "baton/engine.h"
+#include "baton/model.h"
+
+typedef struct bt_trainer bt_trainer;
+
+typedef struct bt_trainer_opts {
+    int64_t steps;             /* 0: epochs x batches per epoch */
+    int epochs;                /* used when steps is 0 */
+    int64_t eval_every;        /* steps; 0: only at the end; -1: never */
+    int64_t checkpoint_every;  /* steps; 0: only at the end (when checkpoint_dir is set) */
+    const char *checkpoint_dir;
+    const char *resume;        /* checkpoint dir or file to continue from, or NULL */
+    const char *init;          /* safetensors weights to start from, or NULL */
+    uint64_t seed;
+    int prefetch;              /* batches prepared ahead; 0: 2 */
+} bt_trainer_opts;
+
+typedef enum bt_train_event_kind { BT_EV_STEP, BT_EV_EVAL, BT_EV_CHECKPOINT } bt_train_event_kind;
+
+typedef struct bt_train_event {
+    bt_train_event_kind kind;
+    int64_t step, total_steps; /* step: 1-based index of the step just done */
+    int64_t epoch;
+    const bt_step_result *result;      /* BT_EV_STEP */
+    double accuracy, loss;             /* BT_EV_EVAL (accuracy NaN when the loss is not a classifier) */
+    int64_t samples;                   /* BT_EV_EVAL: samples evaluated */
+    double eval_ms;
+    const char *path;                  /* BT_EV_CHECKPOINT */
+} bt_train_event;
+
+typedef void (*bt_train_callback)(const bt_train_event *ev, void *user);
+
+/* Loads the data for model and prepares to drive engine (both must outlive the trainer). Applies
+ * opts->init and opts->resume. */
+bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_trainer_opts *opts,
+                            bt_trainer **out);
+void bt_trainer_destroy(bt_trainer *trainer);
+/* Steps the trainer will run in total, and where it starts (after a resume). */
+int64_t bt_trainer_total_steps(const bt_trainer *trainer);
+int64_t bt_trainer_first_step(const bt_trainer *trainer);
+int64_t bt_trainer_train_samples(const bt_trainer *trainer);
+/* Runs the remaining steps, evaluations and checkpoints. */
+bt_status bt_trainer_run(bt_trainer *trainer, bt_train_callback cb, void *user);
+/* Evaluates once on the eval set (or the training set when there is none). */
+bt_status bt_trainer_evaluate(bt_trainer *trainer, double *accuracy, double *loss, int64_t *samples);
+
+#endif
