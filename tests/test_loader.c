@@ -196,10 +196,12 @@ static void test_fashion_mlp(void)
     CU_ASSERT_EQUAL(m->parallel.schedule, BT_SCHEDULE_1F1B);
     CU_ASSERT_EQUAL(m->parallel.partition, BT_PARTITION_PARAMS);
     CU_ASSERT_EQUAL(m->train.batch, 256);
-    CU_ASSERT_EQUAL(m->train.epochs, 1);
+    CU_ASSERT_EQUAL(m->train.epochs, 5);
     CU_ASSERT_EQUAL(m->train.steps, 0);
     CU_ASSERT_EQUAL(m->train.optimizer.kind, BT_OPT_ADAMW);
-    CU_ASSERT_DOUBLE_EQUAL(m->train.optimizer.lr, 1e-3, 1e-18);
+    CU_ASSERT_DOUBLE_EQUAL(m->train.optimizer.lr, 2e-3, 1e-18);
+    CU_ASSERT_EQUAL(m->train.lr_schedule.kind, BT_LR_COSINE);
+    CU_ASSERT_DOUBLE_EQUAL(m->train.lr_schedule.min_lr, 1e-4, 1e-18);
     CU_ASSERT_DOUBLE_EQUAL(m->train.optimizer.beta1, 0.9, 0);
     CU_ASSERT_EQUAL(m->train.precision, BT_F32);
     CU_ASSERT_EQUAL(m->data.train.kind, BT_DATA_IDX);
@@ -260,7 +262,7 @@ static void test_layer_positions(void)
     bt_layer_info li;
     CU_ASSERT_EQUAL_FATAL(bt_graph_layer(m->graph, 0, &li), BT_OK);
     CU_ASSERT_STRING_EQUAL(li.loc.file, path);
-    CU_ASSERT_EQUAL(li.loc.line, 10);
+    CU_ASSERT_EQUAL(li.loc.line, 11); /* "  - {name: fc1, ..." */
     CU_ASSERT_EQUAL(li.loc.col, 5);
     CU_ASSERT_STRING_EQUAL(m->path, path);
     bt_model_destroy(m);

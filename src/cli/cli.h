@@ -15,6 +15,19 @@ int bt_cmd_ops(int argc, char **argv);
 int bt_cmd_profile(int argc, char **argv);
 int bt_cmd_plan(int argc, char **argv);
 
+/* --trace / --timeline of `baton run` (run_trace.c). Every function accepts a NULL tracer (no
+ * tracing asked for) and does nothing. */
+typedef struct bt_cli_tracer bt_cli_tracer;
+/* Turns the engine's recording on when a path is given; *out stays NULL otherwise. Exit code. */
+int bt_cli_tracer_start(bt_engine *e, const char *json_path, const char *svg_path, bt_cli_tracer **out);
+/* Adds the engine's last step to the trace (call after every step). Exit code. */
+int bt_cli_tracer_step(bt_cli_tracer *t);
+/* Prints the predicted vs measured step time and each stage's busy/transfer/idle shares. */
+void bt_cli_tracer_summary(const bt_cli_tracer *t, int jsonl, double measured_ms);
+/* Writes the JSON and SVG files. Exit code. */
+int bt_cli_tracer_write(bt_cli_tracer *t, int jsonl);
+void bt_cli_tracer_destroy(bt_cli_tracer *t);
+
 /* Exit code for a failed call: 2 for model and argument errors, 1 otherwise. */
 int bt_cli_exit_code(bt_status status);
 /* Prints "baton CMD: <bt_last_error()>" to stderr and returns the exit code for status. */

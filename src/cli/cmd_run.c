@@ -42,6 +42,8 @@ static void run_usage(FILE *f)
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
             "  --threads N           BLAS threads per device (default 1)\n"
             "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
+            "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
+            "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
             "  --log-format F        text (default) | jsonl\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
@@ -144,6 +146,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                    s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches);
         }
         printf("]}\n");
+        bt_cli_tracer_summary(o->tracer, 1, median_ms);
         return;
     }
     printf("\nmedian step %.2f ms, %.0f samples/s\n", median_ms, median_ms > 0 ? (double)batch * 1000 / median_ms : 0);
@@ -160,6 +163,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                bt_cli_bytes((double)m.optimizer, c, sizeof c), bt_cli_bytes((double)m.peak, d, sizeof d),
                bt_cli_bytes((double)m.activation_peak, f, sizeof f), m.peak_microbatches);
     }
+    bt_cli_tracer_summary(o->tracer, 0, median_ms);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -168,8 +172,13 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int run_model(const run_opts *o, bt_model *m)
+static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params);
+
+/* Creates the engine, runs (traced when asked), writes the trace files. */
+static int run_model(const run_opts *opts, bt_model *m)
 {
+    run_opts traced = *opts;
+    const run_opts *o = &traced;
     bt_engine_params p;
     bt_engine_params_init(&p);
     p.parallel = m->parallel;
@@ -194,12 +203,24 @@ static int run_model(const run_opts *o, bt_model *m)
     bt_engine *e = NULL;
     bt_status st = bt_engine_create(m->graph, &p, &e);
     if (st != BT_OK) return bt_cli_fail("run", st);
+    int rc = bt_cli_tracer_start(e, o->trace_path, o->timeline_path, &traced.tracer);
+    if (rc == BT_EXIT_OK) rc = run_steps(o, m, e, &p);
+    if (rc == BT_EXIT_OK) rc = bt_cli_tracer_write(traced.tracer, o->jsonl);
+    bt_cli_tracer_destroy(traced.tracer);
+    bt_engine_destroy(e);
+    return rc;
+}
+
+/* Trains on the model's data through the trainer, or runs synthetic steps. */
+static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params)
+{
+    bt_engine_params p = *params;
+    int training = p.training;
+    bt_status st;
+    long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     if (training) {
         int rc = bt_cli_train(o, m, e, &p);
-        if (rc >= 0) {
-            bt_engine_destroy(e);
-            return rc;
-        }
+        if (rc >= 0) return rc;
     }
     synth_data data;
     double *times = calloc((size_t)steps, sizeof *times);
@@ -207,7 +228,6 @@ static int run_model(const run_opts *o, bt_model *m)
     if (!times || synth_make(m->graph, p.batch, o->seed, &data) != 0) {
         fprintf(stderr, "baton run: out of memory for synthetic data\n");
         free(times);
-        bt_engine_destroy(e);
         return BT_EXIT_RUNTIME;
     }
     if (!o->jsonl) {
@@ -230,6 +250,7 @@ static int run_model(const run_opts *o, bt_model *m)
             rc = BT_EXIT_RUNTIME;
             break;
         }
+        if ((rc = bt_cli_tracer_step(o->tracer)) != BT_EXIT_OK) break;
         times[i] = r.step_ms;
         print_step(o, i + 1, steps, &r, training);
     }
@@ -239,7 +260,6 @@ static int run_model(const run_opts *o, bt_model *m)
     }
     synth_free(&data);
     free(times);
-    bt_engine_destroy(e);
     return rc;
 }
 
@@ -254,7 +274,8 @@ int bt_cmd_run(int argc, char **argv)
         {"epochs", required_argument, NULL, 'E'},       {"eval-every", required_argument, NULL, 'v'},
         {"checkpoint-dir", required_argument, NULL, 'C'}, {"checkpoint-every", required_argument, NULL, 'k'},
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
-        {"synthetic", no_argument, NULL, 'Y'},
+        {"synthetic", no_argument, NULL, 'Y'},         {"trace", required_argument, NULL, 'T'},
+        {"timeline", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
@@ -284,6 +305,8 @@ int bt_cmd_run(int argc, char **argv)
         case 'R': o.resume = optarg; break;
         case 'I': o.init = optarg; break;
         case 'Y': o.synthetic = 1; break;
+        case 'T': o.trace_path = optarg; break;
+        case 'L': o.timeline_path = optarg; break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1, o.progress = 0;
             else if (strcmp(optarg, "text") == 0) o.jsonl = 0;

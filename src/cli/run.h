@@ -21,6 +21,9 @@ typedef struct bt_run_opts {
     const char *init;
     int synthetic;               /* ignore the data: section */
     int progress;                /* draw a progress bar (stdout is a terminal) */
+    const char *trace_path;      /* --trace FILE.json */
+    const char *timeline_path;   /* --timeline FILE.svg */
+    bt_cli_tracer *tracer;       /* set while a traced run is under way */
 } bt_run_opts;
 
 /* Trains m on its data with engine e; prints the run display. Returns the exit code, or -1 when

@@ -89,6 +89,7 @@ static void on_event(const bt_train_event *ev, void *user)
     const bt_run_opts *o = d->o;
     if (ev->kind == BT_EV_STEP) {
         const bt_step_result *r = ev->result;
+        bt_cli_tracer_step(o->tracer);
         d->step_ms[d->n_steps++] = r->step_ms;
         d->loss_avg = d->have_avg ? 0.95 * d->loss_avg + 0.05 * r->loss : r->loss;
         d->have_avg = 1;

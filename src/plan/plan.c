@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "graph/graph_internal.h"
 #include "plan/partition.h"
+#include "plan/placement.h"
 #include "plan/plan.h"
 
 void bt_plan_destroy(bt_plan *plan)
@@ -164,6 +165,15 @@ static bt_status partition_params(const bt_graph *g, bt_plan *plan)
     return BT_OK;
 }
 
+/* partition: profile: measure the layers briefly on the plan's devices and cut optimally. */
+static bt_status partition_profile(const bt_graph *g, const bt_parallel_config *cfg, bt_plan *plan)
+{
+    int first[BT_MAX_STAGES + 1];
+    BT_TRY(bt_placement_quick_cut(g, cfg, (const char(*)[32])plan->device, plan->stages, first));
+    first_to_stages(first, plan->stages, plan);
+    return BT_OK;
+}
+
 static bt_status check_stages(const bt_graph *g, bt_plan *plan)
 {
     int prev = 0;
@@ -255,7 +265,7 @@ bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_pla
         first_to_stages(first, plan->stages, plan);
         break;
     }
-    case BT_PARTITION_PROFILE: /* without a profile, balance by parameters (plan/profile.c) */
+    case BT_PARTITION_PROFILE: st = partition_profile(g, cfg, plan); break;
     case BT_PARTITION_PARAMS: st = partition_params(g, plan); break;
     case BT_PARTITION_BALANCE: st = partition_balance(cfg, plan); break;
     case BT_PARTITION_LAYOUT: st = partition_layout(g, cfg, plan); break;

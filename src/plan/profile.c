@@ -258,7 +258,7 @@ static void run_free(layer_run *r)
     free(r->numel);
 }
 
-/* Collects the layer's values (inputs first seen order, then outputs). */
+/* Collects every value the layer's nodes read or write, in the order they first name them. */
 static bt_status collect_values(layer_run *r)
 {
     const bt_graph *g = r->g;
@@ -486,7 +486,20 @@ done:
 
 /* ---- bytes ------------------------------------------------------------------------------------ */
 
-static void layer_bytes(const bt_graph *g, int l, const bt_profile_params *pp, bt_profile_layer *out)
+/* last_read[v]: the last layer reading value v (-1: none). */
+static int *last_readers(const bt_graph *g)
+{
+    int *last = malloc(((size_t)g->n_values + 1) * sizeof *last);
+    if (!last) return NULL;
+    for (int v = 0; v < g->n_values; v++) last[v] = -1;
+    for (int n = 0; n < g->n_nodes; n++)
+        for (int i = 0; i < g->nodes[n].n_in; i++)
+            if (g->nodes[n].layer > last[g->nodes[n].in[i]]) last[g->nodes[n].in[i]] = g->nodes[n].layer;
+    return last;
+}
+
+static void layer_bytes(const bt_graph *g, int l, const int *last_read, const bt_profile_params *pp,
+                        bt_profile_layer *out)
 {
     const bt_layer *ly = &g->layers[l];
     int64_t params = 0;
@@ -506,13 +519,8 @@ static void layer_bytes(const bt_graph *g, int l, const bt_profile_params *pp, b
     uint64_t cut = 0;
     for (int v = 0; v < g->n_values; v++) {
         const bt_value *val = &g->values[v];
-        if (val->producer < 0 || g->nodes[val->producer].layer > l) continue;
-        int read_later = 0;
-        for (int n = 0; n < g->n_nodes && !read_later; n++) {
-            if (g->nodes[n].layer <= l) continue;
-            for (int i = 0; i < g->nodes[n].n_in; i++) read_later |= g->nodes[n].in[i] == v;
-        }
-        if (read_later) cut += value_row_bytes(val);
+        if (val->producer >= 0 && g->nodes[val->producer].layer <= l && last_read[v] > l)
+            cut += value_row_bytes(val);
     }
     out->cut_bytes_per_sample = cut;
 }
@@ -656,6 +664,7 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
                              bt_profile **out)
 {
     bt_status st = BT_OK;
+    int *last_read = NULL;
     BT_TRY(check_params(g, pp));
     bt_profile *prof = calloc(1, sizeof *prof);
     if (!prof) return bt_error(BT_ERR_NOMEM, "profile: out of memory");
@@ -675,6 +684,10 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
     prof->repeats = pp->repeats;
     prof->warmup = pp->warmup;
     prof->n_layers = g->n_layers;
+    if (!(last_read = last_readers(g))) {
+        st = bt_error(BT_ERR_NOMEM, "profile: out of memory");
+        goto fail;
+    }
     for (int l = 0; l < g->n_layers; l++) {
         bt_profile_layer *pl = &prof->layers[l];
         pl->name = bt_strdup(g->layers[l].name);
@@ -684,13 +697,15 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
             st = bt_error(BT_ERR_NOMEM, "profile: out of memory");
             goto fail;
         }
-        layer_bytes(g, l, pp, pl);
+        layer_bytes(g, l, last_read, pp, pl);
     }
     BT_TRY_GOTO(st, measure_kinds(g, pp, prof), fail);
     BT_TRY_GOTO(st, measure_transfers(prof, pp), fail);
+    free(last_read);
     *out = prof;
     return BT_OK;
 fail:
+    free(last_read);
     bt_profile_destroy(prof);
     return st;
 }
@@ -944,7 +959,8 @@ static bt_status read_times(const reader *r, const json_t *layer, const char *pr
     const char *kind;
     json_t *v;
     json_object_foreach(times, kind, v) {
-        if (bt_profile_kind_index(p, kind) < 0) return bad_field(r, tp, kind, "a device kind measured_on does not name");
+        if (bt_profile_kind_index(p, kind) < 0)
+            return bad_field(r, tp, kind, "a device kind measured_on does not name");
     }
     for (int k = 0; k < p->n_kinds; k++) {
         char kp[128];
@@ -976,7 +992,8 @@ static bt_status read_layer(const reader *r, json_t *o, int l, bt_profile *p)
     BT_TRY(read_string(r, o, prefix, "op", 256, &op));
     if (json_object_get(o, "act")) BT_TRY(read_string(r, o, prefix, "act", 64, &act));
     for (int k = 0; k < l; k++)
-        if (strcmp(p->layers[k].name, name) == 0) return bad_field(r, prefix, "name", "repeats an earlier layer's name");
+        if (strcmp(p->layers[k].name, name) == 0)
+            return bad_field(r, prefix, "name", "repeats an earlier layer's name");
     BT_TRY(read_int(r, o, prefix, "params", 0, INT64_MAX, &pl->params));
     BT_TRY(read_bytes(r, o, prefix, "param_bytes", &pl->param_bytes));
     BT_TRY(read_bytes(r, o, prefix, "grad_bytes", &pl->grad_bytes));

@@ -1,0 +1,78 @@
+/* kernels/activation.cu: relu, gelu (exact, with erf), tanh and sigmoid, elementwise. The
+ * formulas and their order of operations are those of src/ops/activation_tmpl.h; the backward
+ * recomputes f'(x) from x, as the CPU kernels do. */
+#include "kernel_util.cuh"
+
+#define BT_K_SQRT1_2 0.70710678118654752440     /* 1/sqrt(2) */
+#define BT_K_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
+
+template <typename T>
+__device__ __forceinline__ T act_value(int f, T x)
+{
+    switch (f) {
+    case BT_K_RELU: return x > 0 ? x : (T)0;
+    case BT_K_GELU: return (T)0.5 * x * (1 + bt_k_erf(x * (T)BT_K_SQRT1_2));
+    case BT_K_TANH: return bt_k_tanh(x);
+    default: return 1 / (1 + bt_k_exp(-x)); /* BT_K_SIGMOID */
+    }
+}
+
+/* dy * f'(x) */
+template <typename T>
+__device__ __forceinline__ T act_grad(int f, T x, T dy)
+{
+    switch (f) {
+    case BT_K_RELU: return x > 0 ? dy : (T)0;
+    case BT_K_GELU: {
+        const T cdf = (T)0.5 * (1 + bt_k_erf(x * (T)BT_K_SQRT1_2));
+        const T pdf = (T)BT_K_INV_SQRT_2PI * bt_k_exp((T)-0.5 * x * x);
+        return dy * (cdf + x * pdf);
+    }
+    case BT_K_TANH: {
+        const T t = bt_k_tanh(x);
+        return dy * (1 - t * t);
+    }
+    default: { /* BT_K_SIGMOID */
+        const T sg = 1 / (1 + bt_k_exp(-x));
+        return dy * sg * (1 - sg);
+    }
+    }
+}
+
+template <typename T>
+__global__ void k_act_forward(int f, const T *x, T *y, int64_t n)
+{
+    BT_K_FOR(i, n) y[i] = act_value(f, x[i]);
+}
+
+template <typename T>
+__global__ void k_act_backward(int f, const T *x, const T *dy, T *dx, int64_t n)
+{
+    BT_K_FOR(i, n) dx[i] += act_grad(f, x[i], dy[i]);
+}
+
+static int known(bt_k_activation f)
+{
+    return f == BT_K_RELU || f == BT_K_GELU || f == BT_K_TANH || f == BT_K_SIGMOID;
+}
+
+extern "C" cudaError_t bt_k_activation_forward(cudaStream_t s, bt_dtype dt, bt_k_activation f,
+                                               const void *x, void *y, int64_t n)
+{
+    if (!known(f)) return cudaErrorInvalidValue;
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_act_forward<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (int)f, (const T *)x, (T *)y, n););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_activation_backward(cudaStream_t s, bt_dtype dt, bt_k_activation f,
+                                                const void *x, const void *dy, void *dx,
+                                                int64_t n)
+{
+    if (!known(f)) return cudaErrorInvalidValue;
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_act_backward<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (int)f, (const T *)x, (const T *)dy, (T *)dx, n););
+    return cudaGetLastError();
+}

@@ -1,0 +1,104 @@
+/* kernels/elementwise.cu: add, mul and the array helpers other ops build on (accumulate, bias
+ * rows, column sums). Flat grid-stride loops over n elements; see kernels.h for the contracts. */
+#include "kernel_util.cuh"
+
+template <typename T>
+__global__ void k_add(const T *a, const T *b, T *y, int64_t n)
+{
+    BT_K_FOR(i, n) y[i] = a[i] + b[i];
+}
+
+template <typename T>
+__global__ void k_mul(const T *a, const T *b, T *y, int64_t n)
+{
+    BT_K_FOR(i, n) y[i] = a[i] * b[i];
+}
+
+template <typename T>
+__global__ void k_acc(const T *x, T *y, int64_t n)
+{
+    BT_K_FOR(i, n) y[i] += x[i];
+}
+
+template <typename T>
+__global__ void k_acc_mul(const T *x, const T *w, T *y, int64_t n)
+{
+    BT_K_FOR(i, n) y[i] += x[i] * w[i];
+}
+
+template <typename T>
+__global__ void k_fill_rows(const T *row, T *y, int64_t rows, int64_t cols)
+{
+    BT_K_FOR(i, rows * cols) y[i] = row[i % cols];
+}
+
+/* Thread j of block (bx, by) sums column bx * blockDim.x + j over the rows of chunk by. */
+template <typename T>
+__global__ void k_colsum_acc(const T *x, T *y, int64_t rows, int64_t cols, int64_t chunk)
+{
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    const int64_t r0 = (int64_t)blockIdx.y * chunk;
+    const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    double s = 0;
+    for (int64_t r = r0; r < r1; r++) s += (double)x[r * cols + j];
+    bt_k_add_to(&y[j], (T)s, gridDim.y > 1);
+}
+
+extern "C" cudaError_t bt_k_add(cudaStream_t s, bt_dtype dt, const void *a, const void *b,
+                                void *y, int64_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_add<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (const T *)a, (const T *)b, (T *)y, n););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_mul(cudaStream_t s, bt_dtype dt, const void *a, const void *b,
+                                void *y, int64_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_mul<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (const T *)a, (const T *)b, (T *)y, n););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_acc(cudaStream_t s, bt_dtype dt, const void *x, void *y, int64_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_acc<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>((const T *)x, (T *)y, n););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_acc_mul(cudaStream_t s, bt_dtype dt, const void *x, const void *w,
+                                    void *y, int64_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_acc_mul<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (const T *)x, (const T *)w, (T *)y, n););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_fill_rows(cudaStream_t s, bt_dtype dt, const void *row, void *y,
+                                      int64_t rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_fill_rows<T><<<bt_k_blocks(rows * cols), BT_K_THREADS, 0, s>>>(
+                          (const T *)row, (T *)y, rows, cols););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_colsum_acc(cudaStream_t s, bt_dtype dt, const void *x, void *y,
+                                       int64_t rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    /* about 256 rows per chunk, at most 1024 chunks */
+    int64_t chunks = (rows + 255) / 256;
+    if (chunks > 1024) chunks = 1024;
+    const int64_t chunk = (rows + chunks - 1) / chunks;
+    chunks = (rows + chunk - 1) / chunk;
+    const dim3 grid((unsigned)((cols + BT_K_THREADS - 1) / BT_K_THREADS), (unsigned)chunks);
+    BT_K_DISPATCH(dt, k_colsum_acc<T><<<grid, BT_K_THREADS, 0, s>>>((const T *)x, (T *)y, rows,
+                                                                    cols, chunk););
+    return cudaGetLastError();
+}

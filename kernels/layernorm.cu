@@ -1,0 +1,110 @@
+/* kernels/layernorm.cu: layer normalisation over rows of d elements. The forward runs one block
+ * per row (mean, then the centred variance, both in double, as src/ops/layernorm_tmpl.h) and
+ * saves (mean, rstd) per row as doubles. The backward's input gradient runs one block per row;
+ * the weight and bias gradients are column sums over the rows, one thread per column and rows
+ * split into chunks whose partial sums are added atomically when there is more than one. */
+#include "kernel_util.cuh"
+
+template <typename T>
+__global__ void k_ln_forward(const T *x, const T *w, const T *b, T *y, double *stats,
+                             int64_t rows, int64_t d, double eps)
+{
+    __shared__ double shm[32];
+    BT_K_FOR_BLOCK(r, rows) {
+        const T *xr = x + r * d;
+        T *yr = y + r * d;
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) s += (double)xr[j];
+        const double mean = bt_k_block_sum(s, shm) / (double)d;
+        double q = 0;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+            const double c = (double)xr[j] - mean;
+            q += c * c;
+        }
+        const double rstd = 1.0 / sqrt(bt_k_block_sum(q, shm) / (double)d + eps);
+        const T m = (T)mean, sd = (T)rstd;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+            yr[j] = (xr[j] - m) * sd * w[j] + b[j];
+        if (stats && threadIdx.x == 0) {
+            stats[2 * r] = mean;
+            stats[2 * r + 1] = rstd;
+        }
+    }
+}
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat = (x - mean) rstd */
+template <typename T>
+__global__ void k_ln_backward_dx(const T *x, const T *w, const T *dy, const double *stats, T *dx,
+                                 int64_t rows, int64_t d)
+{
+    __shared__ double shm[32];
+    BT_K_FOR_BLOCK(r, rows) {
+        const T *xr = x + r * d, *dyr = dy + r * d;
+        T *dxr = dx + r * d;
+        const T m = (T)stats[2 * r], s = (T)stats[2 * r + 1];
+        double sg = 0, sgx = 0;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+            const double g = (double)dyr[j] * (double)w[j];
+            sg += g;
+            sgx += g * ((double)(xr[j] - m) * (double)s);
+        }
+        const T mg = (T)(bt_k_block_sum(sg, shm) / (double)d);
+        const T mgx = (T)(bt_k_block_sum(sgx, shm) / (double)d);
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+            dxr[j] += s * (dyr[j] * w[j] - mg - (xr[j] - m) * s * mgx);
+    }
+}
+
+/* dw[j] += sum_r dy (x - m) s, db[j] += sum_r dy over the rows of chunk blockIdx.y */
+template <typename T>
+__global__ void k_ln_backward_dwdb(const T *x, const T *dy, const double *stats, T *dw, T *db,
+                                   int64_t rows, int64_t d, int64_t chunk)
+{
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    const int64_t r0 = (int64_t)blockIdx.y * chunk;
+    const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    double aw = 0, ab = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        const T m = (T)stats[2 * r], s = (T)stats[2 * r + 1];
+        const T g = dy[r * d + j];
+        aw += (double)(g * (x[r * d + j] - m) * s);
+        ab += (double)g;
+    }
+    const bool atomic = gridDim.y > 1;
+    if (dw) bt_k_add_to(&dw[j], (T)aw, atomic);
+    if (db) bt_k_add_to(&db[j], (T)ab, atomic);
+}
+
+extern "C" cudaError_t bt_k_layernorm_forward(cudaStream_t s, bt_dtype dt, const void *x,
+                                              const void *w, const void *b, void *y,
+                                              double *stats, int64_t rows, int64_t d, double eps)
+{
+    if (rows <= 0 || d <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_ln_forward<T><<<bt_k_blocks_per_item(rows), bt_k_row_threads(d), 0, s>>>(
+                          (const T *)x, (const T *)w, (const T *)b, (T *)y, stats, rows, d, eps););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_layernorm_backward(cudaStream_t s, bt_dtype dt, const void *x,
+                                               const void *w, const void *dy,
+                                               const double *stats, void *dx, void *dw,
+                                               void *db, int64_t rows, int64_t d)
+{
+    if (rows <= 0 || d <= 0) return cudaSuccess;
+    if (dx)
+        BT_K_DISPATCH(dt, k_ln_backward_dx<T><<<bt_k_blocks_per_item(rows), bt_k_row_threads(d),
+                                                0, s>>>((const T *)x, (const T *)w, (const T *)dy,
+                                                        stats, (T *)dx, rows, d););
+    if (dw || db) {
+        int64_t chunks = (rows + 255) / 256;
+        if (chunks > 1024) chunks = 1024;
+        const int64_t chunk = (rows + chunks - 1) / chunks;
+        chunks = (rows + chunk - 1) / chunk;
+        const dim3 grid((unsigned)((d + BT_K_THREADS - 1) / BT_K_THREADS), (unsigned)chunks);
+        BT_K_DISPATCH(dt, k_ln_backward_dwdb<T><<<grid, BT_K_THREADS, 0, s>>>(
+                              (const T *)x, (const T *)dy, stats, (T *)dw, (T *)db, rows, d,
+                              chunk););
+    }
+    return cudaGetLastError();
+}

@@ -1,0 +1,351 @@
+/* cuda/backend_cuda.c: the CUDA implementation of the backend table (backend/backend.h). A
+ * cuda:N device is one GPU driven by one worker thread through one non-blocking stream: every
+ * allocation-free operation (zero, copy, accumulate, op kernels, optimizer updates) is queued on
+ * that stream in call order and returns at once; to_host, from_host, sum_squares and sync wait
+ * for the stream. The device holds a cuBLAS handle (with its own workspace, so GEMMs never
+ * allocate), a cuDNN handle where the build has cuDNN (BATON_CUDNN=0 in the environment at open
+ * leaves it out, for tests and comparisons), and a small device scratch block: the fault record
+ * kernels write data errors into and the sum-of-squares accumulator.
+ *
+ * Data errors (an embedding index or a label out of range) cannot fail the op call that queued
+ * the kernel without stalling the stream; they are reported, with the CPU kernel's message, by
+ * the next to_host or sync as BT_ERR_INVALID_ARG, and the record is cleared.
+ *
+ * Host buffers passed to to_host/from_host are ordinary (pageable) memory and are free to reuse
+ * when the call returns; peer copies and events between devices are not part of this table yet. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/devices.h"
+#include "cuda/ops_cuda.h"
+#include "train/optim.h"
+
+/* cuBLAS workspace per device (NVIDIA's recommendation for Hopper is 32 MiB). */
+#define BT_CUBLAS_WORKSPACE ((size_t)32 << 20)
+
+/* The device scratch block, and its pinned host mirror for reading it back. */
+typedef struct cuda_scratch {
+    bt_k_fault fault;
+    double sumsq;
+} cuda_scratch;
+
+struct bt_device {
+    int index;
+    bt_cuda_exec exec;
+    void *cublas_workspace;
+    cuda_scratch *scratch;      /* device */
+    cuda_scratch *host;         /* pinned host */
+    char desc[300];
+};
+
+const bt_backend *bt_cuda_backend(void);
+
+/* Makes dev's GPU the calling thread's current device. */
+static bt_status use_device(bt_device *dev)
+{
+    BT_CUDA_TRY(cudaSetDevice(dev->index));
+    return BT_OK;
+}
+
+/* Checks that GPU index exists, with a message naming the device otherwise. */
+static bt_status check_index(int index)
+{
+    int n = 0;
+    bt_status st = bt_gpu_count(&n);
+    if (st != BT_OK) return bt_error_context(st, "cuda:%d", index);
+    if (index < 0 || index >= n) {
+        if (n == 1)
+            return bt_error(BT_ERR_INVALID_ARG, "cuda:%d: this machine has 1 CUDA GPU (cuda:0)",
+                            index);
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "cuda:%d: this machine has %d CUDA GPUs (cuda:0 to cuda:%d)", index, n,
+                        n - 1);
+    }
+    return BT_OK;
+}
+
+/* Whether to create a cuDNN handle: the build has cuDNN and BATON_CUDNN is not "0". */
+static int cudnn_wanted(void)
+{
+#ifdef BATON_HAVE_CUDNN
+    const char *v = getenv("BATON_CUDNN");
+    return !(v && strcmp(v, "0") == 0);
+#else
+    return 0;
+#endif
+}
+
+static void cuda_close(bt_device *dev)
+{
+    if (!dev) return;
+    (void)cudaSetDevice(dev->index);
+    if (dev->exec.stream) (void)cudaStreamSynchronize(dev->exec.stream);
+#ifdef BATON_HAVE_CUDNN
+    if (dev->exec.cudnn) cudnnDestroy((cudnnHandle_t)dev->exec.cudnn);
+#endif
+    if (dev->exec.cublas) cublasDestroy(dev->exec.cublas);
+    if (dev->cublas_workspace) (void)cudaFree(dev->cublas_workspace);
+    if (dev->scratch) (void)cudaFree(dev->scratch);
+    if (dev->host) (void)cudaFreeHost(dev->host);
+    if (dev->exec.stream) (void)cudaStreamDestroy(dev->exec.stream);
+    (void)cudaGetLastError();
+    free(dev);
+}
+
+static bt_status describe_device(bt_device *d)
+{
+    struct cudaDeviceProp prop;
+    BT_CUDA_TRY(cudaGetDeviceProperties(&prop, d->index));
+    snprintf(d->desc, sizeof d->desc, "cuda:%d (%s, sm_%d%d, %.1f GiB)", d->index, prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return BT_OK;
+}
+
+static bt_status cuda_open(int index, int threads, bt_device **out)
+{
+    bt_device *d = NULL;
+    bt_status st = BT_OK;
+    *out = NULL;
+    BT_TRY(bt_cuda_attach_kernels());
+    BT_TRY(check_index(index));
+    if (!(d = calloc(1, sizeof *d))) return bt_error(BT_ERR_NOMEM, "cuda:%d: out of memory", index);
+    d->index = index;
+    d->exec.device = index;
+    BT_CUDA_TRY_GOTO(st, cudaSetDevice(index), fail);
+    BT_CUDA_TRY_GOTO(st, cudaStreamCreateWithFlags(&d->exec.stream, cudaStreamNonBlocking), fail);
+    BT_CUBLAS_TRY_GOTO(st, cublasCreate(&d->exec.cublas), fail);
+    BT_CUBLAS_TRY_GOTO(st, cublasSetStream(d->exec.cublas, d->exec.stream), fail);
+    BT_CUBLAS_TRY_GOTO(st, cublasSetMathMode(d->exec.cublas, CUBLAS_DEFAULT_MATH), fail);
+    BT_CUDA_TRY_GOTO(st, cudaMalloc(&d->cublas_workspace, BT_CUBLAS_WORKSPACE), fail);
+    BT_CUBLAS_TRY_GOTO(st,
+                       cublasSetWorkspace(d->exec.cublas, d->cublas_workspace,
+                                          BT_CUBLAS_WORKSPACE),
+                       fail);
+#ifdef BATON_HAVE_CUDNN
+    if (cudnn_wanted()) {
+        cudnnHandle_t h = NULL;
+        BT_CUDNN_TRY_GOTO(st, cudnnCreate(&h), fail);
+        d->exec.cudnn = h;
+        BT_CUDNN_TRY_GOTO(st, cudnnSetStream(h, d->exec.stream), fail);
+    }
+#endif
+    BT_CUDA_TRY_GOTO(st, cudaMalloc((void **)&d->scratch, sizeof *d->scratch), fail);
+    BT_CUDA_TRY_GOTO(st, cudaMallocHost((void **)&d->host, sizeof *d->host), fail);
+    BT_CUDA_TRY_GOTO(st, cudaMemsetAsync(d->scratch, 0, sizeof *d->scratch, d->exec.stream), fail);
+    BT_CUDA_TRY_GOTO(st, cudaStreamSynchronize(d->exec.stream), fail);
+    d->exec.fault = &d->scratch->fault;
+    BT_TRY_GOTO(st, describe_device(d), fail);
+    *out = d;
+    return BT_OK;
+fail:
+    bt_error_context(st, "cuda:%d: opening the device", index);
+    cuda_close(d);
+    return st;
+}
+
+static bt_status cuda_bind_thread(bt_device *dev) { return use_device(dev); }
+
+static bt_status cuda_alloc(bt_device *dev, size_t bytes, void **out)
+{
+    *out = NULL;
+    BT_TRY(use_device(dev));
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 256);
+    if (e == cudaSuccess) return BT_OK;
+    *out = NULL;
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        free_bytes = total_bytes = 0;
+    }
+    return bt_error(e == cudaErrorMemoryAllocation ? BT_ERR_NOMEM : BT_ERR_BACKEND,
+                    "cuda:%d: cannot allocate %zu bytes (%.1f MiB; %.1f MiB free of %.1f MiB): "
+                    "cudaMalloc: %s",
+                    dev->index, bytes, (double)bytes / 1048576.0, (double)free_bytes / 1048576.0,
+                    (double)total_bytes / 1048576.0, cudaGetErrorString(e));
+}
+
+static void cuda_free(bt_device *dev, void *ptr)
+{
+    if (!ptr) return;
+    (void)cudaSetDevice(dev->index);
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static bt_status cuda_zero(bt_device *dev, void *ptr, size_t bytes)
+{
+    if (bytes == 0) return BT_OK;
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaMemsetAsync(ptr, 0, bytes, dev->exec.stream));
+    return BT_OK;
+}
+
+static bt_status cuda_copy(bt_device *dev, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src) return BT_OK;
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->exec.stream));
+    return BT_OK;
+}
+
+/* Reads the fault record back if a kernel that may raise one ran since the last check; returns
+ * the first fault as BT_ERR_INVALID_ARG (with the CPU kernel's wording) and clears the record.
+ * The stream must be idle (the callers synchronise first). */
+static bt_status check_faults(bt_device *dev)
+{
+    if (!dev->exec.fault_armed) return BT_OK;
+    BT_CUDA_TRY(cudaMemcpyAsync(&dev->host->fault, &dev->scratch->fault, sizeof dev->host->fault,
+                                cudaMemcpyDeviceToHost, dev->exec.stream));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
+    dev->exec.fault_armed = 0;
+    const bt_k_fault f = dev->host->fault;
+    if (f.kind == BT_K_FAULT_NONE) return BT_OK;
+    BT_CUDA_TRY(cudaMemsetAsync(&dev->scratch->fault, 0, sizeof dev->scratch->fault,
+                                dev->exec.stream));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
+    if (f.kind == BT_K_FAULT_EMBEDDING_INDEX)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "cuda:%d: embedding: index %d at position %lld of the micro-batch is out "
+                        "of range for a vocabulary of %lld",
+                        dev->index, f.value, f.position, f.limit);
+    if (f.kind == BT_K_FAULT_LABEL)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "cuda:%d: cross_entropy: label %d at position %lld of the micro-batch is "
+                        "out of range for %lld classes",
+                        dev->index, f.value, f.position, f.limit);
+    return bt_error(BT_ERR_INTERNAL, "cuda:%d: unknown kernel fault %d", dev->index, f.kind);
+}
+
+static bt_status cuda_sync(bt_device *dev)
+{
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
+    return check_faults(dev);
+}
+
+static bt_status cuda_to_host(bt_device *dev, void *dst, const void *src, size_t bytes)
+{
+    BT_TRY(use_device(dev));
+    if (bytes)
+        BT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev->exec.stream));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
+    return check_faults(dev);
+}
+
+static bt_status cuda_from_host(bt_device *dev, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) return BT_OK;
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, dev->exec.stream));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
+    return BT_OK;
+}
+
+static bt_status float_dtype(const char *what, bt_dtype dtype)
+{
+    if (dtype == BT_F32 || dtype == BT_F64) return BT_OK;
+    return bt_error(BT_ERR_UNSUPPORTED, "cuda: %s: dtype %s is not supported (f32 or f64)", what,
+                    bt_dtype_name(dtype));
+}
+
+static bt_status cuda_accumulate(bt_device *dev, bt_dtype dtype, void *dst, const void *src,
+                                 size_t n)
+{
+    BT_TRY(float_dtype("accumulate", dtype));
+    BT_TRY(use_device(dev));
+    BT_K_TRY(bt_k_acc, dev->exec.stream, dtype, src, dst, (int64_t)n);
+    return BT_OK;
+}
+
+static bt_status cuda_run_op(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call)
+{
+    bt_op_fn fn = backward ? op->cuda_backward : op->cuda_forward;
+    if (!fn)
+        return bt_error(BT_ERR_UNSUPPORTED, "op '%s' has no CUDA %s kernel", op->name,
+                        backward ? "backward" : "forward");
+    BT_TRY(use_device(dev));
+    call->stream = dev->exec.stream;
+    call->threads = 1;
+    bt_cuda_exec_set(&dev->exec);
+    bt_status st = fn(call);
+    bt_cuda_exec_set(NULL);
+    return st;
+}
+
+static bt_status cuda_sum_squares(bt_device *dev, bt_dtype dtype, const void *x, size_t n,
+                                  double *out)
+{
+    BT_TRY(float_dtype("sum_squares", dtype));
+    BT_TRY(use_device(dev));
+    BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x, (int64_t)n, &dev->scratch->sumsq);
+    BT_CUDA_TRY(cudaMemcpyAsync(&dev->host->sumsq, &dev->scratch->sumsq, sizeof(double),
+                                cudaMemcpyDeviceToHost, dev->exec.stream));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
+    *out = dev->host->sumsq;
+    return BT_OK;
+}
+
+static bt_status cuda_optimizer_update(bt_device *dev, const bt_optimizer_config *cfg,
+                                       bt_dtype dtype, void *w, const void *g, void *const *state,
+                                       size_t n, double lr, int64_t step, double grad_scale)
+{
+    BT_TRY(float_dtype("optimizer", dtype));
+    if (step < 1)
+        return bt_error(BT_ERR_INVALID_ARG, "optimizer step: t is %lld, must be >= 1",
+                        (long long)step);
+    const int k = bt_optim_state_count(cfg);
+    for (int i = 0; i < k; i++)
+        if (!state || (n > 0 && !state[i]))
+            return bt_error(BT_ERR_INVALID_ARG, "optimizer step: state array %d missing", i);
+    if (n == 0) return BT_OK;
+    BT_TRY(use_device(dev));
+    switch (cfg->kind) {
+    case BT_OPT_SGD:
+        BT_K_TRY(bt_k_sgd, dev->exec.stream, dtype, w, g, k > 0 ? state[0] : NULL, (int64_t)n, lr,
+                 cfg->weight_decay, cfg->momentum, cfg->nesterov, step == 1, grad_scale);
+        return BT_OK;
+    case BT_OPT_ADAMW:
+        BT_K_TRY(bt_k_adamw, dev->exec.stream, dtype, w, g, state[0], state[1], (int64_t)n, lr,
+                 cfg->weight_decay, cfg->beta1, cfg->beta2, cfg->eps, step, grad_scale);
+        return BT_OK;
+    }
+    return bt_error(BT_ERR_INVALID_ARG, "optimizer step: unknown kind %d", (int)cfg->kind);
+}
+
+static const char *cuda_describe(bt_device *dev) { return dev->desc; }
+
+const bt_cuda_exec *bt_cuda_device_exec(const bt_device *dev) { return &dev->exec; }
+
+static const bt_backend cuda_backend = {
+    .name = "cuda",
+    .open = cuda_open,
+    .close = cuda_close,
+    .bind_thread = cuda_bind_thread,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .zero = cuda_zero,
+    .copy = cuda_copy,
+    .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
+    .accumulate = cuda_accumulate,
+    .run_op = cuda_run_op,
+    .sum_squares = cuda_sum_squares,
+    .optimizer_update = cuda_optimizer_update,
+    .sync = cuda_sync,
+    .describe = cuda_describe,
+};
+
+/* Attaches the kernels already here (open does it again and reports a failure), so that anyone
+ * who looked the backend up sees which ops can run on a GPU before a device is opened. */
+const bt_backend *bt_cuda_backend(void)
+{
+    (void)bt_cuda_attach_kernels();
+    return &cuda_backend;
+}

@@ -1,0 +1,388 @@
+/* plan/placement.c: profile -> partition problem -> optimal cuts -> simulated report (see
+ * placement.h for the cost model). The problem's arrays are built once; the optimal and the
+ * hand-made placements are described by the same code, so their figures compare exactly.
+ *
+ * Data flow: profile.h in, partition.h and sched.h (simulator) used, strings out. Never prints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/strutil.h"
+#include "plan/placement.h"
+#include "sched/sched.h"
+
+void bt_placement_params_init(bt_placement_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->devices = "cpu:0";
+    p->schedule = BT_SCHEDULE_1F1B;
+}
+
+void bt_placement_problem_free(bt_placement_problem *pb)
+{
+    if (!pb) return;
+    free(pb->cost);
+    free(pb->xfer);
+    free(pb->static_bytes);
+    free(pb->act_bytes);
+    pb->cost = pb->xfer = NULL;
+    pb->static_bytes = pb->act_bytes = NULL;
+}
+
+void bt_placement_clear(bt_placement *pl)
+{
+    if (!pl) return;
+    free(pl->layout);
+    free(pl->yaml);
+    pl->layout = pl->yaml = NULL;
+}
+
+static void kind_of(const char *device, char *kind, size_t size)
+{
+    size_t n = strcspn(device, ":");
+    if (n >= size) n = size - 1;
+    memcpy(kind, device, n);
+    kind[n] = '\0';
+}
+
+static uint64_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return BT_PARTITION_UNLIMITED;
+    return (uint64_t)pages * (uint64_t)page;
+}
+
+static void set_capacities(const bt_placement_params *pp, bt_placement_problem *pb)
+{
+    int n_cpu = 0;
+    char kind[16];
+    for (int d = 0; d < pb->n_devices; d++) {
+        kind_of(pb->devices[d], kind, sizeof kind);
+        n_cpu += strcmp(kind, "cpu") == 0;
+    }
+    uint64_t host = physical_memory();
+    for (int d = 0; d < pb->n_devices; d++) {
+        kind_of(pb->devices[d], kind, sizeof kind);
+        pb->capacity[d] = BT_PARTITION_UNLIMITED;
+        pb->capacity_known[d] = 0;
+        if (pp->memory > 0) {
+            pb->capacity[d] = pp->memory;
+            pb->capacity_known[d] = 1;
+        } else if (strcmp(kind, "cpu") == 0 && host != BT_PARTITION_UNLIMITED) {
+            pb->capacity[d] = host / (uint64_t)n_cpu;
+            pb->capacity_known[d] = 1;
+        }
+    }
+}
+
+/* The slowest measured rate between any two planned devices (0: none known). */
+static double slowest_rate(const bt_profile *prof, const bt_placement_problem *pb, int *unknown)
+{
+    double slowest = 0;
+    *unknown = 0;
+    for (int a = 0; a < pb->n_devices; a++)
+        for (int b = 0; b < pb->n_devices; b++) {
+            if (a == b) continue;
+            double r = bt_profile_rate(prof, pb->devices[a], pb->devices[b]);
+            if (r <= 0) *unknown = 1;
+            else if (slowest == 0 || r < slowest) slowest = r;
+        }
+    return slowest;
+}
+
+static double bytes_ms(double bytes, double gb_per_s)
+{
+    return gb_per_s > 0 ? bytes / (gb_per_s * 1e6) : 0;
+}
+
+static bt_status fill_arrays(const bt_profile *prof, bt_placement_problem *pb)
+{
+    int L = prof->n_layers, D = pb->n_devices;
+    pb->cost = calloc((size_t)D * (size_t)L, sizeof *pb->cost);
+    pb->xfer = calloc((size_t)L, sizeof *pb->xfer);
+    pb->static_bytes = calloc((size_t)L, sizeof *pb->static_bytes);
+    pb->act_bytes = calloc((size_t)L, sizeof *pb->act_bytes);
+    if (!pb->cost || !pb->xfer || !pb->static_bytes || !pb->act_bytes)
+        return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+    double mbs = (double)pb->microbatch_size;
+    int unknown;
+    pb->xfer_gb_per_s = D > 1 ? slowest_rate(prof, pb, &unknown) : 0;
+    for (int l = 0; l < L; l++) {
+        const bt_profile_layer *pl = &prof->layers[l];
+        for (int d = 0; d < D; d++) {
+            const bt_profile_time *t = bt_profile_time_at(prof, l, pb->kind[d]);
+            double c = t->fwd_ms + (pb->training ? t->bwd_ms : 0);
+            pb->cost[(size_t)d * L + l] = c * pb->time_scale;
+        }
+        double cut = (double)pl->cut_bytes_per_sample * mbs * (pb->training ? 2 : 1);
+        pb->xfer[l] = bytes_ms(cut, pb->xfer_gb_per_s);
+        pb->static_bytes[l] = pl->param_bytes + (pb->training ? pl->grad_bytes + pl->optimizer_bytes : 0);
+        pb->act_bytes[l] = pl->activation_bytes_per_sample * (uint64_t)pb->microbatch_size;
+    }
+    return BT_OK;
+}
+
+bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_params *pp,
+                                     bt_placement_problem *pb)
+{
+    bt_status st = BT_OK;
+    memset(pb, 0, sizeof *pb);
+    if (!prof || !pp) return bt_error(BT_ERR_INVALID_ARG, "placement: NULL argument");
+    BT_TRY(bt_profile_parse_devices(pp->devices, pb->devices, BT_MAX_STAGES, &pb->n_devices));
+    for (int d = 0; d < pb->n_devices; d++) {
+        char kind[16];
+        kind_of(pb->devices[d], kind, sizeof kind);
+        pb->kind[d] = bt_profile_kind_index(prof, kind);
+        if (pb->kind[d] < 0)
+            return bt_error(BT_ERR_INVALID_ARG,
+                            "device %s: the profile has no %s measurements (profile on a %s device)",
+                            pb->devices[d], kind, kind);
+    }
+    if (pb->n_devices > prof->n_layers)
+        return bt_error(BT_ERR_INVALID_ARG, "%d devices (one stage each) but the model has only %d layers",
+                        pb->n_devices, prof->n_layers);
+    int m = pp->microbatches > 0 ? pp->microbatches : prof->microbatches;
+    if (m > 4096 || prof->batch % m != 0)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "the profile's batch of %lld samples does not split into %d micro-batches",
+                        (long long)prof->batch, m);
+    pb->batch = prof->batch;
+    pb->microbatch_size = prof->batch / m;
+    pb->time_scale = (double)pb->microbatch_size / (double)prof->microbatch_size;
+    pb->training = prof->training && pp->schedule != BT_SCHEDULE_STREAM;
+    set_capacities(pp, pb);
+    BT_TRY_GOTO(st, fill_arrays(prof, pb), fail);
+    bt_partition_problem_init(&pb->pr);
+    pb->pr.layers = prof->n_layers;
+    pb->pr.devices = pb->n_devices;
+    pb->pr.stages = pb->n_devices;
+    pb->pr.cost = pb->cost;
+    pb->pr.xfer = pb->xfer;
+    pb->pr.static_bytes = pb->static_bytes;
+    pb->pr.act_bytes = pb->act_bytes;
+    pb->pr.capacity = pb->capacity;
+    pb->pr.microbatches = m;
+    pb->pr.schedule = pp->schedule;
+    pb->pr.permute = pp->permute && pb->n_devices <= BT_PARTITION_MAX_PERMUTED_DEVICES;
+    return BT_OK;
+fail:
+    bt_placement_problem_free(pb);
+    return st;
+}
+
+/* ---- describing a placement ------------------------------------------------------------------- */
+
+static void fill_stage(const bt_profile *prof, const bt_placement_problem *pb,
+                       const bt_partition_plan *plan, int k, bt_placement_stage *out)
+{
+    int d = plan->device[k], a = plan->first_layer[k], b = plan->first_layer[k + 1];
+    memset(out, 0, sizeof *out);
+    out->first_layer = a;
+    out->n_layers = b - a;
+    snprintf(out->device, sizeof out->device, "%s", pb->devices[d]);
+    for (int l = a; l < b; l++) {
+        const bt_profile_time *t = bt_profile_time_at(prof, l, pb->kind[d]);
+        out->params += prof->layers[l].params;
+        out->static_bytes += pb->static_bytes[l];
+        out->activation_bytes += pb->act_bytes[l];
+        out->fwd_ms += t->fwd_ms * pb->time_scale;
+        if (pb->training) {
+            out->bwd_ms += t->bwd_ms * pb->time_scale;
+            out->step_ms += t->step_ms;
+        }
+    }
+    out->inflight = plan->inflight[k];
+    out->peak_bytes = plan->stage_bytes[k];
+    out->capacity = pb->capacity_known[d] ? pb->capacity[d] : UINT64_MAX;
+    out->stage_ms = plan->stage_time[k];
+}
+
+/* Transfer times between neighbours at the measured rate of each directed pair. */
+static void fill_transfers(const bt_profile *prof, const bt_placement_problem *pb, bt_placement *pl)
+{
+    double mbs = (double)pb->microbatch_size;
+    for (int k = 0; k < pl->stages; k++) {
+        bt_placement_stage *s = &pl->stage[k];
+        if (k + 1 < pl->stages) {
+            double r = bt_profile_rate(prof, s->device, pl->stage[k + 1].device);
+            pl->unknown_rates |= r <= 0;
+            int last = s->first_layer + s->n_layers - 1;
+            s->send_act_ms = bytes_ms((double)prof->layers[last].cut_bytes_per_sample * mbs, r);
+        }
+        if (k > 0 && pb->training) {
+            double r = bt_profile_rate(prof, s->device, pl->stage[k - 1].device);
+            pl->unknown_rates |= r <= 0;
+            s->send_grad_ms =
+                bytes_ms((double)prof->layers[s->first_layer - 1].cut_bytes_per_sample * mbs, r);
+        }
+    }
+}
+
+static bt_status simulate(bt_placement *pl, int training)
+{
+    int p = pl->stages;
+    double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], sa[BT_MAX_STAGES], sg[BT_MAX_STAGES], step = 0;
+    for (int k = 0; k < p; k++) {
+        fwd[k] = pl->stage[k].fwd_ms;
+        bwd[k] = pl->stage[k].bwd_ms;
+        sa[k] = pl->stage[k].send_act_ms;
+        sg[k] = pl->stage[k].send_grad_ms;
+        if (pl->stage[k].step_ms > step) step = pl->stage[k].step_ms;
+    }
+    bt_schedule *sched = NULL;
+    bt_sim_result res;
+    memset(&res, 0, sizeof res);
+    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0};
+    bt_status st = bt_schedule_build(pl->schedule, p, pl->microbatches, &sched);
+    if (st == BT_OK) st = bt_simulate(sched, &costs, &res);
+    if (st == BT_OK) {
+        pl->step_ms = res.step_time;
+        pl->bubble = res.bubble;
+        for (int k = 0; k < p; k++)
+            pl->stage[k].idle = res.step_time > 0 ? 1.0 - res.busy[k] / res.step_time : 0;
+    }
+    bt_sim_result_free(&res);
+    bt_schedule_destroy(sched);
+    return st;
+}
+
+/* Appends s to a growing string; returns 0 on allocation failure. */
+static int cat(char **buf, size_t *len, size_t *cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 256) + n;
+        char *b = realloc(*buf, c);
+        if (!b) return 0;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+    return 1;
+}
+
+static bt_status render(const bt_profile *prof, bt_placement *pl)
+{
+    char *layout = NULL, *yaml = NULL, line[512];
+    size_t ll = 0, lc = 0, yl = 0, yc = 0;
+    int ok = cat(&layout, &ll, &lc, "");
+    for (int k = 0; k < pl->stages && ok; k++)
+        for (int l = pl->stage[k].first_layer; l < pl->stage[k].first_layer + pl->stage[k].n_layers && ok; l++) {
+            if (l > 0) ok = cat(&layout, &ll, &lc, l == pl->stage[k].first_layer ? "|" : ",");
+            for (const char *c = prof->layers[l].name; *c && ok; c++) {
+                char esc[3] = {*c, 0, 0};
+                if (*c == '"' || *c == '\\') esc[0] = '\\', esc[1] = *c;
+                ok = cat(&layout, &ll, &lc, esc);
+            }
+        }
+    ok = ok && cat(&yaml, &yl, &yc, "parallel:\n  devices: [");
+    for (int k = 0; k < pl->stages && ok; k++) {
+        snprintf(line, sizeof line, "%s%s", k ? ", " : "", pl->stage[k].device);
+        ok = cat(&yaml, &yl, &yc, line);
+    }
+    snprintf(line, sizeof line,
+             "]\n  pipeline:\n    stages: %d\n    microbatches: %d\n    schedule: %s\n"
+             "    partition: {layout: \"",
+             pl->stages, pl->microbatches, bt_schedule_name(pl->schedule));
+    ok = ok && cat(&yaml, &yl, &yc, line) && cat(&yaml, &yl, &yc, layout) && cat(&yaml, &yl, &yc, "\"}\n");
+    if (!ok) {
+        free(layout);
+        free(yaml);
+        return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+    }
+    pl->layout = layout;
+    pl->yaml = yaml;
+    return BT_OK;
+}
+
+static bt_status describe(const bt_profile *prof, const bt_placement_problem *pb,
+                          const bt_partition_plan *plan, bt_placement *out)
+{
+    memset(out, 0, sizeof *out);
+    out->stages = plan->stages;
+    out->microbatches = pb->pr.microbatches;
+    out->batch = pb->batch;
+    out->microbatch_size = pb->microbatch_size;
+    out->schedule = pb->pr.schedule;
+    out->time_scale = pb->time_scale;
+    out->bottleneck_ms = plan->bottleneck;
+    out->unknown_rates = pb->n_devices > 1 && pb->xfer_gb_per_s <= 0;
+    for (int k = 0; k < plan->stages; k++) fill_stage(prof, pb, plan, k, &out->stage[k]);
+    fill_transfers(prof, pb, out);
+    BT_TRY(simulate(out, pb->training));
+    return render(prof, out);
+}
+
+bt_status bt_placement_plan(const bt_profile *prof, const bt_placement_params *pp, bt_placement *out)
+{
+    bt_placement_problem pb;
+    bt_partition_plan plan;
+    if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_placement_plan: out is NULL");
+    memset(out, 0, sizeof *out);
+    BT_TRY(bt_placement_problem_build(prof, pp, &pb));
+    bt_status st = bt_partition_optimal(&pb.pr, &plan);
+    if (st == BT_OK) st = describe(prof, &pb, &plan, out);
+    bt_placement_problem_free(&pb);
+    return st;
+}
+
+bt_status bt_placement_evaluate(const bt_profile *prof, const bt_placement_params *pp,
+                                const int *first_layer, bt_placement *out)
+{
+    bt_placement_problem pb;
+    bt_partition_plan plan;
+    if (!out || !first_layer) return bt_error(BT_ERR_INVALID_ARG, "bt_placement_evaluate: NULL argument");
+    memset(out, 0, sizeof *out);
+    BT_TRY(bt_placement_problem_build(prof, pp, &pb));
+    memset(&plan, 0, sizeof plan);
+    plan.stages = pb.pr.stages;
+    for (int k = 0; k <= plan.stages; k++) plan.first_layer[k] = first_layer[k];
+    for (int k = 0; k < plan.stages; k++) plan.device[k] = k;
+    bt_status st = bt_partition_evaluate(&pb.pr, &plan);
+    if (st == BT_OK) st = describe(prof, &pb, &plan, out);
+    bt_placement_problem_free(&pb);
+    return st;
+}
+
+bt_status bt_placement_quick_cut(const bt_graph *g, const bt_parallel_config *cfg,
+                                 const char (*devices)[32], int n, int *first_layer)
+{
+    char list[BT_MAX_STAGES * 33] = "";
+    if (n < 1 || n > BT_MAX_STAGES) return bt_error(BT_ERR_INVALID_ARG, "placement: %d devices", n);
+    first_layer[0] = 0;
+    first_layer[n] = bt_graph_num_layers(g);
+    if (n == 1) return BT_OK;
+    for (int d = 0; d < n; d++) {
+        strcat(list, d ? "," : "");
+        strncat(list, devices[d], 32);
+    }
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.devices = list;
+    pp.microbatches = cfg->microbatches > 0 ? cfg->microbatches : 1;
+    pp.batch = (int64_t)pp.microbatches * BT_PLACEMENT_QUICK_MICROBATCH;
+    pp.training = bt_graph_is_trainable(g) && cfg->schedule != BT_SCHEDULE_STREAM;
+    pp.repeats = BT_PLACEMENT_QUICK_REPEATS;
+    pp.warmup = 1;
+    pp.transfer_bytes = (size_t)1 << 20;
+    bt_profile *prof = NULL;
+    BT_TRY(bt_profile_measure(g, NULL, &pp, &prof));
+    bt_placement_params lp;
+    bt_placement_params_init(&lp);
+    lp.devices = list;
+    lp.schedule = cfg->schedule;
+    bt_placement_problem pb;
+    bt_partition_plan plan;
+    bt_status st = bt_placement_problem_build(prof, &lp, &pb);
+    if (st == BT_OK) st = bt_partition_optimal(&pb.pr, &plan);
+    if (st == BT_OK)
+        for (int k = 0; k <= n; k++) first_layer[k] = plan.first_layer[k];
+    bt_placement_problem_free(&pb);
+    bt_profile_destroy(prof);
+    if (st != BT_OK) return bt_error_context(st, "partition: profile");
+    return BT_OK;
+}

@@ -1,0 +1,103 @@
+/* trace/trace.h: timelines of real runs. A bt_trace collects, step after step, what an engine's
+ * workers recorded for every instruction they executed (bt_engine_set_tracing), and writes it as
+ * a Chrome/Perfetto trace (JSON) or draws the last step as an SVG; it also summarises where each
+ * stage's time went and predicts the step time from the measured per-stage costs.
+ *
+ * What the trace shows (docs/profiling.md):
+ *   - one process per stage, "stage S (device)", with a compute thread (F, B, STEP) and a
+ *     transfers thread (SEND, RECV); one slice per executed instruction named in the `1F3`
+ *     notation, args {microbatch, layers, bytes, step};
+ *   - a flow arrow from each SEND to the RECV of the same kind and micro-batch on every stage
+ *     the send reaches (skip connections reach more than one);
+ *   - per stage an "activations" counter: micro-batches held x the stage's slot bytes.
+ * Timestamps are microseconds from the first traced step's start; later steps sit at their own
+ * start relative to it. A worker runs its instructions one after another, so slices of one stage
+ * never overlap; times are rounded to whole nanoseconds so that stays true in the file.
+ *
+ * Invariants: every added step has the same stage count as the first; the records are copies, so
+ * the trace outlives the engine.
+ *
+ * Data flow: exec/ (engine internals: records, schedule, stages, channels) -> here -> files and
+ * the CLI's summary. Reads exec/ and the graph; nothing lower includes this. Never prints. */
+#ifndef BT_TRACE_H
+#define BT_TRACE_H
+
+#include <stddef.h>
+
+#include "baton/engine.h"
+#include "baton/status.h"
+#include "sched/sched.h"
+
+typedef struct bt_trace bt_trace;
+
+/* Creates an empty trace owned by the caller (bt_trace_destroy). */
+bt_status bt_trace_create(bt_trace **out);
+/* Frees a trace; accepts NULL. */
+void bt_trace_destroy(bt_trace *trace);
+
+/* Appends the engine's last step: its schedule, every stage's records, and the stage facts the
+ * files show (device, layers, slot bytes, which stages each send reaches). The engine must have
+ * tracing on and have completed a step. BT_ERR_INVALID_ARG otherwise, or when the stage count
+ * differs from earlier steps'. */
+bt_status bt_trace_add_step(bt_trace *trace, const bt_engine *engine);
+int bt_trace_num_steps(const bt_trace *trace);
+
+/* Writes {"traceEvents": [...]} for every step to path (atomically). */
+bt_status bt_trace_write_json(const bt_trace *trace, const char *path);
+/* Draws the last step as a standalone SVG 1.1 file (trace/timeline_svg.c). */
+bt_status bt_trace_write_svg(const bt_trace *trace, const char *path);
+
+/* Where one stage's time went over all traced steps, as shares of the steps' wall time:
+ * busy = forward, backward and optimizer compute; transfer = sends, plus the part of each receive
+ * after its data was posted (the copy); idle = the rest (waiting for data, the STEP barrier when
+ * clipping, gaps). Medians are per instruction over all steps; send/recv are the copy times. */
+typedef struct bt_trace_stage_stats {
+    double busy, transfer, idle;
+    double fwd_ms, bwd_ms, step_ms;
+    double send_act_ms, recv_act_ms, send_grad_ms, recv_grad_ms;
+} bt_trace_stage_stats;
+
+int bt_trace_num_stages(const bt_trace *trace);
+bt_status bt_trace_stage_summary(const bt_trace *trace, int stage, bt_trace_stage_stats *out);
+
+/* Predicts the step time by simulating the last step's schedule (bt_simulate) on the per-stage
+ * medians above (each stage's copies are added to the compute they follow: on the CPU the stage
+ * itself performs them), and gives the median wall time of the traced steps beside it. */
+bt_status bt_trace_predict(const bt_trace *trace, double *predicted_ms, double *measured_ms);
+
+/* ---- the collected data (shared by trace.c and timeline_svg.c; not for other modules) ---------- */
+
+typedef struct bt_trace_ev {
+    bt_instr ins;
+    double start_ms, end_ms;    /* from the start of the step */
+    size_t bytes;               /* SEND/RECV: bytes moved */
+    int live;                   /* micro-batches held after the instruction */
+} bt_trace_ev;
+
+typedef struct bt_trace_stage {
+    char device[32];
+    char layers[160];           /* "fc1..fc2" */
+    size_t slot_bytes;          /* activation bytes of one micro-batch */
+    int n_act_to, act_to[BT_MAX_STAGES];   /* stages a SEND_ACT reaches */
+    int n_grad_to, grad_to[BT_MAX_STAGES]; /* stages a SEND_GRAD reaches */
+} bt_trace_stage;
+
+typedef struct bt_trace_step {
+    double t0_ms;               /* start relative to the first traced step's start */
+    double wall_ms;             /* latest instruction end, from the step's start */
+    bt_schedule_kind kind;
+    int microbatches, training;
+    int barrier;                /* STEP includes a cross-stage barrier (clipping) */
+    int *n;                     /* [stages] */
+    bt_trace_ev **ev;           /* [stages][n[s]], in execution order */
+} bt_trace_step;
+
+struct bt_trace {
+    int stages;
+    bt_trace_stage *stage;      /* [stages] */
+    double first_t0_ms;         /* CLOCK_MONOTONIC ms of the first step's start */
+    int n_steps, cap_steps;
+    bt_trace_step *steps;
+};
+
+#endif

@@ -1,0 +1,675 @@
+/* tests/test_cuda.c: the CUDA backend against the CPU reference, on a GPU. Skips (exit 77,
+ * saying why) where cudaGetDeviceCount fails or finds no device.
+ *
+ * What is compared, and how closely (err = |gpu - cpu| / max(1, |cpu|) per element):
+ *   - every built-in op, forward and backward, f32 and f64, on random inputs: the op runs on the
+ *     CPU through tests/op_check.h and on cuda:0 through the backend's run_op with the same
+ *     inputs, parameters, output gradient and PRE-FILLED random input/parameter gradients (so a
+ *     backward that overwrites instead of adding fails). Outputs and every gradient must agree
+ *     within 1e-4 (f32) or 1e-10 (f64): the GPU sums in a different order (block reductions,
+ *     atomics in column sums and embedding gradients, cuBLAS/cuDNN GEMM blocking, fused
+ *     multiply-adds) but accumulates reductions in double as the CPU does. Sizes go past one
+ *     block (rows of 1000, 5000-element samples, 1200-row column sums) to reach the multi-warp
+ *     and multi-chunk paths. Dropout's mask and maxpool's argmax must match exactly.
+ *   - conv2d both through cuDNN (where built) and through the im2col + cuBLAS path (a second
+ *     device handle opened with BATON_CUDNN=0); the cuDNN one must actually have used cuDNN for
+ *     f32.
+ *   - partial backwards (no input gradient, no parameter gradients) and inference dropout.
+ *   - data errors: an embedding index or a label out of range is reported by the next sync /
+ *     to_host as BT_ERR_INVALID_ARG with the CPU's wording, then cleared.
+ *   - the backend's own entries: alloc (and a clean BT_ERR_NOMEM for an impossible size),
+ *     zero, copy, to_host/from_host, accumulate (exact), sum_squares (1e-10 relative), and
+ *     optimizer_update against bt_optim_update for SGD (plain, momentum, Nesterov, weight decay)
+ *     and AdamW over three steps with a gradient scale (1e-5 f32, 1e-12 f64, weights and state);
+ *     run_op of an op without CUDA kernels fails with BT_ERR_UNSUPPORTED. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "bt_test.h"
+#include "cuda/ops_cuda.h"
+#include "op_check.h"
+#include "train/optim.h"
+
+#define F BT_F64 /* "the float type" in case tables */
+#define I BT_I32
+#define SH(...)                                                             \
+    {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
+     .dim = {__VA_ARGS__}}
+#define SCALAR {.ndim = 0}
+
+#define TOL_F32 1e-4
+#define TOL_F64 1e-10
+
+static const bt_backend *be;
+static bt_device *gpu;      /* cuda:0, with cuDNN where the build has it */
+static bt_device *gpu_gemm; /* cuda:0 again, without cuDNN (BATON_CUDNN=0) */
+
+/* ---- device buffers ------------------------------------------------------------------------- */
+
+static size_t tensor_bytes(const bt_tensor *t)
+{
+    return (size_t)bt_tensor_numel(t) * bt_dtype_size(t->dtype);
+}
+
+/* A device buffer of bytes holding host (or 0xFF bytes where host is NULL); NULL on failure. */
+static void *device_buffer(bt_device *d, const void *host, size_t bytes)
+{
+    void *p = NULL;
+    if (be->alloc(d, bytes ? bytes : 1, &p) != BT_OK) {
+        printf("\n  alloc: %s\n", bt_last_error());
+        return NULL;
+    }
+    if (bytes == 0) return p;
+    void *poison = NULL;
+    if (!host) {
+        poison = malloc(bytes);
+        if (!poison) return p;
+        memset(poison, 0xFF, bytes);
+        host = poison;
+    }
+    if (be->from_host(d, p, host, bytes) != BT_OK) printf("\n  from_host: %s\n", bt_last_error());
+    free(poison);
+    return p;
+}
+
+/* The GPU twin of an oc_layer: the same tensors in device memory. */
+typedef struct gpu_layer {
+    bt_device *dev;
+    bt_tensor in[BT_MAX_INPUTS], in_grad[BT_MAX_INPUTS];
+    bt_tensor out, out_grad;
+    bt_tensor param[BT_MAX_PARAMS], param_grad[BT_MAX_PARAMS];
+    void *saved, *workspace;
+} gpu_layer;
+
+static void mirror(bt_device *d, bt_tensor *dst, const bt_tensor *src, int copy_values)
+{
+    *dst = *src;
+    if (src->data) dst->data = device_buffer(d, copy_values ? src->data : NULL, tensor_bytes(src));
+}
+
+static void gpu_free(gpu_layer *G)
+{
+    if (!G->dev) return;
+    for (int i = 0; i < BT_MAX_INPUTS; i++) {
+        be->free(G->dev, G->in[i].data);
+        be->free(G->dev, G->in_grad[i].data);
+    }
+    for (int j = 0; j < BT_MAX_PARAMS; j++) {
+        be->free(G->dev, G->param[j].data);
+        be->free(G->dev, G->param_grad[j].data);
+    }
+    be->free(G->dev, G->out.data);
+    be->free(G->dev, G->out_grad.data);
+    be->free(G->dev, G->saved);
+    be->free(G->dev, G->workspace);
+    memset(G, 0, sizeof *G);
+}
+
+/* Copies L's current values (inputs, parameters, output gradient, gradient pre-fills) to the
+ * device; output, saved and workspace are poisoned with NaN bytes. */
+static void gpu_setup(bt_device *d, const oc_layer *L, gpu_layer *G)
+{
+    memset(G, 0, sizeof *G);
+    G->dev = d;
+    for (int i = 0; i < L->n_in; i++) {
+        mirror(d, &G->in[i], &L->in[i], 1);
+        mirror(d, &G->in_grad[i], &L->in_grad[i], 1);
+    }
+    for (int j = 0; j < L->n_params; j++) {
+        mirror(d, &G->param[j], &L->param[j], 1);
+        mirror(d, &G->param_grad[j], &L->param_grad[j], 1);
+    }
+    mirror(d, &G->out, &L->out, 0);
+    mirror(d, &G->out_grad, &L->out_grad, 1);
+    G->saved = device_buffer(d, NULL, L->ctx.saved_per_sample * (size_t)L->batch);
+    G->workspace =
+        device_buffer(d, NULL, L->ctx.ws_per_sample * (size_t)L->batch + L->ctx.ws_fixed);
+}
+
+static bt_op_call gpu_call(const oc_layer *L, gpu_layer *G, int backward)
+{
+    bt_op_call call = {
+        .batch = L->batch,
+        .n_in = L->n_in,
+        .in = G->in,
+        .out = &G->out,
+        .n_params = L->n_params,
+        .param = G->param,
+        .param_grad = backward ? G->param_grad : NULL,
+        .out_grad = backward ? &G->out_grad : NULL,
+        .in_grad = backward ? G->in_grad : NULL,
+        .saved = G->saved,
+        .workspace = G->workspace,
+        .config = L->ctx.config,
+        .seed = L->seed,
+        .training = L->training,
+        .threads = 1,
+    };
+    return call;
+}
+
+/* Runs the op's forward or backward on the GPU and waits; BT_OK or the failure, printed. */
+static bt_status gpu_run(const oc_layer *L, gpu_layer *G, int backward)
+{
+    bt_op_call call = gpu_call(L, G, backward);
+    bt_status st = be->run_op(G->dev, L->op, backward, &call);
+    if (st == BT_OK) st = be->sync(G->dev);
+    if (st != BT_OK)
+        printf("\n  %s %s on the GPU: %s\n", L->op->name, backward ? "backward" : "forward",
+               bt_last_error());
+    return st;
+}
+
+/* Compares host tensor want with its device twin; returns the number of elements off by more
+ * than tol and prints the worst. */
+static int compare(const char *label, const char *what, const bt_tensor *want,
+                   const bt_tensor *got_dev, bt_device *d, double tol)
+{
+    const int64_t n = bt_tensor_numel(want);
+    const size_t bytes = tensor_bytes(want);
+    bt_tensor got = *want;
+    got.data = malloc(bytes ? bytes : 1);
+    if (!got.data) return -1;
+    if (be->to_host(d, got.data, got_dev->data, bytes) != BT_OK) {
+        printf("\n  %s %s: to_host: %s\n", label, what, bt_last_error());
+        free(got.data);
+        return -1;
+    }
+    int bad = 0;
+    double worst = 0;
+    int64_t at = -1;
+    for (int64_t e = 0; e < n; e++) {
+        const double w = oc_get(want, e), g = oc_get(&got, e);
+        const double err = fabs(g - w) / fmax(1.0, fabs(w));
+        if (!(err <= tol)) bad++;
+        if (!(err <= worst)) {
+            worst = err;
+            at = e;
+        }
+    }
+    if (bad)
+        printf("\n  %s %s: %d of %lld elements off; worst element %lld: gpu %.10g cpu %.10g\n",
+               label, what, bad, (long long)n, (long long)at, oc_get(&got, at),
+               oc_get(want, at));
+    free(got.data);
+    return bad;
+}
+
+/* Compares bytes of host memory want with device memory got exactly. */
+static int compare_bytes(const char *label, const char *what, const void *want,
+                         const void *got_dev, size_t bytes, bt_device *d)
+{
+    unsigned char *got = malloc(bytes ? bytes : 1);
+    if (!got) return -1;
+    int bad = be->to_host(d, got, got_dev, bytes) != BT_OK || memcmp(got, want, bytes) != 0;
+    if (bad) printf("\n  %s %s: differs from the CPU's\n", label, what);
+    free(got);
+    return bad;
+}
+
+/* ---- op cases ------------------------------------------------------------------------------- */
+
+typedef struct op_case {
+    const char *label;
+    const char *op;
+    const char *args;
+    int n_in;
+    bt_shape shape[2];
+    bt_dtype dtype[2];
+    int64_t batch;
+    int index_range; /* i32 inputs are drawn from [0, index_range) */
+} op_case;
+
+static const op_case cases[] = {
+    {"linear", "linear", "out=3", 1, {SH(2, 4)}, {F}, 3, 0},
+    {"linear rank1 no bias", "linear", "out=2 bias=false", 1, {SH(5)}, {F}, 2, 0},
+    {"linear big", "linear", "out=70", 1, {SH(5, 130)}, {F}, 4, 0},
+    {"linear many rows", "linear", "out=33", 1, {SH(300, 16)}, {F}, 4, 0},
+    {"add", "add", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
+    {"mul", "mul", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
+    {"add big", "add", "", 2, {SH(1000), SH(1000)}, {F, F}, 3, 0},
+    {"relu", "relu", "", 1, {SH(7)}, {F}, 3, 0},
+    {"gelu", "gelu", "", 1, {SH(2, 3)}, {F}, 2, 0},
+    {"tanh", "tanh", "", 1, {SH(2, 3)}, {F}, 2, 0},
+    {"sigmoid", "sigmoid", "", 1, {SH(2, 3)}, {F}, 2, 0},
+    {"gelu big", "gelu", "", 1, {SH(999)}, {F}, 3, 0},
+    {"softmax", "softmax", "", 1, {SH(2, 5)}, {F}, 2, 0},
+    {"softmax axis=1", "softmax", "axis=1", 1, {SH(3, 4)}, {F}, 2, 0},
+    {"softmax d=1000", "softmax", "", 1, {SH(3, 1000)}, {F}, 2, 0},
+    {"layernorm", "layernorm", "eps=0.001", 1, {SH(3, 6)}, {F}, 2, 0},
+    {"layernorm d=777 600 rows", "layernorm", "", 1, {SH(300, 777)}, {F}, 2, 0},
+    {"flatten", "flatten", "", 1, {SH(2, 3, 2)}, {F}, 2, 0},
+    {"reshape", "reshape", "shape=2,-1", 1, {SH(6)}, {F}, 2, 0},
+    {"conv2d k(3,2) s(2,1) p(1,0)", "conv2d", "out=3 kernel=3,2 stride=2,1 padding=1,0", 1,
+     {SH(2, 5, 6)}, {F}, 2, 0},
+    {"conv2d k3 s2 p2 no bias", "conv2d", "out=2 kernel=3 stride=2 padding=2 bias=false", 1,
+     {SH(1, 4, 5)}, {F}, 2, 0},
+    {"conv2d k(2,3) s(3,2) p(0,1)", "conv2d", "out=2 kernel=2,3 stride=3,2 padding=0,1", 1,
+     {SH(2, 7, 6)}, {F}, 2, 0},
+    {"conv2d 1x1", "conv2d", "out=4 kernel=1", 1, {SH(3, 3, 2)}, {F}, 2, 0},
+    {"conv2d 1x1 s2", "conv2d", "out=2 kernel=1 stride=2", 1, {SH(2, 5, 4)}, {F}, 2, 0},
+    {"conv2d big", "conv2d", "out=16 kernel=3 padding=1", 1, {SH(8, 12, 12)}, {F}, 3, 0},
+    {"maxpool2d k3 s2 p1", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2,
+     0},
+    {"maxpool2d k2", "maxpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
+    {"maxpool2d k(2,3) s(1,2) p(1,1)", "maxpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
+     {SH(1, 4, 5)}, {F}, 2, 0},
+    {"maxpool2d big", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(3, 17, 19)}, {F}, 3, 0},
+    {"avgpool2d k3 s2 p1", "avgpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2,
+     0},
+    {"avgpool2d k2", "avgpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
+    {"avgpool2d k(2,3) s(1,2) p(1,1)", "avgpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
+     {SH(1, 4, 5)}, {F}, 2, 0},
+    {"embedding", "embedding", "num=5 dim=3", 1, {SH(4)}, {I}, 3, 5},
+    {"embedding scalar index", "embedding", "num=4 dim=2", 1, {SCALAR}, {I}, 3, 4},
+    {"embedding repeats", "embedding", "num=7 dim=40", 1, {SH(50)}, {I}, 3, 7},
+    {"dropout", "dropout", "p=0.3", 1, {SH(4, 5)}, {F}, 2, 0},
+    {"dropout odd", "dropout", "p=0.5", 1, {SH(1001)}, {F}, 3, 0},
+    {"mse", "mse", "", 2, {SH(2, 3), SH(2, 3)}, {F, F}, 3, 0},
+    {"mse big", "mse", "", 2, {SH(5000), SH(5000)}, {F, F}, 3, 0},
+    {"cross_entropy", "cross_entropy", "", 2, {SH(5), SCALAR}, {F, I}, 4, 5},
+    {"cross_entropy [T, C]", "cross_entropy", "", 2, {SH(3, 4), SH(3)}, {F, I}, 2, 4},
+    {"cross_entropy C=1000", "cross_entropy", "", 2, {SH(3, 1000), SH(3)}, {F, I}, 2, 1000},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* The case labelled label (every label used below exists in the table). */
+static const op_case *case_named(const char *label)
+{
+    for (int k = 0; k < N_CASES; k++)
+        if (strcmp(cases[k].label, label) == 0) return &cases[k];
+    printf("\n  no case '%s'\n", label);
+    return NULL;
+}
+
+/* Which gradients a run asks for. */
+enum { WANT_ALL = 0, NO_INPUT_GRAD = 1, NO_PARAM_GRADS = 2 };
+
+/* Sets up L for case c (float type real), fills its index inputs and pre-fills its gradients;
+ * drops the gradients `want` excludes. 0 on success. */
+static int setup_case(oc_layer *L, const op_case *c, bt_dtype real, int want)
+{
+    if (!c) return -1;
+    bt_status st = oc_setup(L, c->op, c->args, c->n_in, c->shape, c->dtype, c->batch, real);
+    if (st != BT_OK) {
+        printf("\n  %s: setup failed: %s\n", c->label, bt_last_error());
+        return -1;
+    }
+    for (int i = 0; i < c->n_in; i++)
+        if (c->dtype[i] == I) oc_fill(L, &L->in[i], 0, c->index_range);
+    for (int i = 0; i < L->n_in; i++) {
+        if (!L->in_grad[i].data) continue;
+        if (want & NO_INPUT_GRAD) {
+            free(L->in_grad[i].data);
+            L->in_grad[i].data = NULL;
+        } else {
+            oc_fill(L, &L->in_grad[i], -1, 1);
+        }
+    }
+    for (int j = 0; j < L->n_params; j++) {
+        if (want & NO_PARAM_GRADS) {
+            free(L->param_grad[j].data);
+            L->param_grad[j].data = NULL;
+        } else {
+            oc_fill(L, &L->param_grad[j], -1, 1);
+        }
+    }
+    return 0;
+}
+
+/* Runs case c on device d against the CPU; returns the number of mismatching elements (or -1). */
+static int check_case(const op_case *c, bt_dtype real, int want, int training, bt_device *d)
+{
+    oc_layer L;
+    gpu_layer G;
+    char label[160];
+    int bad = 0;
+    const double tol = real == BT_F32 ? TOL_F32 : TOL_F64;
+    snprintf(label, sizeof label, "%s [%s%s%s%s]", c->label, bt_dtype_name(real),
+             want & NO_INPUT_GRAD ? ", no input grad" : "",
+             want & NO_PARAM_GRADS ? ", no param grads" : "", training ? "" : ", inference");
+    if (setup_case(&L, c, real, want)) return -1;
+    L.training = training;
+    gpu_setup(d, &L, &G);
+    if (oc_forward(&L) != BT_OK || oc_backward(&L) != BT_OK) {
+        printf("\n  %s: CPU kernel failed: %s\n", label, bt_last_error());
+        bad = -1;
+        goto done;
+    }
+    if (gpu_run(&L, &G, 0) != BT_OK) {
+        bad = -1;
+        goto done;
+    }
+    bad += compare(label, "output", &L.out, &G.out, d, tol);
+    if (strcmp(c->op, "dropout") == 0 && training)
+        bad += compare_bytes(label, "mask", L.saved, G.saved, L.ctx.saved_per_sample * L.batch, d);
+    if (strcmp(c->op, "maxpool2d") == 0)
+        bad += compare_bytes(label, "argmax", L.saved, G.saved, L.ctx.saved_per_sample * L.batch,
+                             d);
+    if (gpu_run(&L, &G, 1) != BT_OK) {
+        bad = -1;
+        goto done;
+    }
+    for (int i = 0; i < L.n_in; i++)
+        if (L.in_grad[i].data) {
+            char what[32];
+            snprintf(what, sizeof what, "input %d gradient", i);
+            bad += compare(label, what, &L.in_grad[i], &G.in_grad[i], d, tol);
+        }
+    for (int j = 0; j < L.n_params; j++)
+        if (L.param_grad[j].data) {
+            char what[32];
+            snprintf(what, sizeof what, "param %d gradient", j);
+            bad += compare(label, what, &L.param_grad[j], &G.param_grad[j], d, tol);
+        }
+done:
+    gpu_free(&G);
+    oc_free(&L);
+    return bad;
+}
+
+static void run_cases(const char *op_prefix, bt_device *d, int want, int training)
+{
+    static const bt_dtype reals[] = {BT_F32, BT_F64};
+    for (int k = 0; k < N_CASES; k++) {
+        if (op_prefix && strncmp(cases[k].op, op_prefix, strlen(op_prefix)) != 0) continue;
+        for (int r = 0; r < 2; r++)
+            CU_ASSERT_EQUAL(check_case(&cases[k], reals[r], want, training, d), 0);
+    }
+}
+
+static void test_every_op(void) { run_cases(NULL, gpu, WANT_ALL, 1); }
+
+static void test_partial_backwards(void)
+{
+    static const char *ops[] = {"linear", "conv2d", "layernorm", "softmax", "mul", "mse"};
+    for (int k = 0; k < (int)(sizeof ops / sizeof ops[0]); k++) {
+        run_cases(ops[k], gpu, NO_INPUT_GRAD, 1);
+        run_cases(ops[k], gpu, NO_PARAM_GRADS, 1);
+    }
+}
+
+static void test_dropout_inference(void) { run_cases("dropout", gpu, WANT_ALL, 0); }
+
+static void test_conv_paths(void)
+{
+    const int64_t before = bt_cuda_device_exec(gpu)->cudnn_convs;
+    run_cases("conv2d", gpu, WANT_ALL, 1);
+    run_cases("conv2d", gpu_gemm, WANT_ALL, 1);
+    const int64_t used = bt_cuda_device_exec(gpu)->cudnn_convs - before;
+    printf("\n  conv2d calls through cuDNN: %lld (GEMM-path device: %lld)\n", (long long)used,
+           (long long)bt_cuda_device_exec(gpu_gemm)->cudnn_convs);
+    CU_ASSERT_EQUAL(bt_cuda_device_exec(gpu_gemm)->cudnn_convs, 0);
+#ifdef BATON_HAVE_CUDNN
+    CU_ASSERT(used > 0);
+#endif
+}
+
+/* ---- data errors ---------------------------------------------------------------------------- */
+
+static void test_data_errors(void)
+{
+    oc_layer L;
+    gpu_layer G;
+    /* embedding index 9 in a table of 5 */
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, case_named("embedding"), BT_F32, WANT_ALL), 0);
+    oc_set(&L.in[0], 5, 9);
+    gpu_setup(gpu, &L, &G);
+    bt_op_call call = gpu_call(&L, &G, 0);
+    CU_ASSERT_EQUAL(be->run_op(gpu, L.op, 0, &call), BT_OK); /* queued; found on the device */
+    CU_ASSERT_EQUAL(be->sync(gpu), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "embedding: index 9 at position 5"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "vocabulary of 5"));
+    CU_ASSERT_EQUAL(be->sync(gpu), BT_OK); /* reported once, then cleared */
+    gpu_free(&G);
+    oc_free(&L);
+    /* a negative label, found by the next copy to the host */
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, case_named("cross_entropy"), BT_F64, WANT_ALL), 0);
+    oc_set(&L.in[1], 2, -1);
+    gpu_setup(gpu, &L, &G);
+    call = gpu_call(&L, &G, 0);
+    CU_ASSERT_EQUAL(be->run_op(gpu, L.op, 0, &call), BT_OK);
+    double loss[4];
+    CU_ASSERT_EQUAL(be->to_host(gpu, loss, G.out.data, sizeof loss), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "cross_entropy: label -1 at position 2"));
+    CU_ASSERT_EQUAL(be->sync(gpu), BT_OK);
+    gpu_free(&G);
+    oc_free(&L);
+}
+
+static bt_status cpu_only_kernel(const bt_op_call *call) { return BT_OK; }
+
+static void test_op_without_cuda(void)
+{
+    const bt_op_def def = {.name = "test.cpu_only", .min_inputs = 1, .max_inputs = 1,
+                           .cpu_forward = cpu_only_kernel, .cpu_backward = cpu_only_kernel};
+    bt_op_call call = {.batch = 1};
+    CU_ASSERT_EQUAL(be->run_op(gpu, &def, 0, &call), BT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "op 'test.cpu_only' has no CUDA"));
+    CU_ASSERT_EQUAL(be->run_op(gpu, &def, 1, &call), BT_ERR_UNSUPPORTED);
+}
+
+/* ---- backend entries ------------------------------------------------------------------------ */
+
+static void test_memory(void)
+{
+    enum { N = 1001 };
+    float host[N], back[N];
+    for (int i = 0; i < N; i++) host[i] = (float)i * 0.5f - 7;
+    void *a = NULL, *b = NULL;
+    CU_ASSERT_EQUAL_FATAL(be->alloc(gpu, sizeof host, &a), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(be->alloc(gpu, sizeof host, &b), BT_OK);
+    CU_ASSERT_EQUAL(be->from_host(gpu, a, host, sizeof host), BT_OK);
+    CU_ASSERT_EQUAL(be->copy(gpu, b, a, sizeof host), BT_OK);
+    CU_ASSERT_EQUAL(be->to_host(gpu, back, b, sizeof back), BT_OK);
+    CU_ASSERT_EQUAL(memcmp(back, host, sizeof host), 0);
+    CU_ASSERT_EQUAL(be->zero(gpu, b, 10 * sizeof(float)), BT_OK);
+    CU_ASSERT_EQUAL(be->to_host(gpu, back, b, sizeof back), BT_OK);
+    CU_ASSERT(back[0] == 0 && back[9] == 0 && back[10] == host[10]);
+    be->free(gpu, a);
+    be->free(gpu, b);
+    be->free(gpu, NULL);
+    /* an impossible allocation fails cleanly and says how much is free */
+    void *huge = (void *)&huge;
+    CU_ASSERT_EQUAL(be->alloc(gpu, (size_t)1 << 50, &huge), BT_ERR_NOMEM);
+    CU_ASSERT_PTR_NULL(huge);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "free of"));
+    /* and leaves the device usable */
+    CU_ASSERT_EQUAL(be->alloc(gpu, 64, &a), BT_OK);
+    CU_ASSERT_EQUAL(be->sync(gpu), BT_OK);
+    be->free(gpu, a);
+}
+
+static void test_accumulate_and_sum_squares(void)
+{
+    enum { N = 1000003 };
+    static const bt_dtype dts[] = {BT_F32, BT_F64};
+    for (int k = 0; k < 2; k++) {
+        const bt_dtype dt = dts[k];
+        const size_t es = bt_dtype_size(dt);
+        unsigned char *x = malloc(N * es), *y = malloc(N * es), *back = malloc(N * es);
+        CU_ASSERT_FATAL(x && y && back);
+        for (int i = 0; i < N; i++) {
+            const double xv = sin(i * 0.37) * 3, yv = cos(i * 0.11);
+            if (dt == BT_F32) {
+                ((float *)x)[i] = (float)xv;
+                ((float *)y)[i] = (float)yv;
+            } else {
+                ((double *)x)[i] = xv;
+                ((double *)y)[i] = yv;
+            }
+        }
+        void *dx = device_buffer(gpu, x, N * es), *dy = device_buffer(gpu, y, N * es);
+        CU_ASSERT_EQUAL(be->accumulate(gpu, dt, dy, dx, N), BT_OK);
+        CU_ASSERT_EQUAL(be->to_host(gpu, back, dy, N * es), BT_OK);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            if (dt == BT_F32)
+                bad += ((float *)back)[i] != ((float *)y)[i] + ((float *)x)[i];
+            else
+                bad += ((double *)back)[i] != ((double *)y)[i] + ((double *)x)[i];
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        double got = -1;
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, dx, N, &got), BT_OK);
+        const double want = dt == BT_F32 ? bt_optim_sumsq_f32((const float *)x, N)
+                                         : bt_optim_sumsq_f64((const double *)x, N);
+        CU_ASSERT(fabs(got - want) <= 1e-10 * want);
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, dx, 0, &got), BT_OK);
+        CU_ASSERT_EQUAL(got, 0);
+        be->free(gpu, dx);
+        be->free(gpu, dy);
+        free(x);
+        free(y);
+        free(back);
+    }
+}
+
+/* max over i of |a - b| / max(1, |b|) for n values of dt */
+static double max_err(bt_dtype dt, const void *a, const void *b, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = dt == BT_F32 ? ((const float *)a)[i] : ((const double *)a)[i];
+        const double y = dt == BT_F32 ? ((const float *)b)[i] : ((const double *)b)[i];
+        const double e = fabs(x - y) / fmax(1.0, fabs(y));
+        worst = e > worst || e != e ? e : worst;
+    }
+    return worst;
+}
+
+static void test_optimizers(void)
+{
+    enum { N = 4099 };
+    bt_optimizer_config cfgs[5];
+    memset(cfgs, 0, sizeof cfgs);
+    cfgs[0] = (bt_optimizer_config){.kind = BT_OPT_SGD, .lr = 0.1, .weight_decay = 0.01};
+    cfgs[1] = (bt_optimizer_config){.kind = BT_OPT_SGD, .lr = 0.05, .momentum = 0.9};
+    cfgs[2] = (bt_optimizer_config){.kind = BT_OPT_SGD, .lr = 0.05, .weight_decay = 0.001,
+                                    .momentum = 0.8, .nesterov = 1};
+    cfgs[3] = (bt_optimizer_config){.kind = BT_OPT_ADAMW, .lr = 1e-3, .weight_decay = 0.01,
+                                    .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    cfgs[4] = (bt_optimizer_config){.kind = BT_OPT_ADAMW, .lr = 3e-2, .beta1 = 0.5, .beta2 = 0.9,
+                                    .eps = 1e-6};
+    static const bt_dtype dts[] = {BT_F32, BT_F64};
+    for (int c = 0; c < 5; c++)
+        for (int k = 0; k < 2; k++) {
+            const bt_optimizer_config *cfg = &cfgs[c];
+            const bt_dtype dt = dts[k];
+            const size_t es = bt_dtype_size(dt), bytes = N * es;
+            const double tol = dt == BT_F32 ? 1e-5 : 1e-12;
+            const int ns = bt_optim_state_count(cfg);
+            CU_ASSERT_EQUAL_FATAL(bt_optim_validate(cfg), BT_OK);
+            void *w = calloc(N, es), *g = calloc(N, es), *back = calloc(N, es);
+            void *state[BT_OPTIM_MAX_STATE] = {0}, *dstate[BT_OPTIM_MAX_STATE] = {0};
+            for (int s = 0; s < ns; s++) state[s] = calloc(N, es);
+            void *dw = NULL, *dg = NULL;
+            int bad = 0;
+            for (int step = 1; step <= 3; step++) {
+                for (int i = 0; i < N; i++) {
+                    const double wv = sin(i * 0.7) * 0.5, gv = cos(i * 1.3 + step) * 0.2;
+                    if (dt == BT_F32) {
+                        if (step == 1) ((float *)w)[i] = (float)wv;
+                        ((float *)g)[i] = (float)gv;
+                    } else {
+                        if (step == 1) ((double *)w)[i] = wv;
+                        ((double *)g)[i] = gv;
+                    }
+                }
+                if (step == 1) {
+                    dw = device_buffer(gpu, w, bytes);
+                    dg = device_buffer(gpu, g, bytes);
+                    for (int s = 0; s < ns; s++) dstate[s] = device_buffer(gpu, state[s], bytes);
+                } else {
+                    CU_ASSERT_EQUAL(be->from_host(gpu, dg, g, bytes), BT_OK);
+                }
+                CU_ASSERT_EQUAL(bt_optim_update(cfg, dt, w, g, state, N, cfg->lr, step, 0.5),
+                                BT_OK);
+                CU_ASSERT_EQUAL(be->optimizer_update(gpu, cfg, dt, dw, dg, dstate, N, cfg->lr,
+                                                     step, 0.5),
+                                BT_OK);
+                CU_ASSERT_EQUAL(be->to_host(gpu, back, dw, bytes), BT_OK);
+                double e = max_err(dt, back, w, N);
+                for (int s = 0; s < ns; s++) {
+                    void *sb = calloc(N, es);
+                    CU_ASSERT_EQUAL(be->to_host(gpu, sb, dstate[s], bytes), BT_OK);
+                    const double es_err = max_err(dt, sb, state[s], N);
+                    e = es_err > e ? es_err : e;
+                    free(sb);
+                }
+                if (!(e <= tol)) {
+                    printf("\n  optimizer %d (%s) %s step %d: max error %g\n", c,
+                           cfg->kind == BT_OPT_SGD ? "sgd" : "adamw", bt_dtype_name(dt), step, e);
+                    bad++;
+                }
+            }
+            CU_ASSERT_EQUAL(bad, 0);
+            be->free(gpu, dw);
+            be->free(gpu, dg);
+            for (int s = 0; s < ns; s++) {
+                be->free(gpu, dstate[s]);
+                free(state[s]);
+            }
+            free(w);
+            free(g);
+            free(back);
+        }
+    /* a missing state array is an error, not a crash */
+    void *none[2] = {NULL, NULL};
+    CU_ASSERT_EQUAL(be->optimizer_update(gpu, &cfgs[3], BT_F32, none[0], none[0], none, 10, 0.1,
+                                         1, 1.0),
+                    BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(be->optimizer_update(gpu, &cfgs[3], BT_I32, NULL, NULL, none, 10, 0.1, 1,
+                                         1.0),
+                    BT_ERR_UNSUPPORTED);
+}
+
+int main(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("test_cuda: SKIPPED: no usable GPU (cudaGetDeviceCount: %s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return BT_TEST_SKIP;
+    }
+    be = bt_backend_find("cuda");
+    if (!be || be->open(0, 1, &gpu) != BT_OK) {
+        printf("test_cuda: cannot open cuda:0: %s\n", bt_last_error());
+        return 1;
+    }
+    setenv("BATON_CUDNN", "0", 1);
+    bt_status st = be->open(0, 1, &gpu_gemm);
+    unsetenv("BATON_CUDNN");
+    if (st != BT_OK) {
+        printf("test_cuda: cannot open cuda:0 without cuDNN: %s\n", bt_last_error());
+        be->close(gpu);
+        return 1;
+    }
+    be->bind_thread(gpu);
+    printf("test_cuda: on %s\n", be->describe(gpu));
+    static const bt_test_case tests[] = {
+        {"every op: forward and backward = CPU (f32, f64)", test_every_op},
+        {"partial backwards = CPU", test_partial_backwards},
+        {"dropout in inference = CPU", test_dropout_inference},
+        {"conv2d through cuDNN and through im2col + cuBLAS", test_conv_paths},
+        {"data errors reported at the next sync", test_data_errors},
+        {"op without CUDA kernels", test_op_without_cuda},
+        {"alloc, zero, copy, to/from host", test_memory},
+        {"accumulate and sum_squares", test_accumulate_and_sum_squares},
+        {"optimizer updates = bt_optim_update", test_optimizers},
+        {NULL, NULL},
+    };
+    int rc = bt_test_main("cuda", tests);
+    be->close(gpu_gemm);
+    be->close(gpu);
+    return rc;
+}

@@ -1,0 +1,502 @@
+/* tests/test_profile.c: profiles and placement. A measured profile survives a save/load round trip
+ * bit for bit; corrupt files are rejected with a message naming the file and the field; the
+ * profiler measures something real (a wide layer costs more than a tiny one); the planner cuts a
+ * model with one heavy layer where it balances, never worse than the uniform split as priced by
+ * bt_partition_evaluate; the predicted bubble for equal stage costs is (p-1)/(m+p-1); memory per
+ * stage is static + in-flight x activations, and a capacity too small fails naming the device;
+ * `partition: profile` in a plan uses the measured optimum. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "baton.h"
+#include "bt_test.h"
+#include "plan/partition.h"
+#include "plan/placement.h"
+#include "plan/plan.h"
+#include "plan/profile.h"
+
+/* x[1024] -> wide (linear 1024, relu) -> a (128) -> b (1024) -> c (128) -> head (4) -> loss.
+ * wide holds 1M multiply-adds per sample, a, b and c 131k each: the best 2-stage cut puts wide
+ * alone (adding a to stage 0 costs wide/8, far more than the 4 KiB per sample wide hands on). */
+static bt_graph *lopsided_graph(void)
+{
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in_dims[] = {1024};
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, in_dims, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    const char *names[] = {"wide", "a", "b", "c", "head"};
+    const int outs[] = {1024, 128, 1024, 128, 4};
+    for (int i = 0; i < 5; i++) {
+        bt_layer_desc d;
+        bt_layer_desc_init(&d);
+        bt_args_set_int(a, "out", outs[i]);
+        d.name = names[i], d.op = "linear", d.args = a, d.act = i < 4 ? "relu" : NULL;
+        CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    }
+    const char *loss_in[] = {"head", "label"};
+    bt_layer_desc d;
+    bt_layer_desc_init(&d);
+    d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    return g;
+}
+
+static bt_profile *measure(const bt_graph *g, const char *devices, int repeats)
+{
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.devices = devices;
+    pp.batch = 64;
+    pp.microbatches = 4;
+    pp.repeats = repeats;
+    pp.warmup = 1;
+    pp.transfer_bytes = 1 << 20;
+    bt_profile *p = NULL;
+    bt_status st = bt_profile_measure(g, "lopsided", &pp, &p);
+    if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    return p;
+}
+
+static const char *tmp_path(const char *name, char *buf, size_t size)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, size, "%s/baton-test-profile-%d-%s", dir ? dir : "/tmp", (int)getpid(), name);
+    return buf;
+}
+
+/* ---- round trip and validation ---------------------------------------------------------------- */
+
+static void test_save_load_round_trip(void)
+{
+    bt_graph *g = lopsided_graph();
+    bt_profile *p = measure(g, "cpu:0,cpu:1", 2), *q = NULL;
+    char path[256];
+    tmp_path("round.json", path, sizeof path);
+    CU_ASSERT_FATAL(bt_profile_save(p, path) == BT_OK);
+    bt_status st = bt_profile_load(path, &q);
+    if (st != BT_OK) printf("\n  load: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT_STRING_EQUAL(q->model, "lopsided");
+    CU_ASSERT_EQUAL(q->n_devices, 2);
+    CU_ASSERT_STRING_EQUAL(q->devices[1], "cpu:1");
+    CU_ASSERT_EQUAL(q->n_kinds, 1);
+    CU_ASSERT_STRING_EQUAL(q->kinds[0], "cpu");
+    CU_ASSERT_STRING_EQUAL(q->measured_on[0], "cpu:0");
+    CU_ASSERT_EQUAL(q->batch, 64);
+    CU_ASSERT_EQUAL(q->microbatches, 4);
+    CU_ASSERT_EQUAL(q->microbatch_size, 16);
+    CU_ASSERT_EQUAL(q->training, 1);
+    CU_ASSERT_STRING_EQUAL(q->optimizer, "adamw");
+    CU_ASSERT_EQUAL_FATAL(q->n_layers, p->n_layers);
+    for (int l = 0; l < p->n_layers; l++) {
+        CU_ASSERT_STRING_EQUAL(q->layers[l].name, p->layers[l].name);
+        CU_ASSERT_STRING_EQUAL(q->layers[l].op, p->layers[l].op);
+        CU_ASSERT((q->layers[l].act == NULL) == (p->layers[l].act == NULL));
+        CU_ASSERT_EQUAL(q->layers[l].params, p->layers[l].params);
+        CU_ASSERT_EQUAL(q->layers[l].param_bytes, p->layers[l].param_bytes);
+        CU_ASSERT_EQUAL(q->layers[l].optimizer_bytes, p->layers[l].optimizer_bytes);
+        CU_ASSERT_EQUAL(q->layers[l].activation_bytes_per_sample, p->layers[l].activation_bytes_per_sample);
+        CU_ASSERT_EQUAL(q->layers[l].cut_bytes_per_sample, p->layers[l].cut_bytes_per_sample);
+        const bt_profile_time *a = bt_profile_time_at(p, l, 0), *b = bt_profile_time_at(q, l, 0);
+        CU_ASSERT(a->fwd_ms == b->fwd_ms && a->bwd_ms == b->bwd_ms && a->step_ms == b->step_ms);
+    }
+    CU_ASSERT_EQUAL_FATAL(q->n_transfers, 2);
+    CU_ASSERT(q->transfers[0].gb_per_s == p->transfers[0].gb_per_s);
+    CU_ASSERT(bt_profile_rate(q, "cpu:1", "cpu:0") == p->transfers[1].gb_per_s);
+    /* a pair not measured falls back to the slowest pair of the same kinds */
+    double slowest = fmin(p->transfers[0].gb_per_s, p->transfers[1].gb_per_s);
+    CU_ASSERT(bt_profile_rate(q, "cpu:0", "cpu:5") == slowest);
+    /* bytes by hand: wide = 1024*1024 + 1024 params; AdamW keeps two states */
+    CU_ASSERT_EQUAL(q->layers[0].params, 1024 * 1024 + 1024);
+    CU_ASSERT_EQUAL(q->layers[0].optimizer_bytes, 2 * q->layers[0].param_bytes);
+    CU_ASSERT_EQUAL(q->layers[0].output_bytes_per_sample, 1024 * 4);
+    CU_ASSERT_EQUAL(q->layers[0].cut_bytes_per_sample, 1024 * 4);
+    CU_ASSERT_EQUAL(q->layers[0].activation_bytes_per_sample, 2 * 1024 * 4); /* linear out + relu out */
+    CU_ASSERT(bt_profile_check_graph(q, g, path) == BT_OK);
+    unlink(path);
+    bt_profile_destroy(p);
+    bt_profile_destroy(q);
+    bt_graph_destroy(g);
+}
+
+/* x[8] -> fc1 (16) -> fc2 (16) -> ln -> skip = ln + fc1 -> head (4) -> loss: a cut after fc2 or ln
+ * carries fc1 as well; after skip only skip. */
+static void test_cut_bytes_count_skips(void)
+{
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in_dims[] = {8};
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, in_dims, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    const char *skip_in[] = {"ln", "fc1"}, *loss_in[] = {"head", "label"};
+    bt_layer_desc d;
+    bt_args_set_int(a, "out", 16);
+    bt_layer_desc_init(&d), d.name = "fc1", d.op = "linear", d.args = a, d.act = "tanh";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "fc2", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "ln", d.op = "layernorm";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "skip", d.op = "add", d.inputs = skip_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_set_int(a, "out", 4);
+    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    bt_profile *p = measure(g, "cpu:0", 1);
+    const uint64_t want[6] = {64, 128, 128, 64, 16, 0};
+    for (int l = 0; l < 6; l++) CU_ASSERT_EQUAL(p->layers[l].cut_bytes_per_sample, want[l]);
+    CU_ASSERT_EQUAL(p->layers[1].output_bytes_per_sample, 64);
+    CU_ASSERT_EQUAL(p->layers[0].activation_bytes_per_sample, 2 * 64); /* linear + tanh outputs */
+    CU_ASSERT_EQUAL(p->n_transfers, 0);                             /* one device, no pairs */
+    bt_profile_destroy(p);
+    bt_graph_destroy(g);
+}
+
+/* Loads the good file, applies edit, writes it to bad, and expects load to fail naming field. */
+typedef void (*json_edit)(json_t *root);
+
+static void expect_rejected(const char *good, json_edit edit, const char *field)
+{
+    char bad[256];
+    tmp_path("bad.json", bad, sizeof bad);
+    json_t *root = json_load_file(good, 0, NULL);
+    CU_ASSERT_FATAL(root != NULL);
+    edit(root);
+    CU_ASSERT_FATAL(json_dump_file(root, bad, JSON_INDENT(1)) == 0);
+    json_decref(root);
+    bt_profile *p = NULL;
+    bt_status st = bt_profile_load(bad, &p);
+    CU_ASSERT_EQUAL(st, BT_ERR_IO);
+    CU_ASSERT(p == NULL);
+    const char *msg = bt_last_error();
+    int names_file = strstr(msg, bad) != NULL, names_field = strstr(msg, field) != NULL;
+    if (!names_file || !names_field) printf("\n  expected '%s' in: %s\n", field, msg);
+    CU_ASSERT(names_file && names_field);
+    unlink(bad);
+}
+
+static json_t *layer1(json_t *root) { return json_array_get(json_object_get(root, "layers"), 1); }
+static void drop_batch(json_t *r) { json_object_del(r, "batch"); }
+static void negative_fwd(json_t *r)
+{
+    json_t *t = json_object_get(json_object_get(layer1(r), "times"), "cpu");
+    json_object_set_new(t, "fwd_ms", json_real(-1.0));
+}
+static void string_repeats(json_t *r) { json_object_set_new(r, "repeats", json_string("ten")); }
+static void unknown_key(json_t *r) { json_object_set_new(layer1(r), "colour", json_string("red")); }
+static void bad_transfer(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "transfers"), 0), "to", json_string("cpu:9"));
+}
+static void zero_rate(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "transfers"), 1), "gb_per_s", json_real(0));
+}
+static void wrong_microbatch(json_t *r) { json_object_set_new(r, "microbatch_size", json_integer(3)); }
+static void missing_kind(json_t *r) { json_object_del(json_object_get(layer1(r), "times"), "cpu"); }
+static void bad_format(json_t *r) { json_object_set_new(r, "format", json_string("chrome-trace")); }
+static void float_bytes(json_t *r) { json_object_set_new(layer1(r), "param_bytes", json_real(1.5)); }
+
+static void test_corrupt_profiles_rejected(void)
+{
+    bt_graph *g = lopsided_graph();
+    bt_profile *p = measure(g, "cpu:0,cpu:1", 1);
+    char good[256], path[256];
+    tmp_path("good.json", good, sizeof good);
+    CU_ASSERT_FATAL(bt_profile_save(p, good) == BT_OK);
+    expect_rejected(good, drop_batch, "'batch'");
+    expect_rejected(good, negative_fwd, "layers[1].times.cpu.fwd_ms");
+    expect_rejected(good, string_repeats, "'repeats'");
+    expect_rejected(good, unknown_key, "layers[1].colour");
+    expect_rejected(good, bad_transfer, "transfers[0].to");
+    expect_rejected(good, zero_rate, "transfers[1].gb_per_s");
+    expect_rejected(good, wrong_microbatch, "microbatch_size");
+    expect_rejected(good, missing_kind, "layers[1].times.cpu");
+    expect_rejected(good, bad_format, "'format'");
+    expect_rejected(good, float_bytes, "layers[1].param_bytes");
+
+    /* not JSON at all: file:line:col */
+    tmp_path("syntax.json", path, sizeof path);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("{\"format\": \"baton-profile\",\n  \"version\": 1,,\n}\n", f);
+    fclose(f);
+    bt_profile *q = NULL;
+    CU_ASSERT_EQUAL(bt_profile_load(path, &q), BT_ERR_IO);
+    char want[300];
+    snprintf(want, sizeof want, "%s:2:", path);
+    CU_ASSERT(strstr(bt_last_error(), want) != NULL);
+    unlink(path);
+    CU_ASSERT_EQUAL(bt_profile_load(path, &q), BT_ERR_IO); /* missing file */
+    CU_ASSERT(strstr(bt_last_error(), path) != NULL);
+
+    /* a profile of another model */
+    bt_graph *other = NULL;
+    int64_t dims[] = {4};
+    CU_ASSERT_FATAL(bt_graph_create(&other) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(other, "x", 1, dims, BT_F32) == BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_check_graph(p, other, good), BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), good) != NULL);
+    bt_graph_destroy(other);
+    unlink(good);
+    bt_profile_destroy(p);
+    bt_graph_destroy(g);
+}
+
+/* ---- placement -------------------------------------------------------------------------------- */
+
+static void test_planner_balances_measured_costs(void)
+{
+    bt_graph *g = lopsided_graph();
+    bt_profile *p = measure(g, "cpu:0,cpu:1", 5);
+    const bt_profile_time *wide = bt_profile_time_at(p, 0, 0);
+    for (int l = 1; l < 5; l++) { /* the profiler measures real work: 1024x1024 vs 1024x128 */
+        const bt_profile_time *t = bt_profile_time_at(p, l, 0);
+        CU_ASSERT(wide->fwd_ms > t->fwd_ms);
+        CU_ASSERT(wide->bwd_ms > t->bwd_ms);
+    }
+    bt_placement_params lp;
+    bt_placement_params_init(&lp);
+    lp.devices = "cpu:0,cpu:1";
+    bt_placement pl;
+    bt_status st = bt_placement_plan(p, &lp, &pl);
+    if (st != BT_OK) printf("\n  plan: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT_EQUAL(pl.stages, 2);
+    CU_ASSERT_EQUAL(pl.stage[0].n_layers, 1); /* the wide layer alone */
+    CU_ASSERT_STRING_EQUAL(pl.layout, "wide|a,b,c,head,loss");
+    CU_ASSERT(strstr(pl.yaml, "partition: {layout: \"wide|a,b,c,head,loss\"}") != NULL);
+    CU_ASSERT(strstr(pl.yaml, "devices: [cpu:0, cpu:1]") != NULL);
+
+    /* never worse than the uniform split, both priced by bt_partition_evaluate */
+    bt_placement_problem pb;
+    CU_ASSERT_FATAL(bt_placement_problem_build(p, &lp, &pb) == BT_OK);
+    bt_partition_plan uni, opt;
+    memset(&uni, 0, sizeof uni);
+    uni.stages = 2;
+    CU_ASSERT_FATAL(bt_partition_uniform(p->n_layers, 2, uni.first_layer) == BT_OK);
+    uni.device[0] = 0, uni.device[1] = 1;
+    CU_ASSERT_FATAL(bt_partition_evaluate(&pb.pr, &uni) == BT_OK);
+    memset(&opt, 0, sizeof opt);
+    opt.stages = 2;
+    opt.first_layer[0] = 0, opt.first_layer[1] = pl.stage[1].first_layer, opt.first_layer[2] = p->n_layers;
+    opt.device[0] = 0, opt.device[1] = 1;
+    CU_ASSERT_FATAL(bt_partition_evaluate(&pb.pr, &opt) == BT_OK);
+    CU_ASSERT(opt.bottleneck <= uni.bottleneck);
+    CU_ASSERT(fabs(opt.bottleneck - pl.bottleneck_ms) <= 1e-12 * fmax(1, opt.bottleneck));
+    CU_ASSERT(opt.bottleneck < uni.bottleneck); /* uniform is wide, a, b | c, head, loss */
+    /* and the simulated step agrees */
+    bt_placement up;
+    CU_ASSERT_FATAL(bt_placement_evaluate(p, &lp, uni.first_layer, &up) == BT_OK);
+    CU_ASSERT(pl.step_ms <= up.step_ms);
+    CU_ASSERT(fabs(up.bottleneck_ms - uni.bottleneck) <= 1e-12 * fmax(1, uni.bottleneck));
+    bt_placement_clear(&up);
+    bt_placement_problem_free(&pb);
+    bt_placement_clear(&pl);
+    bt_profile_destroy(p);
+    bt_graph_destroy(g);
+}
+
+/* A profile made by hand: layers with given fwd/bwd ms, act bytes, params, no transfer bytes. */
+static bt_profile *synthetic_profile(int n, const double *fwd, const double *bwd, int64_t batch, int m)
+{
+    bt_profile *p = calloc(1, sizeof *p);
+    p->model = strdup("synthetic");
+    p->n_devices = 4;
+    for (int d = 0; d < 4; d++) snprintf(p->devices[d], sizeof p->devices[d], "cpu:%d", d);
+    p->n_kinds = 1;
+    strcpy(p->kinds[0], "cpu");
+    strcpy(p->measured_on[0], "cpu:0");
+    p->batch = batch;
+    p->microbatches = m;
+    p->microbatch_size = batch / m;
+    p->training = 1;
+    strcpy(p->optimizer, "sgd-momentum");
+    p->threads = p->repeats = 1;
+    p->n_layers = n;
+    p->layers = calloc((size_t)n, sizeof *p->layers);
+    p->times = calloc((size_t)n, sizeof *p->times);
+    for (int l = 0; l < n; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "l%d", l);
+        p->layers[l].name = strdup(name);
+        p->layers[l].op = strdup("linear");
+        p->layers[l].params = 1000;
+        p->layers[l].param_bytes = p->layers[l].grad_bytes = p->layers[l].optimizer_bytes = 4000;
+        p->layers[l].activation_bytes_per_sample = 100;
+        p->times[l].fwd_ms = fwd[l];
+        p->times[l].bwd_ms = bwd[l];
+    }
+    return p;
+}
+
+static void test_bubble_for_equal_costs(void)
+{
+    const double fwd[8] = {1, 1, 1, 1, 1, 1, 1, 1}, bwd[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    const struct { int p, m; bt_schedule_kind kind; } cases[] = {
+        {2, 4, BT_SCHEDULE_1F1B}, {4, 8, BT_SCHEDULE_1F1B}, {4, 8, BT_SCHEDULE_GPIPE}, {2, 1, BT_SCHEDULE_1F1B}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int p = cases[c].p, m = cases[c].m;
+        bt_profile *prof = synthetic_profile(8, fwd, bwd, 8 * m, m);
+        char devices[64] = "";
+        for (int d = 0; d < p; d++) snprintf(devices + strlen(devices), 16, "%scpu:%d", d ? "," : "", d);
+        bt_placement_params lp;
+        bt_placement_params_init(&lp);
+        lp.devices = devices;
+        lp.schedule = cases[c].kind;
+        bt_placement pl;
+        CU_ASSERT_FATAL(bt_placement_plan(prof, &lp, &pl) == BT_OK);
+        double want = (double)(p - 1) / (double)(m + p - 1);
+        if (fabs(pl.bubble - want) > 1e-9) printf("\n  p=%d m=%d: bubble %.6f, want %.6f\n", p, m, pl.bubble, want);
+        CU_ASSERT(fabs(pl.bubble - want) <= 1e-9);
+        /* equal stages of 8/p layers, each (fwd + bwd) = 3 ms per layer */
+        for (int k = 0; k < p; k++) CU_ASSERT_EQUAL(pl.stage[k].n_layers, 8 / p);
+        CU_ASSERT(fabs(pl.bottleneck_ms - 3.0 * 8 / p) <= 1e-9);
+        CU_ASSERT(fabs(pl.step_ms - (m + p - 1) * 3.0 * 8 / p) <= 1e-9);
+        bt_placement_clear(&pl);
+        bt_profile_destroy(prof);
+    }
+}
+
+static void test_memory_and_scaling(void)
+{
+    const double fwd[4] = {4, 1, 1, 1}, bwd[4] = {8, 2, 2, 2};
+    bt_profile *prof = synthetic_profile(4, fwd, bwd, 32, 4); /* micro-batches of 8 */
+    bt_placement_params lp;
+    bt_placement_params_init(&lp);
+    lp.devices = "cpu:0,cpu:1";
+    bt_placement pl;
+    CU_ASSERT_FATAL(bt_placement_plan(prof, &lp, &pl) == BT_OK);
+    CU_ASSERT_EQUAL(pl.stage[0].n_layers, 1);
+    /* 1F1B, p=2, m=4: stage 0 holds 2 micro-batches, stage 1 one; static = 3 x 4000 per layer */
+    CU_ASSERT_EQUAL(pl.stage[0].inflight, 2);
+    CU_ASSERT_EQUAL(pl.stage[0].peak_bytes, 12000 + 2 * 100 * 8);
+    CU_ASSERT_EQUAL(pl.stage[1].peak_bytes, 3 * 12000 + 1 * 3 * 100 * 8);
+    CU_ASSERT(fabs(pl.stage[0].fwd_ms - 4) < 1e-12 && fabs(pl.stage[1].bwd_ms - 6) < 1e-12);
+    bt_placement_clear(&pl);
+
+    /* two micro-batches of 16: every time doubles, activations per micro-batch too */
+    lp.microbatches = 2;
+    CU_ASSERT_FATAL(bt_placement_plan(prof, &lp, &pl) == BT_OK);
+    CU_ASSERT_EQUAL(pl.microbatch_size, 16);
+    CU_ASSERT(fabs(pl.stage[0].fwd_ms - 8) < 1e-12 && fabs(pl.stage[1].bwd_ms - 12) < 1e-12);
+    CU_ASSERT_EQUAL(pl.stage[1].peak_bytes, 3 * 12000 + 3 * 100 * 16);
+    bt_placement_clear(&pl);
+    lp.microbatches = 3; /* 32 samples do not split in 3 */
+    CU_ASSERT_EQUAL(bt_placement_plan(prof, &lp, &pl), BT_ERR_INVALID_ARG);
+    lp.microbatches = 0;
+
+    /* 28,000 bytes per device: stage 1 cannot hold layers 1..3 (38,400 bytes), so the cut moves
+     * one layer on (27,200 and 25,600 bytes); 14,000 bytes fits no cut and the message names a
+     * device */
+    lp.memory = 28000;
+    bt_status st = bt_placement_plan(prof, &lp, &pl);
+    if (st != BT_OK) printf("\n  memory plan: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT_EQUAL(pl.stage[0].n_layers, 2);
+    CU_ASSERT_EQUAL(pl.stage[0].peak_bytes, 27200);
+    CU_ASSERT_EQUAL(pl.stage[1].peak_bytes, 25600);
+    bt_placement_clear(&pl);
+    lp.memory = 14000;
+    CU_ASSERT_EQUAL(bt_placement_plan(prof, &lp, &pl), BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "device") != NULL);
+
+    /* a device kind the profile did not measure */
+    lp.memory = 0;
+    lp.devices = "cpu:0,cuda:0";
+    CU_ASSERT_EQUAL(bt_placement_plan(prof, &lp, &pl), BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "cuda:0") != NULL);
+    bt_profile_destroy(prof);
+}
+
+/* x[16, 32, 32] -> conv1, conv2 (3x3, 16 channels, relu) -> flat -> fc (linear 16) -> head -> loss.
+ * By parameters the convolutions are light (2,320 each) and fc heavy (262,160): balancing
+ * parameters cuts after flat. By time conv1 alone (2.4M multiply-adds per sample forward, as much
+ * again for the weight gradient) outweighs fc (0.26M forward, two such backward), so the measured
+ * optimum puts conv1 alone on stage 0 and everything else on stage 1. */
+static bt_graph *conv_graph(void)
+{
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in_dims[] = {16, 32, 32};
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 3, in_dims, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    bt_args_set_int(a, "out", 16);
+    int64_t k = 3, pad = 1;
+    bt_args_set_ints(a, "kernel", 1, &k);
+    bt_args_set_ints(a, "padding", 1, &pad);
+    bt_layer_desc d;
+    bt_layer_desc_init(&d), d.name = "conv1", d.op = "conv2d", d.args = a, d.act = "relu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "conv2", d.op = "conv2d", d.args = a, d.act = "relu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    bt_layer_desc_init(&d), d.name = "flat", d.op = "flatten";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    bt_args_set_int(a, "out", 16);
+    bt_layer_desc_init(&d), d.name = "fc", d.op = "linear", d.args = a, d.act = "relu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_set_int(a, "out", 4);
+    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    const char *loss_in[] = {"head", "label"};
+    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    return g;
+}
+
+static void test_plan_partition_profile(void)
+{
+    bt_graph *g = conv_graph();
+    bt_parallel_config cfg;
+    bt_parallel_config_init(&cfg);
+    cfg.devices = "cpu:0,cpu:1";
+    cfg.microbatches = 2;
+    cfg.partition = BT_PARTITION_PARAMS;
+    bt_plan *plan = NULL;
+    CU_ASSERT_FATAL(bt_plan_build(g, &cfg, &plan) == BT_OK);
+    CU_ASSERT_EQUAL(plan->n_stage_layers[0], 3); /* by parameters: conv1, conv2, flat | fc, ... */
+    bt_plan_destroy(plan);
+    cfg.partition = BT_PARTITION_PROFILE;
+    bt_status st = bt_plan_build(g, &cfg, &plan);
+    if (st != BT_OK) printf("\n  plan: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT_EQUAL(plan->stages, 2);
+    if (plan->n_stage_layers[0] != 1) printf("\n  profile cut: %d layers on stage 0\n", plan->n_stage_layers[0]);
+    CU_ASSERT_EQUAL(plan->n_stage_layers[0], 1); /* by time: conv1 | conv2, flat, fc, head, loss */
+    bt_plan_destroy(plan);
+    bt_graph_destroy(g);
+}
+
+int main(void)
+{
+    static const bt_test_case cases[] = {
+        {"profile save/load round trip", test_save_load_round_trip},
+        {"corrupt profiles rejected naming the field", test_corrupt_profiles_rejected},
+        {"cut bytes count skip connections", test_cut_bytes_count_skips},
+        {"planner balances measured costs", test_planner_balances_measured_costs},
+        {"bubble for equal costs is (p-1)/(m+p-1)", test_bubble_for_equal_costs},
+        {"memory model, capacity and micro-batch scaling", test_memory_and_scaling},
+        {"partition: profile in a plan", test_plan_partition_profile},
+        {NULL, NULL}};
+    return bt_test_main("profile", cases);
+}
