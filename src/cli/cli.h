@@ -12,6 +12,7 @@
 int bt_cmd_check(int argc, char **argv);
 int bt_cmd_run(int argc, char **argv);
 int bt_cmd_ops(int argc, char **argv);
+int bt_cmd_devices(int argc, char **argv);
 int bt_cmd_profile(int argc, char **argv);
 int bt_cmd_plan(int argc, char **argv);
 

@@ -17,7 +17,6 @@
 #include "cuda/devices.h"
 #endif
 
-int bt_cmd_devices(int argc, char **argv);
 
 static void print_cpu(void)
 {

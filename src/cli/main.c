@@ -20,9 +20,28 @@ static void usage(FILE *f)
             "  plan MODEL.yaml      choose stage cuts and devices from measured costs\n"
             "  schedule             print a pipeline schedule as a grid (--stages, --microbatches)\n"
             "  ops                  list the ops models can use\n"
+            "  devices              list the CPU and GPUs a run can use\n"
             "  help [COMMAND]       this help, or a command's\n"
             "\n"
             "`baton COMMAND --help` describes each command. Version " BATON_VERSION ".\n");
+}
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} command;
+
+static const command commands[] = {
+    {"check", bt_cmd_check},     {"run", bt_cmd_run},   {"schedule", bt_cmd_schedule},
+    {"ops", bt_cmd_ops},         {"profile", bt_cmd_profile}, {"plan", bt_cmd_plan},
+    {"devices", bt_cmd_devices},
+};
+
+static const command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -31,38 +50,24 @@ int main(int argc, char **argv)
         usage(stderr);
         return BT_EXIT_USAGE;
     }
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || (strcmp(name, "help") == 0 && argc < 3)) {
         usage(stdout);
         return BT_EXIT_OK;
     }
-    if (strcmp(cmd, "help") == 0) {
-        if (argc < 3) {
-            usage(stdout);
-            return BT_EXIT_OK;
-        }
-        char *help_argv[] = {argv[2], "--help", NULL};
-        cmd = argv[2];
-        argv = help_argv;
-        argc = 2;
-        if (strcmp(cmd, "check") == 0) return bt_cmd_check(argc, argv);
-        if (strcmp(cmd, "run") == 0) return bt_cmd_run(argc, argv);
-        if (strcmp(cmd, "schedule") == 0) return bt_cmd_schedule(argc, argv);
-        if (strcmp(cmd, "ops") == 0) return bt_cmd_ops(argc, argv);
-        if (strcmp(cmd, "profile") == 0) return bt_cmd_profile(argc, argv);
-        if (strcmp(cmd, "plan") == 0) return bt_cmd_plan(argc, argv);
-    } else {
-        if (strcmp(cmd, "--version") == 0) {
-            printf("baton " BATON_VERSION "\n");
-            return BT_EXIT_OK;
-        }
-        if (strcmp(cmd, "check") == 0) return bt_cmd_check(argc - 1, argv + 1);
-        if (strcmp(cmd, "run") == 0) return bt_cmd_run(argc - 1, argv + 1);
-        if (strcmp(cmd, "schedule") == 0) return bt_cmd_schedule(argc - 1, argv + 1);
-        if (strcmp(cmd, "ops") == 0) return bt_cmd_ops(argc - 1, argv + 1);
-        if (strcmp(cmd, "profile") == 0) return bt_cmd_profile(argc - 1, argv + 1);
-        if (strcmp(cmd, "plan") == 0) return bt_cmd_plan(argc - 1, argv + 1);
+    if (strcmp(name, "--version") == 0) {
+        printf("baton " BATON_VERSION "\n");
+        return BT_EXIT_OK;
     }
-    fprintf(stderr, "baton: unknown command '%s' (try baton --help)\n", cmd);
+    if (strcmp(name, "help") == 0) {
+        const command *c = find_command(argv[2]);
+        char *help_argv[] = {argv[2], "--help", NULL};
+        if (c) return c->run(2, help_argv);
+        name = argv[2];
+    } else {
+        const command *c = find_command(name);
+        if (c) return c->run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "baton: unknown command '%s' (try baton --help)\n", name);
     return BT_EXIT_USAGE;
 }

@@ -730,11 +730,14 @@ static bt_status dropout_backward(const bt_op_call *call)
     const int64_t n = bt_tensor_numel(call->out_grad);
     bt_cuda_exec *x;
     BT_TRY(begin("dropout", dt, &x));
-    if (!call->training || p == 0)
+    if (!call->training || p == 0) {
         BT_K_TRY(bt_k_acc, x->stream, dt, call->out_grad->data, call->in_grad[0].data, n);
-    else
-        BT_K_TRY(bt_k_dropout_backward, x->stream, dt, call->out_grad->data, call->saved,
-                 call->in_grad[0].data, n, 1.0 / (1.0 - p));
+        return BT_OK;
+    }
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL, "dropout: training backward without the mask");
+    BT_K_TRY(bt_k_dropout_backward, x->stream, dt, call->out_grad->data, call->saved,
+             call->in_grad[0].data, n, 1.0 / (1.0 - p));
     return BT_OK;
 }
 
