@@ -4,9 +4,11 @@
  *       Trains the MLP 784-1024-1024-10 (batch 256, AdamW) on one cpu stage and prints its
  *       median step time, samples/s and achieved GFLOP/s beside the rate of the BLAS's own sgemm
  *       on the same GEMM shapes, measured in the same run with the same threads, and the ratio.
- *   bench_cpu pipeline [--steps N] [--microbatches M]
- *       The same MLP as 2 stages on cpu:0,cpu:1 (one BLAS thread each) against 1 stage on one
- *       thread, runs interleaved, and prints the speedup beside the schedule's ideal 2m/(m+1).
+ *   bench_cpu pipeline [--steps N] [--microbatches M] [--batch B] [--model mlp|deep]
+ *       A GEMM-heavy MLP as 2 stages on cpu:0,cpu:1 (one BLAS thread each) against 1 stage on
+ *       one thread, runs interleaved, and prints the speedup beside the schedule's ideal
+ *       2m/(m+1). `mlp` is 784-1024-1024-10 (its two stages cannot be balanced: fc1 alone against
+ *       fc2 + head); `deep` is 1024 -> six 1024-wide layers -> 10, which splits evenly.
  *   bench_cpu placement [--steps N] [--microbatches M]
  *       An MLP whose layers differ strongly in cost (784-2048-1024-128-128-128-128-10) on
  *       cpu:0,cpu:1: profiles it, plans the cut (plan/placement.h), then runs the uniform
@@ -27,7 +29,9 @@
 #include "plan/placement.h"
 #include "plan/profile.h"
 
-#define BATCH 256
+/* Samples per step: 256 unless --batch says otherwise (the pipeline mode takes it). */
+static int bench_batch = 256;
+#define BATCH bench_batch
 
 static double now_ms(void)
 {
@@ -54,22 +58,23 @@ static void die(const char *what)
     exit(1);
 }
 
-static bt_graph *mlp_graph(void)
+/* in -> hidden x n_hidden (relu) -> 10 -> cross-entropy; input "image" [in]. */
+static bt_graph *dense_graph(int in, int n_hidden)
 {
     bt_graph *g;
     bt_args *a;
-    int64_t dims[] = {784};
+    int64_t dims[] = {in};
     if (bt_graph_create(&g) || bt_args_create(&a)) die("graph");
     if (bt_graph_add_input(g, "image", 1, dims, BT_F32) || bt_graph_add_input(g, "label", 0, NULL, BT_I32))
         die("inputs");
-    const char *names[] = {"fc1", "fc2", "head"};
-    const int outs[] = {1024, 1024, 10};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i <= n_hidden; i++) {
+        char name[16];
+        snprintf(name, sizeof name, i < n_hidden ? "fc%d" : "head", i + 1);
         bt_layer_desc d;
         bt_layer_desc_init(&d);
-        bt_args_set_int(a, "out", outs[i]);
-        d.name = names[i], d.op = "linear", d.args = a, d.act = i < 2 ? "relu" : NULL;
-        if (bt_graph_add_layer(g, &d)) die(names[i]);
+        bt_args_set_int(a, "out", i < n_hidden ? 1024 : 10);
+        d.name = name, d.op = "linear", d.args = a, d.act = i < n_hidden ? "relu" : NULL;
+        if (bt_graph_add_layer(g, &d)) die(name);
     }
     const char *loss_in[] = {"head", "label"};
     bt_layer_desc d;
@@ -80,22 +85,26 @@ static bt_graph *mlp_graph(void)
     return g;
 }
 
+static bt_graph *mlp_graph(void) { return dense_graph(784, 2); }
+
 typedef struct bench_data {
     float *x;
     int32_t *y;
     bt_feed feeds[2];
 } bench_data;
 
-static void make_data(bench_data *d)
+static void make_data_width(bench_data *d, int in)
 {
-    d->x = malloc(sizeof(float) * BATCH * 784);
+    d->x = malloc(sizeof(float) * (size_t)BATCH * (size_t)in);
     d->y = malloc(sizeof(int32_t) * BATCH);
     srand(1);
-    for (int i = 0; i < BATCH * 784; i++) d->x[i] = (float)rand() / RAND_MAX;
+    for (int i = 0; i < BATCH * in; i++) d->x[i] = (float)rand() / RAND_MAX;
     for (int i = 0; i < BATCH; i++) d->y[i] = rand() % 10;
     d->feeds[0] = (bt_feed){"image", d->x, BT_F32};
     d->feeds[1] = (bt_feed){"label", d->y, BT_I32};
 }
+
+static void make_data(bench_data *d) { make_data_width(d, 784); }
 
 static bt_engine *make_engine(const bt_graph *g, const char *devices, int m, int threads)
 {
@@ -165,11 +174,12 @@ static int bench_mlp(int steps, int threads)
     return 0;
 }
 
-static int bench_pipeline(int steps, int m)
+static int bench_pipeline(int steps, int m, const char *model)
 {
-    bt_graph *g = mlp_graph();
+    int deep = strcmp(model, "deep") == 0;
+    bt_graph *g = deep ? dense_graph(1024, 6) : mlp_graph();
     bench_data d;
-    make_data(&d);
+    make_data_width(&d, deep ? 1024 : 784);
     bt_engine *one = make_engine(g, "cpu:0", m, 1);
     bt_engine *two = make_engine(g, "cpu:0,cpu:1", m, 1);
     double *t1 = calloc((size_t)steps, sizeof(double)), *t2 = calloc((size_t)steps, sizeof(double));
@@ -184,7 +194,8 @@ static int bench_pipeline(int steps, int m)
     }
     double a = median(t1, steps), b = median(t2, steps), ideal = 2.0 * m / (m + 1);
     printf("blas: %s\n", bt_blas_describe());
-    printf("mlp 784-1024-1024-10, batch %d, %d micro-batches, 1f1b, %d steps (medians)\n", BATCH, m, steps);
+    printf("%s, batch %d, %d micro-batches of %d, 1f1b, partition by parameters, %d steps (medians)\n",
+           deep ? "mlp 1024-(1024 x 6)-10" : "mlp 784-1024-1024-10", BATCH, m, BATCH / m, steps);
     printf("  1 stage  on cpu:0        %8.2f ms  %8.0f samples/s\n", a, BATCH * 1e3 / a);
     printf("  2 stages on cpu:0,cpu:1  %8.2f ms  %8.0f samples/s  bubble %.1f%%\n", b, BATCH * 1e3 / b,
            100 * median(bub, steps));
@@ -348,17 +359,21 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "mlp";
     int steps = 20, threads = 1, m = 8;
+    const char *model = "mlp";
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0) bench_batch = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--model") == 0) model = argv[i + 1];
         else if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--microbatches") == 0) m = atoi(argv[i + 1]);
     }
-    if (steps < 1 || threads < 1 || m < 1) {
-        fprintf(stderr, "usage: bench_cpu mlp|pipeline|placement [--steps N] [--threads T] [--microbatches M]\n");
+    if (steps < 1 || threads < 1 || m < 1 || bench_batch < m || bench_batch % m) {
+        fprintf(stderr, "usage: bench_cpu mlp|pipeline|placement [--steps N] [--threads T] [--microbatches M] "
+                        "[--batch B (a multiple of M)] [--model mlp|deep]\n");
         return 2;
     }
     if (strcmp(mode, "mlp") == 0) return bench_mlp(steps, threads);
-    if (strcmp(mode, "pipeline") == 0) return bench_pipeline(steps, m);
+    if (strcmp(mode, "pipeline") == 0) return bench_pipeline(steps, m, model);
     if (strcmp(mode, "placement") == 0) return bench_placement(steps, m);
     fprintf(stderr, "bench_cpu: unknown mode '%s' (mlp, pipeline or placement)\n", mode);
     return 2;
