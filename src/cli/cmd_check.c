@@ -22,6 +22,9 @@ static void check_usage(FILE *f)
             "options:\n"
             "  --devices LIST        devices, one per stage: cpu:0,cpu:1 (beats parallel.devices)\n"
             "  --stages N            number of pipeline stages\n"
+            "  --partition P         uniform | params | profile: how layers are cut into stages\n"
+            "  --balance N,N,...     layers per stage, e.g. 3,2\n"
+            "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b | stream\n"
             "  -h, --help            this help\n"
@@ -111,6 +114,8 @@ int bt_cmd_check(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"devices", required_argument, NULL, 'd'},   {"stages", required_argument, NULL, 's'},
+        {"partition", required_argument, NULL, 'P'}, {"balance", required_argument, NULL, 'B'},
+        {"layout", required_argument, NULL, 'L'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
     bt_cli_model_opts o;
@@ -123,6 +128,9 @@ int bt_cmd_check(int argc, char **argv)
         case 's': o.stages = atoi(optarg); if (o.stages < 1) goto bad_number; break;
         case 'm': o.microbatches = atoi(optarg); if (o.microbatches < 1) goto bad_number; break;
         case 'S': o.schedule = optarg; break;
+        case 'P': o.partition = optarg; break;
+        case 'B': o.balance = optarg; break;
+        case 'L': o.layout = optarg; break;
         case 'h': check_usage(stdout); return BT_EXIT_OK;
         default: check_usage(stderr); return BT_EXIT_USAGE;
         }

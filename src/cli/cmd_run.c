@@ -28,6 +28,9 @@ static void run_usage(FILE *f)
             "options:\n"
             "  --devices LIST        devices, one per stage: cpu:0,cpu:1\n"
             "  --stages N            number of pipeline stages\n"
+            "  --partition P         uniform | params | profile: how layers are cut into stages\n"
+            "  --balance N,N,...     layers per stage, e.g. 3,2\n"
+            "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b (training), stream (inference)\n"
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
@@ -267,6 +270,8 @@ int bt_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"devices", required_argument, NULL, 'd'},      {"stages", required_argument, NULL, 's'},
+        {"partition", required_argument, NULL, 'P'},    {"balance", required_argument, NULL, 'B'},
+        {"layout", required_argument, NULL, 'y'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"steps", required_argument, NULL, 'n'},        {"seed", required_argument, NULL, 'r'},
         {"threads", required_argument, NULL, 't'},      {"batch", required_argument, NULL, 'b'},
@@ -293,6 +298,9 @@ int bt_cmd_run(int argc, char **argv)
         case 's': o.model.stages = (int)strtol(optarg, &end, 10); if (*end || o.model.stages < 1) goto bad; break;
         case 'm': o.model.microbatches = (int)strtol(optarg, &end, 10); if (*end || o.model.microbatches < 1) goto bad; break;
         case 'S': o.model.schedule = optarg; break;
+        case 'P': o.model.partition = optarg; break;
+        case 'B': o.model.balance = optarg; break;
+        case 'y': o.model.layout = optarg; break;
         case 'n': o.steps = strtoll(optarg, &end, 10); if (*end || o.steps < 1) goto bad; break;
         case 'r': o.seed = strtoull(optarg, &end, 10); if (*end) goto bad; break;
         case 't': o.threads = (int)strtol(optarg, &end, 10); if (*end || o.threads < 1 || o.threads > 256) goto bad; break;
