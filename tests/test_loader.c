@@ -217,20 +217,20 @@ static void test_fashion_cnn(void)
 {
     bt_model *m = load("models/fashion-cnn.yaml", NULL, 0);
     CU_ASSERT_EQUAL(bt_graph_num_layers(m->graph), 8);
-    check_layer(m, 0, "conv1", "conv2d", 16 * 1 * 9 + 16, 3, 16, 28, 28);
-    check_layer(m, 1, "pool1", "maxpool2d", 0, 3, 16, 14, 14);
-    check_layer(m, 2, "conv2", "conv2d", 32 * 16 * 9 + 32, 3, 32, 14, 14);
-    check_layer(m, 3, "pool2", "maxpool2d", 0, 3, 32, 7, 7);
-    check_layer(m, 4, "flat", "flatten", 0, 1, 32 * 7 * 7, 0, 0);
-    check_layer(m, 5, "fc", "linear", 1568 * 128 + 128, 1, 128, 0, 0);
+    check_layer(m, 0, "conv1", "conv2d", 32 * 1 * 9 + 32, 3, 32, 28, 28);
+    check_layer(m, 1, "pool1", "maxpool2d", 0, 3, 32, 14, 14);
+    check_layer(m, 2, "conv2", "conv2d", 64 * 32 * 9 + 64, 3, 64, 14, 14);
+    check_layer(m, 3, "pool2", "maxpool2d", 0, 3, 64, 7, 7);
+    check_layer(m, 4, "flat", "flatten", 0, 1, 64 * 7 * 7, 0, 0);
+    check_layer(m, 5, "fc", "linear", 3136 * 128 + 128, 1, 128, 0, 0);
     check_layer(m, 6, "head", "linear", 128 * 10 + 10, 1, 10, 0, 0);
-    CU_ASSERT_EQUAL(bt_graph_total_params(m->graph), 160 + 4640 + 200832 + 1290);
+    CU_ASSERT_EQUAL(bt_graph_total_params(m->graph), 320 + 18496 + 401536 + 1290);
     CU_ASSERT_EQUAL(m->parallel.partition, BT_PARTITION_BALANCE);
     CU_ASSERT_EQUAL(m->parallel.n_balance, 2);
     CU_ASSERT_EQUAL(m->parallel.balance[0], 4);
     CU_ASSERT_EQUAL(m->parallel.balance[1], 4);
     CU_ASSERT_EQUAL(m->train.batch, 128);
-    CU_ASSERT_EQUAL(m->train.eval_every, 200);
+    CU_ASSERT_EQUAL(m->train.eval_every, 468);
     bt_model_destroy(m);
 }
 

@@ -48,6 +48,9 @@ typedef struct bt_cli_model_opts {
     const char *partition;
 } bt_cli_model_opts;
 
+/* Takes argv[first..] after the options: KEY=VALUE overrides and one model path. Returns
+ * BT_EXIT_OK, or prints a message naming cmd and returns BT_EXIT_USAGE. */
+int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt_cli_model_opts *o);
 /* Loads the model and applies the flags; on failure prints the error and returns the exit code. */
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *opts, bt_model **out);
 /* Formats 1863690 as "1,863,690". */

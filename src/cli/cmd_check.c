@@ -135,21 +135,8 @@ int bt_cmd_check(int argc, char **argv)
         default: check_usage(stderr); return BT_EXIT_USAGE;
         }
     }
-    for (int i = optind; i < argc; i++) {
-        if (strchr(argv[i], '=')) {
-            if (o.n_overrides < 64) o.overrides[o.n_overrides++] = argv[i];
-        } else if (!o.path) {
-            o.path = argv[i];
-        } else {
-            fprintf(stderr, "baton check: unexpected argument '%s'\n", argv[i]);
-            return BT_EXIT_USAGE;
-        }
-    }
-    if (!o.path) {
-        fprintf(stderr, "baton check: no model file given\n");
-        check_usage(stderr);
-        return BT_EXIT_USAGE;
-    }
+    int prc = bt_cli_take_positional("check", argc, argv, optind, &o);
+    if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
     int rc = bt_cli_load_model("check", &o, &m);
     if (rc != BT_EXIT_OK) return rc;

@@ -260,21 +260,8 @@ int bt_cmd_plan(int argc, char **argv)
         default: plan_usage(stderr); return BT_EXIT_USAGE;
         }
     }
-    for (int i = optind; i < argc; i++) {
-        if (strchr(argv[i], '=')) {
-            if (o.model.n_overrides < 64) o.model.overrides[o.model.n_overrides++] = argv[i];
-        } else if (!o.model.path) {
-            o.model.path = argv[i];
-        } else {
-            fprintf(stderr, "baton plan: unexpected argument '%s'\n", argv[i]);
-            return BT_EXIT_USAGE;
-        }
-    }
-    if (!o.model.path) {
-        fprintf(stderr, "baton plan: no model file given\n");
-        plan_usage(stderr);
-        return BT_EXIT_USAGE;
-    }
+    int prc = bt_cli_take_positional("plan", argc, argv, optind, &o.model);
+    if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
     int rc = bt_cli_load_model("plan", &o.model, &m);
     if (rc != BT_EXIT_OK) return rc;

@@ -155,21 +155,8 @@ int bt_cmd_profile(int argc, char **argv)
         default: profile_usage(stderr); return BT_EXIT_USAGE;
         }
     }
-    for (int i = optind; i < argc; i++) {
-        if (strchr(argv[i], '=')) {
-            if (o.model.n_overrides < 63) o.model.overrides[o.model.n_overrides++] = argv[i];
-        } else if (!o.model.path) {
-            o.model.path = argv[i];
-        } else {
-            fprintf(stderr, "baton profile: unexpected argument '%s'\n", argv[i]);
-            return BT_EXIT_USAGE;
-        }
-    }
-    if (!o.model.path) {
-        fprintf(stderr, "baton profile: no model file given\n");
-        profile_usage(stderr);
-        return BT_EXIT_USAGE;
-    }
+    int prc = bt_cli_take_positional("profile", argc, argv, optind, &o.model);
+    if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
     int rc = bt_cli_load_model("profile", &o.model, &m);
     if (rc != BT_EXIT_OK) return rc;

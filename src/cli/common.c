@@ -23,6 +23,29 @@ int bt_cli_fail(const char *cmd, bt_status status)
     return bt_cli_exit_code(status);
 }
 
+int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt_cli_model_opts *o)
+{
+    for (int i = first; i < argc; i++) {
+        if (strchr(argv[i], '=')) {
+            if (o->n_overrides == (int)(sizeof o->overrides / sizeof o->overrides[0])) {
+                fprintf(stderr, "baton %s: too many KEY=VALUE overrides\n", cmd);
+                return BT_EXIT_USAGE;
+            }
+            o->overrides[o->n_overrides++] = argv[i];
+        } else if (!o->path) {
+            o->path = argv[i];
+        } else {
+            fprintf(stderr, "baton %s: unexpected argument '%s'\n", cmd, argv[i]);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if (!o->path) {
+        fprintf(stderr, "baton %s: no model file given (try baton %s --help)\n", cmd, cmd);
+        return BT_EXIT_USAGE;
+    }
+    return BT_EXIT_OK;
+}
+
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[96];

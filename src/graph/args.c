@@ -7,6 +7,18 @@
 #include "core/strutil.h"
 #include "graph/graph_internal.h"
 
+const char *bt_arg_type_name(bt_arg_type t)
+{
+    switch (t) {
+    case BT_ARG_INT: return "an integer";
+    case BT_ARG_FLOAT: return "a number";
+    case BT_ARG_BOOL: return "true or false";
+    case BT_ARG_INTS: return "an integer or a list of integers";
+    case BT_ARG_STRING: return "a string";
+    }
+    return "?";
+}
+
 bt_status bt_args_create(bt_args **out)
 {
     if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_args_create: out is NULL");

@@ -30,6 +30,8 @@ struct bt_args {
 bt_status bt_args_copy(bt_args *dst, const bt_args *src);
 void bt_args_clear(bt_args *args);
 const bt_arg_value *bt_args_get(const bt_args *args, const char *name);
+/* "an integer", "a number", ...: how messages name what an argument must be. */
+const char *bt_arg_type_name(bt_arg_type type);
 
 typedef struct bt_value {
     char *name;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "graph/graph_internal.h"
 #include "graph/infer.h"
 
 void bt_format_layer_prefix(char *buf, size_t size, const char *layer_name, bt_src_loc loc)
@@ -48,18 +49,6 @@ static bt_status ctx_error(const bt_infer_ctx *ctx, bt_status status, const char
     return bt_error(status, "%s%s", prefix, msg);
 }
 
-static const char *arg_type_name(bt_arg_type t)
-{
-    switch (t) {
-    case BT_ARG_INT: return "an integer";
-    case BT_ARG_FLOAT: return "a number";
-    case BT_ARG_BOOL: return "true or false";
-    case BT_ARG_INTS: return "an integer or a list of integers";
-    case BT_ARG_STRING: return "a string";
-    }
-    return "?";
-}
-
 static int in_range(const bt_arg_spec *spec, double v)
 {
     return spec->min > spec->max || (v >= spec->min && v <= spec->max);
@@ -73,7 +62,7 @@ static bt_status check_one_arg(const bt_infer_ctx *ctx, const bt_arg_spec *spec,
                   (spec->type == BT_ARG_INTS && v->type == BT_ARG_INT);
     if (!type_ok)
         return ctx_error(ctx, BT_ERR_MODEL, "%s argument '%s' must be %s", op, spec->name,
-                         arg_type_name(spec->type));
+                         bt_arg_type_name(spec->type));
     if (spec->type == BT_ARG_INTS) {
         for (int k = 0; k < v->n; k++)
             if (!in_range(spec, (double)v->ints[k]))

@@ -16,6 +16,7 @@
 #include "baton/model.h"
 #include "baton/op.h"
 #include "core/error.h"
+#include "graph/graph_internal.h"
 #include "core/strutil.h"
 #include "model/interp.h"
 #include "model/overrides.h"
@@ -391,18 +392,6 @@ static bt_status resolve_from(const loader *L, int i, const bt_ynode *from, cons
     return BT_OK;
 }
 
-static const char *arg_type_name(bt_arg_type t)
-{
-    switch (t) {
-    case BT_ARG_INT: return "an integer";
-    case BT_ARG_FLOAT: return "a number";
-    case BT_ARG_BOOL: return "true or false";
-    case BT_ARG_INTS: return "an integer or a list of integers";
-    case BT_ARG_STRING: return "a string";
-    }
-    return "?";
-}
-
 /* Checks a value of YAML type `type` (and its numbers) against spec, at the value's position. */
 static bt_status check_arg(const loader *L, const char *layer, const bt_op_def *op,
                            const bt_arg_spec *spec, const bt_ynode *val, bt_arg_type type,
@@ -414,7 +403,7 @@ static bt_status check_arg(const loader *L, const char *layer, const bt_op_def *
     bt_ld_describe(val, got, sizeof got);
     if (!type_ok)
         return bt_ld_error(&L->ld, val, BT_ERR_MODEL, "layer '%s': %s argument '%s' must be %s, got %s",
-                           layer, op->name, spec->name, arg_type_name(spec->type), got);
+                           layer, op->name, spec->name, bt_arg_type_name(spec->type), got);
     if (spec->min > spec->max) return BT_OK;
     for (int k = 0; k < n; k++)
         if (!(nums[k] >= spec->min && nums[k] <= spec->max))
