@@ -392,6 +392,84 @@ static void test_engine_gradients_match_finite_differences(void)
     bt_graph_destroy(g);
 }
 
+/* Clipping by the global norm: every stage must scale by the norm over all stages' gradients. */
+static void test_clipping_uses_the_global_norm(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    engine_params(&p, 3, 2, BT_SCHEDULE_1F1B);
+    p.optimizer.momentum = 0;
+    p.optimizer.weight_decay = 0;
+    p.optimizer.lr = 0.5;
+    batch_data b;
+    make_batch(&b, 21);
+    bt_engine *probe = NULL, *e = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &probe) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_compute_grads(probe, b.feeds, 2, NULL) == BT_OK);
+    int n = bt_graph_num_params(g);
+    float *w0[16], *gr[16];
+    double sumsq = 0;
+    for (int i = 0; i < n; i++) {
+        bt_param_info info;
+        bt_graph_param(g, i, &info);
+        size_t k = (size_t)bt_shape_numel(&info.shape);
+        w0[i] = malloc(k * 4);
+        gr[i] = malloc(k * 4);
+        bt_engine_read_param(probe, info.name, w0[i], k * 4);
+        bt_engine_read_grad(probe, info.name, gr[i], k * 4);
+        for (size_t j = 0; j < k; j++) sumsq += (double)gr[i][j] * gr[i][j];
+    }
+    double norm = sqrt(sumsq), clip = norm / 4; /* clipping must scale every stage by ~1/4 */
+    p.clip_norm = clip;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    bt_step_result r;
+    CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, &r) == BT_OK);
+    CU_ASSERT(fabs(r.grad_norm - norm) <= 1e-5 * norm);
+    double scale = clip / (norm + 1e-6), worst = 0;
+    for (int i = 0; i < n; i++) {
+        bt_param_info info;
+        bt_graph_param(g, i, &info);
+        size_t k = (size_t)bt_shape_numel(&info.shape);
+        float *w1 = malloc(k * 4);
+        bt_engine_read_param(e, info.name, w1, k * 4);
+        for (size_t j = 0; j < k; j++) {
+            double want = w0[i][j] - p.optimizer.lr * scale * gr[i][j];
+            worst = fmax(worst, fabs(w1[j] - want));
+        }
+        free(w1);
+        free(w0[i]);
+        free(gr[i]);
+    }
+    CU_ASSERT(worst < 1e-6);
+    if (worst >= 1e-6) printf("\n  clipped update off by %g\n", worst);
+    bt_engine_destroy(probe);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
+/* Per-stage time accounting adds up, and a stage that waits for its neighbour shows idle time. */
+static void test_time_accounting(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    bt_engine *e = NULL;
+    engine_params(&p, 2, 4, BT_SCHEDULE_GPIPE);
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    batch_data b;
+    make_batch(&b, 4);
+    for (int i = 0; i < 3; i++) CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, NULL) == BT_OK);
+    for (int s = 0; s < 2; s++) {
+        bt_time_stats t;
+        CU_ASSERT_FATAL(bt_engine_time(e, s, &t) == BT_OK);
+        CU_ASSERT_EQUAL(t.steps, 3);
+        CU_ASSERT(t.busy_ms > 0 && t.transfer_ms > 0 && t.idle_ms > 0);
+        CU_ASSERT(fabs(t.busy_ms + t.transfer_ms + t.idle_ms - t.wall_ms) < 1e-6 * t.wall_ms + 1e-9);
+    }
+    CU_ASSERT_EQUAL(bt_engine_time(e, 2, &(bt_time_stats){0}), BT_ERR_INVALID_ARG);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
 static void test_bad_configurations_rejected(void)
 {
     bt_graph *g = residual_graph();
@@ -428,6 +506,8 @@ int main(void)
         {"watchdog reports a stuck transfer", test_watchdog_reports_stuck_transfer},
         {"C API and YAML give bit-identical results", test_c_api_and_yaml_bit_identical},
         {"engine gradients match finite differences (f64)", test_engine_gradients_match_finite_differences},
+        {"clipping uses the global norm across stages", test_clipping_uses_the_global_norm},
+        {"time accounting", test_time_accounting},
         {"bad configurations are rejected", test_bad_configurations_rejected},
         {NULL, NULL}};
     return bt_test_main("engine", cases);

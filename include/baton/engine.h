@@ -111,6 +111,17 @@ typedef struct bt_stage_info {
     size_t send_bytes;        /* bytes this stage sends downstream per micro-batch */
 } bt_stage_info;
 
+/* Where a stage's time went, summed over every step since the engine was created. */
+typedef struct bt_time_stats {
+    int64_t steps;
+    double wall_ms;           /* the steps' wall-clock time */
+    double busy_ms;           /* forward, backward, optimizer */
+    double transfer_ms;       /* sending, and copying what was received */
+    double idle_ms;           /* the rest: waiting for other stages */
+} bt_time_stats;
+
+bt_status bt_engine_time(const bt_engine *engine, int stage, bt_time_stats *out);
+
 int bt_engine_num_stages(const bt_engine *engine);
 bt_status bt_engine_stage(const bt_engine *engine, int stage, bt_stage_info *out);
 bt_status bt_engine_memory(const bt_engine *engine, int stage, bt_memory_stats *out);

@@ -41,6 +41,10 @@ typedef struct bt_backend {
     bt_status (*sync)(bt_device *dev);
     /* "cpu:0 (OpenBLAS SkylakeX kernels, 1 thread)". */
     const char *(*describe)(bt_device *dev);
+    /* Optional (NULL: none): mark the start and end of one instruction ("1F3") for an external
+     * profiler; the CUDA backend emits NVTX ranges that Nsight Systems shows. */
+    void (*range_begin)(bt_device *dev, const char *name);
+    void (*range_end)(bt_device *dev);
 } bt_backend;
 
 /* The backend for a device kind ("cpu", "cuda"), or NULL with a message when this build or

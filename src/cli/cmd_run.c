@@ -144,27 +144,35 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
             bt_stage_info si;
             bt_engine_memory(e, s, &m);
             bt_engine_stage(e, s, &si);
+            bt_time_stats t;
+            bt_engine_time(e, s, &t);
+            double wall = t.wall_ms > 0 ? t.wall_ms : 1;
             printf("%s{\"stage\": %d, \"device\": \"%s\", \"peak_bytes\": %zu, \"activation_peak_bytes\": %zu, "
-                   "\"peak_microbatches\": %d}",
-                   s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches);
+                   "\"peak_microbatches\": %d, \"busy\": %.4f, \"transfer\": %.4f, \"idle\": %.4f}",
+                   s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches, t.busy_ms / wall,
+                   t.transfer_ms / wall, t.idle_ms / wall);
         }
         printf("]}\n");
         bt_cli_tracer_summary(o->tracer, 1, median_ms);
         return;
     }
     printf("\nmedian step %.2f ms, %.0f samples/s\n", median_ms, median_ms > 0 ? (double)batch * 1000 / median_ms : 0);
-    printf("  %-5s %-8s %12s %12s %12s %12s %14s %9s\n", "stage", "device", "weights", "gradients",
-           "optimizer", "peak", "activations", "in flight");
+    printf("  %-5s %-8s %11s %11s %11s %11s %12s %9s %6s %6s %6s\n", "stage", "device", "weights", "gradients",
+           "optimizer", "peak", "activations", "in flight", "busy", "xfer", "idle");
     for (int s = 0; s < bt_engine_num_stages(e); s++) {
         bt_memory_stats m;
         bt_stage_info si;
         char a[32], b[32], c[32], d[32], f[32];
         bt_engine_memory(e, s, &m);
         bt_engine_stage(e, s, &si);
-        printf("  %-5d %-8s %12s %12s %12s %12s %14s %9d\n", s, si.device,
+        bt_time_stats t;
+        bt_engine_time(e, s, &t);
+        double wall = t.wall_ms > 0 ? t.wall_ms : 1;
+        printf("  %-5d %-8s %11s %11s %11s %11s %12s %9d %5.1f%% %5.1f%% %5.1f%%\n", s, si.device,
                bt_cli_bytes((double)m.weights, a, sizeof a), bt_cli_bytes((double)m.gradients, b, sizeof b),
                bt_cli_bytes((double)m.optimizer, c, sizeof c), bt_cli_bytes((double)m.peak, d, sizeof d),
-               bt_cli_bytes((double)m.activation_peak, f, sizeof f), m.peak_microbatches);
+               bt_cli_bytes((double)m.activation_peak, f, sizeof f), m.peak_microbatches, 100 * t.busy_ms / wall,
+               100 * t.transfer_ms / wall, 100 * t.idle_ms / wall);
     }
     bt_cli_tracer_summary(o->tracer, 0, median_ms);
 }

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nvtx3/nvToolsExt.h>
+
 #include "backend/backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/devices.h"
@@ -323,6 +325,20 @@ static const char *cuda_describe(bt_device *dev) { return dev->desc; }
 
 const bt_cuda_exec *bt_cuda_device_exec(const bt_device *dev) { return &dev->exec; }
 
+/* NVTX ranges around each instruction, for Nsight Systems (header-only NVTX3: a no-op unless a
+ * profiler injects itself). */
+static void cuda_range_begin(bt_device *dev, const char *name)
+{
+    (void)dev;
+    nvtxRangePushA(name);
+}
+
+static void cuda_range_end(bt_device *dev)
+{
+    (void)dev;
+    nvtxRangePop();
+}
+
 static const bt_backend cuda_backend = {
     .name = "cuda",
     .open = cuda_open,
@@ -340,6 +356,8 @@ static const bt_backend cuda_backend = {
     .optimizer_update = cuda_optimizer_update,
     .sync = cuda_sync,
     .describe = cuda_describe,
+    .range_begin = cuda_range_begin,
+    .range_end = cuda_range_end,
 };
 
 /* Attaches the kernels already here (open does it again and reports a failure), so that anyone

@@ -536,6 +536,15 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         size_t act = (size_t)live * e->stage[s].slot_bytes;
         if (act > m->activation_peak) m->activation_peak = act;
     }
+    for (int s = 0; s < e->stages; s++) {
+        bt_time_stats *t = &e->stage[s].time;
+        t->steps++;
+        t->wall_ms += ms;
+        t->busy_ms += e->worker[s].busy_ms;
+        t->transfer_ms += e->worker[s].transfer_ms;
+        t->idle_ms = t->wall_ms - t->busy_ms - t->transfer_ms;
+        if (t->idle_ms < 0) t->idle_ms = 0;
+    }
     if (job == BT_JOB_TRAIN) e->step++;
     if (result) {
         memset(result, 0, sizeof *result);
@@ -710,6 +719,14 @@ bt_status bt_engine_memory(const bt_engine *e, int s, bt_memory_stats *out)
     if (!e || !out || s < 0 || s >= e->stages)
         return bt_error(BT_ERR_INVALID_ARG, "bt_engine_memory: no stage %d", s);
     *out = e->stage[s].mem;
+    return BT_OK;
+}
+
+bt_status bt_engine_time(const bt_engine *e, int s, bt_time_stats *out)
+{
+    if (!e || !out || s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_time: no stage %d", s);
+    *out = e->stage[s].time;
     return BT_OK;
 }
 

@@ -71,6 +71,7 @@ typedef struct bt_stage {
     bt_channel *in_act[BT_MAX_STAGES], *out_act[BT_MAX_STAGES];
     bt_channel *in_grad[BT_MAX_STAGES], *out_grad[BT_MAX_STAGES];
     bt_memory_stats mem;
+    bt_time_stats time;        /* cumulative over steps */
 } bt_stage;
 
 typedef enum bt_job_kind { BT_JOB_NONE, BT_JOB_GRADS, BT_JOB_TRAIN, BT_JOB_FORWARD, BT_JOB_EXIT } bt_job_kind;
@@ -91,6 +92,7 @@ typedef struct bt_worker {
     int started;
     /* per step */
     double busy_ms;
+    double transfer_ms;
     double loss_sum;
     int live, peak_live;
     int cur_instr;             /* instruction being executed, -1 when idle */

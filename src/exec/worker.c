@@ -269,6 +269,7 @@ static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
         bt_channel *ch = st->in_act[c];
         bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
         if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
+        double t0 = now_ms();
         const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
             const bt_value *v = &e->graph->values[ch->values[k]];
@@ -276,6 +277,7 @@ static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
             BT_TRY(st->be->from_host(st->dev, slot_value(st, mb, ch->values[k]), msg, bytes));
             msg += bytes;
         }
+        w->transfer_ms += now_ms() - t0;
     }
     return BT_OK;
 }
@@ -287,6 +289,7 @@ static bt_status recv_grad(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
         bt_channel *ch = st->in_grad[c];
         bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
         if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
+        double t0 = now_ms();
         const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
             const bt_value *v = &e->graph->values[ch->values[k]];
@@ -297,6 +300,7 @@ static bt_status recv_grad(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
                                       st->recv_scratch, n));
             msg += bytes;
         }
+        w->transfer_ms += now_ms() - t0;
     }
     return BT_OK;
 }
@@ -366,9 +370,17 @@ static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_in
         w->busy_ms += now_ms() - t0;
         w->live--;
         return s;
-    case BT_I_SEND_ACT: return send_act(e, st, ins->mb);
+    case BT_I_SEND_ACT:
+        t0 = now_ms();
+        s = send_act(e, st, ins->mb);
+        w->transfer_ms += now_ms() - t0;
+        return s;
     case BT_I_RECV_ACT: return recv_act(e, w, st, ins->mb);
-    case BT_I_SEND_GRAD: return send_grad(e, st, ins->mb);
+    case BT_I_SEND_GRAD:
+        t0 = now_ms();
+        s = send_grad(e, st, ins->mb);
+        w->transfer_ms += now_ms() - t0;
+        return s;
     case BT_I_RECV_GRAD: return recv_grad(e, w, st, ins->mb);
     case BT_I_STEP:
         if (e->job != BT_JOB_TRAIN) return BT_OK;
@@ -413,6 +425,7 @@ static void run_job(bt_engine *e, bt_worker *w)
     bt_stage *st = &e->stage[w->stage];
     const bt_schedule *sched = e->job_sched;
     w->busy_ms = 0;
+    w->transfer_ms = 0;
     w->loss_sum = 0;
     w->live = 0;
     w->peak_live = 0;
@@ -434,7 +447,13 @@ static void run_job(bt_engine *e, bt_worker *w)
         w->cur_instr = i;
         const bt_instr *ins = &sched->list[st->index][i];
         double t0 = e->tracing ? now_ms() : 0;
+        if (st->be->range_begin) {
+            char name[32];
+            bt_instr_format(st->index, ins, name, sizeof name);
+            st->be->range_begin(st->dev, name);
+        }
         bt_status s = run_instr(e, w, st, ins);
+        if (st->be->range_end) st->be->range_end(st->dev);
         if (e->tracing && w->n_trace < w->trace_cap) {
             bt_trace_rec *r = &w->trace[w->n_trace++];
             r->instr = i;
