@@ -1,0 +1,64 @@
+#!/bin/sh
+# tests/cli.sh: the baton command as a user meets it. Every file in models/invalid/ fails
+# `baton check` with exit 2 and "baton check: <file>:<line>:<col>: ..." (or "<file>: ...")
+# containing the file's "# expect:" text; every shipped model passes `baton check`; `baton run`
+# prints well-formed JSON records with --log-format jsonl; usage errors exit 2 and runtime
+# failures exit 1. Prints "cli: N tests, N failed" like the CUnit programs.
+set -u
+builddir=${BT_BUILDDIR:-$(pwd)}
+srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+baton="$builddir/baton"
+tests=0; failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+expect_rc() { # expected-rc description command...
+  want=$1; what=$2; shift 2
+  tests=$((tests + 1))
+  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
+  return 0
+}
+
+for f in "$srcdir"/models/invalid/*.yaml; do
+  expect=$(sed -n '1s/^# expect: //p' "$f")
+  expect_rc 2 "check $(basename "$f")" "$baton" check "$f" || continue
+  msg=$(head -n 1 "$tmp/err")
+  case "$msg" in
+    "baton check: $f:"[0-9]*:[0-9]*": "*|"baton check: $f: "*) ;;
+    *) fail "$(basename "$f"): message does not start with the file's position: $msg"; continue ;;
+  esac
+  case "$msg" in
+    *"$expect"*) ;;
+    *) fail "$(basename "$f"): message lacks '$expect': $msg" ;;
+  esac
+done
+
+for f in "$srcdir"/models/*.yaml; do
+  expect_rc 0 "check $(basename "$f")" "$baton" check "$f"
+done
+
+if expect_rc 0 "run jsonl" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 --log-format jsonl; then
+  tests=$((tests + 1))
+  steps=$(grep -c '^{"step": [0-9]*, .*"loss": .*"lr": .*"step_ms": .*"samples_per_s": .*"bubble": ' "$tmp/out")
+  [ "$steps" = 3 ] || fail "run jsonl: expected 3 step records, got $steps: $(head -3 "$tmp/out")"
+  if command -v python3 >/dev/null 2>&1; then
+    tests=$((tests + 1))
+    python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$tmp/out" 2>"$tmp/perr" ||
+      fail "run jsonl: not JSON: $(cat "$tmp/perr")"
+  fi
+fi
+expect_rc 0 "help" "$baton" --help
+expect_rc 0 "run --help" "$baton" run --help
+expect_rc 2 "no command" "$baton"
+expect_rc 2 "unknown command" "$baton" frobnicate
+expect_rc 2 "check without a model" "$baton" check
+expect_rc 2 "bad flag value" "$baton" run "$srcdir/models/mlp.yaml" --steps zero
+expect_rc 2 "bad override" "$baton" run "$srcdir/models/mlp.yaml" train.batch=abc
+expect_rc 2 "missing model file" "$baton" check "$tmp/nope.yaml"
+expect_rc 1 "missing init weights" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --init "$tmp/nope.safetensors"
+expect_rc 0 "schedule grid" "$baton" schedule --stages 3 --microbatches 4 --validate
+
+echo "cli: $tests tests, $failed failed"
+[ "$failed" = 0 ]
