@@ -12,6 +12,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "train/checkpoint.h"
+#include "train/lr_schedule.h"
 #include "train/trainer.h"
 
 struct bt_trainer {
@@ -112,6 +113,8 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     }
     int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
     t->total_steps = opts->steps > 0 ? opts->steps : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) * per_epoch;
+    BT_TRY_GOTO(st, bt_lr_schedule_validate(&model->train.lr_schedule, model->train.optimizer.lr, t->total_steps),
+                fail);
     if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(engine, model->graph, opts->init), fail);
     if (opts->resume) {
         bt_checkpoint_meta meta;
