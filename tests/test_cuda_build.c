@@ -2,9 +2,9 @@
  * one; tests/test_cuda.c has the ones that run kernels):
  *   - every built-in op has CUDA forward and backward kernels once they are attached, and opening
  *     the backend attaches them even where no GPU exists;
- *   - the CUDA kernels' copies of the ops' private configs (src/cuda/op_configs.h) decode what
- *     each shape rule stores (size and values), and the saved/workspace sizes the shape rules
- *     declare are the ones the CUDA kernels rely on;
+ *   - the op configs the CUDA kernels read (src/ops/op_configs.h, shared with the CPU kernels)
+ *     hold what each shape rule stores (size and values), and the saved/workspace sizes the
+ *     shape rules declare are the ones the CUDA kernels rely on;
  *   - without a GPU, open fails with BT_ERR_UNSUPPORTED or BT_ERR_BACKEND and a message naming
  *     the device and the CUDA error, leaving nothing open; with one, it opens and describes it;
  *   - a built-in CUDA kernel called outside the backend fails with a message, not a crash;
@@ -16,7 +16,7 @@
 #include "backend/backend.h"
 #include "bt_test.h"
 #include "cuda/devices.h"
-#include "cuda/op_configs.h"
+#include "ops/op_configs.h"
 #include "cuda/ops_cuda.h"
 #include "op_check.h"
 #include "ops/ops.h"
@@ -145,7 +145,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(2, 4)};
         const bt_dtype d[] = {BT_F32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "linear", "out=3", 1, s, d), 0);
-        const bt_cuda_linear_config *c = (const void *)L.ctx.config;
+        const bt_linear_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT(c->in == 4 && c->out == 3 && c->bias == 1);
         oc_free(&L);
@@ -159,7 +159,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(3, 5)};
         const bt_dtype d[] = {BT_F32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "softmax", "", 1, s, d), 0);
-        const bt_cuda_softmax_config *c = (const void *)L.ctx.config;
+        const bt_softmax_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT_EQUAL(c->d, 5);
         oc_free(&L);
@@ -168,7 +168,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(3, 6)};
         const bt_dtype d[] = {BT_F32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "layernorm", "eps=0.001", 1, s, d), 0);
-        const bt_cuda_layernorm_config *c = (const void *)L.ctx.config;
+        const bt_layernorm_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT(c->d == 6 && c->eps == 0.001);
         /* (mean, rstd) doubles per row: 3 rows per sample */
@@ -180,20 +180,20 @@ static void test_config_layouts(void)
         const bt_dtype d[] = {BT_F32};
         CU_ASSERT_EQUAL_FATAL(
             setup(&L, "conv2d", "out=3 kernel=3,2 stride=2,1 padding=1,0", 1, s, d), 0);
-        const bt_cuda_conv_config *c = (const void *)L.ctx.config;
+        const bt_conv_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT(c->c == 2 && c->h == 5 && c->w == 6 && c->out == 3 && c->ho == 3 && c->wo == 5);
         CU_ASSERT(c->kh == 3 && c->kw == 2 && c->sh == 2 && c->sw == 1 && c->ph == 1 &&
                   c->pw == 0 && c->bias == 1 && c->pointwise == 0);
         CU_ASSERT_EQUAL(L.ctx.ws_per_sample, 0);
-        CU_ASSERT_EQUAL(L.ctx.ws_fixed, bt_cuda_conv_workspace(c));
+        CU_ASSERT_EQUAL(L.ctx.ws_fixed, bt_conv_workspace_bytes(c));
         oc_free(&L);
         const bt_shape s1[] = {SH(3, 3, 2)};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "conv2d", "out=4 kernel=1 bias=false", 1, s1, d), 0);
         c = (const void *)L.ctx.config;
         CU_ASSERT(c->pointwise == 1 && c->bias == 0 && c->out == 4 && c->ho == 3 && c->wo == 2);
-        CU_ASSERT_EQUAL(L.ctx.ws_fixed, bt_cuda_conv_workspace(c));
-        CU_ASSERT_EQUAL(bt_cuda_conv_workspace(c), 0);
+        CU_ASSERT_EQUAL(L.ctx.ws_fixed, bt_conv_workspace_bytes(c));
+        CU_ASSERT_EQUAL(bt_conv_workspace_bytes(c), 0);
         oc_free(&L);
     }
     static const char *pools[] = {"maxpool2d", "avgpool2d"};
@@ -201,7 +201,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(2, 5, 6)};
         const bt_dtype d[] = {BT_F32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, pools[k], "kernel=3 stride=2 padding=1", 1, s, d), 0);
-        const bt_cuda_pool_config *c = (const void *)L.ctx.config;
+        const bt_pool_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT(c->c == 2 && c->h == 5 && c->w == 6 && c->ho == 3 && c->wo == 3);
         CU_ASSERT(c->kh == 3 && c->kw == 3 && c->sh == 2 && c->sw == 2 && c->ph == 1 &&
@@ -214,7 +214,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(4)};
         const bt_dtype d[] = {BT_I32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "embedding", "num=5 dim=3", 1, s, d), 0);
-        const bt_cuda_embedding_config *c = (const void *)L.ctx.config;
+        const bt_embedding_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT(c->num == 5 && c->dim == 3);
         oc_free(&L);
@@ -223,7 +223,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(4, 5)};
         const bt_dtype d[] = {BT_F32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "dropout", "p=0.3", 1, s, d), 0);
-        const bt_cuda_dropout_config *c = (const void *)L.ctx.config;
+        const bt_dropout_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT_EQUAL(c->p, 0.3);
         CU_ASSERT_EQUAL(L.ctx.saved_per_sample, 20); /* one mask byte per element */
@@ -233,7 +233,7 @@ static void test_config_layouts(void)
         const bt_shape s[] = {SH(3, 4), SH(3)};
         const bt_dtype d[] = {BT_F32, BT_I32};
         CU_ASSERT_EQUAL_FATAL(setup(&L, "cross_entropy", "", 2, s, d), 0);
-        const bt_cuda_cross_entropy_config *c = (const void *)L.ctx.config;
+        const bt_cross_entropy_config *c = (const void *)L.ctx.config;
         CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
         CU_ASSERT(c->classes == 4 && c->positions == 3);
         oc_free(&L);

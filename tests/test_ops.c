@@ -7,6 +7,8 @@
  *   - shape-rule errors (bad shapes, dtypes, arguments) and their messages; run-time errors (a
  *     label or an index out of range) as BT_ERR_INVALID_ARG with a message;
  *   - f32 against f64; dropout's reproducibility, rate and inference identity;
+ *   - conv2d over a batch larger than one of its chunks (against loops of its definition) and
+ *     maxpool2d's choice among tied maxima and NaN, which decides where its gradient goes;
  *   - the harness itself: a deliberately wrong backward must fail the gradient check.
  * Ops run outside any graph through tests/op_check.h. */
 #include <math.h>
@@ -57,6 +59,11 @@ static const op_case cases[] = {
      {SH(1, 4, 5)}, {F}, 2, 0},
     {"conv2d k(2,3) s(3,2) p(0,1)", "conv2d", "out=2 kernel=2,3 stride=3,2 padding=0,1", 1,
      {SH(2, 7, 6)}, {F}, 2, 0},
+    {"conv2d k3 p1", "conv2d", "out=3 kernel=3 padding=1", 1, {SH(2, 5, 4)}, {F}, 2, 0},
+    {"conv2d k(5,3) p(2,1) no bias", "conv2d", "out=2 kernel=5,3 padding=2,1 bias=false", 1,
+     {SH(2, 4, 3)}, {F}, 2, 0},
+    {"conv2d k3 p1 width 1", "conv2d", "out=2 kernel=3 padding=1", 1, {SH(2, 3, 1)}, {F}, 2, 0},
+    {"conv2d k3 p1 batch 9", "conv2d", "out=2 kernel=3 padding=1", 1, {SH(1, 3, 4)}, {F}, 9, 0},
     {"conv2d 1x1", "conv2d", "out=4 kernel=1", 1, {SH(3, 3, 2)}, {F}, 2, 0},
     {"conv2d 1x1 s2", "conv2d", "out=2 kernel=1 stride=2", 1, {SH(2, 5, 4)}, {F}, 2, 0},
     {"maxpool2d k3 s2 p1", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2, 0},
@@ -945,6 +952,158 @@ static void test_larger_gemm_paths(void)
     }
 }
 
+/* ---- 5. conv2d chunks; maxpool2d's argmax -------------------------------------------------- */
+
+/* conv2d's gradients of sum(y * out_grad) by their definition, the loops of ref_conv2d: dx
+ * (B, C, H, W), dw (out, C, kh, kw) and db (out), each zeroed first. */
+static void ref_conv2d_grads(const oc_layer *L, double *dx, double *dw, double *db)
+{
+    const bt_tensor *x = &L->in[0], *w = &L->param[0];
+    const int64_t B = x->dim[0], C = x->dim[1], H = x->dim[2], W = x->dim[3];
+    const int64_t O = w->dim[0], KH = w->dim[2], KW = w->dim[3];
+    const int64_t HO = L->out.dim[2], WO = L->out.dim[3];
+    int64_t s[2], p[2];
+    pair_arg(L, "stride", 1, 1, s);
+    pair_arg(L, "padding", 0, 0, p);
+    memset(dx, 0, (size_t)(B * C * H * W) * sizeof *dx);
+    memset(dw, 0, (size_t)(O * C * KH * KW) * sizeof *dw);
+    memset(db, 0, (size_t)O * sizeof *db);
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oh = 0; oh < HO; oh++)
+                for (int64_t ow = 0; ow < WO; ow++) {
+                    const double g = oc_get(&L->out_grad, ((n * O + o) * HO + oh) * WO + ow);
+                    db[o] += g;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t i = 0; i < KH; i++)
+                            for (int64_t j = 0; j < KW; j++) {
+                                int64_t ih = oh * s[0] - p[0] + i, iw = ow * s[1] - p[1] + j;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                const int64_t xi = ((n * C + c) * H + ih) * W + iw;
+                                const int64_t wi = ((o * C + c) * KH + i) * KW + j;
+                                dx[xi] += g * par_at(L, 0, wi);
+                                dw[wi] += g * in_at(L, 0, xi);
+                            }
+                }
+}
+
+/* Largest |got - g0 - want| / max(1, |want|) over the n elements of t (got), g0 (NULL: zeros)
+ * and want. */
+static double added_diff(const bt_tensor *t, const double *g0, const double *want, int64_t n)
+{
+    double worst = 0;
+    for (int64_t e = 0; e < n; e++) {
+        const double added = oc_get(t, e) - (g0 ? g0[e] : 0);
+        worst = fmax(worst, fabs(added - want[e]) / fmax(1, fabs(want[e])));
+    }
+    return worst;
+}
+
+/* conv2d processes a micro-batch in chunks of samples sized to a workspace budget. Batches that
+ * end mid-chunk, on layers whose declared workspace cannot hold the whole batch, must give the
+ * forward and the (adding) backward of the definition, in f64 and f32, on the flat unit-stride
+ * path and on the row-by-row one. */
+static void test_conv2d_chunks(void)
+{
+    const op_case big[] = {
+        {"conv2d k3 p1 across chunks", "conv2d", "out=3 kernel=3 padding=1", 1, {SH(2, 24, 40)},
+         {F}, 5, 0},
+        {"conv2d k(3,2) s(2,1) p(1,0) across chunks", "conv2d",
+         "out=2 kernel=3,2 stride=2,1 padding=1,0", 1, {SH(1, 150, 60)}, {F}, 3, 0},
+    };
+    const bt_dtype reals[] = {BT_F64, BT_F32};
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++) {
+            oc_layer L;
+            CU_ASSERT_FATAL(setup_case(&L, &big[k], reals[r]) == 0);
+            const int64_t ckk = L.param[0].dim[1] * L.param[0].dim[2] * L.param[0].dim[3];
+            const int64_t out = L.out.dim[1], howo = L.out.dim[2] * L.out.dim[3];
+            /* too small for the column matrices of the whole batch: the kernels must chunk */
+            CU_ASSERT_EQUAL(L.ctx.ws_per_sample, 0);
+            CU_ASSERT(L.ctx.ws_fixed < (size_t)(L.batch * (ckk + out) * howo) * sizeof(double));
+            const int64_t nx = bt_tensor_numel(&L.in[0]), nw = bt_tensor_numel(&L.param[0]);
+            const int64_t ny = bt_tensor_numel(&L.out);
+            double *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx);
+            double *dw = malloc((size_t)nw * sizeof *dw), *db = malloc((size_t)out * sizeof *db);
+            double *g0x = malloc((size_t)nx * sizeof *g0x), *g0w = malloc((size_t)nw * sizeof *g0w);
+            double *g0b = malloc((size_t)out * sizeof *g0b);
+            CU_ASSERT_FATAL(y && dx && dw && db && g0x && g0w && g0b);
+            oc_fill(&L, &L.in_grad[0], -1, 1);
+            oc_fill(&L, &L.param_grad[0], -1, 1);
+            oc_fill(&L, &L.param_grad[1], -1, 1);
+            for (int64_t e = 0; e < nx; e++) g0x[e] = oc_get(&L.in_grad[0], e);
+            for (int64_t e = 0; e < nw; e++) g0w[e] = oc_get(&L.param_grad[0], e);
+            for (int64_t e = 0; e < out; e++) g0b[e] = oc_get(&L.param_grad[1], e);
+            CU_ASSERT_FATAL(oc_forward(&L) == BT_OK && oc_backward(&L) == BT_OK);
+            ref_conv2d(&L, y);
+            ref_conv2d_grads(&L, dx, dw, db);
+            const double fwd = added_diff(&L.out, NULL, y, ny);
+            const double bwd = fmax(added_diff(&L.in_grad[0], g0x, dx, nx),
+                                    fmax(added_diff(&L.param_grad[0], g0w, dw, nw),
+                                         added_diff(&L.param_grad[1], g0b, db, out)));
+            /* dw and db sum 10^4 products: f32 rounding reaches ~1e-5 of values near 100 */
+            const double tol = reals[r] == BT_F64 ? 1e-12 : 1e-4;
+            if (!(fwd < tol && bwd < tol))
+                printf("\n  %s (%s): forward differs by %g, backward by %g\n", big[k].label,
+                       bt_dtype_name(reals[r]), fwd, bwd);
+            CU_ASSERT(fwd < tol && bwd < tol);
+            free(y), free(dx), free(dw), free(db), free(g0x), free(g0w), free(g0b);
+            oc_free(&L);
+        }
+}
+
+/* maxpool2d's output and the element its backward routes the gradient to: the first of tied
+ * maxima, and once a window holds a NaN, its last NaN (a larger value after it does not win);
+ * for 2x2 windows (their own path) and 3x3 ones. */
+static void test_maxpool2d_argmax(void)
+{
+    static const struct {
+        const char *args;
+        bt_shape shape;
+        double x[18];
+        int64_t n_out;
+        double y[3];
+        int64_t to[3]; /* the input element each output's gradient goes to */
+    } windows[] = {
+        /* windows {1, 3, 3, 0}, {NaN, 2, 5, NaN}, {-inf x 4} */
+        {"kernel=2", SH(1, 2, 6),
+         {1, 3, NAN, 2, -INFINITY, -INFINITY, 3, 0, 5, NAN, -INFINITY, -INFINITY},
+         3, {3, NAN, -INFINITY}, {1, 9, 4}},
+        /* windows {1, 4, 2, 4, 0, 4, -1, 4, 3}, {NaN, 9, 1, 2, NaN, 8, 9, 7, 1} */
+        {"kernel=3", SH(1, 3, 6),
+         {1, 4, 2, NAN, 9, 1, 4, 0, 4, 2, NAN, 8, -1, 4, 3, 9, 7, 1},
+         2, {4, NAN}, {1, 10}},
+    };
+    const bt_dtype reals[] = {BT_F64, BT_F32};
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++) {
+            oc_layer L;
+            bt_dtype d = F;
+            CU_ASSERT_FATAL(oc_setup(&L, "maxpool2d", windows[k].args, 1, &windows[k].shape, &d, 1,
+                                     reals[r]) == BT_OK);
+            const int64_t n = bt_tensor_numel(&L.in[0]);
+            for (int64_t e = 0; e < n; e++) oc_set(&L.in[0], e, windows[k].x[e]);
+            CU_ASSERT_FATAL(bt_tensor_numel(&L.out) == windows[k].n_out);
+            for (int64_t o = 0; o < windows[k].n_out; o++) oc_set(&L.out_grad, o, 10 * (o + 1));
+            CU_ASSERT_FATAL(oc_forward(&L) == BT_OK && oc_backward(&L) == BT_OK);
+            for (int64_t o = 0; o < windows[k].n_out; o++) {
+                const double got = oc_get(&L.out, o), want = windows[k].y[o];
+                CU_ASSERT(got == want || (isnan(got) && isnan(want)));
+            }
+            for (int64_t e = 0; e < n; e++) {
+                double want = 0;
+                for (int64_t o = 0; o < windows[k].n_out; o++)
+                    if (windows[k].to[o] == e) want = 10 * (o + 1);
+                if (oc_get(&L.in_grad[0], e) != want)
+                    printf("\n  maxpool2d %s (%s): input gradient %lld is %g, expected %g\n",
+                           windows[k].args, bt_dtype_name(reals[r]), (long long)e,
+                           oc_get(&L.in_grad[0], e), want);
+                CU_ASSERT(oc_get(&L.in_grad[0], e) == want);
+            }
+            oc_free(&L);
+        }
+}
+
 int main(void)
 {
     static const bt_test_case tests[] = {
@@ -960,6 +1119,8 @@ int main(void)
         {"f32 matches f64", test_f32_matches_f64},
         {"dropout", test_dropout},
         {"larger GEMM paths", test_larger_gemm_paths},
+        {"conv2d across chunks", test_conv2d_chunks},
+        {"maxpool2d argmax: ties, NaN", test_maxpool2d_argmax},
         {NULL, NULL},
     };
     return bt_test_main("ops", tests);

@@ -1,6 +1,6 @@
 /* cuda/ops_cuda.c: the CUDA forward and backward of every built-in op, attached to the op
  * registry once (bt_cuda_attach_kernels, called from the backend's open). Each kernel here reads
- * the op's config (cuda/op_configs.h), checks the dtype (f32 or f64, as the CPU kernels), and
+ * the op's config (ops/op_configs.h, shared with the CPU kernels), checks the dtype (f32 or f64, as the CPU kernels), and
  * queues kernels/ launchers, cuBLAS GEMMs or cuDNN convolutions on the device's stream, in the
  * order the CPU reference (src/ops/) computes; nothing here waits for the GPU.
  *
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "cuda/cuda_check.h"
-#include "cuda/op_configs.h"
+#include "ops/op_configs.h"
 #include "cuda/ops_cuda.h"
 #include "graph/op_registry.h"
 #include "ops/ops.h"
@@ -98,7 +98,7 @@ static bt_status copy_on_stream(bt_cuda_exec *x, void *dst, const void *src, siz
 
 static bt_status linear_forward(const bt_op_call *call)
 {
-    const bt_cuda_linear_config *cf = call->config;
+    const bt_linear_config *cf = call->config;
     const bt_dtype dt = call->out->dtype;
     bt_cuda_exec *x;
     BT_TRY(begin("linear", dt, &x));
@@ -115,7 +115,7 @@ static bt_status linear_forward(const bt_op_call *call)
 
 static bt_status linear_backward(const bt_op_call *call)
 {
-    const bt_cuda_linear_config *cf = call->config;
+    const bt_linear_config *cf = call->config;
     const bt_dtype dt = call->out_grad->dtype;
     bt_cuda_exec *x;
     BT_TRY(begin("linear", dt, &x));
@@ -217,7 +217,7 @@ ACTIVATION_KERNELS(sigmoid, BT_K_SIGMOID)
 
 static bt_status softmax_forward(const bt_op_call *call)
 {
-    const int64_t d = ((const bt_cuda_softmax_config *)call->config)->d;
+    const int64_t d = ((const bt_softmax_config *)call->config)->d;
     bt_cuda_exec *x;
     BT_TRY(begin("softmax", call->out->dtype, &x));
     BT_K_TRY(bt_k_softmax_forward, x->stream, call->out->dtype, call->in[0].data, call->out->data,
@@ -228,7 +228,7 @@ static bt_status softmax_forward(const bt_op_call *call)
 static bt_status softmax_backward(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const int64_t d = ((const bt_cuda_softmax_config *)call->config)->d;
+    const int64_t d = ((const bt_softmax_config *)call->config)->d;
     bt_cuda_exec *x;
     BT_TRY(begin("softmax", call->out_grad->dtype, &x));
     BT_K_TRY(bt_k_softmax_backward, x->stream, call->out_grad->dtype, call->in[0].data,
@@ -238,7 +238,7 @@ static bt_status softmax_backward(const bt_op_call *call)
 
 static bt_status layernorm_forward(const bt_op_call *call)
 {
-    const bt_cuda_layernorm_config *cf = call->config;
+    const bt_layernorm_config *cf = call->config;
     bt_cuda_exec *x;
     BT_TRY(begin("layernorm", call->out->dtype, &x));
     BT_K_TRY(bt_k_layernorm_forward, x->stream, call->out->dtype, call->in[0].data,
@@ -249,7 +249,7 @@ static bt_status layernorm_forward(const bt_op_call *call)
 
 static bt_status layernorm_backward(const bt_op_call *call)
 {
-    const bt_cuda_layernorm_config *cf = call->config;
+    const bt_layernorm_config *cf = call->config;
     bt_cuda_exec *x;
     BT_TRY(begin("layernorm", call->out_grad->dtype, &x));
     void *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
@@ -292,7 +292,7 @@ static bt_status copy_backward(const bt_op_call *call)
 
 /* ---- conv2d --------------------------------------------------------------------------------- */
 
-static bt_k_window conv_window(const bt_cuda_conv_config *cf)
+static bt_k_window conv_window(const bt_conv_config *cf)
 {
     return (bt_k_window){.h = cf->h, .w = cf->w, .ho = cf->ho, .wo = cf->wo, .kh = cf->kh,
                          .kw = cf->kw, .sh = cf->sh, .sw = cf->sw, .ph = cf->ph, .pw = cf->pw};
@@ -320,7 +320,7 @@ static void conv_descs_destroy(conv_descs *d)
 }
 
 /* Whether cuDNN can take this convolution at all (f32, every tensor within int range). */
-static int cudnn_applicable(const bt_cuda_exec *x, bt_dtype dt, const bt_cuda_conv_config *cf,
+static int cudnn_applicable(const bt_cuda_exec *x, bt_dtype dt, const bt_conv_config *cf,
                             int64_t batch)
 {
     if (!x->cudnn || dt != BT_F32) return 0;
@@ -329,7 +329,7 @@ static int cudnn_applicable(const bt_cuda_exec *x, bt_dtype dt, const bt_cuda_co
     return batch <= INT_MAX && in <= INT_MAX && out <= INT_MAX && w <= INT_MAX;
 }
 
-static bt_status conv_descs_create(const bt_cuda_conv_config *cf, int64_t batch, conv_descs *d)
+static bt_status conv_descs_create(const bt_conv_config *cf, int64_t batch, conv_descs *d)
 {
     bt_status st = BT_OK;
     memset(d, 0, sizeof *d);
@@ -386,7 +386,7 @@ static bt_status pick_forward(cudnnHandle_t h, const conv_descs *d, size_t ws, i
 }
 
 static bt_status pick_backward_data(cudnnHandle_t h, const conv_descs *d,
-                                    const bt_cuda_conv_config *cf, size_t ws, int *found,
+                                    const bt_conv_config *cf, size_t ws, int *found,
                                     cudnnConvolutionBwdDataAlgo_t *algo)
 {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -439,8 +439,8 @@ static bt_status pick_backward_filter(cudnnHandle_t h, const conv_descs *d, size
 
 static bt_status conv_cudnn_forward(bt_cuda_exec *x, const bt_op_call *call, int *done)
 {
-    const bt_cuda_conv_config *cf = call->config;
-    const size_t ws = bt_cuda_conv_workspace(cf);
+    const bt_conv_config *cf = call->config;
+    const size_t ws = bt_conv_workspace_bytes(cf);
     const float one = 1, beta = cf->bias ? 1.0f : 0.0f;
     cudnnHandle_t h = x->cudnn;
     cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
@@ -471,8 +471,8 @@ out:
 static bt_status conv_cudnn_backward(bt_cuda_exec *x, const bt_op_call *call, void *dx, void *dw,
                                      void *db, int *done)
 {
-    const bt_cuda_conv_config *cf = call->config;
-    const size_t ws = bt_cuda_conv_workspace(cf);
+    const bt_conv_config *cf = call->config;
+    const size_t ws = bt_conv_workspace_bytes(cf);
     void *work = ws ? call->workspace : NULL;
     const float one = 1;
     cudnnHandle_t h = x->cudnn;
@@ -515,7 +515,7 @@ out:
  * y_n (out, ho wo) = W (out, c kh kw) col (c kh kw, ho wo). A pointwise conv uses x_n as col. */
 static bt_status conv_gemm_forward(bt_cuda_exec *x, const bt_op_call *call, bt_dtype dt)
 {
-    const bt_cuda_conv_config *cf = call->config;
+    const bt_conv_config *cf = call->config;
     const bt_k_window win = conv_window(cf);
     const int64_t chw = cf->c * cf->h * cf->w, howo = cf->ho * cf->wo;
     const int64_t ckk = cf->c * cf->kh * cf->kw;
@@ -543,7 +543,7 @@ static bt_status conv_gemm_forward(bt_cuda_exec *x, const bt_op_call *call, bt_d
 static bt_status conv_gemm_backward(bt_cuda_exec *x, const bt_op_call *call, bt_dtype dt,
                                     void *dx, void *dw, void *db)
 {
-    const bt_cuda_conv_config *cf = call->config;
+    const bt_conv_config *cf = call->config;
     const bt_k_window win = conv_window(cf);
     const int64_t chw = cf->c * cf->h * cf->w, howo = cf->ho * cf->wo;
     const int64_t ckk = cf->c * cf->kh * cf->kw;
@@ -599,7 +599,7 @@ static bt_status conv2d_forward(const bt_op_call *call)
 
 static bt_status conv2d_backward(const bt_op_call *call)
 {
-    const bt_cuda_conv_config *cf = call->config;
+    const bt_conv_config *cf = call->config;
     const bt_dtype dt = call->out_grad->dtype;
     bt_cuda_exec *x;
     BT_TRY(begin("conv2d", dt, &x));
@@ -622,7 +622,7 @@ static bt_status conv2d_backward(const bt_op_call *call)
 
 /* ---- maxpool2d, avgpool2d ------------------------------------------------------------------- */
 
-static bt_k_window pool_window(const bt_cuda_pool_config *cf)
+static bt_k_window pool_window(const bt_pool_config *cf)
 {
     return (bt_k_window){.h = cf->h, .w = cf->w, .ho = cf->ho, .wo = cf->wo, .kh = cf->kh,
                          .kw = cf->kw, .sh = cf->sh, .sw = cf->sw, .ph = cf->ph, .pw = cf->pw};
@@ -630,7 +630,7 @@ static bt_k_window pool_window(const bt_cuda_pool_config *cf)
 
 static bt_status maxpool2d_forward(const bt_op_call *call)
 {
-    const bt_cuda_pool_config *cf = call->config;
+    const bt_pool_config *cf = call->config;
     const bt_k_window win = pool_window(cf);
     bt_cuda_exec *x;
     BT_TRY(begin("maxpool2d", call->out->dtype, &x));
@@ -642,7 +642,7 @@ static bt_status maxpool2d_forward(const bt_op_call *call)
 static bt_status maxpool2d_backward(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const bt_cuda_pool_config *cf = call->config;
+    const bt_pool_config *cf = call->config;
     const bt_k_window win = pool_window(cf);
     bt_cuda_exec *x;
     BT_TRY(begin("maxpool2d", call->out_grad->dtype, &x));
@@ -655,7 +655,7 @@ static bt_status maxpool2d_backward(const bt_op_call *call)
 
 static bt_status avgpool2d_forward(const bt_op_call *call)
 {
-    const bt_cuda_pool_config *cf = call->config;
+    const bt_pool_config *cf = call->config;
     const bt_k_window win = pool_window(cf);
     bt_cuda_exec *x;
     BT_TRY(begin("avgpool2d", call->out->dtype, &x));
@@ -667,7 +667,7 @@ static bt_status avgpool2d_forward(const bt_op_call *call)
 static bt_status avgpool2d_backward(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const bt_cuda_pool_config *cf = call->config;
+    const bt_pool_config *cf = call->config;
     const bt_k_window win = pool_window(cf);
     bt_cuda_exec *x;
     BT_TRY(begin("avgpool2d", call->out_grad->dtype, &x));
@@ -680,7 +680,7 @@ static bt_status avgpool2d_backward(const bt_op_call *call)
 
 static bt_status embedding_forward(const bt_op_call *call)
 {
-    const bt_cuda_embedding_config *cf = call->config;
+    const bt_embedding_config *cf = call->config;
     bt_cuda_exec *x;
     BT_TRY(begin("embedding", call->out->dtype, &x));
     x->fault_armed = 1;
@@ -693,7 +693,7 @@ static bt_status embedding_forward(const bt_op_call *call)
 static bt_status embedding_backward(const bt_op_call *call)
 {
     if (!call->param_grad || !BT_OPS_WANTS(&call->param_grad[0])) return BT_OK;
-    const bt_cuda_embedding_config *cf = call->config;
+    const bt_embedding_config *cf = call->config;
     bt_cuda_exec *x;
     BT_TRY(begin("embedding", call->out_grad->dtype, &x));
     x->fault_armed = 1;
@@ -707,7 +707,7 @@ static bt_status embedding_backward(const bt_op_call *call)
 
 static bt_status dropout_forward(const bt_op_call *call)
 {
-    const double p = ((const bt_cuda_dropout_config *)call->config)->p;
+    const double p = ((const bt_dropout_config *)call->config)->p;
     const bt_dtype dt = call->out->dtype;
     const int64_t n = bt_tensor_numel(call->out);
     bt_cuda_exec *x;
@@ -725,7 +725,7 @@ static bt_status dropout_forward(const bt_op_call *call)
 static bt_status dropout_backward(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const double p = ((const bt_cuda_dropout_config *)call->config)->p;
+    const double p = ((const bt_dropout_config *)call->config)->p;
     const bt_dtype dt = call->out_grad->dtype;
     const int64_t n = bt_tensor_numel(call->out_grad);
     bt_cuda_exec *x;
@@ -768,7 +768,7 @@ static bt_status mse_backward(const bt_op_call *call)
 
 static bt_status cross_entropy_forward(const bt_op_call *call)
 {
-    const bt_cuda_cross_entropy_config *cf = call->config;
+    const bt_cross_entropy_config *cf = call->config;
     bt_cuda_exec *x;
     BT_TRY(begin("cross_entropy", call->out->dtype, &x));
     x->fault_armed = 1;
@@ -781,7 +781,7 @@ static bt_status cross_entropy_forward(const bt_op_call *call)
 static bt_status cross_entropy_backward(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const bt_cuda_cross_entropy_config *cf = call->config;
+    const bt_cross_entropy_config *cf = call->config;
     bt_cuda_exec *x;
     BT_TRY(begin("cross_entropy", call->out_grad->dtype, &x));
     x->fault_armed = 1;

@@ -1,21 +1,23 @@
 /* ops/conv.c: `conv2d` on per-sample [C, H, W] inputs: output [out, Ho, Wo] with
  * Ho = (H + 2 ph - kh) / sh + 1 (likewise Wo). Params weight [out, C, kh, kw] and, with bias,
- * bias [out], both U(-1/sqrt(C kh kw), +) like PyTorch's Conv2d. Per sample, im2col unfolds the
- * input into the workspace as a (C kh kw, Ho Wo) matrix and one GEMM with the weight viewed as
- * (out, C kh kw) gives the output; the backward runs the transposed GEMMs and folds the column
- * gradient back with col2im. A 1x1 stride-1 unpadded conv uses the input as its own column
- * matrix and needs no workspace. */
+ * bias [out], both U(-1/sqrt(C kh kw), +) like PyTorch's Conv2d.
+ *
+ * The CPU kernels work on chunks of S samples (bt_conv_chunk_samples: enough for S Ho Wo to reach
+ * BT_CONV_CHUNK_COLUMNS, within BT_CONV_WORKSPACE_BUDGET, at least 1). im2col unfolds a whole chunk
+ * into one column matrix (C kh kw, S Ho Wo) and one GEMM with the weight viewed as (out, C kh kw)
+ * gives the chunk's output as (out, S Ho Wo), which is scattered into [S, out, Ho, Wo] with the
+ * bias added. The backward gathers dY into (out, S Ho Wo) and runs one GEMM per chunk for each
+ * gradient: dW += dY col^T, and dcol = W^T dY (written over col) folded back with col2im. The
+ * workspace is fixed, independent of the micro-batch: one chunk's column matrix and its
+ * (out, S Ho Wo) matrix, but at least one sample's column matrix and its gradient, which the
+ * CUDA GEMM path (src/cuda/ops_cuda.c) uses (bt_conv_workspace_bytes in ops/op_configs.h,
+ * shared with the CUDA kernels). A 1x1 stride-1
+ * unpadded conv is a GEMM per sample on the input itself and needs no workspace. */
+#include <limits.h>
 #include <string.h>
 
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct conv_config {
-    int64_t c, h, w;        /* input */
-    int64_t out, ho, wo;    /* output */
-    int64_t kh, kw, sh, sw, ph, pw;
-    int bias;
-    int pointwise;          /* 1x1, stride 1, no padding: im2col is the identity */
-} conv_config;
 
 #define BT_REAL_BITS 32
 #include "ops/real.h"
@@ -41,7 +43,7 @@ static bt_status conv2d_infer(bt_infer_ctx *ctx)
     if ((st = bt_ops_pair_arg(ctx, "conv2d", "stride", one, s)) != BT_OK) return st;
     if ((st = bt_ops_pair_arg(ctx, "conv2d", "padding", zero, p)) != BT_OK) return st;
     if ((st = bt_ops_window_out(ctx, "conv2d", x, k, s, p, o)) != BT_OK) return st;
-    conv_config cfg = {.c = x->dim[0], .h = x->dim[1], .w = x->dim[2],
+    bt_conv_config cfg = {.c = x->dim[0], .h = x->dim[1], .w = x->dim[2],
                        .out = bt_infer_arg_int(ctx, "out", 1), .ho = o[0], .wo = o[1],
                        .kh = k[0], .kw = k[1], .sh = s[0], .sw = s[1], .ph = p[0], .pw = p[1],
                        .bias = bt_infer_arg_bool(ctx, "bias", 1)};
@@ -56,9 +58,11 @@ static bt_status conv2d_infer(bt_infer_ctx *ctx)
     if (cfg.bias &&
         (st = bt_infer_add_param(ctx, "bias", &b, BT_INIT_UNIFORM_FAN_IN, fan_in, 0)) != BT_OK)
         return st;
-    /* column matrix and its gradient, (C kh kw, Ho Wo) each */
-    if (!cfg.pointwise)
-        bt_infer_set_workspace(ctx, 0, 2 * (size_t)(fan_in * cfg.ho * cfg.wo) * BT_OPS_REAL_MAX);
+    if (fan_in > INT_MAX || cfg.out > INT_MAX ||
+        bt_conv_chunk_samples(&cfg) * cfg.ho * cfg.wo > INT_MAX)
+        return bt_infer_error(ctx, "conv2d: input %s with %lld outputs is too large for the GEMMs",
+                              BT_OPS_SHAPE(x), (long long)cfg.out);
+    bt_infer_set_workspace(ctx, 0, bt_conv_workspace_bytes(&cfg));
     return bt_infer_set_config(ctx, &cfg, sizeof cfg);
 }
 

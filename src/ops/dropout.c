@@ -5,11 +5,8 @@
  * chunking. The forward saves the mask (one byte per element) for the backward. */
 #include <string.h>
 
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct dropout_config {
-    double p;
-} dropout_config;
 
 /* splitmix64's output function: a bijective mix of x. */
 static inline uint64_t splitmix64(uint64_t x)
@@ -52,7 +49,7 @@ static bt_status dropout_infer(bt_infer_ctx *ctx)
     bt_dtype dtype;
     bt_status st = bt_ops_same_float(ctx, "dropout", &dtype);
     if (st != BT_OK) return st;
-    dropout_config cfg = {.p = bt_infer_arg_float(ctx, "p", 0.5)};
+    bt_dropout_config cfg = {.p = bt_infer_arg_float(ctx, "p", 0.5)};
     if (!(cfg.p >= 0 && cfg.p < 1))
         return bt_infer_error(ctx, "dropout: p must be in [0, 1), got %g", cfg.p);
     const bt_shape *x = bt_infer_input_shape(ctx, 0);

@@ -4,7 +4,7 @@
 
 static bt_status R(dropout_forward)(const bt_op_call *call)
 {
-    const double p = ((const dropout_config *)call->config)->p;
+    const double p = ((const bt_dropout_config *)call->config)->p;
     const int64_t n = bt_tensor_numel(call->out);
     unsigned char *mask = call->saved; /* (n) */
     if (!call->training || p == 0) {
@@ -21,7 +21,7 @@ static bt_status R(dropout_forward)(const bt_op_call *call)
 static bt_status R(dropout_backward)(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const double p = ((const dropout_config *)call->config)->p;
+    const double p = ((const bt_dropout_config *)call->config)->p;
     const int64_t n = bt_tensor_numel(call->out_grad);
     if (!call->training || p == 0)
         R(vec_acc)(call->out_grad->data, call->in_grad[0].data, n);

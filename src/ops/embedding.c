@@ -5,11 +5,8 @@
  * index outside [0, num) fails the call with BT_ERR_INVALID_ARG. */
 #include <string.h>
 
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct embedding_config {
-    int64_t num, dim;
-} embedding_config;
 
 /* The error for an index outside the table. */
 static bt_status bad_index(int64_t at, int32_t index, int64_t num)
@@ -49,7 +46,7 @@ static bt_status embedding_infer(bt_infer_ctx *ctx)
     else
         return bt_infer_error(ctx, "embedding: dtype must be \"f32\" or \"f64\", got \"%s\"",
                               dtype_name);
-    embedding_config cfg = {.num = bt_infer_arg_int(ctx, "num", 1),
+    bt_embedding_config cfg = {.num = bt_infer_arg_int(ctx, "num", 1),
                             .dim = bt_infer_arg_int(ctx, "dim", 1)};
     bt_shape y = *x;
     y.dim[y.ndim++] = cfg.dim;

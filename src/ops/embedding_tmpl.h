@@ -2,7 +2,7 @@
 
 static bt_status R(embedding_forward)(const bt_op_call *call)
 {
-    const embedding_config *cf = call->config;
+    const bt_embedding_config *cf = call->config;
     const int64_t n = bt_tensor_numel(&call->in[0]);
     const int32_t *ids = call->in[0].data; /* (n) */
     const REAL *w = call->param[0].data;   /* (num, dim) */
@@ -17,7 +17,7 @@ static bt_status R(embedding_forward)(const bt_op_call *call)
 static bt_status R(embedding_backward)(const bt_op_call *call)
 {
     if (!call->param_grad || !BT_OPS_WANTS(&call->param_grad[0])) return BT_OK;
-    const embedding_config *cf = call->config;
+    const bt_embedding_config *cf = call->config;
     const int64_t n = bt_tensor_numel(&call->in[0]);
     const int32_t *ids = call->in[0].data;  /* (n) */
     const REAL *dy = call->out_grad->data;  /* (n, dim) */

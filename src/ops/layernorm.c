@@ -2,12 +2,8 @@
  * rstd = 1 / sqrt(var + eps) with the biased variance (as PyTorch). Params weight [d] (ones) and
  * bias [d] (zeros). The forward saves mean and rstd of every row (two doubles per row, whatever
  * the dtype) for the backward. */
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct layernorm_config {
-    int64_t d;
-    double eps;
-} layernorm_config;
 
 #define BT_REAL_BITS 32
 #include "ops/real.h"
@@ -30,7 +26,7 @@ static bt_status layernorm_infer(bt_infer_ctx *ctx)
         return bt_infer_error(ctx,
                               "layernorm expects an input with at least one dimension, got %s",
                               BT_OPS_SHAPE(x));
-    layernorm_config cfg = {.d = x->dim[x->ndim - 1], .eps = bt_infer_arg_float(ctx, "eps", 1e-5)};
+    bt_layernorm_config cfg = {.d = x->dim[x->ndim - 1], .eps = bt_infer_arg_float(ctx, "eps", 1e-5)};
     if (!(cfg.eps > 0))
         return bt_infer_error(ctx, "layernorm: eps must be > 0, got %g", cfg.eps);
     bt_shape p = {.ndim = 1, .dim = {cfg.d}};

@@ -51,7 +51,7 @@ static inline void R(ln_grad_sums)(const REAL *restrict x, REAL m, REAL s, const
 
 static bt_status R(layernorm_forward)(const bt_op_call *call)
 {
-    const layernorm_config *cfg = call->config;
+    const bt_layernorm_config *cfg = call->config;
     const int64_t d = cfg->d, rows = bt_tensor_numel(call->out) / d;
     const REAL *x = call->in[0].data;    /* (rows, d) */
     const REAL *w = call->param[0].data; /* (d) */
@@ -73,7 +73,7 @@ static bt_status R(layernorm_forward)(const bt_op_call *call)
 
 static bt_status R(layernorm_backward)(const bt_op_call *call)
 {
-    const layernorm_config *cfg = call->config;
+    const bt_layernorm_config *cfg = call->config;
     const int64_t d = cfg->d, rows = bt_tensor_numel(call->out_grad) / d;
     const REAL *x = call->in[0].data;      /* (rows, d) */
     const REAL *w = call->param[0].data;   /* (d) */

@@ -3,12 +3,8 @@
  * both U(-1/sqrt(in), 1/sqrt(in)) like PyTorch's Linear. Kernels are GEMMs through cpu/blas.h. */
 #include <string.h>
 
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct linear_config {
-    int64_t in, out;
-    int bias;
-} linear_config;
 
 #define BT_REAL_BITS 32
 #include "ops/real.h"
@@ -32,7 +28,7 @@ static bt_status linear_infer(bt_infer_ctx *ctx)
                               "linear expects its input's last dimension to hold the features "
                               "(rank >= 1), got %s",
                               BT_OPS_SHAPE(x));
-    linear_config cfg = {.in = x->dim[x->ndim - 1],
+    bt_linear_config cfg = {.in = x->dim[x->ndim - 1],
                          .out = bt_infer_arg_int(ctx, "out", 1),
                          .bias = bt_infer_arg_bool(ctx, "bias", 1)};
     bt_shape y = *x;

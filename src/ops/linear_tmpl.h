@@ -5,7 +5,7 @@
 
 static bt_status R(linear_forward)(const bt_op_call *call)
 {
-    const linear_config *cfg = call->config;
+    const bt_linear_config *cfg = call->config;
     const int in = (int)cfg->in, out = (int)cfg->out;
     const int rows = (int)(bt_tensor_numel(&call->in[0]) / cfg->in);
     const REAL *x = call->in[0].data;    /* (rows, in) */
@@ -22,7 +22,7 @@ static bt_status R(linear_forward)(const bt_op_call *call)
 
 static bt_status R(linear_backward)(const bt_op_call *call)
 {
-    const linear_config *cfg = call->config;
+    const bt_linear_config *cfg = call->config;
     const int in = (int)cfg->in, out = (int)cfg->out;
     const int rows = (int)(bt_tensor_numel(&call->in[0]) / cfg->in);
     const REAL *x = call->in[0].data;        /* (rows, in) */

@@ -5,12 +5,8 @@
  *   cross_entropy(logits [C], label []): -log softmax(logits)[label], label i32 in [0, C). Also
  *     accepts logits [T..., C] with labels [T...] and then averages over the T positions. The
  *     label takes no gradient; a label outside [0, C) fails the call with BT_ERR_INVALID_ARG. */
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct cross_entropy_config {
-    int64_t classes;   /* C */
-    int64_t positions; /* labels per sample */
-} cross_entropy_config;
 
 /* The error for a label outside [0, classes). */
 static bt_status bad_label(int64_t at, int32_t label, int64_t classes)
@@ -66,7 +62,7 @@ static bt_status cross_entropy_infer(bt_infer_ctx *ctx)
                               "labels shaped %s)",
                               BT_OPS_SHAPE(label), BT_OPS_SHAPE(logits), BT_OPS_SHAPE(&want));
     }
-    cross_entropy_config cfg = {.classes = logits->dim[logits->ndim - 1],
+    bt_cross_entropy_config cfg = {.classes = logits->dim[logits->ndim - 1],
                                 .positions = bt_shape_numel(label)};
     if ((st = bt_infer_set_output(ctx, &scalar_shape, bt_infer_input_dtype(ctx, 0))) != BT_OK)
         return st;

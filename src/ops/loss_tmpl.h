@@ -52,7 +52,7 @@ static double R(logsumexp)(const REAL *restrict x, int64_t c)
 
 static bt_status R(cross_entropy_forward)(const bt_op_call *call)
 {
-    const cross_entropy_config *cf = call->config;
+    const bt_cross_entropy_config *cf = call->config;
     const int64_t c = cf->classes, np = cf->positions;
     const REAL *x = call->in[0].data;        /* (B, positions, C) */
     const int32_t *label = call->in[1].data; /* (B, positions) */
@@ -72,7 +72,7 @@ static bt_status R(cross_entropy_forward)(const bt_op_call *call)
 static bt_status R(cross_entropy_backward)(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const cross_entropy_config *cf = call->config;
+    const bt_cross_entropy_config *cf = call->config;
     const int64_t c = cf->classes, np = cf->positions;
     const REAL *x = call->in[0].data;        /* (B, positions, C) */
     const int32_t *label = call->in[1].data; /* (B, positions) */

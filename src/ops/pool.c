@@ -5,12 +5,8 @@
  * the argmax of every output (int32, index ih W + iw within its channel) for the backward. */
 #include <math.h>
 
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct pool_config {
-    int64_t c, h, w, ho, wo;
-    int64_t kh, kw, sh, sw, ph, pw;
-} pool_config;
 
 /* The input indices [*i0, *i1) that window position o covers along one axis. */
 static inline void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in,
@@ -34,7 +30,7 @@ BT_OPS_DISPATCH("maxpool2d", maxpool2d_backward, call->out_grad->dtype)
 BT_OPS_DISPATCH("avgpool2d", avgpool2d_forward, call->out->dtype)
 BT_OPS_DISPATCH("avgpool2d", avgpool2d_backward, call->out_grad->dtype)
 
-static bt_status pool_infer(bt_infer_ctx *ctx, const char *op, pool_config *cfg)
+static bt_status pool_infer(bt_infer_ctx *ctx, const char *op, bt_pool_config *cfg)
 {
     static const int64_t zero[2] = {0, 0};
     bt_dtype dtype;
@@ -53,7 +49,7 @@ static bt_status pool_infer(bt_infer_ctx *ctx, const char *op, pool_config *cfg)
                               op, (long long)p[0], (long long)p[1], (long long)k[0],
                               (long long)k[1]);
     if ((st = bt_ops_window_out(ctx, op, x, k, s, p, o)) != BT_OK) return st;
-    *cfg = (pool_config){.c = x->dim[0], .h = x->dim[1], .w = x->dim[2], .ho = o[0], .wo = o[1],
+    *cfg = (bt_pool_config){.c = x->dim[0], .h = x->dim[1], .w = x->dim[2], .ho = o[0], .wo = o[1],
                          .kh = k[0], .kw = k[1], .sh = s[0], .sw = s[1], .ph = p[0], .pw = p[1]};
     bt_shape y = {.ndim = 3, .dim = {cfg->c, cfg->ho, cfg->wo}};
     if ((st = bt_infer_set_output(ctx, &y, dtype)) != BT_OK) return st;
@@ -62,7 +58,7 @@ static bt_status pool_infer(bt_infer_ctx *ctx, const char *op, pool_config *cfg)
 
 static bt_status maxpool2d_infer(bt_infer_ctx *ctx)
 {
-    pool_config cfg;
+    bt_pool_config cfg;
     bt_status st = pool_infer(ctx, "maxpool2d", &cfg);
     if (st != BT_OK) return st;
     bt_infer_set_saved(ctx, (size_t)(cfg.c * cfg.ho * cfg.wo) * sizeof(int32_t));
@@ -71,7 +67,7 @@ static bt_status maxpool2d_infer(bt_infer_ctx *ctx)
 
 static bt_status avgpool2d_infer(bt_infer_ctx *ctx)
 {
-    pool_config cfg;
+    bt_pool_config cfg;
     return pool_infer(ctx, "avgpool2d", &cfg);
 }
 

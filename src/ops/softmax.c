@@ -1,11 +1,8 @@
 /* ops/softmax.c: `softmax` over the last dimension (arg axis: -1 or the last index; other axes
  * are rejected). Numerically stable (the row maximum is subtracted). The backward recomputes the
  * row's probabilities into a one-row workspace instead of reading the output. */
+#include "ops/op_configs.h"
 #include "ops/ops.h"
-
-typedef struct softmax_config {
-    int64_t d; /* length of the last dimension */
-} softmax_config;
 
 #define BT_REAL_BITS 32
 #include "ops/real.h"
@@ -33,7 +30,7 @@ static bt_status softmax_infer(bt_infer_ctx *ctx)
                               "softmax: only the last axis is supported (axis -1 or %d), got "
                               "axis %lld for input %s",
                               x->ndim - 1, (long long)axis, BT_OPS_SHAPE(x));
-    softmax_config cfg = {.d = x->dim[x->ndim - 1]};
+    bt_softmax_config cfg = {.d = x->dim[x->ndim - 1]};
     if ((st = bt_infer_set_output(ctx, x, dtype)) != BT_OK) return st;
     bt_infer_set_workspace(ctx, 0, (size_t)cfg.d * BT_OPS_REAL_MAX);
     return bt_infer_set_config(ctx, &cfg, sizeof cfg);

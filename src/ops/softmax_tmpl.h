@@ -17,7 +17,7 @@ static void R(softmax_row)(const REAL *restrict x, REAL *restrict p, int64_t d)
 
 static bt_status R(softmax_forward)(const bt_op_call *call)
 {
-    const int64_t d = ((const softmax_config *)call->config)->d;
+    const int64_t d = ((const bt_softmax_config *)call->config)->d;
     const int64_t rows = bt_tensor_numel(call->out) / d;
     const REAL *x = call->in[0].data; /* (rows, d) */
     REAL *y = call->out->data;        /* (rows, d) */
@@ -28,7 +28,7 @@ static bt_status R(softmax_forward)(const bt_op_call *call)
 static bt_status R(softmax_backward)(const bt_op_call *call)
 {
     if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
-    const int64_t d = ((const softmax_config *)call->config)->d;
+    const int64_t d = ((const bt_softmax_config *)call->config)->d;
     const int64_t rows = bt_tensor_numel(call->out_grad) / d;
     const REAL *x = call->in[0].data;        /* (rows, d) */
     const REAL *dy = call->out_grad->data;   /* (rows, d) */

@@ -1,0 +1,85 @@
+/* ops/op_configs.h: the private configurations the built-in ops' shape rules store with
+ * bt_infer_set_config and their kernels read as call->config, for the CPU kernels (src/ops/) and
+ * the CUDA kernels (src/cuda/) alike, plus the buffer sizes both sides must agree on. One
+ * definition, so a shape rule and a kernel on either device cannot drift apart. Plain C. */
+#ifndef BT_OPS_OP_CONFIGS_H
+#define BT_OPS_OP_CONFIGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bt_linear_config {
+    int64_t in, out;
+    int bias;
+} bt_linear_config;
+
+typedef struct bt_softmax_config {
+    int64_t d; /* length of the last dimension */
+} bt_softmax_config;
+
+/* saved holds (mean, rstd) as two doubles per row */
+typedef struct bt_layernorm_config {
+    int64_t d;
+    double eps;
+} bt_layernorm_config;
+
+typedef struct bt_conv_config {
+    int64_t c, h, w;        /* input */
+    int64_t out, ho, wo;    /* output */
+    int64_t kh, kw, sh, sw, ph, pw;
+    int bias;
+    int pointwise;          /* 1x1, stride 1, no padding: im2col is the identity */
+} bt_conv_config;
+
+/* maxpool saves one int32 argmax per output element */
+typedef struct bt_pool_config {
+    int64_t c, h, w, ho, wo;
+    int64_t kh, kw, sh, sw, ph, pw;
+} bt_pool_config;
+
+typedef struct bt_embedding_config {
+    int64_t num, dim;
+} bt_embedding_config;
+
+/* saved holds one mask byte per element */
+typedef struct bt_dropout_config {
+    double p;
+} bt_dropout_config;
+
+typedef struct bt_cross_entropy_config {
+    int64_t classes;   /* C */
+    int64_t positions; /* labels per sample */
+} bt_cross_entropy_config;
+
+/* conv2d's CPU kernels work on chunks of samples. Columns (S Ho Wo) a chunk aims for, measured on
+ * fashion-cnn's two convs (OpenBLAS, one thread, 2026-11-22): chunks of 256 to 2048 columns ran
+ * equally fast; at 4096 conv1's backward (a 9-row column matrix) took 1.6x as long, and 16384 or
+ * a whole micro-batch of 128 samples (where the matrices outgrow the caches) took 1.7x as long as
+ * 2048. */
+#define BT_CONV_CHUNK_COLUMNS 2048
+/* Most bytes the chunk matrices may take (one sample gets a chunk of its own whatever it needs). */
+#define BT_CONV_WORKSPACE_BUDGET ((int64_t)32 << 20)
+
+/* Samples per chunk, the same for every micro-batch (the last chunk of a call may be smaller). */
+static inline int64_t bt_conv_chunk_samples(const bt_conv_config *cf)
+{
+    const int64_t howo = cf->ho * cf->wo;
+    const int64_t bytes_per_sample = (cf->c * cf->kh * cf->kw + cf->out) * howo * (int64_t)sizeof(double);
+    int64_t n = (BT_CONV_CHUNK_COLUMNS + howo - 1) / howo;
+    if (n > BT_CONV_WORKSPACE_BUDGET / bytes_per_sample) n = BT_CONV_WORKSPACE_BUDGET / bytes_per_sample;
+    return n > 1 ? n : 1;
+}
+
+/* The workspace conv2d declares (fixed bytes, none per sample), sized for doubles: one chunk's
+ * column matrix and its (out, S Ho Wo) output, but at least one sample's column matrix and its
+ * gradient, which the CUDA GEMM path uses. None for a pointwise conv. */
+static inline size_t bt_conv_workspace_bytes(const bt_conv_config *cf)
+{
+    if (cf->pointwise) return 0;
+    const int64_t ckk = cf->c * cf->kh * cf->kw, howo = cf->ho * cf->wo;
+    const int64_t chunk = bt_conv_chunk_samples(cf) * (ckk + cf->out) * howo; /* col + ycol */
+    const int64_t one_sample = 2 * ckk * howo;                                   /* col + dcol */
+    return (size_t)(chunk > one_sample ? chunk : one_sample) * sizeof(double);
+}
+
+#endif
