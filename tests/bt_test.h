@@ -7,7 +7,9 @@
 
 #include <CUnit/Basic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef struct bt_test_case {
     const char *name;
@@ -33,6 +35,26 @@ static inline int bt_test_main(const char *suite_name, const bt_test_case *cases
     CU_cleanup_registry();
     return failures != 0 ? 1 : 0;
 }
+
+/* Write hooks for io/atomic_file.h (tests that include it define BT_TEST_ATOMIC_HOOKS): the
+ * limit is the number of bytes a temporary file may receive. Past it, the crash hook ends the
+ * process with status 3 as a crash mid-write would; the fail hook makes the write fail (EIO). */
+#ifdef BT_TEST_ATOMIC_HOOKS
+static uint64_t bt_test_write_limit;
+
+static size_t bt_test_crash_hook(uint64_t written, size_t want)
+{
+    if (written >= bt_test_write_limit) _exit(3);
+    uint64_t room = bt_test_write_limit - written;
+    return room < want ? (size_t)room : want;
+}
+
+static size_t bt_test_fail_hook(uint64_t written, size_t want)
+{
+    uint64_t room = written < bt_test_write_limit ? bt_test_write_limit - written : 0;
+    return room < want ? (size_t)room : want;
+}
+#endif
 
 /* Path of a file in the source tree (models/, tests/data/), from BT_SRCDIR. */
 static inline const char *bt_test_src(const char *rel, char *buf, size_t size)

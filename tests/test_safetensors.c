@@ -2,7 +2,7 @@
  * Fixtures are written at run time into a mkdtemp directory: files built byte by byte in the test
  * (header JSON typed out by hand, little-endian data spelled as bytes), corrupt variants of them,
  * and files from baton's own writer. The crash test forks a child that dies mid-write through the
- * BT_TEST_CRASH_AFTER_BYTES hook and checks the previous checkpoint survives. */
+ * crash hook (tests/bt_test.h) and checks the previous checkpoint survives. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define BT_TEST_ATOMIC_HOOKS
 #include "bt_test.h"
+#include "io/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -531,7 +533,8 @@ static void test_crash_during_write(void)
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
     if (pid == 0) {
-        setenv("BT_TEST_CRASH_AFTER_BYTES", "5000", 1);
+        bt_test_write_limit = 5000;
+        bt_atomic_file_set_test_hook(bt_test_crash_hook);
         write_checkpoint(path, v2, 4096, "v2");
         _exit(0); /* the hook did not fire */
     }
@@ -557,9 +560,10 @@ static void test_crash_during_write(void)
 
     /* A write that fails in-process (a full disk) reports it, removes its temporary file and
      * leaves v1 in place. */
-    setenv("BT_TEST_FAIL_AFTER_BYTES", "3000", 1);
+    bt_test_write_limit = 3000;
+    bt_atomic_file_set_test_hook(bt_test_fail_hook);
     CU_ASSERT_EQUAL(write_checkpoint(path, v2, 4096, "v2"), BT_ERR_IO);
-    unsetenv("BT_TEST_FAIL_AFTER_BYTES");
+    bt_atomic_file_set_test_hook(NULL);
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "ckpt.safetensors.tmp."));
     CU_ASSERT_EQUAL(count_prefix("ckpt.safetensors.tmp."), 0);
     check_v1(path);

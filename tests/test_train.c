@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "baton.h"
+#define BT_TEST_ATOMIC_HOOKS
 #include "bt_test.h"
+#include "io/atomic_file.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/safetensors.h"
@@ -167,7 +169,8 @@ static void test_crash_while_writing_keeps_previous_checkpoint(void)
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
     if (pid == 0) {
-        setenv("BT_TEST_CRASH_AFTER_BYTES", "2000", 1);
+        bt_test_write_limit = 2000;
+        bt_atomic_file_set_test_hook(bt_test_crash_hook);
         bt_engine *c = make_engine(m, 2, 2);
         train(m, c, 7, dir, NULL);              /* dies while writing step 7's checkpoint */
         _exit(0);

@@ -18,19 +18,11 @@ struct bt_atomic_file {
     char *tmp_path;
     int fd;
     uint64_t written;
-    int64_t crash_after; /* -1: no test hook */
-    int64_t fail_after;  /* -1: no test hook */
 };
 
-static int64_t env_limit(const char *name)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) return -1;
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (*end != '\0' || v < 0) return -1;
-    return (int64_t)v;
-}
+static bt_atomic_write_hook write_hook;
+
+void bt_atomic_file_set_test_hook(bt_atomic_write_hook hook) { write_hook = hook; }
 
 const char *bt_atomic_file_tmp_path(const bt_atomic_file *f) { return f ? f->tmp_path : NULL; }
 
@@ -59,8 +51,6 @@ bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
         st = bt_error(BT_ERR_IO, "%s: chmod: %s", f->tmp_path, strerror(errno));
         goto fail;
     }
-    f->crash_after = env_limit("BT_TEST_CRASH_AFTER_BYTES");
-    f->fail_after = env_limit("BT_TEST_FAIL_AFTER_BYTES");
     *out = f;
     return BT_OK;
 fail:
@@ -68,35 +58,17 @@ fail:
     return st;
 }
 
-/* Bytes the test hooks allow before they fire (SIZE_MAX when none is set). */
-static size_t hook_room(const bt_atomic_file *f)
-{
-    size_t room = SIZE_MAX;
-    if (f->crash_after >= 0) {
-        uint64_t lim = (uint64_t)f->crash_after;
-        uint64_t r = lim > f->written ? lim - f->written : 0;
-        if (r < room) room = (size_t)r;
-    }
-    if (f->fail_after >= 0) {
-        uint64_t lim = (uint64_t)f->fail_after;
-        uint64_t r = lim > f->written ? lim - f->written : 0;
-        if (r < room) room = (size_t)r;
-    }
-    return room;
-}
-
 bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
 {
     const unsigned char *p = data;
     while (size > 0) {
         size_t chunk = size;
-        size_t room = hook_room(f);
-        if (room == 0) {
-            if (f->crash_after >= 0 && f->written >= (uint64_t)f->crash_after) _exit(3);
-            return bt_error(BT_ERR_IO, "%s: write: %s (BT_TEST_FAIL_AFTER_BYTES)", f->tmp_path,
-                            strerror(EIO));
+        if (write_hook) {
+            size_t room = write_hook(f->written, size);
+            if (room == 0)
+                return bt_error(BT_ERR_IO, "%s: write: %s (test hook)", f->tmp_path, strerror(EIO));
+            if (chunk > room) chunk = room;
         }
-        if (chunk > room) chunk = room;
         if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
         ssize_t n = write(f->fd, p, chunk);
         if (n < 0) {
@@ -107,7 +79,6 @@ bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
         size -= (size_t)n;
         f->written += (uint64_t)n;
     }
-    if (f->crash_after >= 0 && f->written >= (uint64_t)f->crash_after) _exit(3);
     return BT_OK;
 }
 

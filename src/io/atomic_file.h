@@ -3,13 +3,9 @@
  * and fsyncs the directory; abort (or any failure) unlinks it. Used by the safetensors and npy
  * writers, so a checkpoint interrupted by a crash leaves the previous checkpoint in place.
  *
- * Test hooks, read from the environment when the file is opened (the fork-and-crash tests set
- * them in a child process; nothing else should):
- *   BT_TEST_CRASH_AFTER_BYTES=N  after N bytes have reached the temporary file, _exit(3), as a
- *                                crash would (the temporary file stays behind, PATH is untouched);
- *                                the one place the library ends the process, and only on request.
- *   BT_TEST_FAIL_AFTER_BYTES=N   after N bytes, writes fail with EIO (a full disk, say), so the
- *                                error path and its cleanup can be tested in-process. */
+ * Tests can install a write hook (bt_atomic_file_set_test_hook) to make writes fail part-way, as
+ * a full disk would, or to end a forked child in the middle of a write, as a crash would; the
+ * library itself never exits. */
 #ifndef BT_IO_ATOMIC_FILE_H
 #define BT_IO_ATOMIC_FILE_H
 
@@ -17,6 +13,14 @@
 #include <stdint.h>
 
 #include "baton/status.h"
+
+/* Called before bytes reach a temporary file: `written` bytes are already there and `want` more
+ * are about to be written. Returns how many of them may be written now (at most want); 0 makes
+ * the write fail with EIO. A test that simulates a crash calls _exit from its hook. */
+typedef size_t (*bt_atomic_write_hook)(uint64_t written, size_t want);
+
+/* Installs hook for every atomic file of the process (NULL removes it). For tests only. */
+void bt_atomic_file_set_test_hook(bt_atomic_write_hook hook);
 
 typedef struct bt_atomic_file bt_atomic_file;
 
