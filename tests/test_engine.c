@@ -470,6 +470,36 @@ static void test_time_accounting(void)
     bt_graph_destroy(g);
 }
 
+/* A plan that needs more memory than its devices have is refused before allocating, naming the
+ * stage and the bytes; what an engine does allocate matches what the check predicted. */
+static void test_plan_too_big_is_refused(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    bt_engine *e = NULL;
+    engine_params(&p, 2, 4, BT_SCHEDULE_1F1B);
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    size_t used = 0;
+    for (int s = 0; s < 2; s++) {
+        bt_memory_stats m;
+        bt_engine_memory(e, s, &m);
+        used += m.current;
+    }
+    bt_engine_destroy(e);
+    p.device_memory = used / 2;
+    e = NULL;
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_NOMEM);
+    CU_ASSERT_PTR_NULL(e);
+    const char *msg = bt_last_error();
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "the plan does not fit in memory: stage "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "weights"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "MiB free"));
+    p.device_memory = used + 4096; /* enough, with the channel scratch rounding */
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_OK);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
 static void test_bad_configurations_rejected(void)
 {
     bt_graph *g = residual_graph();
@@ -508,6 +538,7 @@ int main(void)
         {"engine gradients match finite differences (f64)", test_engine_gradients_match_finite_differences},
         {"clipping uses the global norm across stages", test_clipping_uses_the_global_norm},
         {"time accounting", test_time_accounting},
+        {"a plan too big for memory is refused", test_plan_too_big_is_refused},
         {"bad configurations are rejected", test_bad_configurations_rejected},
         {NULL, NULL}};
     return bt_test_main("engine", cases);

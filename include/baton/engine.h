@@ -29,6 +29,8 @@ typedef struct bt_engine_params {
     int training;             /* 1: allocate gradients and optimizer state */
     int threads;              /* BLAS threads per device; 0: cores / devices */
     double watchdog_s;        /* a worker waiting longer than this stops the run; 0: 60 s */
+    size_t device_memory;     /* bytes each device may hold; 0: what the device reports free.
+                                 A plan that needs more is refused before anything is allocated */
 } bt_engine_params;
 
 /* Defaults: one stage on cpu:0, 1 micro-batch, batch 32, seed 0, f32, training, AdamW. */

@@ -37,6 +37,9 @@ typedef struct bt_backend {
     bt_status (*optimizer_update)(bt_device *dev, const bt_optimizer_config *cfg, bt_dtype dtype,
                                   void *w, const void *g, void *const *state, size_t n, double lr,
                                   int64_t step, double grad_scale);
+    /* Bytes the device can still allocate, and its size (CPU: the machine's available and
+     * physical memory, which every cpu:N device shares). */
+    bt_status (*memory_info)(bt_device *dev, size_t *free_bytes, size_t *total_bytes);
     /* Waits until everything queued on the device has finished. */
     bt_status (*sync)(bt_device *dev);
     /* "cpu:0 (OpenBLAS SkylakeX kernels, 1 thread)". */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -102,6 +103,16 @@ static bt_status cpu_optimizer_update(bt_device *dev, const bt_optimizer_config 
     return bt_optim_update(cfg, dtype, w, g, state, n, lr, step, grad_scale);
 }
 
+static bt_status cpu_memory_info(bt_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES), phys = sysconf(_SC_PHYS_PAGES);
+    if (page <= 0 || avail < 0 || phys <= 0)
+        return bt_error(BT_ERR_BACKEND, "cpu:%d: cannot read the machine's memory size", dev->index);
+    *free_bytes = (size_t)avail * (size_t)page;
+    *total_bytes = (size_t)phys * (size_t)page;
+    return BT_OK;
+}
+
 static bt_status cpu_sync(bt_device *dev) { return BT_OK; }
 
 static const char *cpu_describe(bt_device *dev) { return dev->desc; }
@@ -121,6 +132,7 @@ static const bt_backend cpu_backend = {
     .run_op = cpu_run_op,
     .sum_squares = cpu_sum_squares,
     .optimizer_update = cpu_optimizer_update,
+    .memory_info = cpu_memory_info,
     .sync = cpu_sync,
     .describe = cpu_describe,
 };

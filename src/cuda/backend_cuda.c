@@ -225,6 +225,17 @@ static bt_status check_faults(bt_device *dev)
     return bt_error(BT_ERR_INTERNAL, "cuda:%d: unknown kernel fault %d", dev->index, f.kind);
 }
 
+static bt_status cuda_memory_info(bt_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    BT_TRY(use_device(dev));
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return bt_error(BT_ERR_BACKEND, "cuda:%d: cudaMemGetInfo: %s", dev->index, cudaGetErrorString(e));
+    }
+    return BT_OK;
+}
+
 static bt_status cuda_sync(bt_device *dev)
 {
     BT_TRY(use_device(dev));
@@ -356,6 +367,7 @@ static const bt_backend cuda_backend = {
     .optimizer_update = cuda_optimizer_update,
     .sync = cuda_sync,
     .describe = cuda_describe,
+    .memory_info = cuda_memory_info,
     .range_begin = cuda_range_begin,
     .range_end = cuda_range_end,
 };

@@ -258,6 +258,76 @@ static bt_status build_channels(bt_engine *e)
     return BT_OK;
 }
 
+/* ---- memory check before allocating ---------------------------------------------------------- */
+
+typedef struct stage_need {
+    size_t weights, gradients, optimizer, activations, total;
+} stage_need;
+
+/* What stage st will allocate, from its layout (before anything is allocated). */
+static stage_need stage_bytes(const bt_engine *e, const bt_stage *st)
+{
+    stage_need n = {0};
+    const bt_graph *g = e->graph;
+    size_t dsz = bt_dtype_size(e->dtype), params = 0;
+    int training = e->params.training;
+    for (int p = 0; p < g->n_params; p++) {
+        int node = g->params[p].node;
+        if (node >= st->first_node && node < st->first_node + st->n_nodes)
+            params += (size_t)bt_shape_numel(&g->params[p].shape);
+    }
+    n.weights = params * dsz;
+    n.gradients = training ? params * dsz : 0;
+    n.optimizer = training ? params * dsz * (size_t)bt_optim_state_count(&e->params.optimizer) : 0;
+    n.activations = st->slot_bytes * (size_t)st->n_slots + (training ? st->grad_bytes : 0) + st->ws_bytes;
+    for (int c = 0; c < e->plan->n_crossings; c++)
+        if (e->plan->crossings[c].src == st->index)
+            n.activations += e->plan->crossings[c].bytes_per_sample * (size_t)e->mb_size *
+                             (size_t)e->params.parallel.microbatches * (training ? 2 : 1);
+    n.total = n.weights + n.gradients + n.optimizer + n.activations;
+    return n;
+}
+
+static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
+
+/* Refuses a plan whose stages need more memory than their devices have, naming the stage. All
+ * cpu:N devices share the machine's memory; each GPU is its own pool. */
+static bt_status check_memory(bt_engine *e)
+{
+    for (int s = 0; s < e->stages; s++) {
+        bt_stage *st = &e->stage[s];
+        int cpu = strncmp(st->device_name, "cpu", 3) == 0;
+        int first = -1;
+        size_t need = 0;
+        for (int k = 0; k < e->stages; k++) {
+            int same = cpu ? strncmp(e->stage[k].device_name, "cpu", 3) == 0
+                           : strcmp(e->stage[k].device_name, st->device_name) == 0;
+            if (!same) continue;
+            if (first < 0) first = k;
+            need += stage_bytes(e, &e->stage[k]).total;
+        }
+        if (first != s) continue; /* each pool once, from its first stage */
+        size_t free_bytes = e->params.device_memory, total = 0;
+        if (!free_bytes && st->be->memory_info) BT_TRY(st->be->memory_info(st->dev, &free_bytes, &total));
+        if (!free_bytes || need <= free_bytes) continue;
+        int worst = s;
+        for (int k = 0; k < e->stages; k++) {
+            int same = cpu ? strncmp(e->stage[k].device_name, "cpu", 3) == 0
+                           : strcmp(e->stage[k].device_name, st->device_name) == 0;
+            if (same && stage_bytes(e, &e->stage[k]).total > stage_bytes(e, &e->stage[worst]).total) worst = k;
+        }
+        stage_need w = stage_bytes(e, &e->stage[worst]);
+        return bt_error(BT_ERR_NOMEM,
+                        "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
+                        "gradients %.1f, optimizer state %.1f, activations and buffers %.1f MiB) and the "
+                        "stages on %s need %.1f MiB in all, but %s has %.1f MiB free",
+                        worst, e->stage[worst].device_name, mib(w.total), mib(w.weights), mib(w.gradients),
+                        mib(w.optimizer), mib(w.activations), cpu ? "the CPU" : st->device_name, mib(need),
+                        cpu ? "the machine" : st->device_name, mib(free_bytes));
+    }
+    return BT_OK;
+}
+
 static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
 {
     if (!g) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_create: graph is NULL");
@@ -366,8 +436,9 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     for (int s = 0; s < e->stages; s++) {
         BT_TRY_GOTO(st, open_stage(e, s), fail);
         BT_TRY_GOTO(st, layout_stage(e, &e->stage[s]), fail);
-        BT_TRY_GOTO(st, alloc_stage(e, &e->stage[s]), fail);
     }
+    BT_TRY_GOTO(st, check_memory(e), fail);
+    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, alloc_stage(e, &e->stage[s]), fail);
     BT_TRY_GOTO(st, build_channels(e), fail);
     for (int s = 0; s < e->stages; s++) {
         bt_memory_stats *mem = &e->stage[s].mem;
