@@ -43,7 +43,8 @@ static void run_usage(FILE *f)
             "  --synthetic           train on synthetic data even if the model names data files\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
-            "  --threads N           BLAS threads per device (default 1)\n"
+            "  --threads N           BLAS threads per device (default: the cores shared out\n"
+            "                        among the stages)\n"
             "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
             "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
@@ -292,7 +293,7 @@ int bt_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
-    o.threads = 1;
+    o.threads = 0;
     o.watchdog_s = 60;
     o.eval_every = -1;
     o.checkpoint_every = -1;

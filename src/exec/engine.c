@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "exec/exec_internal.h"
@@ -363,8 +364,9 @@ static bt_status open_stage(bt_engine *e, int s)
     st->be = bt_backend_find(kind);
     if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
     int threads = e->params.threads;
-    if (threads < 1) {
-        threads = 1;
+    if (threads < 1) { /* auto: the machine's cores shared out among the stages */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cpus > e->stages ? (int)(cpus / e->stages) : 1;
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
     int slots = e->train_sched ? bt_schedule_max_inflight(e->train_sched, s) : 1;
