@@ -205,11 +205,11 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.threads = o->threads;
     p.watchdog_s = o->watchdog_s;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
-    p.total_steps = steps;
-    if (training) p.total_steps = 0; /* the trainer knows the horizon; set below */
+    p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
     if (training && m->train.precision != BT_F32) {
-        fprintf(stderr, "baton run: precision %s needs the CUDA backend; the CPU computes in f32\n",
-                bt_dtype_name(m->train.precision));
+        fprintf(stderr, "baton run: %s: precision %s is not implemented yet (mixed precision comes with "
+                        "the CUDA backend's next steps); use precision: f32\n",
+                m->path ? m->path : "model", bt_dtype_name(m->train.precision));
         return BT_EXIT_USAGE;
     }
     bt_engine *e = NULL;
