@@ -204,31 +204,18 @@ static int dropped(const bt_engine *e, const bt_stage *st, int mb)
     return e->drop_send_stage == st->index && e->drop_send_mb == mb;
 }
 
-static bt_status send_act(bt_engine *e, bt_stage *st, int mb)
+/* Posts micro-batch mb on each channel: the values' activations (from the slot) or, for the
+ * gradient channels, their gradients. */
+static bt_status post_channels(bt_engine *e, bt_stage *st, bt_channel *const *channels, int n, int mb)
 {
-    for (int c = 0; c < st->n_out_act; c++) {
-        bt_channel *ch = st->out_act[c];
+    for (int c = 0; c < n; c++) {
+        bt_channel *ch = channels[c];
         unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
-            const bt_value *v = &e->graph->values[ch->values[k]];
-            size_t bytes = (size_t)e->mb_size * value_row_bytes(e, v);
-            BT_TRY(st->be->to_host(st->dev, msg, slot_value(st, mb, ch->values[k]), bytes));
-            msg += bytes;
-        }
-        if (!dropped(e, st, mb)) bt_channel_post(ch, mb);
-    }
-    return BT_OK;
-}
-
-static bt_status send_grad(bt_engine *e, bt_stage *st, int mb)
-{
-    for (int c = 0; c < st->n_out_grad; c++) {
-        bt_channel *ch = st->out_grad[c];
-        unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-        for (int k = 0; k < ch->n_values; k++) {
-            const bt_value *v = &e->graph->values[ch->values[k]];
-            size_t bytes = (size_t)e->mb_size * value_row_bytes(e, v);
-            BT_TRY(st->be->to_host(st->dev, msg, st->grads + st->grad_offset[ch->values[k]], bytes));
+            int value = ch->values[k];
+            size_t bytes = (size_t)e->mb_size * value_row_bytes(e, &e->graph->values[value]);
+            const void *src = ch->grad ? (const void *)(st->grads + st->grad_offset[value]) : slot_value(st, mb, value);
+            BT_TRY(st->be->to_host(st->dev, msg, src, bytes));
             msg += bytes;
         }
         if (!dropped(e, st, mb)) bt_channel_post(ch, mb);
@@ -372,13 +359,13 @@ static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_in
         return s;
     case BT_I_SEND_ACT:
         t0 = now_ms();
-        s = send_act(e, st, ins->mb);
+        s = post_channels(e, st, st->out_act, st->n_out_act, ins->mb);
         w->transfer_ms += now_ms() - t0;
         return s;
     case BT_I_RECV_ACT: return recv_act(e, w, st, ins->mb);
     case BT_I_SEND_GRAD:
         t0 = now_ms();
-        s = send_grad(e, st, ins->mb);
+        s = post_channels(e, st, st->out_grad, st->n_out_grad, ins->mb);
         w->transfer_ms += now_ms() - t0;
         return s;
     case BT_I_RECV_GRAD: return recv_grad(e, w, st, ins->mb);
