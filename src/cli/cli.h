@@ -53,6 +53,8 @@ typedef struct bt_cli_model_opts {
 int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt_cli_model_opts *o);
 /* Loads the model and applies the flags; on failure prints the error and returns the exit code. */
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *opts, bt_model **out);
+/* Parses a byte count: "512M", "2G", "1.5GiB", "4096". Returns 1 on success. */
+int bt_cli_parse_bytes(const char *s, unsigned long long *out);
 /* Formats 1863690 as "1,863,690". */
 const char *bt_cli_group(long long v, char *buf, size_t size);
 /* Formats bytes as "12.3 MiB". */

@@ -47,25 +47,6 @@ static void plan_usage(FILE *f)
 }
 
 /* "1048576", "512M", "2G", "1.5GiB" (powers of 1024). */
-static int parse_bytes(const char *s, unsigned long long *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || !(v > 0)) return 0;
-    double mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mult = 1024.0, end++; break;
-    case 'M': mult = 1024.0 * 1024, end++; break;
-    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
-    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
-    default: break;
-    }
-    if (mult > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end || v * mult > 1.8e19) return 0;
-    *out = (unsigned long long)(v * mult);
-    return *out > 0;
-}
 
 static int parse_schedule(const char *name, bt_schedule_kind *out)
 {
@@ -253,7 +234,7 @@ int bt_cmd_plan(int argc, char **argv)
         case 'p': o.profile = optarg; break;
         case 'm': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > 4096) goto bad; o.microbatches = (int)v; break;
         case 'S': o.schedule = optarg; break;
-        case 'M': if (!parse_bytes(optarg, &o.memory)) goto bad; break;
+        case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
         case 'r': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > 100000) goto bad; o.repeats = (int)v; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;

@@ -46,6 +46,8 @@ static void run_usage(FILE *f)
             "  --threads N           BLAS threads per device (default: the cores shared out\n"
             "                        among the stages)\n"
             "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
+            "  --memory BYTES        memory each device may hold, e.g. 512M or 2G; a plan that\n"
+            "                        needs more is refused before anything runs\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
             "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
             "  --log-format F        text (default) | jsonl\n"
@@ -204,6 +206,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.seed = o->seed;
     p.threads = o->threads;
     p.watchdog_s = o->watchdog_s;
+    p.device_memory = (size_t)o->device_memory;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
     if (training && m->train.precision != BT_F32) {
@@ -288,7 +291,7 @@ int bt_cmd_run(int argc, char **argv)
         {"epochs", required_argument, NULL, 'E'},       {"eval-every", required_argument, NULL, 'v'},
         {"checkpoint-dir", required_argument, NULL, 'C'}, {"checkpoint-every", required_argument, NULL, 'k'},
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
-        {"synthetic", no_argument, NULL, 'Y'},         {"trace", required_argument, NULL, 'T'},
+        {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
@@ -322,6 +325,7 @@ int bt_cmd_run(int argc, char **argv)
         case 'R': o.resume = optarg; break;
         case 'I': o.init = optarg; break;
         case 'Y': o.synthetic = 1; break;
+        case 'M': if (!bt_cli_parse_bytes(optarg, &o.device_memory)) goto bad; break;
         case 'T': o.trace_path = optarg; break;
         case 'L': o.timeline_path = optarg; break;
         case 'l':

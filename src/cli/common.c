@@ -1,6 +1,8 @@
 /* cli/common.c: what the subcommands share: loading a model with command-line flags turned into
  * overrides (so flags are validated exactly like the file), error reporting and number formats. */
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -66,6 +68,26 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
         return BT_EXIT_USAGE;
     }
     return BT_EXIT_OK;
+}
+
+int bt_cli_parse_bytes(const char *s, unsigned long long *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return 0;
+    double mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1024.0, end++; break;
+    case 'M': mult = 1024.0 * 1024, end++; break;
+    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
+    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+    }
+    if (mult > 1 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v * mult > 1.8e19) return 0;
+    *out = (unsigned long long)(v * mult);
+    return *out > 0;
 }
 
 const char *bt_cli_group(long long v, char *buf, size_t size)

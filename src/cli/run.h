@@ -14,6 +14,7 @@ typedef struct bt_run_opts {
     int threads;
     long long batch;
     double watchdog_s;
+    unsigned long long device_memory; /* --memory: bytes each device may hold; 0: what it has free */
     long long eval_every;        /* -1: unset (use the model's train.eval_every) */
     long long checkpoint_every;  /* -1: unset */
     const char *checkpoint_dir;
