@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "baton.h"
+#include "core/util.h"
 #include "cpu/blas.h"
 #include "plan/partition.h"
 #include "plan/placement.h"
@@ -32,25 +33,6 @@
 /* Samples per step: 256 unless --batch says otherwise (the pipeline mode takes it). */
 static int bench_batch = 256;
 #define BATCH bench_batch
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void die(const char *what)
 {
@@ -131,14 +113,14 @@ static double step_ms(bt_engine *e, bench_data *d)
 static double sgemm_step_ms(float *a, float *b, float *c)
 {
     const int dims[4] = {784, 1024, 1024, 10};
-    double t0 = now_ms();
+    double t0 = bt_now_ms();
     for (int l = 0; l < 3; l++) {
         int in = dims[l], out = dims[l + 1];
         bt_sgemm(0, 1, BATCH, out, in, 1, a, in, b, in, 0, c, out);    /* Y = X W^T */
         bt_sgemm(0, 0, BATCH, in, out, 1, c, out, b, in, 0, a, in);    /* dX = dY W */
         bt_sgemm(1, 0, out, in, BATCH, 1, c, out, a, in, 0, b, in);    /* dW = dY^T X */
     }
-    return now_ms() - t0;
+    return bt_now_ms() - t0;
 }
 
 static int bench_mlp(int steps, int threads)
@@ -161,7 +143,7 @@ static int bench_mlp(int steps, int threads)
     double flops = 0;
     const int dims[4] = {784, 1024, 1024, 10};
     for (int l = 0; l < 3; l++) flops += 3.0 * 2.0 * BATCH * dims[l] * dims[l + 1];
-    double mb = median(tb, steps), ms = median(ts, steps);
+    double mb = bt_median(tb, steps), ms = bt_median(ts, steps);
     printf("blas: %s\n", bt_blas_describe());
     printf("mlp 784-1024-1024-10, batch %d, AdamW, %d thread%s, %d steps (medians)\n", BATCH, threads,
            threads == 1 ? "" : "s", steps);
@@ -192,13 +174,13 @@ static int bench_pipeline(int steps, int m, const char *model)
         t2[i] = r.step_ms;
         bub[i] = r.bubble;
     }
-    double a = median(t1, steps), b = median(t2, steps), ideal = 2.0 * m / (m + 1);
+    double a = bt_median(t1, steps), b = bt_median(t2, steps), ideal = 2.0 * m / (m + 1);
     printf("blas: %s\n", bt_blas_describe());
     printf("%s, batch %d, %d micro-batches of %d, 1f1b, partition by parameters, %d steps (medians)\n",
            deep ? "mlp 1024-(1024 x 6)-10" : "mlp 784-1024-1024-10", BATCH, m, BATCH / m, steps);
     printf("  1 stage  on cpu:0        %8.2f ms  %8.0f samples/s\n", a, BATCH * 1e3 / a);
     printf("  2 stages on cpu:0,cpu:1  %8.2f ms  %8.0f samples/s  bubble %.1f%%\n", b, BATCH * 1e3 / b,
-           100 * median(bub, steps));
+           100 * bt_median(bub, steps));
     printf("  speedup %.2fx, ideal 2m/(m+1) = %.2fx, %.0f%% of ideal\n", a / b, ideal, 100 * (a / b) / ideal);
     bt_engine_destroy(one);
     bt_engine_destroy(two);
@@ -244,9 +226,9 @@ typedef struct gemm_job {
 static void *gemm_loop(void *arg)
 {
     gemm_job *j = arg;
-    double t0 = now_ms();
+    double t0 = bt_now_ms();
     for (int i = 0; i < 10; i++) bt_sgemm(0, 1, BATCH, 1024, 1024, 1, j->a, 1024, j->b, 1024, 0, j->c, 1024);
-    j->ms = now_ms() - t0;
+    j->ms = bt_now_ms() - t0;
     return NULL;
 }
 
@@ -330,7 +312,7 @@ static int bench_placement(int steps, int m)
         tu[i] = step_ms(eu, &d);
         tp[i] = step_ms(ep, &d);
     }
-    double mu = median(tu, steps), mp = median(tp, steps);
+    double mu = bt_median(tu, steps), mp = bt_median(tp, steps);
     char cu[160], cp[160];
     describe_cut(prof, &uniform, cu, sizeof cu);
     describe_cut(prof, &planned, cp, sizeof cp);

@@ -69,8 +69,7 @@ static int print_plan(const bt_model *m)
         bt_schedule_destroy(sched);
         return bt_cli_fail("check", st);
     }
-    int64_t batch = m->train.enabled ? m->train.batch : m->train.batch;
-    int64_t mbs = batch / mb > 0 ? batch / mb : 1;
+    int64_t mbs = m->train.batch / mb > 0 ? m->train.batch / mb : 1;
     printf("\nplan: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n\n", plan->stages,
            plan->stages == 1 ? "" : "s", mb, mb == 1 ? "" : "es", (long long)mbs, bt_schedule_name(kind));
     printf("  %-5s %-8s %-34s %12s %14s %9s %14s\n", "stage", "device", "layers", "params",

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "core/util.h"
 #include "cli/run.h"
 #include "graph/graph_internal.h"
 
@@ -53,14 +54,6 @@ static void run_usage(FILE *f)
             "  --log-format F        text (default) | jsonl\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = (*s += 0x9e3779b97f4a7c15ULL);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
 }
 
 /* Exclusive upper bound for the integer input value: the consumer decides what is valid. */
@@ -105,10 +98,10 @@ static int synth_make(const bt_graph *g, int64_t batch, uint64_t seed, synth_dat
         if (v->dtype == BT_I32) {
             int64_t range = int_input_range(g, g->inputs[i]);
             int32_t *p = d->buf[i];
-            for (int64_t k = 0; k < n; k++) p[k] = (int32_t)(rng_next(&rng) % (uint64_t)range);
+            for (int64_t k = 0; k < n; k++) p[k] = (int32_t)(bt_rng_next(&rng) % (uint64_t)range);
         } else {
             float *p = d->buf[i];
-            for (int64_t k = 0; k < n; k++) p[k] = (float)((double)(rng_next(&rng) >> 11) * 0x1.0p-52 - 1.0);
+            for (int64_t k = 0; k < n; k++) p[k] = (float)((double)(bt_rng_next(&rng) >> 11) * 0x1.0p-52 - 1.0);
         }
         d->feeds[i] = (bt_feed){.name = v->name, .data = d->buf[i], .dtype = v->dtype == BT_I32 ? BT_I32 : BT_F32};
     }
@@ -178,12 +171,6 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                100 * t.transfer_ms / wall, 100 * t.idle_ms / wall);
     }
     bt_cli_tracer_summary(o->tracer, 0, median_ms);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params);
@@ -270,8 +257,7 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
         print_step(o, i + 1, steps, &r, training);
     }
     if (rc == BT_EXIT_OK) {
-        qsort(times, (size_t)steps, sizeof *times, cmp_double);
-        bt_cli_print_summary(o, e, times[steps / 2], p.batch);
+        bt_cli_print_summary(o, e, bt_median(times, (int)steps), p.batch);
     }
     synth_free(&data);
     free(times);

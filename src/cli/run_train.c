@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/run.h"
+#include "core/util.h"
 #include "cpu/blas.h"
 #include "train/trainer.h"
 
@@ -137,12 +138,6 @@ static void on_event(const bt_train_event *ev, void *user)
     fflush(stdout);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p)
 {
     bt_trainer_opts to;
@@ -181,8 +176,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);
     } else if (d.n_steps > 0) {
-        qsort(d.step_ms, (size_t)d.n_steps, sizeof *d.step_ms, cmp_double);
-        double median = d.step_ms[d.n_steps / 2];
+        double median = bt_median(d.step_ms, (int)d.n_steps);
         if (!o->jsonl && d.evaluated) {
             printf("\nfinal: ");
             if (!isnan(d.last_accuracy)) printf("accuracy %.2f%%, ", 100 * d.last_accuracy);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/util.h"
 #include "core/error.h"
 #include "exec/exec_internal.h"
 #include "train/lr_schedule.h"
@@ -32,17 +33,9 @@ void bt_engine_params_init(bt_engine_params *p)
 
 /* ---- deterministic initialisation ------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 static double next_unit(uint64_t *state)
 {
-    *state = mix64(*state);
+    *state = bt_mix64(*state);
     return (double)(*state >> 11) * 0x1.0p-53;
 }
 
@@ -78,7 +71,7 @@ static bt_status init_param(bt_engine *e, bt_stage *st, bt_param_store *ps)
     size_t bytes = ps->numel * bt_dtype_size(e->dtype);
     void *host = malloc(bytes ? bytes : 1);
     if (!host) return bt_error(BT_ERR_NOMEM, "initialising '%s': out of memory", p->name);
-    uint64_t rng = mix64(e->params.seed) ^ name_hash(p->name);
+    uint64_t rng = bt_mix64(e->params.seed) ^ name_hash(p->name);
     for (size_t i = 0; i < ps->numel; i++) {
         double v = init_value(p, &rng);
         if (e->dtype == BT_F64) ((double *)host)[i] = v;
@@ -121,8 +114,7 @@ static bt_status layout_stage(bt_engine *e, bt_stage *st)
     st->value_offset = malloc((size_t)nv * sizeof *st->value_offset);
     st->grad_offset = malloc((size_t)nv * sizeof *st->grad_offset);
     st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
-    st->outgoing = calloc((size_t)nv, sizeof *st->outgoing);
-    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->outgoing)
+    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset)
         return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     for (int v = 0; v < nv; v++) st->value_offset[v] = st->grad_offset[v] = -1;
 
@@ -156,7 +148,6 @@ static bt_status layout_stage(bt_engine *e, bt_stage *st)
             if (st->value_offset[v] < 0 || val->producer < 0 || val->dtype == BT_I32) continue;
             int out = is_outgoing(e, st->index, v);
             if (out != (pass == 0)) continue;
-            if (out) st->outgoing[st->n_outgoing++] = v;
             st->grad_offset[v] = (int)goff;
             goff = align64(goff + value_bytes(e, v));
         }
@@ -376,13 +367,10 @@ static bt_status open_stage(bt_engine *e, int s)
 
 static bt_status start_workers(bt_engine *e)
 {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv_job, NULL);
     pthread_cond_init(&e->cv_done, NULL);
     pthread_cond_init(&e->cv_barrier, NULL);
-    pthread_condattr_destroy(&attr);
     e->mu_ready = 1;
     for (int s = 0; s < e->stages; s++) {
         bt_worker *w = &e->worker[s];
@@ -475,7 +463,6 @@ static void stage_free(bt_stage *st)
     free(st->value_offset);
     free(st->grad_offset);
     free(st->node_saved_offset);
-    free(st->outgoing);
     free(st->loss_host);
 }
 
@@ -509,13 +496,6 @@ void bt_engine_destroy(bt_engine *e)
 }
 
 /* ---- steps ------------------------------------------------------------------------------------ */
-
-static double wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
 {
@@ -585,7 +565,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->grad_norm = 0;
     for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;
 
-    double t0 = wall_ms();
+    double t0 = bt_now_ms();
     e->step_t0_ms = t0;
     pthread_mutex_lock(&e->mu);
     e->job = job;
@@ -594,7 +574,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     pthread_cond_broadcast(&e->cv_job);
     while (e->done_count < e->stages) pthread_cond_wait(&e->cv_done, &e->mu);
     pthread_mutex_unlock(&e->mu);
-    double ms = wall_ms() - t0;
+    double ms = bt_now_ms() - t0;
 
     BT_TRY(collect_failure(e));
 

@@ -9,24 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/util.h"
 #include "core/error.h"
 #include "exec/exec_internal.h"
 #include "train/optim.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 
 static bt_dtype value_dtype(const bt_engine *e, const bt_value *v)
 {
@@ -91,7 +77,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, bt_op_call *
     call->saved = st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->node_saved_offset[k];
     call->workspace = st->workspace;
     call->config = n->config;
-    call->seed = splitmix64(e->params.seed ^ splitmix64((uint64_t)e->step * 1000003ULL +
+    call->seed = bt_mix64(e->params.seed ^ bt_mix64((uint64_t)e->step * 1000003ULL +
                                                         (uint64_t)mb * 7919ULL +
                                                         (uint64_t)(st->first_node + k)));
 }
@@ -256,7 +242,7 @@ static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
         bt_channel *ch = st->in_act[c];
         bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
         if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
-        double t0 = now_ms();
+        double t0 = bt_now_ms();
         const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
             const bt_value *v = &e->graph->values[ch->values[k]];
@@ -264,7 +250,7 @@ static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
             BT_TRY(st->be->from_host(st->dev, slot_value(st, mb, ch->values[k]), msg, bytes));
             msg += bytes;
         }
-        w->transfer_ms += now_ms() - t0;
+        w->transfer_ms += bt_now_ms() - t0;
     }
     return BT_OK;
 }
@@ -276,7 +262,7 @@ static bt_status recv_grad(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
         bt_channel *ch = st->in_grad[c];
         bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
         if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
-        double t0 = now_ms();
+        double t0 = bt_now_ms();
         const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         for (int k = 0; k < ch->n_values; k++) {
             const bt_value *v = &e->graph->values[ch->values[k]];
@@ -287,7 +273,7 @@ static bt_status recv_grad(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
                                       st->recv_scratch, n));
             msg += bytes;
         }
-        w->transfer_ms += now_ms() - t0;
+        w->transfer_ms += bt_now_ms() - t0;
     }
     return BT_OK;
 }
@@ -345,35 +331,35 @@ static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_in
     bt_status s = BT_OK;
     switch (ins->kind) {
     case BT_I_FWD:
-        t0 = now_ms();
+        t0 = bt_now_ms();
         s = run_forward(e, w, st, ins->mb, training);
-        w->busy_ms += now_ms() - t0;
+        w->busy_ms += bt_now_ms() - t0;
         if (training && ++w->live > w->peak_live) w->peak_live = w->live;
         if (!training) w->peak_live = 1;
         return s;
     case BT_I_BWD:
-        t0 = now_ms();
+        t0 = bt_now_ms();
         s = run_backward(e, st, ins->mb);
-        w->busy_ms += now_ms() - t0;
+        w->busy_ms += bt_now_ms() - t0;
         w->live--;
         return s;
     case BT_I_SEND_ACT:
-        t0 = now_ms();
+        t0 = bt_now_ms();
         s = post_channels(e, st, st->out_act, st->n_out_act, ins->mb);
-        w->transfer_ms += now_ms() - t0;
+        w->transfer_ms += bt_now_ms() - t0;
         return s;
     case BT_I_RECV_ACT: return recv_act(e, w, st, ins->mb);
     case BT_I_SEND_GRAD:
-        t0 = now_ms();
+        t0 = bt_now_ms();
         s = post_channels(e, st, st->out_grad, st->n_out_grad, ins->mb);
-        w->transfer_ms += now_ms() - t0;
+        w->transfer_ms += bt_now_ms() - t0;
         return s;
     case BT_I_RECV_GRAD: return recv_grad(e, w, st, ins->mb);
     case BT_I_STEP:
         if (e->job != BT_JOB_TRAIN) return BT_OK;
-        t0 = now_ms();
+        t0 = bt_now_ms();
         s = run_step(e, st);
-        w->busy_ms += now_ms() - t0;
+        w->busy_ms += bt_now_ms() - t0;
         return s;
     }
     return bt_error(BT_ERR_INTERNAL, "unknown instruction kind %d", (int)ins->kind);
@@ -433,7 +419,7 @@ static void run_job(bt_engine *e, bt_worker *w)
     for (int i = 0; i < sched->len[st->index] && !e->abort; i++) {
         w->cur_instr = i;
         const bt_instr *ins = &sched->list[st->index][i];
-        double t0 = e->tracing ? now_ms() : 0;
+        double t0 = e->tracing ? bt_now_ms() : 0;
         if (st->be->range_begin) {
             char name[32];
             bt_instr_format(st->index, ins, name, sizeof name);
@@ -445,7 +431,7 @@ static void run_job(bt_engine *e, bt_worker *w)
             bt_trace_rec *r = &w->trace[w->n_trace++];
             r->instr = i;
             r->start_ms = t0 - e->step_t0_ms;
-            r->end_ms = now_ms() - e->step_t0_ms;
+            r->end_ms = bt_now_ms() - e->step_t0_ms;
             r->bytes = instr_bytes(st, ins);
             r->live = w->live;
         }

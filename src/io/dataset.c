@@ -3,19 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "core/error.h"
 #include "io/dataset.h"
 #include "io/npy.h"
 
-static uint64_t next_u64(uint64_t *s)
-{
-    uint64_t x = (*s += 0x9e3779b97f4a7c15ULL);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-static float next_sym(uint64_t *s) { return (float)((double)(next_u64(s) >> 11) * 0x1.0p-52 - 1.0); }
+static float next_sym(uint64_t *s) { return (float)((double)(bt_rng_next(s) >> 11) * 0x1.0p-52 - 1.0); }
 
 static bt_status synthetic(int64_t n, int64_t numel, int classes, uint64_t seed, int split, bt_dataset *out)
 {
@@ -31,7 +24,7 @@ static bt_status synthetic(int64_t n, int64_t numel, int classes, uint64_t seed,
     }
     uint64_t rng = seed ^ 0x5eed5eedULL;
     for (int64_t i = 0; i < classes * numel; i++) teacher[i] = next_sym(&rng);
-    rng = next_u64(&rng) ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
+    rng = bt_rng_next(&rng) ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
     for (int64_t i = 0; i < n; i++) {
         float *x = out->inputs + i * numel;
         for (int64_t k = 0; k < numel; k++) x[k] = next_sym(&rng);

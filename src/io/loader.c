@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "core/error.h"
 #include "io/loader.h"
 
@@ -37,22 +38,14 @@ struct bt_loader {
     pthread_cond_t cv;
 };
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 static void make_perm(bt_loader *l, int64_t epoch)
 {
     int64_t n = l->ds->n;
     for (int64_t i = 0; i < n; i++) l->perm[i] = i;
     if (l->shuffle) {
-        uint64_t s = mix(l->seed ^ mix((uint64_t)epoch + 1));
+        uint64_t s = bt_mix64(l->seed ^ bt_mix64((uint64_t)epoch + 1));
         for (int64_t i = n - 1; i > 0; i--) {
-            s = mix(s);
+            s = bt_mix64(s);
             int64_t j = (int64_t)(s % (uint64_t)(i + 1));
             int64_t t = l->perm[i];
             l->perm[i] = l->perm[j];

@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "core/util.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/strutil.h"
@@ -146,33 +147,6 @@ bt_status bt_profile_check_graph(const bt_profile *p, const bt_graph *g, const c
 
 /* ---- measuring one layer ---------------------------------------------------------------------- */
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 /* Everything one layer's nodes touch, on one device. Values are indexed locally (0..n_vals). */
 typedef struct layer_run {
     const bt_graph *g;
@@ -218,7 +192,7 @@ static bt_status fill_random(layer_run *r, void *dst, size_t n, double scale)
     float *host = malloc(n * sizeof *host + 1);
     if (!host) return bt_error(BT_ERR_NOMEM, "profile: out of memory");
     for (size_t i = 0; i < n; i++) {
-        r->rng = mix64(r->rng);
+        r->rng = bt_mix64(r->rng);
         host[i] = (float)((((double)(r->rng >> 11) * 0x1.0p-53) * 2 - 1) * scale);
     }
     bt_status st = r->be->from_host(r->dev, dst, host, n * sizeof *host);
@@ -388,7 +362,7 @@ static bt_status run_node(layer_run *r, int k, int backward)
     call.saved = r->saved[k];
     call.workspace = r->ws;
     call.config = n->config;
-    call.seed = mix64((uint64_t)(r->layer->first_node + k));
+    call.seed = bt_mix64((uint64_t)(r->layer->first_node + k));
     call.training = 1;
     if (backward) {
         call.param_grad = param_grad;
@@ -442,11 +416,11 @@ static bt_status time_median(bt_status (*fn)(layer_run *), layer_run *r, int war
     bt_status st = BT_OK;
     for (int i = 0; i < warmup; i++) BT_TRY_GOTO(st, fn(r), done);
     for (int i = 0; i < repeats; i++) {
-        double t0 = now_ms();
+        double t0 = bt_now_ms();
         BT_TRY_GOTO(st, fn(r), done);
-        t[i] = now_ms() - t0;
+        t[i] = bt_now_ms() - t0;
     }
-    *out = median(t, repeats);
+    *out = bt_median(t, repeats);
 done:
     free(t);
     return st;
@@ -465,7 +439,7 @@ static bt_status measure_layer(const bt_graph *g, int l, const bt_backend *be, b
     r.batch = pp->batch / pp->microbatches;
     r.opt = &pp->optimizer;
     r.n_state = pp->training ? bt_optim_state_count(&pp->optimizer) : 0;
-    r.rng = mix64(pp->seed ^ (uint64_t)(l + 1));
+    r.rng = bt_mix64(pp->seed ^ (uint64_t)(l + 1));
     memset(out, 0, sizeof *out);
     BT_TRY_GOTO(st, collect_values(&r), done);
     BT_TRY_GOTO(st, alloc_values(&r), done);
@@ -575,14 +549,14 @@ static bt_status measure_transfer(open_device *from, open_device *to, const bt_p
     memset(host, 1, bytes);
     BT_TRY_GOTO(st, from->be->from_host(from->dev, src, host, bytes), done);
     for (int i = -1; i < repeats; i++) { /* i = -1: warm-up (first touch of the pages) */
-        double t0 = now_ms();
+        double t0 = bt_now_ms();
         BT_TRY_GOTO(st, from->be->to_host(from->dev, host, src, bytes), done);
         BT_TRY_GOTO(st, from->be->sync(from->dev), done);
         BT_TRY_GOTO(st, to->be->from_host(to->dev, dst, host, bytes), done);
         BT_TRY_GOTO(st, to->be->sync(to->dev), done);
-        if (i >= 0) t[i] = now_ms() - t0;
+        if (i >= 0) t[i] = bt_now_ms() - t0;
     }
-    double ms = median(t, repeats);
+    double ms = bt_median(t, repeats);
     *gb_per_s = (double)bytes / ((ms > 1e-6 ? ms : 1e-6) * 1e6);
 done:
     if (src) from->be->free(from->dev, src);

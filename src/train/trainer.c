@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/util.h"
 #include "core/error.h"
 #include "graph/graph_internal.h"
 #include "io/dataset.h"
@@ -30,13 +31,6 @@ struct bt_trainer {
     float *logits;             /* (batch, classes) */
     float *losses;             /* (batch) */
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Finds the sample and label inputs and the logits layer from the graph. */
 static bt_status inspect_graph(bt_trainer *t)
@@ -167,7 +161,6 @@ static void feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
 bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int64_t *samples)
 {
     bt_status st = BT_OK;
-    const bt_dataset *ds = t->has_eval ? &t->eval : &t->train;
     int64_t batches = bt_loader_batches_per_epoch(t->eval_loader), correct = 0, seen = 0;
     double loss_sum = 0;
     int C = t->n_classes;
@@ -201,7 +194,6 @@ bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int
     *samples = seen;
     *loss = seen ? loss_sum / (double)seen : 0;
     *accuracy = t->logits_layer && seen ? (double)correct / (double)seen : NAN;
-    (void)ds;
     return BT_OK;
 }
 
@@ -227,9 +219,9 @@ static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *u
 static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
 {
     bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps};
-    double t0 = now_ms();
+    double t0 = bt_now_ms();
     BT_TRY(bt_trainer_evaluate(t, &ev.accuracy, &ev.loss, &ev.samples));
-    ev.eval_ms = now_ms() - t0;
+    ev.eval_ms = bt_now_ms() - t0;
     if (cb) cb(&ev, user);
     return BT_OK;
 }
