@@ -173,7 +173,8 @@ static bt_status alloc_stage(bt_engine *e, bt_stage *st)
         if (node >= st->first_node && node < st->first_node + st->n_nodes) st->n_params++;
     }
     st->params = calloc((size_t)st->n_params + 1, sizeof *st->params);
-    if (!st->params) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    st->node_params = calloc((size_t)st->n_nodes + 1, sizeof *st->node_params);
+    if (!st->params || !st->node_params) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     int n_state = training ? bt_optim_state_count(&e->params.optimizer) : 0;
     int k = 0;
     size_t dsz = bt_dtype_size(e->dtype);
@@ -182,6 +183,9 @@ static bt_status alloc_stage(bt_engine *e, bt_stage *st)
         if (node < st->first_node || node >= st->first_node + st->n_nodes) continue;
         bt_param_store *ps = &st->params[k++];
         ps->param = p;
+        const bt_node *owner = &g->nodes[node];
+        for (int j = 0; j < owner->n_params; j++)
+            if (owner->params[j] == p) st->node_params[node - st->first_node][j] = ps;
         ps->numel = (size_t)bt_shape_numel(&g->params[p].shape);
         BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w, &m->weights));
         BT_TRY(init_param(e, st, ps));
@@ -460,6 +464,7 @@ static void stage_free(bt_stage *st)
         st->be->close(st->dev);
     }
     free(st->params);
+    free(st->node_params);
     free(st->value_offset);
     free(st->grad_offset);
     free(st->node_saved_offset);

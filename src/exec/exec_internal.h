@@ -65,6 +65,7 @@ typedef struct bt_stage {
     void *workspace;
     int n_params;
     bt_param_store *params;
+    bt_param_store *(*node_params)[BT_MAX_PARAMS]; /* [n_nodes]: each node's stores, in order */
     int n_in_act, n_out_act, n_in_grad, n_out_grad;
     bt_channel *in_act[BT_MAX_STAGES], *out_act[BT_MAX_STAGES];
     bt_channel *in_grad[BT_MAX_STAGES], *out_grad[BT_MAX_STAGES];

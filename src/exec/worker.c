@@ -46,13 +46,6 @@ static void make_param_tensor(const bt_engine *e, bt_tensor *t, void *data, cons
     for (int i = 0; i < p->shape.ndim; i++) t->dim[i] = p->shape.dim[i];
 }
 
-static bt_param_store *stage_param(const bt_stage *st, int param)
-{
-    for (int i = 0; i < st->n_params; i++)
-        if (st->params[i].param == param) return &st->params[i];
-    return NULL;
-}
-
 /* Fills the parts of a call shared by forward and backward of node k on micro-batch mb. */
 static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, bt_op_call *call,
                          bt_tensor *in, bt_tensor *out, bt_tensor *param, bt_tensor *param_grad)
@@ -64,7 +57,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, bt_op_call *
         make_tensor(e, &in[i], slot_value(st, mb, n->in[i]), &g->values[n->in[i]]);
     make_tensor(e, out, slot_value(st, mb, n->out), &g->values[n->out]);
     for (int j = 0; j < n->n_params; j++) {
-        bt_param_store *ps = stage_param(st, n->params[j]);
+        bt_param_store *ps = st->node_params[k][j];
         make_param_tensor(e, &param[j], ps->w, &g->params[n->params[j]]);
         make_param_tensor(e, &param_grad[j], ps->g, &g->params[n->params[j]]);
     }
