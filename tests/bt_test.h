@@ -56,6 +56,43 @@ static size_t bt_test_fail_hook(uint64_t written, size_t want)
 }
 #endif
 
+/* A scratch directory for a test program (tests that use it define BT_TEST_TMPDIR):
+ * make_tmpdir() creates /tmp/bt_test.XXXXXX, tmp_path() names a file in it, remove_tmpdir()
+ * deletes its files and the directory. */
+#ifdef BT_TEST_TMPDIR
+#include <dirent.h>
+#include <string.h>
+
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test.XXXXXX");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+    DIR *d = opendir(tmpdir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(tmpdir);
+}
+
+static const char *tmp_path(const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", tmpdir, name);
+    return buf;
+}
+#endif
+
 /* Path of a file in the source tree (models/, tests/data/), from BT_SRCDIR. */
 static inline const char *bt_test_src(const char *rel, char *buf, size_t size)
 {

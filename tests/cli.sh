@@ -49,6 +49,29 @@ if expect_rc 0 "run jsonl" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 --lo
       fail "run jsonl: not JSON: $(cat "$tmp/perr")"
   fi
 fi
+# a model fed token ids (no float input): trained on generic synthetic inputs
+cat >"$tmp/tokens.yaml" <<'YAML'
+format: 1
+name: tokens
+inputs:
+  tokens: {shape: [6], dtype: i32}
+  label: {shape: [], dtype: i32}
+layers:
+  - {name: emb, op: embedding, args: {num: 50, dim: 8}}
+  - {name: flat, op: flatten}
+  - {name: head, op: linear, args: {out: 5}}
+  - {name: loss, op: cross_entropy, from: [head, label]}
+parallel: {devices: [cpu:0, cpu:1], pipeline: {microbatches: 2}}
+train: {batch: 8}
+YAML
+if expect_rc 0 "run a token model" "$baton" run "$tmp/tokens.yaml" --steps 3; then
+  tests=$((tests + 1))
+  [ "$(grep -c '^step ' "$tmp/out")" = 3 ] || fail "token model: expected 3 step lines: $(cat "$tmp/out")"
+fi
+if expect_rc 0 "run inference" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 2; then
+  tests=$((tests + 1))
+  [ "$(grep -c '^batch .*latency .*samples/s' "$tmp/out")" = 2 ] || fail "inference: expected 2 batch lines: $(cat "$tmp/out")"
+fi
 expect_rc 0 "help" "$baton" --help
 expect_rc 0 "run --help" "$baton" run --help
 expect_rc 2 "no command" "$baton"

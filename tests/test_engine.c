@@ -11,44 +11,14 @@
 
 #include "baton.h"
 #include "bt_test.h"
+#include "test_models.h"
 #include "exec/exec_internal.h"
 
 #define IN 8
 #define HID 16
 #define CLASSES 4
 
-/* x -> fc1(tanh) -> fc2(relu) -> ln -> skip = ln + fc1 -> fc3(gelu) -> head -> loss(head, label) */
-static bt_graph *residual_graph(void)
-{
-    bt_graph *g = NULL;
-    bt_args *a = NULL;
-    int64_t in_dims[] = {IN};
-    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
-    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, in_dims, BT_F32) == BT_OK);
-    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
-    bt_args_create(&a);
-    bt_layer_desc d;
-    const char *skip_in[] = {"ln", "fc1"}, *loss_in[] = {"head", "label"};
-
-    bt_args_set_int(a, "out", HID);
-    bt_layer_desc_init(&d), d.name = "fc1", d.op = "linear", d.args = a, d.act = "tanh";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "fc2", d.op = "linear", d.args = a, d.act = "relu";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "ln", d.op = "layernorm";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "skip", d.op = "add", d.inputs = skip_in, d.n_inputs = 2;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "fc3", d.op = "linear", d.args = a, d.act = "gelu";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_args_set_int(a, "out", CLASSES);
-    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_args_destroy(a);
-    return g;
-}
+static bt_graph *residual_graph(void) { return bt_test_residual_graph(IN, HID, CLASSES); }
 
 #define BATCH 16
 

@@ -13,41 +13,13 @@
 #include <unistd.h>
 
 #define BT_TEST_ATOMIC_HOOKS
+#define BT_TEST_TMPDIR
 #include "bt_test.h"
 #include "io/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
 /* ---- fixtures ---- */
-
-static char tmpdir[256];
-
-static void make_tmpdir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_st.XXXXXX");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(tmpdir));
-}
-
-static void remove_tmpdir(void)
-{
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(tmpdir);
-}
-
-static const char *tmp_path(const char *name, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s/%s", tmpdir, name);
-    return buf;
-}
 
 /* Number of entries in tmpdir whose name starts with prefix. */
 static int count_prefix(const char *prefix)
