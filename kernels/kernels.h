@@ -147,7 +147,7 @@ cudaError_t bt_k_sgd(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *
 cudaError_t bt_k_adamw(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *m, void *v,
                        int64_t n, double lr, double weight_decay, double beta1, double beta2,
                        double eps, int64_t t, double grad_scale);
-/* *out (one double in device memory) = sum of x^2 (it is zeroed first, on the stream). */
+/* *out (one double in device memory) += sum of x^2; the caller zeroes it before a reduction. */
 cudaError_t bt_k_sum_squares(cudaStream_t s, bt_dtype dt, const void *x, int64_t n, double *out);
 
 /* ---- pool.cu: planes = batch * channels, each (h, w) -> (ho, wo) ---------------------------- */
@@ -185,6 +185,13 @@ cudaError_t bt_k_fill_planes(cudaStream_t s, bt_dtype dt, const void *b, void *y
 /* db (channels) += sums of dy (batch, channels, plane) over batch and plane */
 cudaError_t bt_k_channel_sum_acc(cudaStream_t s, bt_dtype dt, const void *dy, void *db,
                                  int64_t batch, int64_t channels, int64_t plane);
+
+/* ---- precision.cu: mixed precision ---------------------------------------------------------- */
+
+/* x (n f32 values) rounded in place to precision BT_BF16 or BT_F16 (round to nearest even, f16
+ * overflow to infinity, as src/core/half.h; a NaN stays a NaN); the values stay f32. BT_F32 does
+ * nothing; other dtypes return cudaErrorInvalidValue. */
+cudaError_t bt_k_round(cudaStream_t s, bt_dtype precision, float *x, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -519,12 +519,20 @@ static void test_accumulate_and_sum_squares(void)
         }
         CU_ASSERT_EQUAL(bad, 0);
         double got = -1;
-        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, dx, N, &got), BT_OK);
+        const void *arrays[2] = {dx, dy};
+        size_t counts[2] = {N, 0};
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, arrays, counts, 1, &got), BT_OK);
         const double want = dt == BT_F32 ? bt_optim_sumsq_f32((const float *)x, N)
                                          : bt_optim_sumsq_f64((const double *)x, N);
         CU_ASSERT(fabs(got - want) <= 1e-10 * want);
-        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, dx, 0, &got), BT_OK);
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, arrays, counts + 1, 1, &got), BT_OK);
         CU_ASSERT_EQUAL(got, 0);
+        /* several arrays in one call: their sums add (dy now holds x + y) */
+        counts[1] = N;
+        const double want_y = dt == BT_F32 ? bt_optim_sumsq_f32((const float *)back, N)
+                                           : bt_optim_sumsq_f64((const double *)back, N);
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, dt, arrays, counts, 2, &got), BT_OK);
+        CU_ASSERT(fabs(got - (want + want_y)) <= 1e-10 * (want + want_y));
         be->free(gpu, dx);
         be->free(gpu, dy);
         free(x);

@@ -60,6 +60,11 @@ static void test_backend_table(void)
     CU_ASSERT(be->open && be->close && be->bind_thread && be->alloc && be->free && be->zero &&
               be->copy && be->to_host && be->from_host && be->accumulate && be->run_op &&
               be->sum_squares && be->optimizer_update && be->sync && be->describe);
+    /* the executor's transfers, timing and mixed precision need all of these */
+    CU_ASSERT(be->event_create && be->event_destroy && be->event_record && be->stream_wait &&
+              be->event_elapsed && be->host_alloc && be->host_free && be->copy_async &&
+              be->copy_peer && be->peer_access && be->round_to);
+    CU_ASSERT_EQUAL(be->copies_overlap, 1);
     be->close(NULL); /* accepts NULL */
 }
 

@@ -66,7 +66,6 @@ static void make_run(void)
     p.watchdog_s = 20;
     CU_ASSERT_FATAL(bt_engine_create(run.g, &p, &run.e) == BT_OK);
     CU_ASSERT_FATAL(bt_trace_create(&run.t) == BT_OK);
-    bt_engine_set_tracing(run.e, 1);
     float x[BATCH * IN];
     int32_t label[BATCH];
     srand(3);

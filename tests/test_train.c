@@ -280,7 +280,7 @@ static void test_loader_order_and_seek(void)
     /* tag each sample by its index so batches can be traced back */
     for (int64_t i = 0; i < ds.n; i++) ds.inputs[i * 5] = (float)i;
     bt_loader *l = NULL;
-    CU_ASSERT_FATAL(bt_loader_create(&ds, 10, 1, 1, 77, 3, &l) == BT_OK);
+    CU_ASSERT_FATAL(bt_loader_create(&ds, 10, 1, 1, 77, 3, NULL, &l) == BT_OK);
     CU_ASSERT_EQUAL(bt_loader_batches_per_epoch(l), 10);
     int seen[103] = {0};
     float first_of_epoch1[10], batch5_epoch1[10];
@@ -312,7 +312,7 @@ static void test_loader_order_and_seek(void)
     bt_loader_release(l);
     bt_loader_destroy(l);
     /* evaluation: no shuffle, last batch padded with valid rows counted */
-    CU_ASSERT_FATAL(bt_loader_create(&ds, 10, 0, 0, 0, 2, &l) == BT_OK);
+    CU_ASSERT_FATAL(bt_loader_create(&ds, 10, 0, 0, 0, 2, NULL, &l) == BT_OK);
     CU_ASSERT_EQUAL(bt_loader_batches_per_epoch(l), 11);
     for (int k = 0; k < 11; k++) {
         CU_ASSERT_FATAL(bt_loader_next(l, &b) == BT_OK);

@@ -17,6 +17,13 @@ extern "C" {
 
 typedef struct bt_engine bt_engine;
 
+/* How activations and gradients cross a stage boundary (see docs/architecture.md, Transfers). */
+typedef enum bt_transfer_mode {
+    BT_TRANSFER_AUTO = 0,     /* the fastest path each pair of devices has */
+    BT_TRANSFER_STAGED = 1,   /* force double-buffered staging through pinned host memory */
+    BT_TRANSFER_HOST = 2      /* force the synchronous copy through host memory (debugging) */
+} bt_transfer_mode;
+
 typedef struct bt_engine_params {
     bt_parallel_config parallel;
     bt_optimizer_config optimizer;
@@ -31,6 +38,10 @@ typedef struct bt_engine_params {
     double watchdog_s;        /* a worker waiting longer than this stops the run; 0: 60 s */
     size_t device_memory;     /* bytes each device may hold; 0: what the device reports free.
                                  A plan that needs more is refused before anything is allocated */
+    bt_dtype precision;       /* BT_F32 (default), BT_BF16 or BT_F16: compute precision with f32
+                                 master weights (dtype must be BT_F32); see docs/c-api.md */
+    double loss_scale;        /* BT_F16: initial dynamic loss scale; 0: 65536 */
+    bt_transfer_mode transfer;
 } bt_engine_params;
 
 /* Defaults: one stage on cpu:0, 1 micro-batch, batch 32, seed 0, f32, training, AdamW. */
@@ -54,8 +65,10 @@ typedef struct bt_step_result {
     double samples_per_s;
     double bubble;            /* idle fraction of the step across stages, 0..1 */
     double lr;                /* learning rate used by this step */
-    double grad_norm;         /* global gradient norm before clipping */
+    double grad_norm;         /* global gradient norm before clipping (unscaled) */
     int64_t samples;
+    int skipped;              /* f16: 1 when the gradients overflowed and the step was skipped */
+    double loss_scale;        /* f16: the loss scale this step used; 1 otherwise */
 } bt_step_result;
 
 /* Forward and backward over one batch, gradients accumulated over its micro-batches; parameters
@@ -74,6 +87,13 @@ bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds
  * output: for example the logits before a loss, for accuracy. */
 bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds, int n_feeds,
                                   const char *layer, void *output, bt_step_result *result);
+
+/* Page-locked host memory for feeds, from the engine's devices (cudaHostAlloc when a stage is on a
+ * GPU, ordinary aligned memory otherwise). Inputs fed from it reach a GPU by asynchronous copies;
+ * fed from ordinary memory they are correct but the copy waits for the device. Free it with
+ * bt_engine_host_free before destroying the engine. */
+bt_status bt_engine_host_alloc(bt_engine *engine, size_t bytes, void **out);
+void bt_engine_host_free(bt_engine *engine, void *ptr);
 
 /* Copy a parameter (or its gradient) by name in the engine's dtype; bytes must match exactly. */
 bt_status bt_engine_read_param(const bt_engine *engine, const char *name, void *dst, size_t bytes);
@@ -123,6 +143,31 @@ typedef struct bt_time_stats {
 } bt_time_stats;
 
 bt_status bt_engine_time(const bt_engine *engine, int stage, bt_time_stats *out);
+
+/* The way a boundary's messages travel. */
+typedef enum bt_transfer_path {
+    BT_PATH_HOST = 0,         /* device -> host buffer -> device, synchronous (different backends) */
+    BT_PATH_LOCAL = 1,        /* both stages share memory (cpu:N, or logical stages on one GPU):
+                                 one device-local copy into the receiver's buffer */
+    BT_PATH_PEER = 2,         /* GPU to GPU with peer access: cudaMemcpyPeerAsync */
+    BT_PATH_STAGED = 3        /* GPU to GPU through pinned host memory, double-buffered */
+} bt_transfer_path;
+
+const char *bt_transfer_path_name(bt_transfer_path path); /* "host", "local", "peer", "staged" */
+
+/* One direction of one stage boundary, with what it has moved since the engine was created. */
+typedef struct bt_boundary_stats {
+    int from, to;             /* sending and receiving stage */
+    int grad;                 /* 0: activations going forward; 1: gradients going back */
+    bt_transfer_path path;
+    size_t message_bytes;     /* one micro-batch's message */
+    int64_t messages;         /* messages sent */
+    double bytes;             /* bytes moved */
+    double copy_ms;           /* time the copies took, from device events (host clock on a CPU) */
+} bt_boundary_stats;
+
+int bt_engine_num_boundaries(const bt_engine *engine);
+bt_status bt_engine_boundary(const bt_engine *engine, int index, bt_boundary_stats *out);
 
 int bt_engine_num_stages(const bt_engine *engine);
 bt_status bt_engine_stage(const bt_engine *engine, int stage, bt_stage_info *out);

@@ -90,6 +90,8 @@ typedef struct bt_op_call {
     int training;                /* 0 in inference (dropout is the identity) */
     int threads;                 /* CPU: threads this call may use */
     void *stream;                /* CUDA: the cudaStream_t to launch on; NULL on the CPU */
+    bt_dtype precision;          /* BT_F32, or BT_BF16/BT_F16 under mixed precision: tensors stay
+                                    f32, GEMMs may compute in this type with f32 accumulation */
 } bt_op_call;
 
 typedef bt_status (*bt_op_fn)(const bt_op_call *call);

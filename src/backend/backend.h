@@ -13,9 +13,18 @@
 #include "baton/op.h"
 
 typedef struct bt_device bt_device; /* a backend's per-device state */
+typedef struct bt_event bt_event;   /* a marker in one of a device's streams */
+
+/* Each device has two ordered queues: compute (ops, optimizer, zero, accumulate) and copy
+ * (outgoing transfers). Work on one stream runs in call order; across streams and devices only
+ * events order it. On the CPU everything runs at the call, so events only keep timestamps. */
+typedef enum bt_stream_id { BT_STREAM_COMPUTE = 0, BT_STREAM_COPY = 1 } bt_stream_id;
+
+typedef enum bt_copy_kind { BT_COPY_D2D = 0, BT_COPY_D2H = 1, BT_COPY_H2D = 2 } bt_copy_kind;
 
 typedef struct bt_backend {
     const char *name;                                 /* "cpu", "cuda" */
+    int copies_overlap;       /* 1: the copy stream runs beside compute (CUDA); 0: in turn (CPU) */
     /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). */
     bt_status (*open)(int index, int threads, bt_device **out);
     void (*close)(bt_device *dev);
@@ -30,8 +39,10 @@ typedef struct bt_backend {
     /* dst += src, n elements of dtype (gradient accumulation across stages). */
     bt_status (*accumulate)(bt_device *dev, bt_dtype dtype, void *dst, const void *src, size_t n);
     bt_status (*run_op)(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call);
-    /* Sum of squares of n elements (global-norm clipping). */
-    bt_status (*sum_squares)(bt_device *dev, bt_dtype dtype, const void *x, size_t n, double *out);
+    /* Sum of squares of every element of count arrays (global-norm clipping): one wait for the
+     * device. Infinity or NaN in the input gives a non-finite sum (f16 overflow checks). */
+    bt_status (*sum_squares)(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
+                             int count, double *out);
     /* One optimizer update of n weights; state[] holds the optimizer's buffers (see train/optim.h);
      * grad_scale multiplies the gradient first (clipping). step is 1-based. */
     bt_status (*optimizer_update)(bt_device *dev, const bt_optimizer_config *cfg, bt_dtype dtype,
@@ -48,6 +59,36 @@ typedef struct bt_backend {
      * profiler; the CUDA backend emits NVTX ranges that Nsight Systems shows. */
     void (*range_begin)(bt_device *dev, const char *name);
     void (*range_end)(bt_device *dev);
+
+    /* ---- asynchronous work, for the executor's transfers and timing ---- */
+    bt_status (*event_create)(bt_device *dev, bt_event **out);
+    void (*event_destroy)(bt_device *dev, bt_event *ev);
+    /* Marks the current end of a stream of dev; a later wait or elapsed time refers to it. */
+    bt_status (*event_record)(bt_device *dev, bt_event *ev, bt_stream_id stream);
+    /* Work queued on dev's stream after this call starts once ev (of any device of this backend)
+     * has completed. */
+    bt_status (*stream_wait)(bt_device *dev, bt_stream_id stream, bt_event *ev);
+    /* Milliseconds from one recorded event to another of the same device, once both completed
+     * (after sync). */
+    bt_status (*event_elapsed)(bt_device *dev, bt_event *from, bt_event *to, double *ms);
+    /* Page-locked host memory for asynchronous copies (CPU: ordinary aligned memory). */
+    bt_status (*host_alloc)(bt_device *dev, size_t bytes, void **out);
+    void (*host_free)(bt_device *dev, void *ptr);
+    /* Queues a copy on dev's stream. Host pointers should come from host_alloc; they must stay
+     * valid and unchanged until the copy completes. */
+    bt_status (*copy_async)(bt_device *dev, bt_stream_id stream, bt_copy_kind kind, void *dst,
+                            const void *src, size_t bytes);
+    /* Queues a copy of src (on src_dev) into dst (on dst_dev) on src_dev's copy stream. Only for
+     * pairs that peer_access reported as 1. */
+    bt_status (*copy_peer)(bt_device *dst_dev, void *dst, bt_device *src_dev, const void *src,
+                           size_t bytes);
+    /* How two devices of this backend can exchange memory: 2 = they are the same memory (cpu:N,
+     * or two logical stages on one GPU), 1 = direct peer access (enabled by this call), 0 = only
+     * through the host. */
+    int (*peer_access)(bt_device *a, bt_device *b);
+    /* Rounds n f32 values in place to the precision BT_BF16 or BT_F16 (round to nearest even,
+     * f16 overflow becomes infinity); the values stay f32. On the compute stream. */
+    bt_status (*round_to)(bt_device *dev, bt_dtype precision, float *x, size_t n);
 } bt_backend;
 
 /* The backend for a device kind ("cpu", "cuda"), or NULL with a message when this build or

@@ -49,6 +49,8 @@ static void run_usage(FILE *f)
             "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
             "  --memory BYTES        memory each device may hold, e.g. 512M or 2G; a plan that\n"
             "                        needs more is refused before anything runs\n"
+            "  --transfer MODE       auto (default) | staged | host: how stages hand messages on;\n"
+            "                        staged forces the pinned-host path, host the synchronous one\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
             "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
             "  --log-format F        text (default) | jsonl\n"
@@ -120,6 +122,9 @@ static void print_step(const run_opts *o, long long step, long long steps, const
                    "\"bubble\": %.4f}\n",
                    step, r->step_ms, r->step_ms, r->samples_per_s, r->bubble);
     } else if (training) {
+        if (r->skipped)
+            printf("step %lld skipped: the f16 gradients overflowed at loss scale %g; the scale is halved\n", step,
+                   r->loss_scale);
         printf("step %*lld/%lld  loss %.4f  lr %.2e  %8.2f ms  %9.0f samples/s  bubble %4.1f%%\n",
                (int)(steps > 999 ? 5 : 3), step, steps, r->loss, r->lr, r->step_ms,
                r->samples_per_s, 100 * r->bubble);
@@ -128,6 +133,23 @@ static void print_step(const run_opts *o, long long step, long long steps, const
                (int)(steps > 999 ? 5 : 3), step, steps, r->step_ms, r->samples_per_s, 100 * r->bubble);
     }
     fflush(stdout);
+}
+
+/* One line per stage boundary and direction that carried data: its path and measured rate. */
+static void print_boundaries(const bt_engine *e)
+{
+    int shown = 0;
+    for (int i = 0; i < bt_engine_num_boundaries(e); i++) {
+        bt_boundary_stats b;
+        char per[32];
+        bt_engine_boundary(e, i, &b);
+        if (b.message_bytes == 0 || b.messages == 0) continue;
+        if (!shown++) printf("  %-9s %-11s %-7s %13s %12s\n", "boundary", "carries", "path", "per message", "rate");
+        char rate[32] = "-";
+        if (b.copy_ms > 0) snprintf(rate, sizeof rate, "%.2f GB/s", b.bytes / b.copy_ms / 1e6);
+        printf("  %d -> %-4d %-11s %-7s %13s %12s\n", b.from, b.to, b.grad ? "gradients" : "activations",
+               bt_transfer_path_name(b.path), bt_cli_bytes((double)b.message_bytes, per, sizeof per), rate);
+    }
 }
 
 void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
@@ -147,6 +169,15 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                    "\"peak_microbatches\": %d, \"busy\": %.4f, \"transfer\": %.4f, \"idle\": %.4f}",
                    s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches, t.busy_ms / wall,
                    t.transfer_ms / wall, t.idle_ms / wall);
+        }
+        printf("], \"boundaries\": [");
+        for (int i = 0; i < bt_engine_num_boundaries(e); i++) {
+            bt_boundary_stats b;
+            bt_engine_boundary(e, i, &b);
+            printf("%s{\"from\": %d, \"to\": %d, \"what\": \"%s\", \"path\": \"%s\", \"message_bytes\": %zu, "
+                   "\"messages\": %lld, \"gb_per_s\": %.3f}",
+                   i ? ", " : "", b.from, b.to, b.grad ? "gradients" : "activations", bt_transfer_path_name(b.path),
+                   b.message_bytes, (long long)b.messages, b.copy_ms > 0 ? b.bytes / b.copy_ms / 1e6 : 0.0);
         }
         printf("]}\n");
         bt_cli_tracer_summary(o->tracer, 1, median_ms);
@@ -170,6 +201,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                bt_cli_bytes((double)m.activation_peak, f, sizeof f), m.peak_microbatches, 100 * t.busy_ms / wall,
                100 * t.transfer_ms / wall, 100 * t.idle_ms / wall);
     }
+    print_boundaries(e);
     bt_cli_tracer_summary(o->tracer, 0, median_ms);
 }
 
@@ -196,12 +228,8 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.device_memory = (size_t)o->device_memory;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
-    if (training && m->train.precision != BT_F32) {
-        fprintf(stderr, "baton run: %s: precision %s is not implemented yet (mixed precision comes with "
-                        "the CUDA backend's next steps); use precision: f32\n",
-                m->path ? m->path : "model", bt_dtype_name(m->train.precision));
-        return BT_EXIT_USAGE;
-    }
+    p.transfer = (bt_transfer_mode)o->transfer;
+    if (training) p.precision = m->train.precision;
     bt_engine *e = NULL;
     bt_status st = bt_engine_create(m->graph, &p, &e);
     if (st != BT_OK) return bt_cli_fail("run", st);
@@ -278,7 +306,7 @@ int bt_cmd_run(int argc, char **argv)
         {"checkpoint-dir", required_argument, NULL, 'C'}, {"checkpoint-every", required_argument, NULL, 'k'},
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
-        {"timeline", required_argument, NULL, 'L'},
+        {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
@@ -314,6 +342,15 @@ int bt_cmd_run(int argc, char **argv)
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.device_memory)) goto bad; break;
         case 'T': o.trace_path = optarg; break;
         case 'L': o.timeline_path = optarg; break;
+        case 'X':
+            if (strcmp(optarg, "auto") == 0) o.transfer = BT_TRANSFER_AUTO;
+            else if (strcmp(optarg, "staged") == 0) o.transfer = BT_TRANSFER_STAGED;
+            else if (strcmp(optarg, "host") == 0) o.transfer = BT_TRANSFER_HOST;
+            else {
+                fprintf(stderr, "baton run: --transfer must be auto, staged or host, not '%s'\n", optarg);
+                return BT_EXIT_USAGE;
+            }
+            break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1, o.progress = 0;
             else if (strcmp(optarg, "text") == 0) o.jsonl = 0;

@@ -24,6 +24,7 @@ typedef struct bt_run_opts {
     int progress;                /* draw a progress bar (stdout is a terminal) */
     const char *trace_path;      /* --trace FILE.json */
     const char *timeline_path;   /* --timeline FILE.svg */
+    int transfer;                /* --transfer: bt_transfer_mode */
     bt_cli_tracer *tracer;       /* set while a traced run is under way */
 } bt_run_opts;
 

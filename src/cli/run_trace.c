@@ -29,7 +29,6 @@ int bt_cli_tracer_start(bt_engine *e, const char *json_path, const char *svg_pat
     t->engine = e;
     t->json_path = json_path;
     t->svg_path = svg_path;
-    bt_engine_set_tracing(e, 1);
     *out = t;
     return BT_EXIT_OK;
 }

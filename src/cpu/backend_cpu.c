@@ -1,7 +1,9 @@
 /* cpu/backend_cpu.c: the CPU implementation of the backend table. A cpu:N device is a worker
  * thread's view of host memory: allocation is aligned malloc, copies are memcpy, ops run their
  * cpu_forward/cpu_backward kernels on the calling thread with the device's BLAS thread count, and
- * sync has nothing to wait for (every call completes before it returns). */
+ * sync has nothing to wait for (every call completes before it returns). Both streams are the
+ * calling thread, so an event is complete when recorded: it keeps the host clock's time, which is
+ * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,8 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/half.h"
+#include "core/util.h"
 #include "cpu/blas.h"
 #include "train/optim.h"
 
@@ -87,12 +91,16 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
     return backward ? op->cpu_backward(call) : op->cpu_forward(call);
 }
 
-static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *x, size_t n,
-                                 double *out)
+static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
+                                 int count, double *out)
 {
-    if (dtype == BT_F32) *out = bt_optim_sumsq_f32(x, (int64_t)n);
-    else if (dtype == BT_F64) *out = bt_optim_sumsq_f64(x, (int64_t)n);
-    else return bt_error(BT_ERR_INTERNAL, "sum_squares: dtype %s", bt_dtype_name(dtype));
+    double sum = 0;
+    for (int i = 0; i < count; i++) {
+        if (dtype == BT_F32) sum += bt_optim_sumsq_f32(x[i], (int64_t)n[i]);
+        else if (dtype == BT_F64) sum += bt_optim_sumsq_f64(x[i], (int64_t)n[i]);
+        else return bt_error(BT_ERR_INTERNAL, "sum_squares: dtype %s", bt_dtype_name(dtype));
+    }
+    *out = sum;
     return BT_OK;
 }
 
@@ -117,6 +125,55 @@ static bt_status cpu_sync(bt_device *dev) { return BT_OK; }
 
 static const char *cpu_describe(bt_device *dev) { return dev->desc; }
 
+struct bt_event {
+    double t_ms;
+};
+
+static bt_status cpu_event_create(bt_device *dev, bt_event **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out) return bt_error(BT_ERR_NOMEM, "cpu:%d: out of memory for an event", dev->index);
+    return BT_OK;
+}
+
+static void cpu_event_destroy(bt_device *dev, bt_event *ev) { free(ev); }
+
+static bt_status cpu_event_record(bt_device *dev, bt_event *ev, bt_stream_id stream)
+{
+    ev->t_ms = bt_now_ms();
+    return BT_OK;
+}
+
+static bt_status cpu_stream_wait(bt_device *dev, bt_stream_id stream, bt_event *ev) { return BT_OK; }
+
+static bt_status cpu_event_elapsed(bt_device *dev, bt_event *from, bt_event *to, double *ms)
+{
+    *ms = to->t_ms - from->t_ms;
+    return BT_OK;
+}
+
+static bt_status cpu_copy_async(bt_device *dev, bt_stream_id stream, bt_copy_kind kind, void *dst,
+                                const void *src, size_t bytes)
+{
+    return cpu_copy(dev, dst, src, bytes);
+}
+
+static bt_status cpu_copy_peer(bt_device *dst_dev, void *dst, bt_device *src_dev, const void *src,
+                               size_t bytes)
+{
+    return cpu_copy(src_dev, dst, src, bytes);
+}
+
+static int cpu_peer_access(bt_device *a, bt_device *b) { return 2; }
+
+static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size_t n)
+{
+    if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
+        return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
+    bt_round_array(precision, x, n);
+    return BT_OK;
+}
+
 static const bt_backend cpu_backend = {
     .name = "cpu",
     .open = cpu_open,
@@ -135,6 +192,17 @@ static const bt_backend cpu_backend = {
     .memory_info = cpu_memory_info,
     .sync = cpu_sync,
     .describe = cpu_describe,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait = cpu_stream_wait,
+    .event_elapsed = cpu_event_elapsed,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .copy_async = cpu_copy_async,
+    .copy_peer = cpu_copy_peer,
+    .peer_access = cpu_peer_access,
+    .round_to = cpu_round_to,
 };
 
 const bt_backend *bt_cpu_backend(void) { return &cpu_backend; }

@@ -1,8 +1,9 @@
 /* cuda/backend_cuda.c: the CUDA implementation of the backend table (backend/backend.h). A
- * cuda:N device is one GPU driven by one worker thread through one non-blocking stream: every
- * allocation-free operation (zero, copy, accumulate, op kernels, optimizer updates) is queued on
- * that stream in call order and returns at once; to_host, from_host, sum_squares and sync wait
- * for the stream. The device holds a cuBLAS handle (with its own workspace, so GEMMs never
+ * cuda:N device is one GPU driven by one worker thread through two non-blocking streams: compute
+ * (zero, copy, accumulate, op kernels, optimizer updates, rounding) and copy (the stage's outgoing
+ * transfers, and the host-to-device half of staged transfers into it). Everything is queued and
+ * returns at once; to_host, from_host, sum_squares and sync wait for the device. Several
+ * bt_device may share one GPU (logical stages on cuda:0): each has its own streams and handles. The device holds a cuBLAS handle (with its own workspace, so GEMMs never
  * allocate), a cuDNN handle where the build has cuDNN (BATON_CUDNN=0 in the environment at open
  * leaves it out, for tests and comparisons), and a small device scratch block: the fault record
  * kernels write data errors into and the sum-of-squares accumulator.
@@ -12,7 +13,9 @@
  * the next to_host or sync as BT_ERR_INVALID_ARG, and the record is cleared.
  *
  * Host buffers passed to to_host/from_host are ordinary (pageable) memory and are free to reuse
- * when the call returns; peer copies and events between devices are not part of this table yet. */
+ * when the call returns. copy_async wants pinned memory from host_alloc to be asynchronous; with
+ * pageable memory the CUDA runtime stages it and the call returns once the data left the buffer.
+ * Events are created with timing on; an event belongs to the GPU it was created on. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -40,7 +43,8 @@ typedef struct cuda_scratch {
 
 struct bt_device {
     int index;
-    bt_cuda_exec exec;
+    bt_cuda_exec exec;          /* exec.stream is the compute stream */
+    cudaStream_t copy_stream;
     void *cublas_workspace;
     cuda_scratch *scratch;      /* device */
     cuda_scratch *host;         /* pinned host */
@@ -89,6 +93,7 @@ static void cuda_close(bt_device *dev)
     if (!dev) return;
     (void)cudaSetDevice(dev->index);
     if (dev->exec.stream) (void)cudaStreamSynchronize(dev->exec.stream);
+    if (dev->copy_stream) (void)cudaStreamSynchronize(dev->copy_stream);
 #ifdef BATON_HAVE_CUDNN
     if (dev->exec.cudnn) cudnnDestroy((cudnnHandle_t)dev->exec.cudnn);
 #endif
@@ -97,6 +102,7 @@ static void cuda_close(bt_device *dev)
     if (dev->scratch) (void)cudaFree(dev->scratch);
     if (dev->host) (void)cudaFreeHost(dev->host);
     if (dev->exec.stream) (void)cudaStreamDestroy(dev->exec.stream);
+    if (dev->copy_stream) (void)cudaStreamDestroy(dev->copy_stream);
     (void)cudaGetLastError();
     free(dev);
 }
@@ -122,6 +128,7 @@ static bt_status cuda_open(int index, int threads, bt_device **out)
     d->exec.device = index;
     BT_CUDA_TRY_GOTO(st, cudaSetDevice(index), fail);
     BT_CUDA_TRY_GOTO(st, cudaStreamCreateWithFlags(&d->exec.stream, cudaStreamNonBlocking), fail);
+    BT_CUDA_TRY_GOTO(st, cudaStreamCreateWithFlags(&d->copy_stream, cudaStreamNonBlocking), fail);
     BT_CUBLAS_TRY_GOTO(st, cublasCreate(&d->exec.cublas), fail);
     BT_CUBLAS_TRY_GOTO(st, cublasSetStream(d->exec.cublas, d->exec.stream), fail);
     BT_CUBLAS_TRY_GOTO(st, cublasSetMathMode(d->exec.cublas, CUBLAS_DEFAULT_MATH), fail);
@@ -239,6 +246,7 @@ static bt_status cuda_memory_info(bt_device *dev, size_t *free_bytes, size_t *to
 static bt_status cuda_sync(bt_device *dev)
 {
     BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaStreamSynchronize(dev->copy_stream));
     BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
     return check_faults(dev);
 }
@@ -292,12 +300,14 @@ static bt_status cuda_run_op(bt_device *dev, const bt_op_def *op, int backward, 
     return st;
 }
 
-static bt_status cuda_sum_squares(bt_device *dev, bt_dtype dtype, const void *x, size_t n,
-                                  double *out)
+static bt_status cuda_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x,
+                                  const size_t *n, int count, double *out)
 {
     BT_TRY(float_dtype("sum_squares", dtype));
     BT_TRY(use_device(dev));
-    BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x, (int64_t)n, &dev->scratch->sumsq);
+    BT_CUDA_TRY(cudaMemsetAsync(&dev->scratch->sumsq, 0, sizeof(double), dev->exec.stream));
+    for (int i = 0; i < count; i++)
+        BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x[i], (int64_t)n[i], &dev->scratch->sumsq);
     BT_CUDA_TRY(cudaMemcpyAsync(&dev->host->sumsq, &dev->scratch->sumsq, sizeof(double),
                                 cudaMemcpyDeviceToHost, dev->exec.stream));
     BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
@@ -350,8 +360,139 @@ static void cuda_range_end(bt_device *dev)
     nvtxRangePop();
 }
 
+/* ---- events, streams and transfers ---------------------------------------------------------- */
+
+struct bt_event {
+    cudaEvent_t ev;
+    int device;
+};
+
+static cudaStream_t stream_of(bt_device *dev, bt_stream_id stream)
+{
+    return stream == BT_STREAM_COPY ? dev->copy_stream : dev->exec.stream;
+}
+
+static bt_status cuda_event_create(bt_device *dev, bt_event **out)
+{
+    *out = NULL;
+    BT_TRY(use_device(dev));
+    bt_event *e = calloc(1, sizeof *e);
+    if (!e) return bt_error(BT_ERR_NOMEM, "cuda:%d: out of memory for an event", dev->index);
+    cudaError_t err = cudaEventCreateWithFlags(&e->ev, cudaEventDefault);
+    if (err != cudaSuccess) {
+        free(e);
+        return bt_cuda_status(err, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+    }
+    e->device = dev->index;
+    *out = e;
+    return BT_OK;
+}
+
+static void cuda_event_destroy(bt_device *dev, bt_event *ev)
+{
+    if (!ev) return;
+    (void)cudaSetDevice(ev->device);
+    if (cudaEventDestroy(ev->ev) != cudaSuccess) (void)cudaGetLastError();
+    free(ev);
+}
+
+static bt_status cuda_event_record(bt_device *dev, bt_event *ev, bt_stream_id stream)
+{
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaEventRecord(ev->ev, stream_of(dev, stream)));
+    return BT_OK;
+}
+
+static bt_status cuda_stream_wait(bt_device *dev, bt_stream_id stream, bt_event *ev)
+{
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaStreamWaitEvent(stream_of(dev, stream), ev->ev, 0));
+    return BT_OK;
+}
+
+static bt_status cuda_event_elapsed(bt_device *dev, bt_event *from, bt_event *to, double *ms)
+{
+    float f = 0;
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaEventElapsedTime(&f, from->ev, to->ev));
+    *ms = f;
+    return BT_OK;
+}
+
+static bt_status cuda_host_alloc(bt_device *dev, size_t bytes, void **out)
+{
+    *out = NULL;
+    BT_TRY(use_device(dev));
+    /* portable: pinned for every GPU's context, since any stage may copy from it */
+    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 64, cudaHostAllocPortable);
+    if (e == cudaSuccess) return BT_OK;
+    *out = NULL;
+    (void)cudaGetLastError();
+    return bt_error(BT_ERR_NOMEM, "cuda:%d: cannot allocate %zu bytes of pinned host memory: %s",
+                    dev->index, bytes, cudaGetErrorString(e));
+}
+
+static void cuda_host_free(bt_device *dev, void *ptr)
+{
+    (void)dev;
+    if (ptr && cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static bt_status cuda_copy_async(bt_device *dev, bt_stream_id stream, bt_copy_kind kind, void *dst,
+                                 const void *src, size_t bytes)
+{
+    static const enum cudaMemcpyKind kinds[] = {cudaMemcpyDeviceToDevice, cudaMemcpyDeviceToHost,
+                                                cudaMemcpyHostToDevice};
+    if (bytes == 0 || dst == src) return BT_OK;
+    BT_TRY(use_device(dev));
+    BT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], stream_of(dev, stream)));
+    return BT_OK;
+}
+
+static bt_status cuda_copy_peer(bt_device *dst_dev, void *dst, bt_device *src_dev, const void *src,
+                                size_t bytes)
+{
+    if (bytes == 0) return BT_OK;
+    BT_TRY(use_device(src_dev));
+    BT_CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_dev->index, src, src_dev->index, bytes,
+                                    src_dev->copy_stream));
+    return BT_OK;
+}
+
+/* Same GPU: 2. Different GPUs: 1 when each can map the other's memory (enabled here, once per
+ * direction for the process), else 0. */
+static int cuda_peer_access(bt_device *a, bt_device *b)
+{
+    if (a->index == b->index) return 2;
+    int ab = 0, ba = 0;
+    if (cudaDeviceCanAccessPeer(&ab, a->index, b->index) != cudaSuccess ||
+        cudaDeviceCanAccessPeer(&ba, b->index, a->index) != cudaSuccess || !ab || !ba) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    for (int dir = 0; dir < 2; dir++) {
+        if (cudaSetDevice(dir ? b->index : a->index) != cudaSuccess) break;
+        cudaError_t e = cudaDeviceEnablePeerAccess(dir ? a->index : b->index, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        (void)cudaGetLastError();
+    }
+    return 1;
+}
+
+static bt_status cuda_round_to(bt_device *dev, bt_dtype precision, float *x, size_t n)
+{
+    if (precision == BT_F32 || n == 0) return BT_OK;
+    BT_TRY(use_device(dev));
+    BT_K_TRY(bt_k_round, dev->exec.stream, precision, x, (int64_t)n);
+    return BT_OK;
+}
+
 static const bt_backend cuda_backend = {
     .name = "cuda",
+    .copies_overlap = 1,
     .open = cuda_open,
     .close = cuda_close,
     .bind_thread = cuda_bind_thread,
@@ -370,6 +511,17 @@ static const bt_backend cuda_backend = {
     .memory_info = cuda_memory_info,
     .range_begin = cuda_range_begin,
     .range_end = cuda_range_end,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait = cuda_stream_wait,
+    .event_elapsed = cuda_event_elapsed,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copy_async = cuda_copy_async,
+    .copy_peer = cuda_copy_peer,
+    .peer_access = cuda_peer_access,
+    .round_to = cuda_round_to,
 };
 
 /* Attaches the kernels already here (open does it again and reports a failure), so that anyone

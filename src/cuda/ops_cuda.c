@@ -12,7 +12,9 @@
  * Row-major GEMMs go through column-major cuBLAS by the usual transposition: a row-major (r, c)
  * matrix is a column-major (c, r) one, so row-major C = A B is column-major C^T = B^T A^T. The
  * default cuBLAS math mode (no TF32) and cuDNN's FMA math keep f32 results within 1e-4 of the
- * CPU. */
+ * CPU. Under mixed precision (call->precision BT_BF16 or BT_F16; tensors still f32) GEMMs and
+ * cuDNN convolutions may use tensor cores in that precision with f32 accumulation (gemm(), and
+ * the cuDNN notes above conv_math()). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -63,13 +65,23 @@ static bt_status fits_int(const char *op, int64_t a, int64_t b, int64_t c)
     return BT_OK;
 }
 
-/* Column-major C (m, n) = op(A) op(B) + beta C, alpha 1. */
-static bt_status gemm(bt_cuda_exec *x, bt_dtype dt, cublasOperation_t ta, cublasOperation_t tb,
-                      int m, int n, int k, const void *a, int lda, const void *b, int ldb,
-                      double beta, void *c, int ldc)
+/* Column-major C (m, n) = op(A) op(B) + beta C, alpha 1. Under mixed precision (prec BT_BF16 or
+ * BT_F16, dt BT_F32) the f32 matrices go to the tensor cores as bf16 or f16 with f32
+ * accumulation (cuBLAS's 32F_FAST_16BF / 32F_FAST_16F compute types); the executor has already
+ * rounded activations, gradients and weights to prec, so that conversion is exact for them. */
+static bt_status gemm(bt_cuda_exec *x, bt_dtype dt, bt_dtype prec, cublasOperation_t ta,
+                      cublasOperation_t tb, int m, int n, int k, const void *a, int lda,
+                      const void *b, int ldb, double beta, void *c, int ldc)
 {
     if (m == 0 || n == 0) return BT_OK;
-    if (dt == BT_F32) {
+    if (dt == BT_F32 && (prec == BT_BF16 || prec == BT_F16)) {
+        const float one = 1, fbeta = (float)beta;
+        const cublasComputeType_t ct =
+            prec == BT_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+        BT_CUBLAS_TRY(cublasGemmEx(x->cublas, ta, tb, m, n, k, &one, a, CUDA_R_32F, lda, b,
+                                   CUDA_R_32F, ldb, &fbeta, c, CUDA_R_32F, ldc, ct,
+                                   CUBLAS_GEMM_DEFAULT));
+    } else if (dt == BT_F32) {
         const float one = 1, fbeta = (float)beta;
         BT_CUBLAS_TRY(cublasSgemm(x->cublas, ta, tb, m, n, k, &one, a, lda, b, ldb, &fbeta, c,
                                   ldc));
@@ -109,8 +121,9 @@ static bt_status linear_forward(const bt_op_call *call)
     if (cf->bias)
         BT_K_TRY(bt_k_fill_rows, x->stream, dt, call->param[1].data, call->out->data, rows, out);
     /* y^T (out, rows) = W x^T: W is column-major (in, out), x^T column-major (in, rows) */
-    return gemm(x, dt, CUBLAS_OP_T, CUBLAS_OP_N, out, (int)rows, in, call->param[0].data, in,
-                call->in[0].data, in, cf->bias ? 1.0 : 0.0, call->out->data, out);
+    return gemm(x, dt, call->precision, CUBLAS_OP_T, CUBLAS_OP_N, out, (int)rows, in,
+                call->param[0].data, in, call->in[0].data, in, cf->bias ? 1.0 : 0.0,
+                call->out->data, out);
 }
 
 static bt_status linear_backward(const bt_op_call *call)
@@ -125,11 +138,11 @@ static bt_status linear_backward(const bt_op_call *call)
     const int in = (int)cf->in, out = (int)cf->out;
     const void *dy = call->out_grad->data; /* (rows, out) */
     if (BT_OPS_WANTS(&call->in_grad[0])) /* dx^T (in, rows) += W^T dy^T */
-        BT_TRY(gemm(x, dt, CUBLAS_OP_N, CUBLAS_OP_N, in, (int)rows, out, call->param[0].data, in,
-                    dy, out, 1.0, call->in_grad[0].data, in));
+        BT_TRY(gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, in, (int)rows, out,
+                    call->param[0].data, in, dy, out, 1.0, call->in_grad[0].data, in));
     if (call->param_grad && BT_OPS_WANTS(&call->param_grad[0])) /* dW^T (in, out) += x^T dy */
-        BT_TRY(gemm(x, dt, CUBLAS_OP_N, CUBLAS_OP_T, in, out, (int)rows, call->in[0].data, in, dy,
-                    out, 1.0, call->param_grad[0].data, in));
+        BT_TRY(gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, in, out, (int)rows,
+                    call->in[0].data, in, dy, out, 1.0, call->param_grad[0].data, in));
     if (cf->bias && call->param_grad && BT_OPS_WANTS(&call->param_grad[1]))
         BT_K_TRY(bt_k_colsum_acc, x->stream, dt, dy, call->param_grad[1].data, rows, out);
     return BT_OK;
@@ -302,7 +315,32 @@ static bt_k_window conv_window(const bt_conv_config *cf)
 /* cuDNN runs f32 convolutions (f64 takes the GEMM path) with FMA math only (no TF32), choosing
  * by cuDNN's heuristics the first algorithm whose workspace fits the one the shape rule declared.
  * Where none fits, or a size exceeds cuDNN's int range, the GEMM path runs instead: the
- * conv_cudnn_* functions set *done to 0 before queueing anything. */
+ * conv_cudnn_* functions set *done to 0 before queueing anything.
+ *
+ * Under mixed precision the executor has rounded activations, gradients and weights to bf16 or
+ * f16, and tensor cores may take them. f16: CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which converts
+ * the f32 tensors to f16 (exact for f16 values). bf16: CUDNN_TENSOR_OP_MATH, TF32 tensor cores on
+ * sm_80 and later, whose 8-bit exponent and 10-bit fraction hold every bf16 value exactly; the
+ * conversion mode is not allowed there, as its f16 would overflow or flush bf16's range. */
+
+/* The math type a convolution descriptor starts with under precision prec. */
+static cudnnMathType_t conv_math(bt_dtype prec)
+{
+    if (prec == BT_F16) return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    if (prec == BT_BF16) return CUDNN_TENSOR_OP_MATH;
+    return CUDNN_FMA_MATH;
+}
+
+/* Whether an algorithm the heuristics offer with math type m may run under precision prec. */
+static int conv_math_ok(cudnnMathType_t m, bt_dtype prec)
+{
+    if (m == CUDNN_FMA_MATH) return 1;
+    if (prec == BT_F16)
+        return m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH ||
+               m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    if (prec == BT_BF16) return m == CUDNN_DEFAULT_MATH || m == CUDNN_TENSOR_OP_MATH;
+    return 0;
+}
 
 typedef struct conv_descs {
     cudnnTensorDescriptor_t x, y;
@@ -329,7 +367,8 @@ static int cudnn_applicable(const bt_cuda_exec *x, bt_dtype dt, const bt_conv_co
     return batch <= INT_MAX && in <= INT_MAX && out <= INT_MAX && w <= INT_MAX;
 }
 
-static bt_status conv_descs_create(const bt_conv_config *cf, int64_t batch, conv_descs *d)
+static bt_status conv_descs_create(const bt_conv_config *cf, int64_t batch, bt_dtype prec,
+                                   conv_descs *d)
 {
     bt_status st = BT_OK;
     memset(d, 0, sizeof *d);
@@ -356,75 +395,88 @@ static bt_status conv_descs_create(const bt_conv_config *cf, int64_t batch, conv
                                                       (int)cf->sh, (int)cf->sw, 1, 1,
                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                       fail);
-    BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d->conv, CUDNN_FMA_MATH), fail);
+    BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d->conv, conv_math(prec)), fail);
     return BT_OK;
 fail:
     conv_descs_destroy(d);
     return st;
 }
 
-static bt_status pick_forward(cudnnHandle_t h, const conv_descs *d, size_t ws, int *found,
-                              cudnnConvolutionFwdAlgo_t *algo)
+static bt_status pick_forward(cudnnHandle_t h, const conv_descs *d, bt_dtype prec, size_t ws,
+                              int *found, cudnnConvolutionFwdAlgo_t *algo, cudnnMathType_t *math)
 {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
     *found = 0;
+    BT_CUDNN_TRY(cudnnSetConvolutionMathType(d->conv, conv_math(prec)));
     BT_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(
         h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n && !*found; i++) {
         size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].mathType != CUDNN_FMA_MATH)
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec))
+            continue;
+        if (cudnnSetConvolutionMathType(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
             continue;
         if (cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, perf[i].algo,
                                                     &need) != CUDNN_STATUS_SUCCESS ||
             need > ws)
             continue;
         *algo = perf[i].algo;
+        *math = perf[i].mathType;
         *found = 1;
     }
     return BT_OK;
 }
 
-static bt_status pick_backward_data(cudnnHandle_t h, const conv_descs *d,
+static bt_status pick_backward_data(cudnnHandle_t h, const conv_descs *d, bt_dtype prec,
                                     const bt_conv_config *cf, size_t ws, int *found,
-                                    cudnnConvolutionBwdDataAlgo_t *algo)
+                                    cudnnConvolutionBwdDataAlgo_t *algo, cudnnMathType_t *math)
 {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int n = 0;
     *found = 0;
+    BT_CUDNN_TRY(cudnnSetConvolutionMathType(d->conv, conv_math(prec)));
     BT_CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         h, d->w, d->y, d->conv, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n && !*found; i++) {
         size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].mathType != CUDNN_FMA_MATH)
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec))
             continue;
         /* FFT data gradients of strided convolutions have been wrong in some cuDNN versions
          * (PyTorch blocks them too) */
         const int fft = perf[i].algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
                         perf[i].algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING;
         if (fft && (cf->sh > 1 || cf->sw > 1)) continue;
+        if (cudnnSetConvolutionMathType(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
+            continue;
         if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->conv, d->x,
                                                          perf[i].algo,
                                                          &need) != CUDNN_STATUS_SUCCESS ||
             need > ws)
             continue;
         *algo = perf[i].algo;
+        *math = perf[i].mathType;
         *found = 1;
     }
     return BT_OK;
 }
 
-static bt_status pick_backward_filter(cudnnHandle_t h, const conv_descs *d, size_t ws, int *found,
-                                      cudnnConvolutionBwdFilterAlgo_t *algo)
+static bt_status pick_backward_filter(cudnnHandle_t h, const conv_descs *d, bt_dtype prec,
+                                      size_t ws, int *found,
+                                      cudnnConvolutionBwdFilterAlgo_t *algo,
+                                      cudnnMathType_t *math)
 {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int n = 0;
     *found = 0;
+    BT_CUDNN_TRY(cudnnSetConvolutionMathType(d->conv, conv_math(prec)));
     BT_CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         h, d->x, d->y, d->conv, d->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n && !*found; i++) {
         size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].mathType != CUDNN_FMA_MATH)
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec))
+            continue;
+        if (cudnnSetConvolutionMathType(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
             continue;
         if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d->x, d->y, d->conv, d->w,
                                                            perf[i].algo,
@@ -432,6 +484,7 @@ static bt_status pick_backward_filter(cudnnHandle_t h, const conv_descs *d, size
             need > ws)
             continue;
         *algo = perf[i].algo;
+        *math = perf[i].mathType;
         *found = 1;
     }
     return BT_OK;
@@ -444,12 +497,14 @@ static bt_status conv_cudnn_forward(bt_cuda_exec *x, const bt_op_call *call, int
     const float one = 1, beta = cf->bias ? 1.0f : 0.0f;
     cudnnHandle_t h = x->cudnn;
     cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    cudnnMathType_t math = CUDNN_FMA_MATH;
     conv_descs d;
     int found = 0;
     *done = 0;
-    BT_TRY(conv_descs_create(cf, call->batch, &d));
-    bt_status st = pick_forward(h, &d, ws, &found, &algo);
+    BT_TRY(conv_descs_create(cf, call->batch, call->precision, &d));
+    bt_status st = pick_forward(h, &d, call->precision, ws, &found, &algo, &math);
     if (st != BT_OK || !found) goto out;
+    BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d.conv, math), out);
     if (cf->bias)
         BT_TRY_GOTO(st,
                     BT_K_CHECK(bt_k_fill_planes, x->stream, BT_F32, call->param[1].data,
@@ -478,31 +533,44 @@ static bt_status conv_cudnn_backward(bt_cuda_exec *x, const bt_op_call *call, vo
     cudnnHandle_t h = x->cudnn;
     cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
     cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+    cudnnMathType_t data_math = CUDNN_FMA_MATH, filter_math = CUDNN_FMA_MATH;
+    const bt_dtype prec = call->precision;
     conv_descs d;
     int data_found = 1, filter_found = 1;
     *done = 0;
-    BT_TRY(conv_descs_create(cf, call->batch, &d));
+    BT_TRY(conv_descs_create(cf, call->batch, prec, &d));
     bt_status st = BT_OK;
-    if (dx) BT_TRY_GOTO(st, pick_backward_data(h, &d, cf, ws, &data_found, &data_algo), out);
-    if (dw) BT_TRY_GOTO(st, pick_backward_filter(h, &d, ws, &filter_found, &filter_algo), out);
+    if (dx)
+        BT_TRY_GOTO(st,
+                    pick_backward_data(h, &d, prec, cf, ws, &data_found, &data_algo, &data_math),
+                    out);
+    if (dw)
+        BT_TRY_GOTO(st,
+                    pick_backward_filter(h, &d, prec, ws, &filter_found, &filter_algo,
+                                         &filter_math),
+                    out);
     if (!data_found || !filter_found) goto out;
     if (db)
         BT_TRY_GOTO(st,
                     BT_K_CHECK(bt_k_channel_sum_acc, x->stream, BT_F32, call->out_grad->data, db,
                                call->batch, cf->out, cf->ho * cf->wo),
                     out);
-    if (dw)
+    if (dw) {
+        BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d.conv, filter_math), out);
         BT_CUDNN_TRY_GOTO(st,
                           cudnnConvolutionBackwardFilter(h, &one, d.x, call->in[0].data, d.y,
                                                          call->out_grad->data, d.conv,
                                                          filter_algo, work, ws, &one, d.w, dw),
                           out);
-    if (dx)
+    }
+    if (dx) {
+        BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d.conv, data_math), out);
         BT_CUDNN_TRY_GOTO(st,
                           cudnnConvolutionBackwardData(h, &one, d.w, call->param[0].data, d.y,
                                                        call->out_grad->data, d.conv, data_algo,
                                                        work, ws, &one, d.x, dx),
                           out);
+    }
     x->cudnn_convs++;
     *done = 1;
 out:
@@ -534,8 +602,9 @@ static bt_status conv_gemm_forward(bt_cuda_exec *x, const bt_op_call *call, bt_d
         }
         /* y_n^T (ho wo, out) = col^T W^T: col is column-major (ho wo, c kh kw), W^T
          * column-major (c kh kw, out) */
-        BT_TRY(gemm(x, dt, CUBLAS_OP_N, CUBLAS_OP_N, (int)howo, (int)cf->out, (int)ckk, col,
-                    (int)howo, call->param[0].data, (int)ckk, b ? 1.0 : 0.0, yn, (int)howo));
+        BT_TRY(gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, (int)howo, (int)cf->out,
+                    (int)ckk, col, (int)howo, call->param[0].data, (int)ckk, b ? 1.0 : 0.0, yn,
+                    (int)howo));
     }
     return BT_OK;
 }
@@ -562,18 +631,19 @@ static bt_status conv_gemm_backward(bt_cuda_exec *x, const bt_op_call *call, bt_
                 BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, xn, col);
                 cn = col;
             }
-            BT_TRY(gemm(x, dt, CUBLAS_OP_T, CUBLAS_OP_N, (int)ckk, (int)cf->out, (int)howo, cn,
-                        (int)howo, dyn, (int)howo, 1.0, dw, (int)ckk));
+            BT_TRY(gemm(x, dt, call->precision, CUBLAS_OP_T, CUBLAS_OP_N, (int)ckk, (int)cf->out,
+                        (int)howo, cn, (int)howo, dyn, (int)howo, 1.0, dw, (int)ckk));
         }
         if (dx) { /* dcol^T (ho wo, c kh kw) = dy_n^T W, folded back into dx_n */
             void *dxn = at(dx, n * chw, dt);
             if (cf->pointwise) {
-                BT_TRY(gemm(x, dt, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo, (int)ckk, (int)cf->out,
-                            dyn, (int)howo, call->param[0].data, (int)ckk, 1.0, dxn, (int)howo));
+                BT_TRY(gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo, (int)ckk,
+                            (int)cf->out, dyn, (int)howo, call->param[0].data, (int)ckk, 1.0,
+                            dxn, (int)howo));
             } else {
-                BT_TRY(gemm(x, dt, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo, (int)ckk, (int)cf->out,
-                            dyn, (int)howo, call->param[0].data, (int)ckk, 0.0, dcol,
-                            (int)howo));
+                BT_TRY(gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo, (int)ckk,
+                            (int)cf->out, dyn, (int)howo, call->param[0].data, (int)ckk, 0.0,
+                            dcol, (int)howo));
                 BT_K_TRY(bt_k_col2im_acc, x->stream, dt, &win, cf->c, dcol, dxn);
             }
         }

@@ -1,5 +1,5 @@
-/* exec/channel.c: a one-way, one-step mailbox between two stages. The sender fills the slot of a
- * micro-batch and posts it; the receiver waits for that micro-batch, copies it out and clears it.
+/* exec/channel.c: a one-way, one-step mailbox between two stages. The sender queues the copy of a
+ * micro-batch (transfer.c) and posts it; the receiver waits for that micro-batch and clears it.
  * A slot per micro-batch means a send never blocks, which is the assumption the schedule
  * validator proves deadlock-freedom under. Waits are bounded: past the watchdog timeout the
  * receiver gives up with BT_ERR_TIMEOUT, and an abort wakes every waiter. */
@@ -16,6 +16,9 @@ bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microb
     ch->from = from;
     ch->to = to;
     ch->grad = grad;
+    ch->microbatches = microbatches;
+    ch->last_sent = -1;
+    ch->last_sent_chunk = 1;
     ch->ready = calloc((size_t)microbatches, sizeof *ch->ready);
     if (!ch->ready) return bt_error(BT_ERR_NOMEM, "channel: out of memory");
     pthread_condattr_t attr;
@@ -35,7 +38,6 @@ void bt_channel_destroy(bt_channel *ch)
         pthread_mutex_destroy(&ch->mu);
         pthread_cond_destroy(&ch->cv);
     }
-    free(ch->buf);
     free(ch->ready);
 }
 

@@ -100,6 +100,11 @@ static int is_outgoing(const bt_engine *e, int stage, int value)
     return 0;
 }
 
+static bt_transfer_path stage_path(const bt_engine *e, int from, int to)
+{
+    return e->paths[from * e->stages + to];
+}
+
 static bt_status stage_alloc(bt_stage *st, size_t bytes, void **out, size_t *counter)
 {
     BT_TRY(st->be->alloc(st->dev, bytes ? bytes : 64, out));
@@ -123,6 +128,8 @@ static bt_status layout_stage(bt_engine *e, bt_stage *st)
         const bt_crossing *x = &e->plan->crossings[c];
         if (x->dst != st->index) continue;
         st->value_offset[x->value] = (int)off;
+        /* read in place from the channel's buffer (see bt_slot_value) */
+        if (x->src >= 0 && stage_path(e, x->src, st->index) != BT_PATH_HOST) continue;
         off = align64(off + value_bytes(e, x->value));
     }
     for (int k = 0; k < st->n_nodes; k++) {
@@ -157,6 +164,24 @@ static bt_status layout_stage(bt_engine *e, bt_stage *st)
     return BT_OK;
 }
 
+/* The events a worker records: per instruction of the longest schedule, the job's start, and the
+ * end of the values a SEND copies. */
+static bt_status alloc_events(bt_engine *e, bt_stage *st)
+{
+    int cap = e->infer_sched->len[st->index];
+    if (e->train_sched && e->train_sched->len[st->index] > cap) cap = e->train_sched->len[st->index];
+    st->ev_begin = calloc((size_t)cap + 1, sizeof *st->ev_begin);
+    st->ev_end = calloc((size_t)cap + 1, sizeof *st->ev_end);
+    if (!st->ev_begin || !st->ev_end) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    st->n_events = cap;
+    for (int i = 0; i < cap; i++) {
+        BT_TRY(st->be->event_create(st->dev, &st->ev_begin[i]));
+        BT_TRY(st->be->event_create(st->dev, &st->ev_end[i]));
+    }
+    BT_TRY(st->be->event_create(st->dev, &st->ev_step0));
+    return st->be->event_create(st->dev, &st->ev_ready);
+}
+
 static bt_status alloc_stage(bt_engine *e, bt_stage *st)
 {
     const bt_graph *g = e->graph;
@@ -165,8 +190,11 @@ static bt_status alloc_stage(bt_engine *e, bt_stage *st)
     BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots, (void **)&st->slots, &m->activations));
     if (training) BT_TRY(stage_alloc(st, st->grad_bytes, (void **)&st->grads, &m->workspace));
     BT_TRY(stage_alloc(st, st->ws_bytes, &st->workspace, &m->workspace));
-    st->loss_host = malloc((size_t)e->mb_size * sizeof(double));
-    if (!st->loss_host) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    size_t dsz = bt_dtype_size(e->dtype), mb_bytes = (size_t)e->mb_size * dsz;
+    BT_TRY(st->be->host_alloc(st->dev, mb_bytes * (size_t)e->params.parallel.microbatches, &st->loss_host));
+    BT_TRY(st->be->host_alloc(st->dev, mb_bytes, &st->seed_host));
+    BT_TRY(stage_alloc(st, mb_bytes, &st->seed_dev, &m->workspace));
+    BT_TRY(alloc_events(e, st));
 
     for (int p = 0; p < g->n_params; p++) {
         int node = g->params[p].node;
@@ -175,9 +203,11 @@ static bt_status alloc_stage(bt_engine *e, bt_stage *st)
     st->params = calloc((size_t)st->n_params + 1, sizeof *st->params);
     st->node_params = calloc((size_t)st->n_nodes + 1, sizeof *st->node_params);
     if (!st->params || !st->node_params) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    st->sq_ptr = calloc((size_t)st->n_params + 1, sizeof *st->sq_ptr);
+    st->sq_n = calloc((size_t)st->n_params + 1, sizeof *st->sq_n);
+    if (!st->sq_ptr || !st->sq_n) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     int n_state = training ? bt_optim_state_count(&e->params.optimizer) : 0;
     int k = 0;
-    size_t dsz = bt_dtype_size(e->dtype);
     for (int p = 0; p < g->n_params; p++) {
         int node = g->params[p].node;
         if (node < st->first_node || node >= st->first_node + st->n_nodes) continue;
@@ -189,6 +219,10 @@ static bt_status alloc_stage(bt_engine *e, bt_stage *st)
         ps->numel = (size_t)bt_shape_numel(&g->params[p].shape);
         BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w, &m->weights));
         BT_TRY(init_param(e, st, ps));
+        if (e->params.precision != BT_F32) {
+            BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w_lp, &m->weights));
+            BT_TRY(bt_worker_refresh_lowp(e, st, ps));
+        }
         if (training) {
             BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->g, &m->gradients));
             BT_TRY(st->be->zero(st->dev, ps->g, ps->numel * dsz));
@@ -209,6 +243,12 @@ static bt_status build_channels(bt_engine *e)
     int cap = 2 * p * p + 2;
     e->channels = calloc((size_t)cap, sizeof *e->channels);
     if (!e->channels) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    for (int s = 0; s < p; s++) {
+        bt_stage *st = &e->stage[s];
+        st->recv_from = calloc((size_t)e->graph->n_values + 1, sizeof *st->recv_from);
+        st->recv_off = calloc((size_t)e->graph->n_values + 1, sizeof *st->recv_off);
+        if (!st->recv_from || !st->recv_off) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    }
     for (int a = 0; a < p; a++) {
         for (int b = a + 1; b < p; b++) {
             int n_values = 0, values[BT_MAX_CHANNEL_VALUES];
@@ -225,24 +265,29 @@ static bt_status build_channels(bt_engine *e)
                 bt_channel *ch = &e->channels[e->n_channels];
                 BT_TRY(bt_channel_init(ch, dir ? b : a, dir ? a : b, dir, m));
                 e->n_channels++;
+                ch->path = stage_path(e, ch->from, ch->to);
                 for (int k = 0; k < n_values; k++) {
                     const bt_value *v = &e->graph->values[values[k]];
                     if (dir && v->dtype == BT_I32) continue;
+                    ch->value_off[ch->n_values] = ch->msg_bytes;
                     ch->values[ch->n_values++] = values[k];
                     ch->msg_bytes += value_bytes(e, values[k]);
                 }
-                ch->buf = malloc(ch->msg_bytes * (size_t)m + 1);
-                if (!ch->buf) return bt_error(BT_ERR_NOMEM, "engine: out of memory for channels");
+                BT_TRY(bt_transfer_setup(e, ch));
                 bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
                 if (!dir) {
                     from->out_act[from->n_out_act++] = ch;
                     to->in_act[to->n_in_act++] = ch;
+                    for (int k = 0; k < ch->n_values && ch->path != BT_PATH_HOST; k++) {
+                        to->recv_from[ch->values[k]] = ch;
+                        to->recv_off[ch->values[k]] = ch->value_off[k];
+                    }
                 } else {
                     from->out_grad[from->n_out_grad++] = ch;
                     to->in_grad[to->n_in_grad++] = ch;
-                    if (ch->msg_bytes > to->recv_scratch_bytes) to->recv_scratch_bytes = ch->msg_bytes;
+                    if (ch->path == BT_PATH_HOST && ch->msg_bytes > to->recv_scratch_bytes)
+                        to->recv_scratch_bytes = ch->msg_bytes;
                 }
-                from->mem.workspace += ch->msg_bytes * (size_t)m;
             }
         }
     }
@@ -272,14 +317,21 @@ static stage_need stage_bytes(const bt_engine *e, const bt_stage *st)
         if (node >= st->first_node && node < st->first_node + st->n_nodes)
             params += (size_t)bt_shape_numel(&g->params[p].shape);
     }
-    n.weights = params * dsz;
+    n.weights = params * dsz * (e->params.precision != BT_F32 ? 2 : 1);
     n.gradients = training ? params * dsz : 0;
     n.optimizer = training ? params * dsz * (size_t)bt_optim_state_count(&e->params.optimizer) : 0;
     n.activations = st->slot_bytes * (size_t)st->n_slots + (training ? st->grad_bytes : 0) + st->ws_bytes;
-    for (int c = 0; c < e->plan->n_crossings; c++)
-        if (e->plan->crossings[c].src == st->index)
-            n.activations += e->plan->crossings[c].bytes_per_sample * (size_t)e->mb_size *
-                             (size_t)e->params.parallel.microbatches * (training ? 2 : 1);
+    /* channel buffers: on the receiving device, or host memory for the host path */
+    size_t per_step = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
+    for (int c = 0; c < e->plan->n_crossings; c++) {
+        const bt_crossing *x = &e->plan->crossings[c];
+        if (x->src < 0) continue;
+        size_t bytes = x->bytes_per_sample * per_step;
+        if (x->dst == st->index && stage_path(e, x->src, x->dst) != BT_PATH_HOST) n.activations += bytes;
+        if (training && x->src == st->index && stage_path(e, x->dst, x->src) != BT_PATH_HOST &&
+            e->graph->values[x->value].dtype != BT_I32)
+            n.activations += bytes;
+    }
     n.total = n.weights + n.gradients + n.optimizer + n.activations;
     return n;
 }
@@ -337,6 +389,18 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
     if (p->dtype != BT_F32 && p->dtype != BT_F64)
         return bt_error(BT_ERR_UNSUPPORTED, "the CPU backend computes in f32 or f64, not %s",
                         bt_dtype_name(p->dtype));
+    if (p->precision != BT_F32 && p->precision != BT_BF16 && p->precision != BT_F16)
+        return bt_error(BT_ERR_INVALID_ARG, "precision must be f32, bf16 or f16, not %s",
+                        bt_dtype_name(p->precision));
+    if (p->precision != BT_F32 && p->dtype != BT_F32)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "precision %s keeps f32 master weights: the engine's dtype must be f32, not %s",
+                        bt_dtype_name(p->precision), bt_dtype_name(p->dtype));
+    if (p->loss_scale < 0 || !isfinite(p->loss_scale))
+        return bt_error(BT_ERR_INVALID_ARG, "loss_scale must be a positive number (0: the default), not %g",
+                        p->loss_scale);
+    if (p->transfer != BT_TRANSFER_AUTO && p->transfer != BT_TRANSFER_STAGED && p->transfer != BT_TRANSFER_HOST)
+        return bt_error(BT_ERR_INVALID_ARG, "unknown transfer mode %d", (int)p->transfer);
     if (p->training && !bt_graph_is_trainable(g))
         return bt_error(BT_ERR_MODEL,
                         "cannot train: the last layer must be a loss (one scalar per sample)");
@@ -410,6 +474,9 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     e->loss_value = bt_graph_output_value(graph);
     e->drop_send_stage = -1;
     e->drop_send_mb = -1;
+    e->staging_chunk = bt_transfer_default_chunk();
+    bt_loss_scale_init(&e->scaler, params->loss_scale, 0);
+    e->loss_scale = 1.0;
     BT_TRY_GOTO(st, bt_plan_build(graph, &params->parallel, &e->plan), fail);
     e->stages = e->plan->stages;
     int m = params->parallel.microbatches;
@@ -427,10 +494,16 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
         st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
-    for (int s = 0; s < e->stages; s++) {
-        BT_TRY_GOTO(st, open_stage(e, s), fail);
-        BT_TRY_GOTO(st, layout_stage(e, &e->stage[s]), fail);
+    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, open_stage(e, s), fail);
+    e->paths = calloc((size_t)e->stages * (size_t)e->stages, sizeof *e->paths);
+    if (!e->paths) {
+        st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
+        goto fail;
     }
+    for (int a = 0; a < e->stages; a++)
+        for (int b = 0; b < e->stages; b++)
+            if (a != b) e->paths[a * e->stages + b] = bt_transfer_path_for(e, a, b);
+    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, layout_stage(e, &e->stage[s]), fail);
     BT_TRY_GOTO(st, check_memory(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, alloc_stage(e, &e->stage[s]), fail);
     BT_TRY_GOTO(st, build_channels(e), fail);
@@ -457,18 +530,34 @@ static void stage_free(bt_stage *st)
             for (int j = 0; j < 2; j++)
                 if (ps->state[j]) st->be->free(st->dev, ps->state[j]);
         }
+        for (int i = 0; st->params && i < st->n_params; i++)
+            if (st->params[i].w_lp) st->be->free(st->dev, st->params[i].w_lp);
         if (st->slots) st->be->free(st->dev, st->slots);
         if (st->grads) st->be->free(st->dev, st->grads);
         if (st->workspace) st->be->free(st->dev, st->workspace);
         if (st->recv_scratch) st->be->free(st->dev, st->recv_scratch);
+        if (st->seed_dev) st->be->free(st->dev, st->seed_dev);
+        if (st->loss_host) st->be->host_free(st->dev, st->loss_host);
+        if (st->seed_host) st->be->host_free(st->dev, st->seed_host);
+        for (int i = 0; i < st->n_events; i++) {
+            if (st->ev_begin[i]) st->be->event_destroy(st->dev, st->ev_begin[i]);
+            if (st->ev_end[i]) st->be->event_destroy(st->dev, st->ev_end[i]);
+        }
+        if (st->ev_step0) st->be->event_destroy(st->dev, st->ev_step0);
+        if (st->ev_ready) st->be->event_destroy(st->dev, st->ev_ready);
         st->be->close(st->dev);
     }
+    free(st->ev_begin);
+    free(st->ev_end);
+    free(st->recv_from);
+    free(st->recv_off);
+    free(st->sq_ptr);
+    free(st->sq_n);
     free(st->params);
     free(st->node_params);
     free(st->value_offset);
     free(st->grad_offset);
     free(st->node_saved_offset);
-    free(st->loss_host);
 }
 
 void bt_engine_destroy(bt_engine *e)
@@ -487,8 +576,12 @@ void bt_engine_destroy(bt_engine *e)
         pthread_cond_destroy(&e->cv_done);
         pthread_cond_destroy(&e->cv_barrier);
     }
-    for (int c = 0; c < e->n_channels; c++) bt_channel_destroy(&e->channels[c]);
+    for (int c = 0; c < e->n_channels; c++) {
+        if (e->stage) bt_transfer_teardown(e, &e->channels[c]);
+        bt_channel_destroy(&e->channels[c]);
+    }
     free(e->channels);
+    free(e->paths);
     for (int s = 0; e->stage && s < e->stages; s++) stage_free(&e->stage[s]);
     free(e->stage);
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
@@ -565,6 +658,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->out_value = out_value;
     e->out_ptr = out;
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
+    e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
     e->abort = 0;
     e->barrier_count = 0;
     e->grad_norm = 0;
@@ -584,8 +678,14 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     BT_TRY(collect_failure(e));
 
     double busy = 0, sumsq = 0;
+    int skipped = 0;
     for (int s = 0; s < e->stages; s++) sumsq += e->sumsq[s];
-    if (job == BT_JOB_TRAIN) e->grad_norm = sqrt(sumsq);
+    if (job == BT_JOB_TRAIN) e->grad_norm = sqrt(sumsq) / e->loss_scale;
+    if (job == BT_JOB_TRAIN && e->params.precision == BT_F16) {
+        int finite = 1;
+        for (int s = 0; s < e->stages; s++) finite &= !e->worker[s].skipped;
+        skipped = !bt_loss_scale_update(&e->scaler, finite);
+    }
     for (int s = 0; s < e->stages; s++) {
         busy += e->worker[s].busy_ms;
         bt_memory_stats *m = &e->stage[s].mem;
@@ -603,7 +703,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         t->idle_ms = t->wall_ms - t->busy_ms - t->transfer_ms;
         if (t->idle_ms < 0) t->idle_ms = 0;
     }
-    if (job == BT_JOB_TRAIN) e->step++;
+    if (job == BT_JOB_TRAIN && !skipped) e->step++;
     if (result) {
         memset(result, 0, sizeof *result);
         result->samples = e->params.batch;
@@ -613,6 +713,8 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         if (result->bubble < 0) result->bubble = 0;
         result->lr = e->lr;
         result->grad_norm = e->grad_norm;
+        result->skipped = skipped;
+        result->loss_scale = e->loss_scale;
         if (job != BT_JOB_FORWARD)
             result->loss = e->worker[e->stages - 1].loss_sum / (double)e->params.batch;
     }
@@ -688,7 +790,10 @@ bt_status bt_engine_write_param(bt_engine *e, const char *name, const void *src,
     bt_param_store *ps;
     BT_TRY(find_param(e, name, &st, &ps));
     BT_TRY(check_bytes(e, ps, name, bytes));
-    return st->be->from_host(st->dev, ps->w, src, bytes);
+    BT_TRY(st->be->from_host(st->dev, ps->w, src, bytes));
+    if (!ps->w_lp) return BT_OK;
+    BT_TRY(bt_worker_refresh_lowp(e, st, ps));
+    return st->be->sync(st->dev);
 }
 
 bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, size_t bytes)
@@ -790,7 +895,6 @@ bt_status bt_engine_time(const bt_engine *e, int s, bt_time_stats *out)
 
 int64_t bt_engine_step(const bt_engine *e) { return e ? e->step : 0; }
 
-void bt_engine_set_tracing(bt_engine *e, int on) { e->tracing = on != 0; }
 
 const bt_schedule *bt_engine_last_schedule(const bt_engine *e) { return e->job_sched; }
 
@@ -802,6 +906,47 @@ const bt_trace_rec *bt_engine_trace(const bt_engine *e, int stage, int *n)
     }
     *n = e->worker[stage].n_trace;
     return e->worker[stage].trace;
+}
+
+/* The stage whose device provides host memory: the first on a backend whose copies overlap
+ * compute (a GPU), else stage 0. */
+static const bt_stage *host_memory_stage(const bt_engine *e)
+{
+    for (int s = 0; s < e->stages; s++)
+        if (e->stage[s].be->copies_overlap) return &e->stage[s];
+    return &e->stage[0];
+}
+
+bt_status bt_engine_host_alloc(bt_engine *e, size_t bytes, void **out)
+{
+    if (!e || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_host_alloc: NULL argument");
+    const bt_stage *st = host_memory_stage(e);
+    return st->be->host_alloc(st->dev, bytes, out);
+}
+
+void bt_engine_host_free(bt_engine *e, void *ptr)
+{
+    if (!e || !ptr) return;
+    const bt_stage *st = host_memory_stage(e);
+    st->be->host_free(st->dev, ptr);
+}
+
+int bt_engine_num_boundaries(const bt_engine *e) { return e ? e->n_channels : 0; }
+
+bt_status bt_engine_boundary(const bt_engine *e, int i, bt_boundary_stats *out)
+{
+    if (!e || !out || i < 0 || i >= e->n_channels)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_boundary: no boundary %d", i);
+    const bt_channel *ch = &e->channels[i];
+    out->from = ch->from;
+    out->to = ch->to;
+    out->grad = ch->grad;
+    out->path = ch->path;
+    out->message_bytes = ch->msg_bytes;
+    out->messages = ch->messages;
+    out->bytes = ch->bytes;
+    out->copy_ms = ch->copy_ms;
+    return BT_OK;
 }
 
 void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)

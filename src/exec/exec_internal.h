@@ -1,12 +1,19 @@
 /* exec/exec_internal.h: the engine's state, shared by engine.c (set-up, public API), worker.c
- * (the instruction interpreter each stage's thread runs) and channel.c (stage-to-stage transfers).
+ * (the instruction interpreter each stage's thread runs), transfer.c (how a message crosses a
+ * stage boundary) and channel.c (the mailbox that tells the receiver a message is there).
  *
  * Memory is planned at creation and never allocated in the step loop: per stage, `n_slots`
  * activation slots (one per micro-batch the schedule keeps in flight) each holding every value the
  * stage reads or produces plus the nodes' saved state; one set of value gradients; parameters,
  * their gradients and optimizer state; the largest workspace any node asks for; and per channel a
- * buffer with room for every micro-batch of a step. Micro-batch mb lives in slot mb % n_slots, which
- * is safe because every schedule retires micro-batches in the order it admits them. */
+ * buffer on the receiving device with room for every micro-batch of a step. Micro-batch mb lives
+ * in slot mb % n_slots, which is safe because every schedule retires micro-batches in the order it
+ * admits them. A value received over a device-to-device channel is read in place from the
+ * channel's buffer, so it takes no slot space.
+ *
+ * Ordering: a worker only queues work on its device's streams; the host waits for its device once
+ * per step (and once more at STEP when the gradient norm is needed). Across stages, a channel's
+ * host flag says a message was queued and an event says when it has arrived. */
 #ifndef BT_EXEC_INTERNAL_H
 #define BT_EXEC_INTERNAL_H
 
@@ -18,6 +25,7 @@
 #include "graph/graph_internal.h"
 #include "plan/plan.h"
 #include "sched/sched.h"
+#include "train/loss_scale.h"
 
 #define BT_MAX_CHANNEL_VALUES 32
 
@@ -28,18 +36,39 @@ typedef struct bt_channel {
     int grad;                  /* 0: activations (from < to); 1: gradients (from > to) */
     int n_values;
     int values[BT_MAX_CHANNEL_VALUES];
+    size_t value_off[BT_MAX_CHANNEL_VALUES]; /* offset of each value in a message */
     size_t msg_bytes;          /* one micro-batch's message */
-    unsigned char *buf;        /* [microbatches][msg_bytes], host memory */
+    int microbatches;
+    bt_transfer_path path;
+    /* [microbatches][msg_bytes]: host memory (BT_PATH_HOST), else on the receiving device */
+    unsigned char *buf;
+    /* device paths: per micro-batch, recorded on the sender's copy stream when the copy starts
+     * and when the message has arrived; the receiver's compute stream waits for `sent` */
+    bt_event **begin, **sent;
+    int *pending;              /* [microbatches] sent this step, copy time not yet counted */
+    /* BT_PATH_STAGED: two pinned host chunks used in turn; `filled[k]` is recorded when chunk k
+     * holds data, `drained[k]` when the receiver's device has read it */
+    size_t chunk_bytes;
+    void *stage_buf[2];
+    bt_event *filled[2], *drained[2];
+    int drained_used[2];
+    int last_sent_chunk;       /* the chunk used last (starts at 1, so chunk 0 goes first) */
+    int last_sent;             /* last micro-batch sent this step, -1: none */
+    /* mailbox */
     int *ready;                /* [microbatches] 1 once sent, 0 once received */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int sync_ready;
+    /* statistics since creation */
+    int64_t messages;
+    double bytes, copy_ms;
 } bt_channel;
 
 typedef struct bt_param_store {
     int param;                 /* graph param id */
     size_t numel;
-    void *w, *g;               /* device memory */
+    void *w, *g;               /* device memory: master weights and their gradient */
+    void *w_lp;                /* mixed precision: the weights rounded to it, what ops read; or NULL */
     void *state[2];            /* optimizer buffers or NULL */
 } bt_param_store;
 
@@ -59,9 +88,19 @@ typedef struct bt_stage {
     unsigned char *grads;
     size_t ws_bytes;
     size_t outgoing_grad_bytes; /* grads of outgoing values come first in `grads` */
-    void *recv_scratch;        /* device buffer for one received gradient message */
+    void *recv_scratch;        /* BT_PATH_HOST: device buffer for one received gradient message */
     size_t recv_scratch_bytes;
-    double *loss_host;         /* [mb_size] host copy of per-sample losses */
+    bt_channel **recv_from;    /* [graph n_values]: the device channel a value arrives by, or NULL */
+    size_t *recv_off;          /* [graph n_values]: its offset in that channel's messages */
+    const void **sq_ptr;       /* [n_params]: gradients, for one sum_squares call */
+    size_t *sq_n;
+    void *loss_host;           /* [microbatches][mb_size] pinned copy of per-sample losses */
+    void *seed_host;           /* [mb_size] pinned: the loss gradient's seed */
+    void *seed_dev;            /* [mb_size] on the device */
+    bt_event *ev_ready;        /* compute stream: a message's values are written */
+    /* per instruction of the longest schedule, and the step's start: timing from device events */
+    bt_event **ev_begin, **ev_end, *ev_step0;
+    int n_events;
     void *workspace;
     int n_params;
     bt_param_store *params;
@@ -75,8 +114,9 @@ typedef struct bt_stage {
 
 typedef enum bt_job_kind { BT_JOB_NONE, BT_JOB_GRADS, BT_JOB_TRAIN, BT_JOB_FORWARD, BT_JOB_EXIT } bt_job_kind;
 
-/* What a worker measured for one instruction of the last step (times in ms from the step's
- * start); kept for every instruction when the engine traces, so the timeline is the real run. */
+/* What a worker measured for one instruction of the last step, in ms from the step's start. The
+ * times come from events on the device's streams, so on a GPU they say when the work ran, not
+ * when it was queued (each device's clock is aligned to the host's at the step's start). */
 typedef struct bt_trace_rec {
     int instr;                 /* index into the job schedule's list for this stage */
     double start_ms, end_ms;
@@ -98,8 +138,10 @@ typedef struct bt_worker {
     int last_done;             /* index of the last completed instruction */
     bt_status status;
     char error[2048];
-    bt_trace_rec *trace;       /* [trace_cap], filled when engine->tracing */
+    bt_trace_rec *trace;       /* [trace_cap]: every instruction of the last job, device-timed */
     int n_trace, trace_cap;
+    double step0_host_ms;      /* host clock when the job's start event was recorded */
+    int skipped;               /* f16: this step's gradients overflowed and it was not applied */
 } bt_worker;
 
 struct bt_engine {
@@ -137,16 +179,49 @@ struct bt_engine {
     pthread_cond_t cv_barrier;
     double grad_norm;
     /* timeline of the last step (see bt_trace_rec) */
-    int tracing;
     double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
     /* failure */
     volatile int abort;
     /* test hook: a stage that silently skips one send (watchdog tests) */
     int drop_send_stage, drop_send_mb;
+    bt_transfer_path *paths;   /* [stages * stages]: the path from stage a to b at [a * stages + b] */
+    size_t staging_chunk;      /* BT_PATH_STAGED chunk bytes (BATON_STAGING_CHUNK, default 4 MiB) */
+    /* mixed precision */
+    double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
+    bt_loss_scale scaler;      /* f16: dynamic loss scaling */
 };
+
+/* Where value lives for micro-batch mb on stage st: in place in a device channel's buffer when it
+ * arrived by one, else in the micro-batch's slot. */
+static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
+{
+    const bt_channel *ch = st->recv_from ? st->recv_from[value] : NULL;
+    if (ch) return ch->buf + (size_t)mb * ch->msg_bytes + st->recv_off[value];
+    return st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->value_offset[value];
+}
 
 /* worker.c */
 void *bt_worker_main(void *arg);
+/* Mixed precision: copies p's master weights into its compute copy, rounded (queued). */
+bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p);
+
+/* transfer.c */
+/* The path between stages a and b (devices open), given the engine's transfer mode. */
+bt_transfer_path bt_transfer_path_for(bt_engine *e, int a, int b);
+/* Allocates a channel's buffer, staging chunks and events for its path. */
+bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch);
+void bt_transfer_teardown(bt_engine *e, bt_channel *ch);
+/* Queues micro-batch mb's message on ch (the sender's values must be written, ev_ready marks it). */
+bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* Makes st's compute stream wait until mb's message on ch has arrived (device paths), or copies it
+ * from host memory into the stage (BT_PATH_HOST activations). */
+bt_status bt_transfer_recv_act(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* Adds mb's gradient message on ch into st's gradients. */
+bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* After the sender's device is idle: adds this step's copy times to the channel's statistics. */
+bt_status bt_transfer_account(bt_engine *e, bt_channel *ch);
+/* Staging chunk bytes: BATON_STAGING_CHUNK from the environment (>= 64), else 4 MiB. */
+size_t bt_transfer_default_chunk(void);
 
 /* channel.c */
 bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microbatches);
@@ -158,8 +233,6 @@ bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s
 /* Wakes every waiter (abort). */
 void bt_channels_wake_all(bt_engine *e);
 
-/* Turns per-instruction recording on or off (off by default; it costs two clock reads). */
-void bt_engine_set_tracing(bt_engine *engine, int on);
 /* The last job's schedule and stage's records; valid until the next step. */
 const bt_schedule *bt_engine_last_schedule(const bt_engine *engine);
 const bt_trace_rec *bt_engine_trace(const bt_engine *engine, int stage, int *n);

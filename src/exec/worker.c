@@ -24,11 +24,6 @@ static size_t value_row_bytes(const bt_engine *e, const bt_value *v)
     return (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(value_dtype(e, v));
 }
 
-static void *slot_value(const bt_stage *st, int mb, int value)
-{
-    return st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->value_offset[value];
-}
-
 static void make_tensor(const bt_engine *e, bt_tensor *t, void *data, const bt_value *v)
 {
     t->data = data;
@@ -54,11 +49,11 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, bt_op_call *
     const bt_node *n = &g->nodes[st->first_node + k];
     memset(call, 0, sizeof *call);
     for (int i = 0; i < n->n_in; i++)
-        make_tensor(e, &in[i], slot_value(st, mb, n->in[i]), &g->values[n->in[i]]);
-    make_tensor(e, out, slot_value(st, mb, n->out), &g->values[n->out]);
+        make_tensor(e, &in[i], bt_slot_value(st, mb, n->in[i]), &g->values[n->in[i]]);
+    make_tensor(e, out, bt_slot_value(st, mb, n->out), &g->values[n->out]);
     for (int j = 0; j < n->n_params; j++) {
         bt_param_store *ps = st->node_params[k][j];
-        make_param_tensor(e, &param[j], ps->w, &g->params[n->params[j]]);
+        make_param_tensor(e, &param[j], ps->w_lp ? ps->w_lp : ps->w, &g->params[n->params[j]]);
         make_param_tensor(e, &param_grad[j], ps->g, &g->params[n->params[j]]);
     }
     call->batch = e->mb_size;
@@ -70,6 +65,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, bt_op_call *
     call->saved = st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->node_saved_offset[k];
     call->workspace = st->workspace;
     call->config = n->config;
+    call->precision = e->params.precision;
     call->seed = bt_mix64(e->params.seed ^ bt_mix64((uint64_t)e->step * 1000003ULL +
                                                         (uint64_t)mb * 7919ULL +
                                                         (uint64_t)(st->first_node + k)));
@@ -83,16 +79,40 @@ static bt_status feed_inputs(bt_engine *e, bt_stage *st, int mb)
         const bt_value *v = &e->graph->values[x->value];
         size_t row = value_row_bytes(e, v);
         const unsigned char *src = e->feed_ptr[v->input_index];
-        BT_TRY(st->be->from_host(st->dev, slot_value(st, mb, x->value),
-                                 src + (size_t)mb * (size_t)e->mb_size * row,
-                                 (size_t)e->mb_size * row));
+        BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_H2D, bt_slot_value(st, mb, x->value),
+                                  src + (size_t)mb * (size_t)e->mb_size * row, (size_t)e->mb_size * row));
     }
     return BT_OK;
 }
 
-static bt_status run_forward(bt_engine *e, bt_worker *w, bt_stage *st, int mb, int training)
+/* Mixed precision: rounds a float value (an activation an op just wrote, or a complete gradient)
+ * to the compute precision. */
+static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_value *v)
+{
+    if (e->params.precision == BT_F32 || v->dtype == BT_I32 || !data) return BT_OK;
+    size_t n = (size_t)e->mb_size * (size_t)bt_shape_numel(&v->shape);
+    return st->be->round_to(st->dev, e->params.precision, data, n);
+}
+
+/* Before micro-batch mb overwrites its slot, the copies that still read the slot's previous
+ * micro-batch must be done (device paths copy on another stream). */
+static bt_status wait_slot_free(bt_engine *e, bt_stage *st, int mb)
+{
+    int prev = mb - st->n_slots;
+    if (prev < 0) return BT_OK;
+    for (int c = 0; c < st->n_out_act; c++) {
+        bt_channel *ch = st->out_act[c];
+        if (ch->path != BT_PATH_HOST && ch->pending[prev])
+            BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[prev]));
+    }
+    (void)e;
+    return BT_OK;
+}
+
+static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
 {
     const bt_graph *g = e->graph;
+    BT_TRY(wait_slot_free(e, st, mb));
     BT_TRY(feed_inputs(e, st, mb));
     for (int k = 0; k < st->n_nodes; k++) {
         const bt_node *n = &g->nodes[st->first_node + k];
@@ -101,6 +121,7 @@ static bt_status run_forward(bt_engine *e, bt_worker *w, bt_stage *st, int mb, i
         prepare_call(e, st, k, mb, &call, in, &out, param, param_grad);
         call.training = training;
         bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
+        if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, out.data, &g->values[n->out]);
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, forward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
@@ -110,21 +131,15 @@ static bt_status run_forward(bt_engine *e, bt_worker *w, bt_stage *st, int mb, i
         g->values[e->out_value].producer < st->first_node + st->n_nodes) {
         size_t row = value_row_bytes(e, &g->values[e->out_value]);
         size_t bytes = (size_t)e->mb_size * row;
-        BT_TRY(st->be->to_host(st->dev, (unsigned char *)e->out_ptr + (size_t)mb * bytes,
-                               slot_value(st, mb, e->out_value), bytes));
+        BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2H,
+                                  (unsigned char *)e->out_ptr + (size_t)mb * bytes,
+                                  bt_slot_value(st, mb, e->out_value), bytes));
     }
     if (training && st->index == e->stages - 1) {
-        const void *loss = slot_value(st, mb, e->loss_value);
-        double sum = 0;
-        if (e->dtype == BT_F64) {
-            BT_TRY(st->be->to_host(st->dev, st->loss_host, loss, (size_t)e->mb_size * 8));
-            for (int64_t i = 0; i < e->mb_size; i++) sum += st->loss_host[i];
-        } else {
-            float *tmp = (float *)st->loss_host;
-            BT_TRY(st->be->to_host(st->dev, tmp, loss, (size_t)e->mb_size * 4));
-            for (int64_t i = 0; i < e->mb_size; i++) sum += tmp[i];
-        }
-        w->loss_sum += sum;
+        size_t bytes = (size_t)e->mb_size * bt_dtype_size(e->dtype);
+        BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2H,
+                                  (unsigned char *)st->loss_host + (size_t)mb * bytes,
+                                  bt_slot_value(st, mb, e->loss_value), bytes));
     }
     return BT_OK;
 }
@@ -138,21 +153,18 @@ static int node_input_wants_grad(const bt_engine *e, const bt_stage *st, const b
 static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
 {
     const bt_graph *g = e->graph;
+    /* the gradients this stage sent back last are about to be overwritten */
+    for (int c = 0; c < st->n_out_grad; c++) {
+        bt_channel *ch = st->out_grad[c];
+        if (ch->path != BT_PATH_HOST && ch->last_sent >= 0)
+            BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[ch->last_sent]));
+    }
     BT_TRY(st->be->zero(st->dev, st->grads + st->outgoing_grad_bytes,
                         st->grad_bytes - st->outgoing_grad_bytes));
-    if (st->index == e->stages - 1) {
-        /* d(mean loss)/d(per-sample loss) = 1 / batch */
-        size_t n = (size_t)e->mb_size;
-        double scale = 1.0 / (double)(e->mb_size * e->params.parallel.microbatches);
-        if (e->dtype == BT_F64) {
-            for (size_t i = 0; i < n; i++) st->loss_host[i] = scale;
-        } else {
-            float *tmp = (float *)st->loss_host;
-            for (size_t i = 0; i < n; i++) tmp[i] = (float)scale;
-        }
-        BT_TRY(st->be->from_host(st->dev, st->grads + st->grad_offset[e->loss_value],
-                                 st->loss_host, n * bt_dtype_size(e->dtype)));
-    }
+    if (st->index == e->stages - 1) /* d(scaled mean loss)/d(per-sample loss), set at the job's start */
+        BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D,
+                                  st->grads + st->grad_offset[e->loss_value], st->seed_dev,
+                                  (size_t)e->mb_size * bt_dtype_size(e->dtype)));
     for (int k = st->n_nodes - 1; k >= 0; k--) {
         const bt_node *n = &g->nodes[st->first_node + k];
         bt_tensor in[BT_MAX_INPUTS], out, param[BT_MAX_PARAMS], param_grad[BT_MAX_PARAMS];
@@ -170,7 +182,10 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
         call.out_grad = &out_grad;
         call.in_grad = in_grad;
         call.param_grad = param_grad;
-        bt_status s = st->be->run_op(st->dev, n->op, 1, &call);
+        /* mixed precision: a value's gradient is rounded once it is complete, as its producer
+         * reads it, so where its consumers' contributions were added (which stage) cannot matter */
+        bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, out_grad.data, &g->values[n->out]);
+        if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
@@ -183,22 +198,31 @@ static int dropped(const bt_engine *e, const bt_stage *st, int mb)
     return e->drop_send_stage == st->index && e->drop_send_mb == mb;
 }
 
-/* Posts micro-batch mb on each channel: the values' activations (from the slot) or, for the
- * gradient channels, their gradients. */
-static bt_status post_channels(bt_engine *e, bt_stage *st, bt_channel *const *channels, int n, int mb)
+static int any_device_path(bt_channel *const *channels, int n)
 {
-    for (int c = 0; c < n; c++) {
-        bt_channel *ch = channels[c];
-        unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-        for (int k = 0; k < ch->n_values; k++) {
-            int value = ch->values[k];
-            size_t bytes = (size_t)e->mb_size * value_row_bytes(e, &e->graph->values[value]);
-            const void *src = ch->grad ? (const void *)(st->grads + st->grad_offset[value]) : slot_value(st, mb, value);
-            BT_TRY(st->be->to_host(st->dev, msg, src, bytes));
-            msg += bytes;
-        }
-        if (!dropped(e, st, mb)) bt_channel_post(ch, mb);
+    for (int c = 0; c < n; c++)
+        if (channels[c]->path != BT_PATH_HOST) return 1;
+    return 0;
+}
+
+/* SEND: queues micro-batch mb's message on each channel, then tells the receivers. Device paths
+ * copy on the copy stream once the compute stream has written the values; the instruction's
+ * begin and end events go on that stream, so its slice is the copy itself. */
+static bt_status send_instr(bt_engine *e, bt_stage *st, bt_channel *const *channels, int n, int mb,
+                            int instr)
+{
+    const bt_backend *be = st->be;
+    bt_stream_id stream = BT_STREAM_COMPUTE;
+    if (any_device_path(channels, n)) {
+        stream = BT_STREAM_COPY;
+        BT_TRY(be->event_record(st->dev, st->ev_ready, BT_STREAM_COMPUTE));
+        BT_TRY(be->stream_wait(st->dev, BT_STREAM_COPY, st->ev_ready));
     }
+    BT_TRY(be->event_record(st->dev, st->ev_begin[instr], stream));
+    for (int c = 0; c < n; c++) BT_TRY(bt_transfer_send(e, st, channels[c], mb));
+    BT_TRY(be->event_record(st->dev, st->ev_end[instr], stream));
+    if (!dropped(e, st, mb))
+        for (int c = 0; c < n; c++) bt_channel_post(channels[c], mb);
     return BT_OK;
 }
 
@@ -229,46 +253,22 @@ static bt_status wait_error(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel
     return bt_error(BT_ERR_INTERNAL, "stopped while %s", what);
 }
 
-static bt_status recv_act(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
+/* RECV: waits (on the host) until every channel's message was queued, then makes the device wait
+ * for its arrival; gradients are added into the stage's own. The slice starts after the host
+ * wait, so on a CPU it is the copying, on a GPU the time the compute stream stood waiting. */
+static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel *const *channels, int n,
+                            int grad, int mb, int instr)
 {
-    for (int c = 0; c < st->n_in_act; c++) {
-        bt_channel *ch = st->in_act[c];
-        bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
-        if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
-        double t0 = bt_now_ms();
-        const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-        for (int k = 0; k < ch->n_values; k++) {
-            const bt_value *v = &e->graph->values[ch->values[k]];
-            size_t bytes = (size_t)e->mb_size * value_row_bytes(e, v);
-            BT_TRY(st->be->from_host(st->dev, slot_value(st, mb, ch->values[k]), msg, bytes));
-            msg += bytes;
-        }
-        w->transfer_ms += bt_now_ms() - t0;
+    for (int c = 0; c < n; c++) {
+        bt_status s = bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
+        if (s != BT_OK) return wait_error(e, st, w, channels[c], mb, s);
     }
-    return BT_OK;
-}
-
-static bt_status recv_grad(bt_engine *e, bt_worker *w, bt_stage *st, int mb)
-{
-    BT_TRY(st->be->zero(st->dev, st->grads, st->outgoing_grad_bytes));
-    for (int c = 0; c < st->n_in_grad; c++) {
-        bt_channel *ch = st->in_grad[c];
-        bt_status s = bt_channel_wait(e, ch, mb, e->params.watchdog_s);
-        if (s != BT_OK) return wait_error(e, st, w, ch, mb, s);
-        double t0 = bt_now_ms();
-        const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-        for (int k = 0; k < ch->n_values; k++) {
-            const bt_value *v = &e->graph->values[ch->values[k]];
-            size_t n = (size_t)e->mb_size * (size_t)bt_shape_numel(&v->shape);
-            size_t bytes = n * bt_dtype_size(e->dtype);
-            BT_TRY(st->be->from_host(st->dev, st->recv_scratch, msg, bytes));
-            BT_TRY(st->be->accumulate(st->dev, e->dtype, st->grads + st->grad_offset[ch->values[k]],
-                                      st->recv_scratch, n));
-            msg += bytes;
-        }
-        w->transfer_ms += bt_now_ms() - t0;
-    }
-    return BT_OK;
+    BT_TRY(st->be->event_record(st->dev, st->ev_begin[instr], BT_STREAM_COMPUTE));
+    if (grad) BT_TRY(st->be->zero(st->dev, st->grads, st->outgoing_grad_bytes));
+    for (int c = 0; c < n; c++)
+        BT_TRY(grad ? bt_transfer_recv_grad(e, st, channels[c], mb)
+                    : bt_transfer_recv_act(e, st, channels[c], mb));
+    return st->be->event_record(st->dev, st->ev_end[instr], BT_STREAM_COMPUTE);
 }
 
 /* Every stage arrives here at STEP; returns when all have, or on abort. */
@@ -290,72 +290,84 @@ static bt_status stage_barrier(bt_engine *e)
     return BT_OK;
 }
 
-/* The optimizer step of one stage. Clipping needs the global norm, so only then do the stages
- * meet at a barrier to add their sums of squares; otherwise each stage updates at once and the
- * engine adds the sums for the report after the step. */
-static bt_status run_step(bt_engine *e, bt_stage *st)
+/* Refreshes the rounded compute copy of a parameter after its master weights changed. */
+bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p)
+{
+    if (!p->w_lp) return BT_OK;
+    BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, p->w_lp, p->w,
+                              p->numel * bt_dtype_size(e->dtype)));
+    return st->be->round_to(st->dev, e->params.precision, p->w_lp, p->numel);
+}
+
+/* The optimizer step of one stage. The global gradient norm is needed when clipping and under
+ * f16 loss scaling (an overflow anywhere skips the step everywhere); only then do the stages meet
+ * at a barrier to add their sums of squares. Otherwise each stage updates at once and the engine
+ * adds the sums for the report after the step. The gradients are scaled by the loss scale, which
+ * the update divides out (grad_scale). */
+static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     double sumsq = 0;
     for (int i = 0; i < st->n_params; i++) {
-        double s = 0;
-        BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->params[i].g, st->params[i].numel, &s));
-        sumsq += s;
+        st->sq_ptr[i] = st->params[i].g;
+        st->sq_n[i] = st->params[i].numel;
     }
+    if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
-    double scale = 1.0;
-    if (e->params.clip_norm > 0) {
+    int scaled = e->params.precision == BT_F16;
+    double unscale = 1.0 / e->loss_scale, scale = unscale;
+    if (e->params.clip_norm > 0 || scaled) {
         BT_TRY(stage_barrier(e));
         double total = 0;
         for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
-        scale = bt_optim_clip_scale(sqrt(total), e->params.clip_norm);
+        if (scaled && !isfinite(total)) { /* every stage sees the same total: all skip */
+            w->skipped = 1;
+            return BT_OK;
+        }
+        if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
     }
     for (int i = 0; i < st->n_params; i++) {
         bt_param_store *p = &st->params[i];
         BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
                                         p->state, p->numel, e->lr, e->step + 1, scale));
+        BT_TRY(bt_worker_refresh_lowp(e, st, p));
     }
     return BT_OK;
 }
 
-static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_instr *ins)
+static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_instr *ins, int instr)
 {
     int training = e->job != BT_JOB_FORWARD;
-    double t0;
+    BT_TRY(st->be->event_record(st->dev, st->ev_begin[instr], BT_STREAM_COMPUTE));
     bt_status s = BT_OK;
     switch (ins->kind) {
     case BT_I_FWD:
-        t0 = bt_now_ms();
-        s = run_forward(e, w, st, ins->mb, training);
-        w->busy_ms += bt_now_ms() - t0;
+        s = run_forward(e, st, ins->mb, training);
         if (training && ++w->live > w->peak_live) w->peak_live = w->live;
         if (!training) w->peak_live = 1;
-        return s;
+        break;
     case BT_I_BWD:
-        t0 = bt_now_ms();
         s = run_backward(e, st, ins->mb);
-        w->busy_ms += bt_now_ms() - t0;
         w->live--;
-        return s;
-    case BT_I_SEND_ACT:
-        t0 = bt_now_ms();
-        s = post_channels(e, st, st->out_act, st->n_out_act, ins->mb);
-        w->transfer_ms += bt_now_ms() - t0;
-        return s;
-    case BT_I_RECV_ACT: return recv_act(e, w, st, ins->mb);
-    case BT_I_SEND_GRAD:
-        t0 = bt_now_ms();
-        s = post_channels(e, st, st->out_grad, st->n_out_grad, ins->mb);
-        w->transfer_ms += bt_now_ms() - t0;
-        return s;
-    case BT_I_RECV_GRAD: return recv_grad(e, w, st, ins->mb);
+        break;
     case BT_I_STEP:
-        if (e->job != BT_JOB_TRAIN) return BT_OK;
-        t0 = bt_now_ms();
-        s = run_step(e, st);
-        w->busy_ms += bt_now_ms() - t0;
-        return s;
+        if (e->job == BT_JOB_TRAIN) s = run_step(e, w, st);
+        break;
+    default:
+        s = bt_error(BT_ERR_INTERNAL, "not a compute instruction: kind %d", (int)ins->kind);
     }
-    return bt_error(BT_ERR_INTERNAL, "unknown instruction kind %d", (int)ins->kind);
+    BT_TRY(s);
+    return st->be->event_record(st->dev, st->ev_end[instr], BT_STREAM_COMPUTE);
+}
+
+static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_instr *ins, int instr)
+{
+    switch (ins->kind) {
+    case BT_I_SEND_ACT: return send_instr(e, st, st->out_act, st->n_out_act, ins->mb, instr);
+    case BT_I_SEND_GRAD: return send_instr(e, st, st->out_grad, st->n_out_grad, ins->mb, instr);
+    case BT_I_RECV_ACT: return recv_instr(e, w, st, st->in_act, st->n_in_act, 0, ins->mb, instr);
+    case BT_I_RECV_GRAD: return recv_instr(e, w, st, st->in_grad, st->n_in_grad, 1, ins->mb, instr);
+    default: return compute_instr(e, w, st, ins, instr);
+    }
 }
 
 /* Bytes a SEND or RECV instruction moves (0 for compute). */
@@ -386,6 +398,71 @@ static void fail_job(bt_engine *e, bt_worker *w, bt_status s)
     bt_channels_wake_all(e);
 }
 
+/* Once the device is idle: the instructions' times from their events, where the stage's time went,
+ * the losses, and the channels' copy statistics. */
+static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    const bt_schedule *sched = e->job_sched;
+    double offset = w->step0_host_ms - e->step_t0_ms;
+    for (int i = 0; i < w->n_trace; i++) {
+        bt_trace_rec *r = &w->trace[i];
+        const bt_instr *ins = &sched->list[st->index][r->instr];
+        double a = 0, b = 0;
+        BT_TRY(st->be->event_elapsed(st->dev, st->ev_step0, st->ev_begin[r->instr], &a));
+        BT_TRY(st->be->event_elapsed(st->dev, st->ev_step0, st->ev_end[r->instr], &b));
+        if (b < a) b = a;
+        r->start_ms = offset + a;
+        r->end_ms = offset + b;
+        double d = b - a;
+        switch (ins->kind) {
+        case BT_I_FWD:
+        case BT_I_BWD:
+        case BT_I_STEP: w->busy_ms += d; break;
+        case BT_I_SEND_ACT:
+        case BT_I_SEND_GRAD:
+            if (!st->be->copies_overlap) w->transfer_ms += d; /* else beside compute, not instead */
+            break;
+        default: w->transfer_ms += d; break;
+        }
+    }
+    if (e->job != BT_JOB_FORWARD && st->index == e->stages - 1) {
+        size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
+        double sum = 0;
+        if (e->dtype == BT_F64)
+            for (size_t i = 0; i < n; i++) sum += ((const double *)st->loss_host)[i];
+        else
+            for (size_t i = 0; i < n; i++) sum += ((const float *)st->loss_host)[i];
+        w->loss_sum = sum;
+    }
+    for (int c = 0; c < st->n_out_act; c++) BT_TRY(bt_transfer_account(e, st->out_act[c]));
+    for (int c = 0; c < st->n_out_grad; c++) BT_TRY(bt_transfer_account(e, st->out_grad[c]));
+    return BT_OK;
+}
+
+/* Sets the loss gradient's seed for this job: 1 / (samples per step), times the loss scale. */
+static bt_status set_seed(bt_engine *e, bt_stage *st)
+{
+    size_t n = (size_t)e->mb_size;
+    double v = e->loss_scale / (double)(e->mb_size * e->params.parallel.microbatches);
+    for (size_t i = 0; i < n; i++) {
+        if (e->dtype == BT_F64) ((double *)st->seed_host)[i] = v;
+        else ((float *)st->seed_host)[i] = (float)v;
+    }
+    return st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_H2D, st->seed_dev, st->seed_host,
+                              n * bt_dtype_size(e->dtype));
+}
+
+static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    w->step0_host_ms = bt_now_ms();
+    BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
+    if (e->job == BT_JOB_FORWARD) return BT_OK;
+    for (int i = 0; i < st->n_params; i++)
+        BT_TRY(st->be->zero(st->dev, st->params[i].g, st->params[i].numel * bt_dtype_size(e->dtype)));
+    if (st->index == e->stages - 1) BT_TRY(set_seed(e, st));
+    return BT_OK;
+}
+
 static void run_job(bt_engine *e, bt_worker *w)
 {
     bt_stage *st = &e->stage[w->stage];
@@ -395,47 +472,39 @@ static void run_job(bt_engine *e, bt_worker *w)
     w->loss_sum = 0;
     w->live = 0;
     w->peak_live = 0;
+    w->skipped = 0;
     w->status = BT_OK;
     w->error[0] = '\0';
-    __atomic_store_n(&w->last_done, -1, __ATOMIC_RELAXED);
-    if (e->job != BT_JOB_FORWARD) {
-        for (int i = 0; i < st->n_params; i++) {
-            bt_status s = st->be->zero(st->dev, st->params[i].g,
-                                       st->params[i].numel * bt_dtype_size(e->dtype));
-            if (s != BT_OK) {
-                fail_job(e, w, s);
-                return;
-            }
-        }
-    }
     w->n_trace = 0;
+    __atomic_store_n(&w->last_done, -1, __ATOMIC_RELAXED);
+    bt_status s = start_job(e, w, st);
+    if (s != BT_OK) fail_job(e, w, s);
     for (int i = 0; i < sched->len[st->index] && !e->abort; i++) {
         w->cur_instr = i;
         const bt_instr *ins = &sched->list[st->index][i];
-        double t0 = e->tracing ? bt_now_ms() : 0;
         if (st->be->range_begin) {
             char name[32];
             bt_instr_format(st->index, ins, name, sizeof name);
             st->be->range_begin(st->dev, name);
         }
-        bt_status s = run_instr(e, w, st, ins);
+        s = run_instr(e, w, st, ins, i);
         if (st->be->range_end) st->be->range_end(st->dev);
-        if (e->tracing && w->n_trace < w->trace_cap) {
-            bt_trace_rec *r = &w->trace[w->n_trace++];
-            r->instr = i;
-            r->start_ms = t0 - e->step_t0_ms;
-            r->end_ms = bt_now_ms() - e->step_t0_ms;
-            r->bytes = instr_bytes(st, ins);
-            r->live = w->live;
-        }
         if (s != BT_OK) {
             fail_job(e, w, s);
             break;
         }
+        bt_trace_rec *r = &w->trace[w->n_trace++];
+        r->instr = i;
+        r->bytes = instr_bytes(st, ins);
+        r->live = w->live;
         __atomic_store_n(&w->last_done, i, __ATOMIC_RELAXED);
     }
-    bt_status s = st->be->sync(st->dev);
+    s = st->be->sync(st->dev);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
+    if (w->status == BT_OK && !e->abort) {
+        s = finish_job(e, w, st);
+        if (s != BT_OK) fail_job(e, w, s);
+    }
     w->cur_instr = -1;
 }
 

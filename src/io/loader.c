@@ -26,6 +26,7 @@ struct bt_loader {
     int64_t perm_epoch;
     int n_slots;
     loader_slot *slots;
+    const bt_host_memory *mem; /* NULL: malloc */
     /* producer position and consumer position, in batches since (epoch0, index0) */
     int64_t epoch0, index0;
     int64_t produced, consumed;
@@ -94,8 +95,22 @@ static void *loader_main(void *arg)
     return NULL;
 }
 
+static void *buffer(bt_loader *l, size_t bytes)
+{
+    void *p = NULL;
+    if (!l->mem) return malloc(bytes ? bytes : 1);
+    return l->mem->alloc(l->mem->ctx, bytes ? bytes : 1, &p) == BT_OK ? p : NULL;
+}
+
+static void buffer_free(bt_loader *l, void *p)
+{
+    if (!p) return;
+    if (l->mem) l->mem->free(l->mem->ctx, p);
+    else free(p);
+}
+
 bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
-                           uint64_t seed, int prefetch, bt_loader **out)
+                           uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out)
 {
     if (!ds || batch < 1 || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create: bad arguments");
     int64_t per_epoch = drop_last ? ds->n / batch : (ds->n + batch - 1) / batch;
@@ -105,6 +120,7 @@ bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int
     bt_loader *l = calloc(1, sizeof *l);
     if (!l) return bt_error(BT_ERR_NOMEM, "loader: out of memory");
     l->ds = ds;
+    l->mem = mem;
     l->batch = batch;
     l->per_epoch = per_epoch;
     l->shuffle = shuffle;
@@ -116,8 +132,8 @@ bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int
     l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
     int ok = l->perm && l->slots;
     for (int i = 0; ok && i < l->n_slots; i++) {
-        l->slots[i].inputs = malloc((size_t)batch * (size_t)ds->sample_numel * sizeof(float));
-        l->slots[i].labels = malloc((size_t)batch * sizeof(int32_t));
+        l->slots[i].inputs = buffer(l, (size_t)batch * (size_t)ds->sample_numel * sizeof(float));
+        l->slots[i].labels = buffer(l, (size_t)batch * sizeof(int32_t));
         ok = l->slots[i].inputs && l->slots[i].labels;
     }
     pthread_mutex_init(&l->mu, NULL);
@@ -145,8 +161,8 @@ void bt_loader_destroy(bt_loader *l)
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     for (int i = 0; l->slots && i < l->n_slots; i++) {
-        free(l->slots[i].inputs);
-        free(l->slots[i].labels);
+        buffer_free(l, l->slots[i].inputs);
+        buffer_free(l, l->slots[i].labels);
     }
     free(l->slots);
     free(l->perm);

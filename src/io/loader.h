@@ -2,10 +2,13 @@
  * visits the samples in a permutation seeded by (seed, e) (or in order without shuffling); a
  * training loader drops the incomplete last batch, an evaluation loader pads it and says how many
  * rows are real. `prefetch` batches are kept ready in buffers allocated once, so the first stage
- * never waits on gathering rows. The position (epoch, batch) can be set for an exact resume. */
+ * never waits on gathering rows. The position (epoch, batch) can be set for an exact resume. The
+ * buffers can come from an engine's page-locked host memory (bt_engine_host_alloc), so a GPU
+ * copies them in without a hidden wait. */
 #ifndef BT_IO_LOADER_H
 #define BT_IO_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "io/idx.h"
@@ -19,9 +22,17 @@ typedef struct bt_batch {
     int64_t epoch, index;  /* position of this batch */
 } bt_batch;
 
-/* ds must outlive the loader. drop_last: 1 for training, 0 for evaluation (pads with row 0). */
+/* Where batch buffers come from; NULL in bt_loader_create: malloc. */
+typedef struct bt_host_memory {
+    bt_status (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *ptr);
+    void *ctx;
+} bt_host_memory;
+
+/* ds (and mem, if given) must outlive the loader. drop_last: 1 for training, 0 for evaluation
+ * (pads with row 0). */
 bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
-                           uint64_t seed, int prefetch, bt_loader **out);
+                           uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out);
 void bt_loader_destroy(bt_loader *loader);
 /* Batches per epoch. */
 int64_t bt_loader_batches_per_epoch(const bt_loader *loader);

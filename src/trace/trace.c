@@ -105,9 +105,8 @@ bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
 {
     if (!t || !e) return bt_error(BT_ERR_INVALID_ARG, "bt_trace_add_step: NULL argument");
     const bt_schedule *sched = bt_engine_last_schedule(e);
-    if (!e->tracing || !sched)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "trace: the engine has no traced step (bt_engine_set_tracing, then a step)");
+    if (!sched)
+        return bt_error(BT_ERR_INVALID_ARG, "trace: the engine has not run a step yet");
     if (t->n_steps == 0 && !t->stage) BT_TRY(first_step(t, e));
     if (e->stages != t->stages)
         return bt_error(BT_ERR_INVALID_ARG, "trace: a %d-stage step cannot join a %d-stage trace", e->stages,

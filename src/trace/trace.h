@@ -1,5 +1,5 @@
 /* trace/trace.h: timelines of real runs. A bt_trace collects, step after step, what an engine's
- * workers recorded for every instruction they executed (bt_engine_set_tracing), and writes it as
+ * workers recorded for every instruction they executed (from device events, every step), and writes it as
  * a Chrome/Perfetto trace (JSON) or draws the last step as an SVG; it also summarises where each
  * stage's time went and predicts the step time from the measured per-stage costs.
  *

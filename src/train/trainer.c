@@ -27,6 +27,7 @@ struct bt_trainer {
     bt_dataset train, eval;
     int has_eval;
     bt_loader *train_loader, *eval_loader;
+    bt_host_memory host_mem;   /* the loaders' buffers: the engine's page-locked memory */
     int64_t total_steps, first_step;
     float *logits;             /* (batch, classes) */
     float *losses;             /* (batch) */
@@ -60,6 +61,13 @@ static bt_status inspect_graph(bt_trainer *t)
     return BT_OK;
 }
 
+static bt_status engine_host_alloc(void *ctx, size_t bytes, void **out)
+{
+    return bt_engine_host_alloc(ctx, bytes, out);
+}
+
+static void engine_host_free(void *ctx, void *ptr) { bt_engine_host_free(ctx, ptr); }
+
 static bt_status load_data(bt_trainer *t)
 {
     const bt_data_config *d = &t->model->data;
@@ -81,9 +89,11 @@ static bt_status load_data(bt_trainer *t)
     }
     int64_t batch = bt_engine_batch(t->engine);
     int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
-    BT_TRY(bt_loader_create(&t->train, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->train_loader));
+    t->host_mem = (bt_host_memory){.alloc = engine_host_alloc, .free = engine_host_free, .ctx = t->engine};
+    BT_TRY(bt_loader_create(&t->train, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
+                            &t->train_loader));
     const bt_dataset *ev = t->has_eval ? &t->eval : &t->train;
-    BT_TRY(bt_loader_create(ev, batch, 0, 0, 0, prefetch, &t->eval_loader));
+    BT_TRY(bt_loader_create(ev, batch, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
     return BT_OK;
 }
 
