@@ -88,5 +88,31 @@ if expect_rc 1 "plan too big for --memory" "$baton" run "$srcdir/models/mlp.yaml
 fi
 expect_rc 0 "schedule grid" "$baton" schedule --stages 3 --microbatches 4 --validate
 
+# transfers: the summary names each boundary's path; --transfer forces one
+if expect_rc 0 "run, local transfers" "$baton" run "$srcdir/models/mlp.yaml" --steps 2; then
+  tests=$((tests + 1))
+  grep -q '^  0 -> 1 *activations *local ' "$tmp/out" || fail "summary lacks the local boundary: $(cat "$tmp/out")"
+fi
+if expect_rc 0 "run --transfer staged" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --transfer staged; then
+  tests=$((tests + 1))
+  grep -q '^  1 -> 0 *gradients *staged .*GB/s' "$tmp/out" || fail "summary lacks the staged boundary: $(cat "$tmp/out")"
+fi
+expect_rc 2 "bad --transfer" "$baton" run "$srcdir/models/mlp.yaml" --transfer teleport
+
+# mixed precision: f16 with a loss scale far too big skips steps and says so, then trains on
+if expect_rc 0 "f16 with an overflowing loss scale" "$baton" run "$srcdir/models/mlp.yaml" --steps 40 \
+     train.precision=f16 train.loss_scale=1e10; then
+  tests=$((tests + 1))
+  grep -q '^step 1 skipped: the f16 gradients overflowed at loss scale 1e+10; the scale is halved' "$tmp/out" ||
+    fail "f16: no skip message: $(head -5 "$tmp/out")"
+  tests=$((tests + 1))
+  [ "$(grep -c 'skipped' "$tmp/out")" -lt 40 ] || fail "f16: every step was skipped"
+fi
+if expect_rc 2 "loss_scale without f16" "$baton" check "$srcdir/models/mlp.yaml" train.loss_scale=1024; then
+  tests=$((tests + 1))
+  grep -q 'train.loss_scale only applies to precision: f16' "$tmp/err" || fail "loss_scale: $(cat "$tmp/err")"
+fi
+expect_rc 0 "bf16 run" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 train.precision=bf16
+
 echo "cli: $tests tests, $failed failed"
 [ "$failed" = 0 ]

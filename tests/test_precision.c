@@ -449,6 +449,9 @@ static void test_loss_scale_bounds(void)
     bt_loss_scale_skip_message(&s, 7, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "step 7 skipped: gradients overflowed at loss scale 4194304; "
                                 "scale now 2097152");
+    bt_loss_scale_format_skip(3, 1048576, 524288, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "step 3 skipped: gradients overflowed at loss scale 1048576; "
+                                "scale now 524288");
     /* never above 2^64 */
     bt_loss_scale_init(&s, 0x1p63, 1);
     CU_ASSERT_EQUAL(bt_loss_scale_update(&s, 1), 1);

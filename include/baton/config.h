@@ -69,7 +69,8 @@ typedef struct bt_train_config {
     bt_optimizer_config optimizer;
     bt_lr_schedule_config lr_schedule;
     double clip_norm;         /* 0: no clipping; else the global gradient norm bound */
-    bt_dtype precision;       /* BT_F32, BT_BF16 or BT_F16 (GPU) */
+    bt_dtype precision;       /* BT_F32, BT_BF16 or BT_F16: see docs/model-format.md */
+    double loss_scale;        /* f16: the initial dynamic loss scale; 0: 65536 */
     int64_t eval_every;       /* steps; 0: only at the end */
     int64_t checkpoint_every; /* steps; 0: only at the end (when a checkpoint dir is set) */
     const char *checkpoint_dir;

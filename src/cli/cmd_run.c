@@ -115,8 +115,9 @@ static void print_step(const run_opts *o, long long step, long long steps, const
     if (o->jsonl) {
         if (training)
             printf("{\"step\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
-                   "\"samples_per_s\": %.1f, \"bubble\": %.4f}\n",
-                   step, r->loss, r->lr, r->grad_norm, r->step_ms, r->samples_per_s, r->bubble);
+                   "\"samples_per_s\": %.1f, \"bubble\": %.4f, \"loss_scale\": %g, \"skipped\": %s}\n",
+                   step, r->loss, r->lr, r->grad_norm, r->step_ms, r->samples_per_s, r->bubble, r->loss_scale,
+                   r->skipped ? "true" : "false");
         else
             printf("{\"step\": %lld, \"step_ms\": %.3f, \"latency_ms\": %.3f, \"samples_per_s\": %.1f, "
                    "\"bubble\": %.4f}\n",
@@ -229,7 +230,10 @@ static int run_model(const run_opts *opts, bt_model *m)
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
     p.transfer = (bt_transfer_mode)o->transfer;
-    if (training) p.precision = m->train.precision;
+    if (training) {
+        p.precision = m->train.precision;
+        p.loss_scale = m->train.loss_scale;
+    }
     bt_engine *e = NULL;
     bt_status st = bt_engine_create(m->graph, &p, &e);
     if (st != BT_OK) return bt_cli_fail("run", st);

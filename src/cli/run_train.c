@@ -96,10 +96,15 @@ static void on_event(const bt_train_event *ev, void *user)
         d->have_avg = 1;
         if (o->jsonl) {
             printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                   "\"step_ms\": %.3f, \"samples_per_s\": %.1f, \"bubble\": %.4f}\n",
+                   "\"step_ms\": %.3f, \"samples_per_s\": %.1f, \"bubble\": %.4f",
                    (long long)ev->step, (long long)ev->epoch, r->loss, r->lr, r->grad_norm, r->step_ms,
                    r->samples_per_s, r->bubble);
+            if (r->loss_scale != 1) printf(", \"loss_scale\": %g, \"skipped\": %s", r->loss_scale, r->skipped ? "true" : "false");
+            printf("}\n");
         } else if (o->progress) {
+            if (r->skipped)
+                printf("\nstep %lld skipped: the f16 gradients overflowed at loss scale %g; the scale is halved\n",
+                       (long long)ev->step, r->loss_scale);
             int width = 28, filled = (int)(width * ev->step / (ev->total_steps ? ev->total_steps : 1));
             char bar[64];
             for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '-';
@@ -109,6 +114,9 @@ static void on_event(const bt_train_event *ev, void *user)
                    r->step_ms, r->samples_per_s, 100 * r->bubble);
             if (ev->step == ev->total_steps) printf("\n");
         } else {
+            if (r->skipped)
+                printf("step %lld skipped: the f16 gradients overflowed at loss scale %g; the scale is halved\n",
+                       (long long)ev->step, r->loss_scale);
             printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
                    (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
                    r->step_ms, r->samples_per_s, 100 * r->bubble);

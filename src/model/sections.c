@@ -107,7 +107,7 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
                       const bt_graph *graph, bt_train_config *cfg)
 {
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
-                                       "clip_grad_norm", "precision", "eval_every",
+                                       "clip_grad_norm", "precision", "loss_scale", "eval_every",
                                        "checkpoint_every", "checkpoint_dir", NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
@@ -134,6 +134,11 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
         int p;
         BT_TRY(bt_ld_enum(ld, v, "train.precision", precisions, &p));
         cfg->precision = precision_types[p];
+    }
+    if ((v = bt_ymap_get(map, "loss_scale"))) {
+        BT_TRY(bt_ld_float(ld, v, "train.loss_scale", 1, 0, 0x1p64, 0, &cfg->loss_scale));
+        if (cfg->precision != BT_F16)
+            return bt_ld_error(ld, v, BT_ERR_MODEL, "train.loss_scale only applies to precision: f16");
     }
     if ((v = bt_ymap_get(map, "eval_every")))
         BT_TRY(bt_ld_int(ld, v, "train.eval_every", 0, INT64_MAX, &cfg->eval_every));

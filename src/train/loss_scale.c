@@ -43,10 +43,14 @@ int bt_loss_scale_update(bt_loss_scale *s, int finite)
     return 1;
 }
 
-int bt_loss_scale_skip_message(const bt_loss_scale *s, int64_t step, char *buf, size_t size)
+int bt_loss_scale_format_skip(int64_t step, double used, double now, char *buf, size_t size)
 {
     return snprintf(buf, size, "step %lld skipped: gradients overflowed at loss scale %.17g; "
                                "scale now %.17g%s",
-                    (long long)step, s->used, s->scale,
-                    s->scale == s->used ? " (its minimum)" : "");
+                    (long long)step, used, now, now == used ? " (its minimum)" : "");
+}
+
+int bt_loss_scale_skip_message(const bt_loss_scale *s, int64_t step, char *buf, size_t size)
+{
+    return bt_loss_scale_format_skip(step, s->used, s->scale, buf, size);
 }

@@ -45,8 +45,12 @@ void bt_loss_scale_init(bt_loss_scale *s, double initial_scale, int64_t growth_i
 int bt_loss_scale_update(bt_loss_scale *s, int finite);
 
 /* After an update that returned 0: writes "step N skipped: gradients overflowed at loss scale S;
- * scale now S'" (S the scale the step used, S' the new one) into buf, truncated to size; returns
- * what snprintf returns. */
+ * scale now S'" (S the scale the step used, S' the new one; " (its minimum)" appended when the
+ * scale could not go lower) into buf, truncated to size; returns what snprintf returns. Scales
+ * print in full ("1048576", not "1.04858e+06"). */
 int bt_loss_scale_skip_message(const bt_loss_scale *s, int64_t step, char *buf, size_t size);
+
+/* The same message from plain numbers (for a caller that has only a step's result). */
+int bt_loss_scale_format_skip(int64_t step, double used, double now, char *buf, size_t size);
 
 #endif
