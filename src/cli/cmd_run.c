@@ -14,6 +14,7 @@
 
 #include "core/util.h"
 #include "cli/run.h"
+#include "train/loss_scale.h"
 #include "graph/graph_internal.h"
 
 typedef bt_run_opts run_opts;
@@ -123,9 +124,11 @@ static void print_step(const run_opts *o, long long step, long long steps, const
                    "\"bubble\": %.4f}\n",
                    step, r->step_ms, r->step_ms, r->samples_per_s, r->bubble);
     } else if (training) {
-        if (r->skipped)
-            printf("step %lld skipped: the f16 gradients overflowed at loss scale %g; the scale is halved\n", step,
-                   r->loss_scale);
+        if (r->skipped) {
+            char msg[160];
+            bt_loss_scale_format_skip(step, r->loss_scale, fmax(1.0, r->loss_scale / 2), msg, sizeof msg);
+            printf("%s\n", msg);
+        }
         printf("step %*lld/%lld  loss %.4f  lr %.2e  %8.2f ms  %9.0f samples/s  bubble %4.1f%%\n",
                (int)(steps > 999 ? 5 : 3), step, steps, r->loss, r->lr, r->step_ms,
                r->samples_per_s, 100 * r->bubble);

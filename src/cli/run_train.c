@@ -10,6 +10,7 @@
 #include "cli/run.h"
 #include "core/util.h"
 #include "cpu/blas.h"
+#include "train/loss_scale.h"
 #include "train/trainer.h"
 
 typedef struct display {
@@ -84,12 +85,21 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
     printf("  blas          %s\n\n", bt_blas_describe());
 }
 
+/* "step N skipped: gradients overflowed at loss scale S; scale now S/2" (the scaler halves it, to 1
+ * at least). */
+static const char *skip_text(int64_t step, const bt_step_result *r, char *buf, size_t size)
+{
+    bt_loss_scale_format_skip(step, r->loss_scale, fmax(1.0, r->loss_scale / 2), buf, size);
+    return buf;
+}
+
 static void on_event(const bt_train_event *ev, void *user)
 {
     display *d = user;
     const bt_run_opts *o = d->o;
     if (ev->kind == BT_EV_STEP) {
         const bt_step_result *r = ev->result;
+        char msg[160];
         bt_cli_tracer_step(o->tracer);
         d->step_ms[d->n_steps++] = r->step_ms;
         d->loss_avg = d->have_avg ? 0.95 * d->loss_avg + 0.05 * r->loss : r->loss;
@@ -102,9 +112,7 @@ static void on_event(const bt_train_event *ev, void *user)
             if (r->loss_scale != 1) printf(", \"loss_scale\": %g, \"skipped\": %s", r->loss_scale, r->skipped ? "true" : "false");
             printf("}\n");
         } else if (o->progress) {
-            if (r->skipped)
-                printf("\nstep %lld skipped: the f16 gradients overflowed at loss scale %g; the scale is halved\n",
-                       (long long)ev->step, r->loss_scale);
+            if (r->skipped) printf("\n%s\n", skip_text(ev->step, r, msg, sizeof msg));
             int width = 28, filled = (int)(width * ev->step / (ev->total_steps ? ev->total_steps : 1));
             char bar[64];
             for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '-';
@@ -114,9 +122,7 @@ static void on_event(const bt_train_event *ev, void *user)
                    r->step_ms, r->samples_per_s, 100 * r->bubble);
             if (ev->step == ev->total_steps) printf("\n");
         } else {
-            if (r->skipped)
-                printf("step %lld skipped: the f16 gradients overflowed at loss scale %g; the scale is halved\n",
-                       (long long)ev->step, r->loss_scale);
+            if (r->skipped) printf("%s\n", skip_text(ev->step, r, msg, sizeof msg));
             printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
                    (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
                    r->step_ms, r->samples_per_s, 100 * r->bubble);
