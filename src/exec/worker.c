@@ -452,9 +452,21 @@ static bt_status set_seed(bt_engine *e, bt_stage *st)
                               n * bt_dtype_size(e->dtype));
 }
 
+/* A failed job can leave copies uncounted; the next one starts clean (the devices were synced). */
+static void reset_channels(bt_channel *const *channels, int n)
+{
+    for (int c = 0; c < n; c++) {
+        if (channels[c]->path == BT_PATH_HOST) continue;
+        memset(channels[c]->pending, 0, (size_t)channels[c]->microbatches * sizeof *channels[c]->pending);
+        channels[c]->last_sent = -1;
+    }
+}
+
 static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     w->step0_host_ms = bt_now_ms();
+    reset_channels(st->out_act, st->n_out_act);
+    reset_channels(st->out_grad, st->n_out_grad);
     BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     for (int i = 0; i < st->n_params; i++)
