@@ -40,34 +40,10 @@ static void die(const char *what)
     exit(1);
 }
 
-/* in -> hidden x n_hidden (relu) -> 10 -> cross-entropy; input "image" [in]. */
-static bt_graph *dense_graph(int in, int n_hidden)
-{
-    bt_graph *g;
-    bt_args *a;
-    int64_t dims[] = {in};
-    if (bt_graph_create(&g) || bt_args_create(&a)) die("graph");
-    if (bt_graph_add_input(g, "image", 1, dims, BT_F32) || bt_graph_add_input(g, "label", 0, NULL, BT_I32))
-        die("inputs");
-    for (int i = 0; i <= n_hidden; i++) {
-        char name[16];
-        snprintf(name, sizeof name, i < n_hidden ? "fc%d" : "head", i + 1);
-        bt_layer_desc d;
-        bt_layer_desc_init(&d);
-        bt_args_set_int(a, "out", i < n_hidden ? 1024 : 10);
-        d.name = name, d.op = "linear", d.args = a, d.act = i < n_hidden ? "relu" : NULL;
-        if (bt_graph_add_layer(g, &d)) die(name);
-    }
-    const char *loss_in[] = {"head", "label"};
-    bt_layer_desc d;
-    bt_layer_desc_init(&d);
-    d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
-    if (bt_graph_add_layer(g, &d)) die("loss");
-    bt_args_destroy(a);
-    return g;
-}
+#include "bench_graphs.h"
 
-static bt_graph *mlp_graph(void) { return dense_graph(784, 2); }
+
+static bt_graph *mlp_graph(void) { return bench_dense_graph(784, 1024, 2); }
 
 typedef struct bench_data {
     float *x;
@@ -159,7 +135,7 @@ static int bench_mlp(int steps, int threads)
 static int bench_pipeline(int steps, int m, const char *model)
 {
     int deep = strcmp(model, "deep") == 0;
-    bt_graph *g = deep ? dense_graph(1024, 6) : mlp_graph();
+    bt_graph *g = deep ? bench_dense_graph(1024, 1024, 6) : mlp_graph();
     bench_data d;
     make_data_width(&d, deep ? 1024 : 784);
     bt_engine *one = make_engine(g, "cpu:0", m, 1);

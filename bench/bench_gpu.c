@@ -46,6 +46,8 @@ static void die(const char *what)
     exit(1);
 }
 
+#include "bench_graphs.h"
+
 static void cuda_die(const char *what, cudaError_t e)
 {
     fprintf(stderr, "bench_gpu: %s: %s\n", what, cudaGetErrorString(e));
@@ -129,32 +131,6 @@ static double train_ms(bt_engine *e, const bench_feeds *f, bt_step_result *r)
     return bt_now_ms() - t0;
 }
 
-/* W -> layers x (linear W, relu) -> head 10 -> cross-entropy; input "image" [W]. */
-static bt_graph *deep_mlp(int width, int layers)
-{
-    bt_graph *g;
-    bt_args *a;
-    int64_t dims[] = {width};
-    if (bt_graph_create(&g) || bt_args_create(&a)) die("graph");
-    if (bt_graph_add_input(g, "image", 1, dims, BT_F32) || bt_graph_add_input(g, "label", 0, NULL, BT_I32))
-        die("inputs");
-    for (int i = 0; i <= layers; i++) {
-        char name[16];
-        snprintf(name, sizeof name, i < layers ? "fc%d" : "head", i + 1);
-        bt_layer_desc d;
-        bt_layer_desc_init(&d);
-        if (bt_args_set_int(a, "out", i < layers ? width : 10)) die("args");
-        d.name = name, d.op = "linear", d.args = a, d.act = i < layers ? "relu" : NULL;
-        if (bt_graph_add_layer(g, &d)) die(name);
-    }
-    const char *loss_in[] = {"head", "label"};
-    bt_layer_desc d;
-    bt_layer_desc_init(&d);
-    d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
-    if (bt_graph_add_layer(g, &d)) die("loss");
-    bt_args_destroy(a);
-    return g;
-}
 
 /* "cuda:0,cuda:0,..." with p entries. */
 static void same_gpu_devices(int p, char *buf, size_t size)
@@ -236,7 +212,7 @@ static int bench_step(const bench_opts *o)
 static int bench_stages(const bench_opts *o)
 {
     int p = o->stages, m = o->microbatches;
-    bt_graph *g = deep_mlp(o->width, o->layers);
+    bt_graph *g = bench_dense_graph(o->width, o->width, o->layers);
     bench_feeds f;
     make_feeds(g, o->batch, &f);
     bt_engine *one = deep_engine(g, 1, m, o->batch, BT_TRANSFER_AUTO);
@@ -319,7 +295,7 @@ static int bench_copy(const bench_opts *o)
 {
     int staged = strcmp(o->transfer, "staged") == 0;
     int m = o->microbatches;
-    bt_graph *g = deep_mlp(o->width, o->layers);
+    bt_graph *g = bench_dense_graph(o->width, o->width, o->layers);
     bench_feeds f;
     make_feeds(g, o->batch, &f);
     bt_engine *e = deep_engine(g, 2, m, o->batch, staged ? BT_TRANSFER_STAGED : BT_TRANSFER_AUTO);
