@@ -97,7 +97,7 @@ static void check_boundaries(bt_transfer_mode mode, bt_transfer_path want)
         CU_ASSERT_EQUAL(b.messages, (int64_t)steps * 4);
         CU_ASSERT(fabs(b.bytes - (double)b.messages * (double)b.message_bytes) < 0.5);
         CU_ASSERT(b.message_bytes > 0);
-        CU_ASSERT(b.copy_ms >= 0);
+        CU_ASSERT(b.copy_ms > 0); /* timed, even on the CPU (clock reads around the copies) */
         if (!b.grad) act_bytes[b.from] += (int64_t)b.message_bytes;
     }
     /* what a stage sends per micro-batch is what its boundaries carry forward */

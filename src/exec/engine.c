@@ -164,8 +164,8 @@ static bt_status layout_stage(bt_engine *e, bt_stage *st)
     return BT_OK;
 }
 
-/* The events a worker records: per instruction of the longest schedule, the job's start, and the
- * end of the values a SEND copies. */
+/* The events a worker records: a begin and an end per instruction of the longest schedule, the
+ * job's start, and "values written" for the copy stream of a SEND to wait for. */
 static bt_status alloc_events(bt_engine *e, bt_stage *st)
 {
     int cap = e->infer_sched->len[st->index];
@@ -225,6 +225,8 @@ static bt_status alloc_stage(bt_engine *e, bt_stage *st)
         }
         if (training) {
             BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->g, &m->gradients));
+            st->sq_ptr[k - 1] = ps->g;
+            st->sq_n[k - 1] = ps->numel;
             BT_TRY(st->be->zero(st->dev, ps->g, ps->numel * dsz));
             for (int j = 0; j < n_state; j++) {
                 BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->state[j], &m->optimizer));
@@ -894,7 +896,6 @@ bt_status bt_engine_time(const bt_engine *e, int s, bt_time_stats *out)
 }
 
 int64_t bt_engine_step(const bt_engine *e) { return e ? e->step : 0; }
-
 
 const bt_schedule *bt_engine_last_schedule(const bt_engine *e) { return e->job_sched; }
 

@@ -92,11 +92,12 @@ typedef struct bt_stage {
     size_t recv_scratch_bytes;
     bt_channel **recv_from;    /* [graph n_values]: the device channel a value arrives by, or NULL */
     size_t *recv_off;          /* [graph n_values]: its offset in that channel's messages */
-    const void **sq_ptr;       /* [n_params]: gradients, for one sum_squares call */
+    const void **sq_ptr;       /* [n_params]: the gradients and their sizes, for one sum_squares call */
     size_t *sq_n;
     void *loss_host;           /* [microbatches][mb_size] pinned copy of per-sample losses */
     void *seed_host;           /* [mb_size] pinned: the loss gradient's seed */
     void *seed_dev;            /* [mb_size] on the device */
+    double seed_value;         /* what seed_dev holds (0: not written yet) */
     bt_event *ev_ready;        /* compute stream: a message's values are written */
     /* per instruction of the longest schedule, and the step's start: timing from device events */
     bt_event **ev_begin, **ev_end, *ev_step0;
@@ -215,7 +216,7 @@ void bt_transfer_teardown(bt_engine *e, bt_channel *ch);
 bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
 /* Makes st's compute stream wait until mb's message on ch has arrived (device paths), or copies it
  * from host memory into the stage (BT_PATH_HOST activations). */
-bt_status bt_transfer_recv_act(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb);
 /* Adds mb's gradient message on ch into st's gradients. */
 bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
 /* After the sender's device is idle: adds this step's copy times to the channel's statistics. */

@@ -201,14 +201,13 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
     return BT_OK;
 }
 
-bt_status bt_transfer_recv_act(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
+bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 {
     if (ch->path != BT_PATH_HOST) return st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]);
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
     for (int k = 0; k < ch->n_values; k++)
         BT_TRY(st->be->from_host(st->dev, bt_slot_value(st, mb, ch->values[k]), msg + ch->value_off[k],
                                  value_size(ch, k)));
-    (void)e;
     return BT_OK;
 }
 

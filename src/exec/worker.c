@@ -96,7 +96,7 @@ static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_va
 
 /* Before micro-batch mb overwrites its slot, the copies that still read the slot's previous
  * micro-batch must be done (device paths copy on another stream). */
-static bt_status wait_slot_free(bt_engine *e, bt_stage *st, int mb)
+static bt_status wait_slot_free(bt_stage *st, int mb)
 {
     int prev = mb - st->n_slots;
     if (prev < 0) return BT_OK;
@@ -105,14 +105,13 @@ static bt_status wait_slot_free(bt_engine *e, bt_stage *st, int mb)
         if (ch->path != BT_PATH_HOST && ch->pending[prev])
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[prev]));
     }
-    (void)e;
     return BT_OK;
 }
 
 static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
 {
     const bt_graph *g = e->graph;
-    BT_TRY(wait_slot_free(e, st, mb));
+    BT_TRY(wait_slot_free(st, mb));
     BT_TRY(feed_inputs(e, st, mb));
     for (int k = 0; k < st->n_nodes; k++) {
         const bt_node *n = &g->nodes[st->first_node + k];
@@ -267,7 +266,7 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
     if (grad) BT_TRY(st->be->zero(st->dev, st->grads, st->outgoing_grad_bytes));
     for (int c = 0; c < n; c++)
         BT_TRY(grad ? bt_transfer_recv_grad(e, st, channels[c], mb)
-                    : bt_transfer_recv_act(e, st, channels[c], mb));
+                    : bt_transfer_recv_act(st, channels[c], mb));
     return st->be->event_record(st->dev, st->ev_end[instr], BT_STREAM_COMPUTE);
 }
 
@@ -307,10 +306,6 @@ bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p)
 static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     double sumsq = 0;
-    for (int i = 0; i < st->n_params; i++) {
-        st->sq_ptr[i] = st->params[i].g;
-        st->sq_n[i] = st->params[i].numel;
-    }
     if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
     int scaled = e->params.precision == BT_F16;
@@ -439,11 +434,14 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
     return BT_OK;
 }
 
-/* Sets the loss gradient's seed for this job: 1 / (samples per step), times the loss scale. */
+/* Sets the loss gradient's seed: 1 / (samples per step), times the loss scale. Written again only
+ * when the scale changed (f16), so a step normally queues nothing for it. */
 static bt_status set_seed(bt_engine *e, bt_stage *st)
 {
     size_t n = (size_t)e->mb_size;
     double v = e->loss_scale / (double)(e->mb_size * e->params.parallel.microbatches);
+    if (v == st->seed_value) return BT_OK;
+    st->seed_value = v;
     for (size_t i = 0; i < n; i++) {
         if (e->dtype == BT_F64) ((double *)st->seed_host)[i] = v;
         else ((float *)st->seed_host)[i] = (float)v;
