@@ -36,7 +36,7 @@
 #include "bt_test.h"
 #include "cuda/ops_cuda.h"
 #include "op_check.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 #define F BT_F64 /* "the float type" in case tables */
 #define I BT_I32

@@ -1,5 +1,5 @@
 /* tests/test_optim.c: optimizer kernels, clipping helpers and learning-rate schedules
- * (src/train/optim.h, src/train/lr_schedule.h). Two independent references: numbers printed by
+ * (src/optim/optim.h, src/optim/lr_schedule.h). Two independent references: numbers printed by
  * PyTorch 1.13 (torch.optim.SGD / AdamW in float64, torch.nn.utils.clip_grad_norm_) pasted in as
  * literals, and the update formulas written out step by step in double inside the tests. Schedule
  * values are worked out by hand in the comments. */
@@ -9,8 +9,8 @@
 
 #include "bt_test.h"
 #include "core/error.h"
-#include "train/lr_schedule.h"
-#include "train/optim.h"
+#include "optim/lr_schedule.h"
+#include "optim/optim.h"
 
 static const double w0[3] = {1.0, -2.0, 0.5};
 static const double grads[3][3] = {{0.5, -1.0, 2.0}, {-0.3, 0.2, 0.1}, {1.0, 1.0, -1.0}};

@@ -1,5 +1,5 @@
 /* tests/test_precision.c: bf16/f16 rounding and conversion (src/core/half.h) and the dynamic loss
- * scaler (src/train/loss_scale.h).
+ * scaler (src/optim/loss_scale.h).
  *
  * References, independent of the code under test:
  *   - bit patterns worked out by hand in the comments (f32: 1 sign, 8 exponent bits biased by 127,
@@ -18,7 +18,7 @@
 #include "bt_test.h"
 #include "core/half.h"
 #include "core/util.h"
-#include "train/loss_scale.h"
+#include "optim/loss_scale.h"
 
 static uint32_t bits(float f)
 {

@@ -43,7 +43,7 @@ typedef struct bt_backend {
      * device. Infinity or NaN in the input gives a non-finite sum (f16 overflow checks). */
     bt_status (*sum_squares)(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
                              int count, double *out);
-    /* One optimizer update of n weights; state[] holds the optimizer's buffers (see train/optim.h);
+    /* One optimizer update of n weights; state[] holds the optimizer's buffers (see optim/optim.h);
      * grad_scale multiplies the gradient first (clipping). step is 1-based. */
     bt_status (*optimizer_update)(bt_device *dev, const bt_optimizer_config *cfg, bt_dtype dtype,
                                   void *w, const void *g, void *const *state, size_t n, double lr,

@@ -14,7 +14,7 @@
 
 #include "core/util.h"
 #include "cli/run.h"
-#include "train/loss_scale.h"
+#include "optim/loss_scale.h"
 #include "graph/graph_internal.h"
 
 typedef bt_run_opts run_opts;

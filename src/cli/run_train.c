@@ -10,7 +10,7 @@
 #include "cli/run.h"
 #include "core/util.h"
 #include "cpu/blas.h"
-#include "train/loss_scale.h"
+#include "optim/loss_scale.h"
 #include "train/trainer.h"
 
 typedef struct display {

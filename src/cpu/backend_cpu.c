@@ -15,7 +15,7 @@
 #include "core/half.h"
 #include "core/util.h"
 #include "cpu/blas.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 struct bt_device {
     int index;

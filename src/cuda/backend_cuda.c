@@ -30,7 +30,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/devices.h"
 #include "cuda/ops_cuda.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 /* cuBLAS workspace per device (NVIDIA's recommendation for Hopper is 32 MiB). */
 #define BT_CUBLAS_WORKSPACE ((size_t)32 << 20)

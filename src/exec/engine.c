@@ -14,8 +14,8 @@
 #include "core/util.h"
 #include "core/error.h"
 #include "exec/exec_internal.h"
-#include "train/lr_schedule.h"
-#include "train/optim.h"
+#include "optim/lr_schedule.h"
+#include "optim/optim.h"
 
 void bt_engine_params_init(bt_engine_params *p)
 {

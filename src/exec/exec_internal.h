@@ -25,7 +25,7 @@
 #include "graph/graph_internal.h"
 #include "plan/plan.h"
 #include "sched/sched.h"
-#include "train/loss_scale.h"
+#include "optim/loss_scale.h"
 
 #define BT_MAX_CHANNEL_VALUES 32
 

@@ -12,7 +12,7 @@
 #include "core/util.h"
 #include "core/error.h"
 #include "exec/exec_internal.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 static bt_dtype value_dtype(const bt_engine *e, const bt_value *v)
 {

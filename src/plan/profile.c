@@ -30,7 +30,7 @@
 #include "graph/graph_internal.h"
 #include "io/atomic_file.h"
 #include "plan/profile.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 void bt_profile_params_init(bt_profile_params *p)
 {

@@ -13,7 +13,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "train/checkpoint.h"
-#include "train/lr_schedule.h"
+#include "optim/lr_schedule.h"
 #include "train/trainer.h"
 
 struct bt_trainer {

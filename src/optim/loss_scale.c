@@ -1,11 +1,11 @@
-/* train/loss_scale.c: the dynamic loss scaler of loss_scale.h. */
+/* optim/loss_scale.c: the dynamic loss scaler of loss_scale.h. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include <stdio.h>
 
-#include "train/loss_scale.h"
+#include "optim/loss_scale.h"
 
 void bt_loss_scale_init(bt_loss_scale *s, double initial_scale, int64_t growth_interval)
 {

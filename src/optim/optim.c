@@ -1,10 +1,10 @@
-/* train/optim.c: SGD (momentum, Nesterov, L2) and AdamW update kernels in f32 and f64, and the
+/* optim/optim.c: SGD (momentum, Nesterov, L2) and AdamW update kernels in f32 and f64, and the
  * clipping helpers (formulas in optim.h). The per-type kernels are one body instantiated twice by
  * a macro, so the f32 and f64 paths cannot drift apart. */
 #include <math.h>
 
 #include "core/error.h"
-#include "train/optim.h"
+#include "optim/optim.h"
 
 bt_status bt_optim_validate(const bt_optimizer_config *cfg)
 {

@@ -1,9 +1,9 @@
-/* train/lr_schedule.c: constant, step and cosine learning-rate schedules with linear warm-up
+/* optim/lr_schedule.c: constant, step and cosine learning-rate schedules with linear warm-up
  * (formulas in lr_schedule.h). Stateless. */
 #include <math.h>
 
 #include "core/error.h"
-#include "train/lr_schedule.h"
+#include "optim/lr_schedule.h"
 
 bt_status bt_lr_schedule_validate(const bt_lr_schedule_config *s, double base_lr,
                                   int64_t total_steps)

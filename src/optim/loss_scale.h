@@ -1,4 +1,4 @@
-/* train/loss_scale.h: dynamic loss scaling for f16 training, as a small state machine with no
+/* optim/loss_scale.h: dynamic loss scaling for f16 training, as a small state machine with no
  * engine dependency.
  *
  * f16 gradients underflow where f32 ones would not; scaling the loss gradient seed by a large

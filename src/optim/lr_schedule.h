@@ -1,4 +1,4 @@
-/* train/lr_schedule.h: the learning rate for each optimizer step, from bt_lr_schedule_config
+/* optim/lr_schedule.h: the learning rate for each optimizer step, from bt_lr_schedule_config
  * (include/baton/config.h) and the optimizer's base lr. A pure function of the step number, so a
  * run resumed from a checkpoint at step s continues with exactly the rates it would have used.
  *
@@ -15,7 +15,7 @@
  *       (lr at s = 0; min_lr at the last step, step T - 1, and beyond, when T - 1 > W)
  *
  * Data flow: the engine evaluates bt_lr_at once per step and passes the value to the optimizer
- * kernels (train/optim.h) and back to the caller in bt_step_result.lr. */
+ * kernels (optim/optim.h) and back to the caller in bt_step_result.lr. */
 #ifndef BT_TRAIN_LR_SCHEDULE_H
 #define BT_TRAIN_LR_SCHEDULE_H
 

@@ -1,4 +1,4 @@
-/* train/optim.h: optimizer update kernels and gradient-norm clipping helpers, element-wise over
+/* optim/optim.h: optimizer update kernels and gradient-norm clipping helpers, element-wise over
  * one contiguous parameter tensor at a time. The CPU backend calls them once per parameter tensor
  * per step; the CUDA kernels implement the same formulas and are tested against these.
  *
@@ -32,7 +32,7 @@
 
 #include "baton/config.h"
 #include "baton/status.h"
-#include "train/lr_schedule.h" /* callers of the train module need only this header */
+#include "optim/lr_schedule.h" /* callers of the optim module need only this header */
 
 #define BT_OPTIM_MAX_STATE 2
 
@@ -45,7 +45,7 @@ bt_status bt_optim_validate(const bt_optimizer_config *cfg);
 int bt_optim_state_count(const bt_optimizer_config *cfg);
 
 typedef struct bt_optim_step_args {
-    double lr;          /* this step's learning rate (see train/lr_schedule.h) */
+    double lr;          /* this step's learning rate (see optim/lr_schedule.h) */
     int64_t t;          /* optimizer steps taken including this one: 1 on the first step */
     double grad_scale;  /* g is multiplied by this before use (clipping); 1 for none */
 } bt_optim_step_args;
