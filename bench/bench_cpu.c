@@ -28,7 +28,7 @@
 #include "cpu/blas.h"
 #include "plan/partition.h"
 #include "plan/placement.h"
-#include "plan/profile.h"
+#include "profile/measure.h"
 
 /* Samples per step: 256 unless --batch says otherwise (the pipeline mode takes it). */
 static int bench_batch = 256;

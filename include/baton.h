@@ -10,6 +10,7 @@
 #include "baton/graph.h"
 #include "baton/model.h"
 #include "baton/op.h"
+#include "baton/profile.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
 

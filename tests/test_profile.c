@@ -4,7 +4,8 @@
  * model with one heavy layer where it balances, never worse than the uniform split as priced by
  * bt_partition_evaluate; the predicted bubble for equal stage costs is (p-1)/(m+p-1); memory per
  * stage is static + in-flight x activations, and a capacity too small fails naming the device;
- * `partition: profile` in a plan uses the measured optimum. */
+ * `partition: profile` in a plan uses the measured optimum of costs measured beforehand, and is an
+ * error naming what is missing without them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
-#include "plan/profile.h"
+#include "profile/measure.h"
 
 /* x[1024] -> wide (linear 1024, relu) -> a (128) -> b (1024) -> c (128) -> head (4) -> loss.
  * wide holds 1M multiply-adds per sample, a, b and c 131k each: the best 2-stage cut puts wide
@@ -477,13 +478,60 @@ static void test_plan_partition_profile(void)
     CU_ASSERT_EQUAL(plan->n_stage_layers[0], 3); /* by parameters: conv1, conv2, flat | fc, ... */
     bt_plan_destroy(plan);
     cfg.partition = BT_PARTITION_PROFILE;
-    bt_status st = bt_plan_build(g, &cfg, &plan);
+    bt_profile *costs = NULL; /* measuring is the caller's step, before the plan */
+    bt_status st = bt_profile_measure_for_plan(g, &cfg, &costs);
+    if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK && costs != NULL);
+    cfg.profile = costs;
+    st = bt_plan_build(g, &cfg, &plan);
     if (st != BT_OK) printf("\n  plan: %s\n", bt_last_error());
     CU_ASSERT_FATAL(st == BT_OK);
     CU_ASSERT_EQUAL(plan->stages, 2);
     if (plan->n_stage_layers[0] != 1) printf("\n  profile cut: %d layers on stage 0\n", plan->n_stage_layers[0]);
     CU_ASSERT_EQUAL(plan->n_stage_layers[0], 1); /* by time: conv1 | conv2, flat, fc, head, loss */
     bt_plan_destroy(plan);
+    bt_profile_destroy(costs);
+    bt_graph_destroy(g);
+}
+
+/* Planning never measures: `partition: profile` without costs is an error that names what is
+ * missing, never a silent fallback to another partition; costs of another graph are refused;
+ * one stage, or another partition, needs no costs (and bt_profile_measure_for_plan measures
+ * nothing then). */
+static void test_plan_profile_needs_costs(void)
+{
+    bt_graph *g = conv_graph(), *other = lopsided_graph();
+    bt_parallel_config cfg;
+    bt_parallel_config_init(&cfg);
+    cfg.devices = "cpu:0,cpu:1";
+    cfg.microbatches = 2;
+    cfg.partition = BT_PARTITION_PROFILE;
+    bt_plan *plan = NULL;
+    CU_ASSERT_EQUAL(bt_plan_build(g, &cfg, &plan), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(plan);
+    CU_ASSERT(strstr(bt_last_error(), "partition: profile") != NULL);
+    CU_ASSERT(strstr(bt_last_error(), "bt_parallel_config.profile is NULL") != NULL);
+    CU_ASSERT(bt_plan_needs_profile(g, &cfg));
+
+    bt_profile *foreign = measure(other, "cpu:0,cpu:1", 1);
+    cfg.profile = foreign;
+    CU_ASSERT_EQUAL(bt_plan_build(g, &cfg, &plan), BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), "profile this model again") != NULL);
+    bt_profile_destroy(foreign);
+    cfg.profile = NULL;
+
+    bt_profile *costs = (bt_profile *)1;
+    cfg.devices = "cpu:0";
+    CU_ASSERT_FALSE(bt_plan_needs_profile(g, &cfg));
+    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, &costs), BT_OK);
+    CU_ASSERT_PTR_NULL(costs);
+    CU_ASSERT_FATAL(bt_plan_build(g, &cfg, &plan) == BT_OK);
+    CU_ASSERT_EQUAL(plan->stages, 1);
+    bt_plan_destroy(plan);
+    cfg.devices = "cpu:0,cpu:1";
+    cfg.partition = BT_PARTITION_PARAMS;
+    CU_ASSERT_FALSE(bt_plan_needs_profile(g, &cfg));
+    bt_graph_destroy(other);
     bt_graph_destroy(g);
 }
 
@@ -497,6 +545,7 @@ int main(void)
         {"bubble for equal costs is (p-1)/(m+p-1)", test_bubble_for_equal_costs},
         {"memory model, capacity and micro-batch scaling", test_memory_and_scaling},
         {"partition: profile in a plan", test_plan_partition_profile},
+        {"partition: profile without costs is an error", test_plan_profile_needs_costs},
         {NULL, NULL}};
     return bt_test_main("profile", cases);
 }

@@ -24,7 +24,7 @@ typedef enum bt_schedule_kind {
 typedef enum bt_partition_kind {
     BT_PARTITION_UNIFORM = 0, /* the same number of layers per stage */
     BT_PARTITION_PARAMS = 1,  /* balance parameter counts */
-    BT_PARTITION_PROFILE = 2, /* measured costs (baton plan) */
+    BT_PARTITION_PROFILE = 2, /* measured costs: bt_parallel_config.profile */
     BT_PARTITION_BALANCE = 3, /* explicit layer counts per stage */
     BT_PARTITION_LAYOUT = 4,  /* explicit layer names: "a,b|c|d" */
     BT_PARTITION_PINNED = 5   /* every layer carries stage: N */
@@ -39,6 +39,9 @@ typedef struct bt_parallel_config {
     int n_balance;
     int balance[BT_MAX_STAGES];
     const char *layout;       /* for BT_PARTITION_LAYOUT */
+    const struct bt_profile *profile; /* for BT_PARTITION_PROFILE: the measured costs the cuts are
+                                 chosen from (baton/profile.h), made by the caller before the plan
+                                 is built; not owned, read only while the plan is built */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

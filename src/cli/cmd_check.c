@@ -58,7 +58,12 @@ static int print_plan(const bt_model *m)
     const bt_graph *g = m->graph;
     bt_plan *plan = NULL;
     bt_schedule *sched = NULL;
-    bt_status st = bt_plan_build(g, &m->parallel, &plan);
+    bt_parallel_config parallel = m->parallel;
+    bt_profile *costs = NULL; /* partition: profile: measured here, before the plan is built */
+    bt_status st = bt_profile_measure_for_plan(g, &parallel, &costs);
+    parallel.profile = costs;
+    if (st == BT_OK) st = bt_plan_build(g, &parallel, &plan);
+    bt_profile_destroy(costs);
     if (st != BT_OK) return bt_cli_fail("check", st);
     int mb = m->parallel.microbatches;
     bt_schedule_kind kind = m->train.enabled ? m->parallel.schedule : BT_SCHEDULE_STREAM;

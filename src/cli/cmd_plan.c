@@ -14,7 +14,7 @@
 #include "cli/cli.h"
 #include "plan/partition.h"
 #include "plan/placement.h"
-#include "plan/profile.h"
+#include "profile/measure.h"
 
 typedef struct plan_opts {
     bt_cli_model_opts model;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "plan/profile.h"
+#include "profile/measure.h"
 
 typedef struct profile_opts {
     bt_cli_model_opts model;

@@ -237,14 +237,22 @@ static int run_model(const run_opts *opts, bt_model *m)
         p.precision = m->train.precision;
         p.loss_scale = m->train.loss_scale;
     }
-    bt_engine *e = NULL;
-    bt_status st = bt_engine_create(m->graph, &p, &e);
+    bt_profile *costs = NULL; /* partition: profile: measured here, before the plan is built */
+    bt_status st = bt_profile_measure_for_plan(m->graph, &p.parallel, &costs);
     if (st != BT_OK) return bt_cli_fail("run", st);
+    p.parallel.profile = costs;
+    bt_engine *e = NULL;
+    st = bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK) {
+        bt_profile_destroy(costs);
+        return bt_cli_fail("run", st);
+    }
     int rc = bt_cli_tracer_start(e, o->trace_path, o->timeline_path, &traced.tracer);
     if (rc == BT_EXIT_OK) rc = run_steps(o, m, e, &p);
     if (rc == BT_EXIT_OK) rc = bt_cli_tracer_write(traced.tracer, o->jsonl);
     bt_cli_tracer_destroy(traced.tracer);
     bt_engine_destroy(e);
+    bt_profile_destroy(costs);
     return rc;
 }
 

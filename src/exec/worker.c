@@ -12,6 +12,7 @@
 #include "core/util.h"
 #include "core/error.h"
 #include "exec/exec_internal.h"
+#include "graph/op_call.h"
 #include "optim/optim.h"
 
 static bt_dtype value_dtype(const bt_engine *e, const bt_value *v)
@@ -24,47 +25,35 @@ static size_t value_row_bytes(const bt_engine *e, const bt_value *v)
     return (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(value_dtype(e, v));
 }
 
-static void make_tensor(const bt_engine *e, bt_tensor *t, void *data, const bt_value *v)
+static int node_input_wants_grad(const bt_engine *e, const bt_stage *st, const bt_node *n, int i)
 {
-    t->data = data;
-    t->dtype = value_dtype(e, v);
-    t->ndim = v->shape.ndim + 1;
-    t->dim[0] = e->mb_size;
-    for (int i = 0; i < v->shape.ndim; i++) t->dim[i + 1] = v->shape.dim[i];
+    if (n->no_grad_mask & (1u << i)) return 0;
+    return st->grad_offset[n->in[i]] >= 0;
 }
 
-static void make_param_tensor(const bt_engine *e, bt_tensor *t, void *data, const bt_param *p)
-{
-    t->data = data;
-    t->dtype = e->dtype;
-    t->ndim = p->shape.ndim;
-    for (int i = 0; i < p->shape.ndim; i++) t->dim[i] = p->shape.dim[i];
-}
-
-/* Fills the parts of a call shared by forward and backward of node k on micro-batch mb. */
-static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, bt_op_call *call,
-                         bt_tensor *in, bt_tensor *out, bt_tensor *param, bt_tensor *param_grad)
+/* Builds the call of node k on micro-batch mb (bt_op_call_build, the profiler's builder too). */
+static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward, bt_op_call *call,
+                         bt_op_call_tensors *t)
 {
     const bt_graph *g = e->graph;
     const bt_node *n = &g->nodes[st->first_node + k];
-    memset(call, 0, sizeof *call);
-    for (int i = 0; i < n->n_in; i++)
-        make_tensor(e, &in[i], bt_slot_value(st, mb, n->in[i]), &g->values[n->in[i]]);
-    make_tensor(e, out, bt_slot_value(st, mb, n->out), &g->values[n->out]);
+    bt_op_call_data d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < n->n_in; i++) d.in[i] = bt_slot_value(st, mb, n->in[i]);
+    d.out = bt_slot_value(st, mb, n->out);
     for (int j = 0; j < n->n_params; j++) {
         bt_param_store *ps = st->node_params[k][j];
-        make_param_tensor(e, &param[j], ps->w_lp ? ps->w_lp : ps->w, &g->params[n->params[j]]);
-        make_param_tensor(e, &param_grad[j], ps->g, &g->params[n->params[j]]);
+        d.param[j] = ps->w_lp ? ps->w_lp : ps->w;
+        d.param_grad[j] = ps->g;
     }
-    call->batch = e->mb_size;
-    call->n_in = n->n_in;
-    call->in = in;
-    call->out = out;
-    call->n_params = n->n_params;
-    call->param = param;
-    call->saved = st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->node_saved_offset[k];
-    call->workspace = st->workspace;
-    call->config = n->config;
+    d.saved = st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->node_saved_offset[k];
+    d.workspace = st->workspace;
+    if (backward) {
+        d.out_grad = st->grads + st->grad_offset[n->out];
+        for (int i = 0; i < n->n_in; i++)
+            d.in_grad[i] = node_input_wants_grad(e, st, n, i) ? st->grads + st->grad_offset[n->in[i]] : NULL;
+    }
+    bt_op_call_build(g, st->first_node + k, e->mb_size, e->dtype, backward, &d, t, call);
     call->precision = e->params.precision;
     call->seed = bt_mix64(e->params.seed ^ bt_mix64((uint64_t)e->step * 1000003ULL +
                                                         (uint64_t)mb * 7919ULL +
@@ -115,12 +104,12 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
     BT_TRY(feed_inputs(e, st, mb));
     for (int k = 0; k < st->n_nodes; k++) {
         const bt_node *n = &g->nodes[st->first_node + k];
-        bt_tensor in[BT_MAX_INPUTS], out, param[BT_MAX_PARAMS], param_grad[BT_MAX_PARAMS];
+        bt_op_call_tensors t;
         bt_op_call call;
-        prepare_call(e, st, k, mb, &call, in, &out, param, param_grad);
+        prepare_call(e, st, k, mb, 0, &call, &t);
         call.training = training;
         bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
-        if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, out.data, &g->values[n->out]);
+        if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, forward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
@@ -143,12 +132,6 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
     return BT_OK;
 }
 
-static int node_input_wants_grad(const bt_engine *e, const bt_stage *st, const bt_node *n, int i)
-{
-    if (n->no_grad_mask & (1u << i)) return 0;
-    return st->grad_offset[n->in[i]] >= 0;
-}
-
 static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
 {
     const bt_graph *g = e->graph;
@@ -166,24 +149,13 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
                                   (size_t)e->mb_size * bt_dtype_size(e->dtype)));
     for (int k = st->n_nodes - 1; k >= 0; k--) {
         const bt_node *n = &g->nodes[st->first_node + k];
-        bt_tensor in[BT_MAX_INPUTS], out, param[BT_MAX_PARAMS], param_grad[BT_MAX_PARAMS];
-        bt_tensor out_grad, in_grad[BT_MAX_INPUTS];
+        bt_op_call_tensors t;
         bt_op_call call;
-        prepare_call(e, st, k, mb, &call, in, &out, param, param_grad);
+        prepare_call(e, st, k, mb, 1, &call, &t);
         call.training = 1;
-        make_tensor(e, &out_grad, st->grads + st->grad_offset[n->out], &g->values[n->out]);
-        for (int i = 0; i < n->n_in; i++) {
-            in_grad[i] = in[i];
-            in_grad[i].data = node_input_wants_grad(e, st, n, i)
-                                  ? st->grads + st->grad_offset[n->in[i]]
-                                  : NULL;
-        }
-        call.out_grad = &out_grad;
-        call.in_grad = in_grad;
-        call.param_grad = param_grad;
         /* mixed precision: a value's gradient is rounded once it is complete, as its producer
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
-        bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, out_grad.data, &g->values[n->out]);
+        bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",

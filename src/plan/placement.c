@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/strutil.h"
 #include "plan/placement.h"
+#include "plan/plan.h"
 #include "sched/sched.h"
 
 void bt_placement_params_init(bt_placement_params *p)
@@ -131,7 +132,10 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
     bt_status st = BT_OK;
     memset(pb, 0, sizeof *pb);
     if (!prof || !pp) return bt_error(BT_ERR_INVALID_ARG, "placement: NULL argument");
-    BT_TRY(bt_profile_parse_devices(pp->devices, pb->devices, BT_MAX_STAGES, &pb->n_devices));
+    pb->n_devices = bt_plan_split_devices(pp->devices ? pp->devices : "", pb->devices, BT_MAX_STAGES);
+    if (pb->n_devices < 1)
+        return bt_error(BT_ERR_INVALID_ARG, "devices '%s': expected a list like cpu:0,cpu:1 (at most %d)",
+                        pp->devices ? pp->devices : "", BT_MAX_STAGES);
     for (int d = 0; d < pb->n_devices; d++) {
         char kind[16];
         kind_of(pb->devices[d], kind, sizeof kind);
@@ -348,29 +352,18 @@ bt_status bt_placement_evaluate(const bt_profile *prof, const bt_placement_param
     return st;
 }
 
-bt_status bt_placement_quick_cut(const bt_graph *g, const bt_parallel_config *cfg,
-                                 const char (*devices)[32], int n, int *first_layer)
+bt_status bt_placement_cut(const bt_profile *prof, const bt_parallel_config *cfg,
+                           const char (*devices)[32], int n, int *first_layer)
 {
     char list[BT_MAX_STAGES * 33] = "";
     if (n < 1 || n > BT_MAX_STAGES) return bt_error(BT_ERR_INVALID_ARG, "placement: %d devices", n);
     first_layer[0] = 0;
-    first_layer[n] = bt_graph_num_layers(g);
+    first_layer[n] = prof->n_layers;
     if (n == 1) return BT_OK;
     for (int d = 0; d < n; d++) {
         strcat(list, d ? "," : "");
         strncat(list, devices[d], 32);
     }
-    bt_profile_params pp;
-    bt_profile_params_init(&pp);
-    pp.devices = list;
-    pp.microbatches = cfg->microbatches > 0 ? cfg->microbatches : 1;
-    pp.batch = (int64_t)pp.microbatches * BT_PLACEMENT_QUICK_MICROBATCH;
-    pp.training = bt_graph_is_trainable(g) && cfg->schedule != BT_SCHEDULE_STREAM;
-    pp.repeats = BT_PLACEMENT_QUICK_REPEATS;
-    pp.warmup = 1;
-    pp.transfer_bytes = (size_t)1 << 20;
-    bt_profile *prof = NULL;
-    BT_TRY(bt_profile_measure(g, NULL, &pp, &prof));
     bt_placement_params lp;
     bt_placement_params_init(&lp);
     lp.devices = list;
@@ -382,7 +375,6 @@ bt_status bt_placement_quick_cut(const bt_graph *g, const bt_parallel_config *cf
     if (st == BT_OK)
         for (int k = 0; k <= n; k++) first_layer[k] = plan.first_layer[k];
     bt_placement_problem_free(&pb);
-    bt_profile_destroy(prof);
     if (st != BT_OK) return bt_error_context(st, "partition: profile");
     return BT_OK;
 }

@@ -17,7 +17,7 @@
  * The simulator adds the optimizer step (the slowest stage's) and splits transfers by direction.
  *
  * Data flow: profile.h -> here -> partition.h + sched.h; `baton plan` prints the result and
- * plan.c uses bt_placement_quick_cut for `partition: profile`. Never prints. */
+ * plan.c uses bt_placement_cut for `partition: profile`. Never prints or measures. */
 #ifndef BT_PLAN_PLACEMENT_H
 #define BT_PLAN_PLACEMENT_H
 
@@ -104,14 +104,9 @@ bt_status bt_placement_evaluate(const bt_profile *profile, const bt_placement_pa
 /* Frees the strings of a placement; accepts a zeroed one. */
 void bt_placement_clear(bt_placement *pl);
 
-/* Micro-batch size and repeats of the quick profile behind `partition: profile`. */
-#define BT_PLACEMENT_QUICK_MICROBATCH 32
-#define BT_PLACEMENT_QUICK_REPEATS 3
-
-/* `partition: profile` without a profile file: measures graph briefly (micro-batches of
- * BT_PLACEMENT_QUICK_MICROBATCH samples, AdamW state, BT_PLACEMENT_QUICK_REPEATS repeats) on the
- * n devices, one per stage, and writes the optimal cut to first_layer[n + 1]. */
-bt_status bt_placement_quick_cut(const bt_graph *graph, const bt_parallel_config *cfg,
-                                 const char (*devices)[32], int n, int *first_layer);
+/* `partition: profile`: the optimal cut of the n devices (one per stage, cfg's schedule) for the
+ * measured costs in profile, written to first_layer[n + 1]. Measures nothing. */
+bt_status bt_placement_cut(const bt_profile *profile, const bt_parallel_config *cfg,
+                           const char (*devices)[32], int n, int *first_layer);
 
 #endif

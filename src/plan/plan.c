@@ -19,8 +19,7 @@ void bt_plan_destroy(bt_plan *plan)
     free(plan);
 }
 
-/* Splits the comma-separated device list into plan->device; returns the count or -1. */
-static int split_devices(const char *list, bt_plan *plan)
+int bt_plan_split_devices(const char *list, char (*device)[32], int max)
 {
     int n = 0;
     const char *p = list;
@@ -29,9 +28,9 @@ static int split_devices(const char *list, bt_plan *plan)
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
         while (len > 0 && p[len - 1] == ' ') len--;
-        if (len == 0 || len >= sizeof plan->device[0] || n >= BT_MAX_STAGES) return -1;
-        memcpy(plan->device[n], p, len);
-        plan->device[n][len] = '\0';
+        if (len == 0 || len >= sizeof device[0] || n >= max) return -1;
+        memcpy(device[n], p, len);
+        device[n][len] = '\0';
         n++;
         if (!end) break;
         p = end + 1;
@@ -39,16 +38,17 @@ static int split_devices(const char *list, bt_plan *plan)
     return n;
 }
 
-static bt_status assign_devices(const bt_parallel_config *cfg, int n_layers, bt_plan *plan)
+bt_status bt_plan_resolve_devices(const bt_parallel_config *cfg, int n_layers, char (*device)[32],
+                                  int *n_stages)
 {
     const char *devices = cfg->devices ? cfg->devices : "auto";
     int stages = cfg->stages;
     if (strcmp(devices, "auto") == 0) {
         if (stages == 0) stages = 1;
         for (int s = 0; s < stages && s < BT_MAX_STAGES; s++)
-            snprintf(plan->device[s], sizeof plan->device[s], "cpu:%d", s);
+            snprintf(device[s], sizeof device[s], "cpu:%d", s);
     } else {
-        int n = split_devices(devices, plan);
+        int n = bt_plan_split_devices(devices, device, BT_MAX_STAGES);
         if (n < 1)
             return bt_error(BT_ERR_MODEL, "devices '%s': expected a list like cpu:0,cpu:1 (at most %d)",
                             devices, BT_MAX_STAGES);
@@ -62,8 +62,27 @@ static bt_status assign_devices(const bt_parallel_config *cfg, int n_layers, bt_
     if (stages > n_layers)
         return bt_error(BT_ERR_MODEL, "%d stages but the model has only %d layers", stages,
                         n_layers);
-    plan->stages = stages;
+    *n_stages = stages;
     return BT_OK;
+}
+
+static int any_layer_pinned(const bt_graph *g)
+{
+    int any = 0;
+    for (int l = 0; l < g->n_layers; l++) any |= g->layers[l].stage >= 0;
+    return any;
+}
+
+int bt_plan_needs_profile(const bt_graph *g, const bt_parallel_config *cfg)
+{
+    char device[BT_MAX_STAGES][32];
+    int stages = 0;
+    if (!g || !cfg || cfg->partition != BT_PARTITION_PROFILE || any_layer_pinned(g)) return 0;
+    if (bt_plan_resolve_devices(cfg, g->n_layers, device, &stages) != BT_OK) {
+        bt_clear_error();
+        return 0; /* bt_plan_build reports the device list's error */
+    }
+    return stages > 1;
 }
 
 static bt_status counts_to_stages(const int *counts, int stages, bt_plan *plan)
@@ -165,11 +184,23 @@ static bt_status partition_params(const bt_graph *g, bt_plan *plan)
     return BT_OK;
 }
 
-/* partition: profile: measure the layers briefly on the plan's devices and cut optimally. */
+/* partition: profile: the optimal cut for the costs the caller measured (or loaded) and handed
+ * over in cfg->profile; planning never measures. One stage has no cut to choose. */
 static bt_status partition_profile(const bt_graph *g, const bt_parallel_config *cfg, bt_plan *plan)
 {
     int first[BT_MAX_STAGES + 1];
-    BT_TRY(bt_placement_quick_cut(g, cfg, (const char(*)[32])plan->device, plan->stages, first));
+    if (plan->stages == 1) {
+        for (int l = 0; l < g->n_layers; l++) plan->layer_stage[l] = 0;
+        return BT_OK;
+    }
+    if (!cfg->profile)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "partition: profile on %d stages needs measured costs, and none were given "
+                        "(bt_parallel_config.profile is NULL): measure first with "
+                        "bt_profile_measure_for_plan, or load a `baton profile` file with bt_profile_load",
+                        plan->stages);
+    BT_TRY(bt_profile_check_graph(cfg->profile, g, NULL));
+    BT_TRY(bt_placement_cut(cfg->profile, cfg, (const char(*)[32])plan->device, plan->stages, first));
     first_to_stages(first, plan->stages, plan);
     return BT_OK;
 }
@@ -254,10 +285,8 @@ bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_pla
         st = bt_error(BT_ERR_NOMEM, "plan: out of memory");
         goto fail;
     }
-    BT_TRY_GOTO(st, assign_devices(cfg, g->n_layers, plan), fail);
-    int any_pinned = 0;
-    for (int l = 0; l < g->n_layers; l++) any_pinned |= g->layers[l].stage >= 0;
-    bt_partition_kind kind = any_pinned ? BT_PARTITION_PINNED : cfg->partition;
+    BT_TRY_GOTO(st, bt_plan_resolve_devices(cfg, g->n_layers, plan->device, &plan->stages), fail);
+    bt_partition_kind kind = any_layer_pinned(g) ? BT_PARTITION_PINNED : cfg->partition;
     switch (kind) {
     case BT_PARTITION_UNIFORM: {
         int first[BT_MAX_STAGES + 1];

@@ -32,8 +32,22 @@ typedef struct bt_plan {
 /* Builds a plan for graph from cfg. devices "auto" means one cpu:N per stage (stages 0: one). A
  * device list sets the stage count when cfg->stages is 0 and must match it otherwise. Errors
  * (too many stages, balance not summing to the layer count, a layout naming an unknown or
- * misordered layer, pinned stages out of order) return BT_ERR_MODEL with a message. */
+ * misordered layer, pinned stages out of order) return BT_ERR_MODEL with a message.
+ * BT_PARTITION_PROFILE reads the costs in cfg->profile and never measures: without them (and more
+ * than one stage) it is BT_ERR_INVALID_ARG naming what is missing; a profile of another graph is
+ * BT_ERR_MODEL. */
 bt_status bt_plan_build(const bt_graph *graph, const bt_parallel_config *cfg, bt_plan **out);
+
+/* The devices a plan of cfg would use, one per stage (devices "auto": cpu:0..cpu:stages-1), and
+ * the stage count; the same checks and messages as bt_plan_build. */
+bt_status bt_plan_resolve_devices(const bt_parallel_config *cfg, int n_layers, char (*device)[32],
+                                  int *n_stages);
+/* 1 when bt_plan_build would cut graph by measured costs: partition profile, no layer pinned with
+ * stage:, more than one stage. The caller then measures (bt_profile_measure_for_plan) first. */
+int bt_plan_needs_profile(const bt_graph *graph, const bt_parallel_config *cfg);
+/* Splits "cpu:0, cpu:1" into device[] (names only: a kind's syntax is checked where devices are
+ * opened); returns the count, or -1 for an empty or overlong entry or more than max. */
+int bt_plan_split_devices(const char *list, char (*device)[32], int max);
 void bt_plan_destroy(bt_plan *plan);
 
 /* Bytes per sample stage s sends to later stages, and holds as activations per micro-batch. */

@@ -1,26 +1,23 @@
-/* plan/profile.h: measured costs of a model's layers, the input of the optimal planner.
+/* plan/profile.h: the cost table the optimal planner reads: struct bt_profile (opaque in the
+ * public baton/profile.h) and its queries. Nothing here measures or opens a device: measuring
+ * lives in src/profile (measure.c, layer_run.c), the JSON file format in src/profile/profile_file.c.
  *
  * A profile holds, per layer: forward, backward and optimizer-step times (median of `repeats`
  * timed runs after `warmup` untimed ones) of one micro-batch on one device of each kind named in
- * the device list, measured by running the layer's nodes through the backend table on buffers the
- * profiler allocates itself; and the bytes the planner's memory model needs: parameters,
- * gradients, optimizer state, activations kept per sample (every node output plus the state the
- * forward saves for the backward), the layer's output per sample, and the bytes per sample that
- * cross a cut placed right after the layer (skip connections included: every value produced at
- * or before the layer and read after it). Between every ordered pair of listed devices it holds a
- * transfer rate, measured the way the executor moves a message: device -> host buffer -> device
- * (on cpu:N that is two memcpys).
+ * the device list; and the bytes the planner's memory model needs: parameters, gradients,
+ * optimizer state, activations kept per sample (every node output plus the state the forward
+ * saves for the backward), the layer's output per sample, and the bytes per sample that cross a
+ * cut placed right after the layer (skip connections included: every value produced at or before
+ * the layer and read after it). Between every ordered pair of listed devices it holds a transfer
+ * rate, measured the way the executor moves a message: device -> host buffer -> device (on cpu:N
+ * that is two memcpys).
  *
  * Invariants: layers are in graph order and match the graph they were measured on (names and
  * ops; bt_profile_check_graph); every time and byte count is finite and >= 0; kinds[] holds each
  * device kind once; times[l * n_kinds + k] is layer l on kind k.
  *
- * Files are JSON (jansson): bt_profile_save writes atomically, bt_profile_load rejects anything
- * malformed with a message naming the file and the field ("layers[2].times.cpu.fwd_ms").
- *
- * Data flow: `baton profile` measures and saves; `baton plan` and `partition: profile` (plan.c,
- * through placement.h) turn a profile into a partition problem. Reads the graph and the backend
- * table; nothing in exec/ or above is imported. */
+ * Data flow: src/profile measures or loads -> bt_profile -> placement.h (`baton plan`, and
+ * plan.c for `partition: profile` through bt_parallel_config.profile). Reads the graph only. */
 #ifndef BT_PLAN_PROFILE_H
 #define BT_PLAN_PROFILE_H
 
@@ -29,6 +26,7 @@
 
 #include "baton/config.h"
 #include "baton/graph.h"
+#include "baton/profile.h"
 #include "baton/status.h"
 
 #define BT_PROFILE_MAX_KINDS 4
@@ -56,7 +54,7 @@ typedef struct bt_profile_transfer {
     double gb_per_s;                    /* 1e9 bytes per second, > 0 */
 } bt_profile_transfer;
 
-typedef struct bt_profile {
+struct bt_profile {
     char *model;                        /* the model's name */
     int n_devices;
     char devices[BT_MAX_STAGES][BT_PROFILE_DEVICE_LEN];
@@ -74,47 +72,10 @@ typedef struct bt_profile {
     bt_profile_time *times;             /* [n_layers * n_kinds] */
     int n_transfers;
     bt_profile_transfer *transfers;     /* [n_transfers] */
-} bt_profile;
+};
 
-typedef struct bt_profile_params {
-    const char *devices;                /* "cpu:0,cpu:1": one measurement per kind, rates per pair */
-    int64_t batch;                      /* samples per step */
-    int microbatches;                   /* the micro-batch measured is batch / microbatches */
-    int training;                       /* 1: measure backward and optimizer step too */
-    bt_optimizer_config optimizer;      /* decides optimizer-state bytes */
-    int repeats;                        /* timed runs per measurement (median) */
-    int warmup;                         /* untimed runs first */
-    int threads;                        /* compute threads per device */
-    size_t transfer_bytes;              /* message size for the transfer rates */
-    uint64_t seed;                      /* fills the buffers */
-} bt_profile_params;
-
-/* Defaults: devices "cpu:0", batch 32, 1 micro-batch, training, AdamW, 10 repeats after 2
- * warm-ups, 1 thread, 8 MiB transfers, seed 0. */
-void bt_profile_params_init(bt_profile_params *params);
-
-/* Splits "cpu:0, cpu:1" into devices[] (each checked with bt_device_parse); *n receives the
- * count. BT_ERR_INVALID_ARG for an empty entry, a bad device or more than max. */
-bt_status bt_profile_parse_devices(const char *list, char (*devices)[BT_PROFILE_DEVICE_LEN], int max,
-                                   int *n);
-
-/* Measures graph (a model named model_name, may be NULL) on the devices of params. The caller
- * owns *out (bt_profile_destroy). BT_ERR_INVALID_ARG for bad parameters (batch not divisible by
- * microbatches, training an untrainable graph); backend statuses pass through. */
-bt_status bt_profile_measure(const bt_graph *graph, const char *model_name,
-                             const bt_profile_params *params, bt_profile **out);
-/* Frees a profile; accepts NULL and half-built profiles. */
-void bt_profile_destroy(bt_profile *profile);
-
-/* Writes the profile as JSON to path (atomically: readers see the old file or the new). */
-bt_status bt_profile_save(const bt_profile *profile, const char *path);
-/* Reads and validates a profile file. BT_ERR_IO naming the file and the offending field. */
-bt_status bt_profile_load(const char *path, bt_profile **out);
-
-/* BT_ERR_MODEL unless the profile's layers are the graph's (same count, names and ops, in order);
- * the message names what differs and `what` (the profile's file name, or NULL). */
-bt_status bt_profile_check_graph(const bt_profile *profile, const bt_graph *graph, const char *what);
-
+/* The kind of a device name: "cpu" of "cpu:1" (truncated to size - 1). */
+void bt_profile_device_kind(const char *device, char *kind, size_t size);
 /* Index of a device kind ("cpu") in profile->kinds, or -1. */
 int bt_profile_kind_index(const bt_profile *profile, const char *kind);
 /* Times of layer l on kind k. */
