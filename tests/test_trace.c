@@ -403,6 +403,57 @@ static void cleanup(void)
     memset(&run, 0, sizeof run);
 }
 
+/* ---- the STEP barrier comes from exec ---------------------------------------------------------- */
+
+/* Whether STEP was a barrier is exec's to say (bt_engine_step_view): the worker waits there for
+ * every stage's sum of squares under clipping and under f16 loss scaling (an overflow anywhere
+ * skips the step everywhere), so the trace must count that wait as idle in both cases. Before
+ * the trace read it from exec it marked the barrier only under clipping. */
+static void test_step_barrier_from_exec(void)
+{
+    static const struct {
+        double clip;
+        bt_dtype precision;
+        int barrier;
+    } cases[] = {{0, BT_F32, 0}, {1.0, BT_F32, 1}, {0, BT_F16, 1}, {1.0, BT_F16, 1}};
+    float x[BATCH * IN];
+    int32_t label[BATCH];
+    for (int i = 0; i < BATCH * IN; i++) x[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
+    for (int i = 0; i < BATCH; i++) label[i] = i % CLASSES;
+    bt_feed feeds[2] = {{"x", x, BT_F32}, {"label", label, BT_I32}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        bt_graph *g = residual_graph();
+        bt_engine *e = NULL;
+        bt_trace *t = NULL;
+        bt_engine_params p;
+        bt_engine_params_init(&p);
+        p.parallel.devices = "cpu:0,cpu:1";
+        p.parallel.microbatches = 2;
+        p.batch = BATCH;
+        p.optimizer.kind = BT_OPT_SGD;
+        p.optimizer.lr = 0.1;
+        p.clip_norm = cases[c].clip;
+        p.precision = cases[c].precision;
+        p.watchdog_s = 20;
+        CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+        CU_ASSERT_FATAL(bt_trace_create(&t) == BT_OK);
+        bt_step_result r;
+        CU_ASSERT_FATAL(bt_engine_train_step(e, feeds, 2, &r) == BT_OK);
+        CU_ASSERT_FATAL(bt_trace_add_step(t, e) == BT_OK);
+        if (t->steps[0].barrier != cases[c].barrier)
+            printf("\n  clip %g, %s: the trace says barrier %d, the worker %s\n", cases[c].clip,
+                   bt_dtype_name(cases[c].precision), t->steps[0].barrier,
+                   cases[c].barrier ? "waited" : "did not wait");
+        CU_ASSERT_EQUAL(t->steps[0].barrier, cases[c].barrier);
+        CU_ASSERT_FATAL(bt_engine_forward(e, feeds, 2, NULL, &r) == BT_OK);
+        CU_ASSERT_FATAL(bt_trace_add_step(t, e) == BT_OK);
+        CU_ASSERT_EQUAL(t->steps[1].barrier, 0); /* inference has no STEP to wait at */
+        bt_trace_destroy(t);
+        bt_engine_destroy(e);
+        bt_graph_destroy(g);
+    }
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -410,6 +461,7 @@ int main(void)
         {"svg timeline renders", test_svg_timeline},
         {"time shares and prediction of a real run", test_real_run_shares},
         {"trace from the simulator: exact shares and prediction", test_simulated_trace},
+        {"STEP barrier as exec ran it (f16 loss scaling, clipping)", test_step_barrier_from_exec},
         {NULL, NULL}};
     int rc = bt_test_main("trace", cases);
     cleanup();

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
-#include "exec/exec_internal.h"
 #include "trace/trace.h"
 
 struct bt_cli_tracer {

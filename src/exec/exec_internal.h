@@ -24,6 +24,7 @@
 #include "baton/engine.h"
 #include "graph/graph_internal.h"
 #include "plan/plan.h"
+#include "exec/step_view.h"
 #include "sched/sched.h"
 #include "optim/loss_scale.h"
 
@@ -118,13 +119,6 @@ typedef enum bt_job_kind { BT_JOB_NONE, BT_JOB_GRADS, BT_JOB_TRAIN, BT_JOB_FORWA
 /* What a worker measured for one instruction of the last step, in ms from the step's start. The
  * times come from events on the device's streams, so on a GPU they say when the work ran, not
  * when it was queued (each device's clock is aligned to the host's at the step's start). */
-typedef struct bt_trace_rec {
-    int instr;                 /* index into the job schedule's list for this stage */
-    double start_ms, end_ms;
-    size_t bytes;              /* SEND/RECV: bytes moved */
-    int live;                  /* micro-batches held after the instruction */
-} bt_trace_rec;
-
 typedef struct bt_worker {
     struct bt_engine *engine;
     int stage;
@@ -234,9 +228,10 @@ bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s
 /* Wakes every waiter (abort). */
 void bt_channels_wake_all(bt_engine *e);
 
-/* The last job's schedule and stage's records; valid until the next step. */
-const bt_schedule *bt_engine_last_schedule(const bt_engine *engine);
-const bt_trace_rec *bt_engine_trace(const bt_engine *engine, int stage, int *n);
+/* step_view.c: 1 when the optimizer step of a training job waits for every stage (the global
+ * gradient norm is needed: clipping, or f16 loss scaling where an overflow anywhere skips the
+ * step everywhere). The worker branches on it; the step view reports it. */
+int bt_exec_step_is_barrier(const bt_engine_params *params);
 
 /* Test hook: stage skips its send of micro-batch mb (activations or gradients) in later steps. */
 void bt_engine_test_drop_send(bt_engine *engine, int stage, int mb);

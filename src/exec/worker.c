@@ -282,7 +282,7 @@ static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     e->sumsq[st->index] = sumsq;
     int scaled = e->params.precision == BT_F16;
     double unscale = 1.0 / e->loss_scale, scale = unscale;
-    if (e->params.clip_norm > 0 || scaled) {
+    if (bt_exec_step_is_barrier(&e->params)) {
         BT_TRY(stage_barrier(e));
         double total = 0;
         for (int s = 0; s < e->stages; s++) total += e->sumsq[s];

@@ -6,7 +6,8 @@
  * arrived when the last of its senders finished (a send posts its message at its end). The part
  * of a receive after that moment is the copy; the part before is waiting.
  *
- * Data flow: exec/exec_internal.h (records, schedule, stages) -> bt_trace -> JSON file, stats.
+ * Data flow: exec/step_view.h (records, schedule, stages, the STEP barrier) -> bt_trace -> JSON
+ * file, stats.
  * Never prints. */
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
-#include "exec/exec_internal.h"
+#include "exec/step_view.h"
 #include "io/atomic_file.h"
 #include "trace/trace.h"
 
@@ -50,27 +51,29 @@ int bt_trace_num_stages(const bt_trace *t) { return t ? t->stages : 0; }
 
 /* ---- collecting ------------------------------------------------------------------------------- */
 
-static void stage_facts(const bt_engine *e, int s, bt_trace_stage *out)
+static bt_status stage_facts(const bt_engine *e, int s, bt_trace_stage *out)
 {
-    const bt_stage *st = &e->stage[s];
-    const bt_graph *g = e->graph;
-    int first = e->plan->first_layer[s], last = first + e->plan->n_stage_layers[s] - 1;
+    bt_step_stage v;
+    BT_TRY(bt_engine_step_stage(e, s, &v));
     memset(out, 0, sizeof *out);
-    snprintf(out->device, sizeof out->device, "%s", st->device_name);
-    if (first == last) snprintf(out->layers, sizeof out->layers, "%s", g->layers[first].name);
-    else snprintf(out->layers, sizeof out->layers, "%s..%s", g->layers[first].name, g->layers[last].name);
-    out->slot_bytes = st->slot_bytes;
-    for (int c = 0; c < st->n_out_act; c++) out->act_to[out->n_act_to++] = st->out_act[c]->to;
-    for (int c = 0; c < st->n_out_grad; c++) out->grad_to[out->n_grad_to++] = st->out_grad[c]->to;
+    snprintf(out->device, sizeof out->device, "%s", v.device);
+    if (strcmp(v.first_layer, v.last_layer) == 0) snprintf(out->layers, sizeof out->layers, "%s", v.first_layer);
+    else snprintf(out->layers, sizeof out->layers, "%s..%s", v.first_layer, v.last_layer);
+    out->slot_bytes = v.slot_bytes;
+    out->n_act_to = v.n_act_to;
+    memcpy(out->act_to, v.act_to, sizeof out->act_to);
+    out->n_grad_to = v.n_grad_to;
+    memcpy(out->grad_to, v.grad_to, sizeof out->grad_to);
+    return BT_OK;
 }
 
-static bt_status first_step(bt_trace *t, const bt_engine *e)
+static bt_status first_step(bt_trace *t, const bt_engine *e, const bt_step_view *view)
 {
-    t->stages = e->stages;
-    t->first_t0_ms = e->step_t0_ms;
+    t->stages = view->stages;
+    t->first_t0_ms = view->t0_ms;
     t->stage = calloc((size_t)t->stages, sizeof *t->stage);
     if (!t->stage) return bt_error(BT_ERR_NOMEM, "trace: out of memory");
-    for (int s = 0; s < t->stages; s++) stage_facts(e, s, &t->stage[s]);
+    for (int s = 0; s < t->stages; s++) BT_TRY(stage_facts(e, s, &t->stage[s]));
     return BT_OK;
 }
 
@@ -104,12 +107,13 @@ static bt_status copy_records(const bt_engine *e, const bt_schedule *sched, bt_t
 bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
 {
     if (!t || !e) return bt_error(BT_ERR_INVALID_ARG, "bt_trace_add_step: NULL argument");
-    const bt_schedule *sched = bt_engine_last_schedule(e);
-    if (!sched)
-        return bt_error(BT_ERR_INVALID_ARG, "trace: the engine has not run a step yet");
-    if (t->n_steps == 0 && !t->stage) BT_TRY(first_step(t, e));
-    if (e->stages != t->stages)
-        return bt_error(BT_ERR_INVALID_ARG, "trace: a %d-stage step cannot join a %d-stage trace", e->stages,
+    bt_step_view view;
+    bt_status vs = bt_engine_step_view(e, &view);
+    if (vs != BT_OK) return bt_error_context(vs, "trace");
+    const bt_schedule *sched = view.schedule;
+    if (t->n_steps == 0 && !t->stage) BT_TRY(first_step(t, e, &view));
+    if (view.stages != t->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "trace: a %d-stage step cannot join a %d-stage trace", view.stages,
                         t->stages);
     if (t->n_steps == t->cap_steps) {
         int cap = t->cap_steps ? 2 * t->cap_steps : 16;
@@ -120,11 +124,11 @@ bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
     }
     bt_trace_step *step = &t->steps[t->n_steps];
     memset(step, 0, sizeof *step);
-    step->t0_ms = e->step_t0_ms - t->first_t0_ms;
+    step->t0_ms = view.t0_ms - t->first_t0_ms;
     step->kind = sched->kind;
     step->microbatches = sched->microbatches;
-    step->training = sched->training && e->job != BT_JOB_FORWARD;
-    step->barrier = e->job == BT_JOB_TRAIN && e->params.clip_norm > 0;
+    step->training = view.training;
+    step->barrier = view.step_barrier;
     bt_status st = copy_records(e, sched, step, t->stages);
     if (st != BT_OK) {
         step_free(step, t->stages);

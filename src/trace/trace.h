@@ -17,8 +17,9 @@
  * Invariants: every added step has the same stage count as the first; the records are copies, so
  * the trace outlives the engine.
  *
- * Data flow: exec/ (engine internals: records, schedule, stages, channels) -> here -> files and
- * the CLI's summary. Reads exec/ and the graph; nothing lower includes this. Never prints. */
+ * Data flow: exec/step_view.h (records, schedule, stages, channels, the STEP barrier) -> here ->
+ * files and the CLI's summary. Reads exec's step view, never its internals; nothing lower
+ * includes this. Never prints. */
 #ifndef BT_TRACE_H
 #define BT_TRACE_H
 
@@ -49,8 +50,9 @@ bt_status bt_trace_write_svg(const bt_trace *trace, const char *path);
 
 /* Where one stage's time went over all traced steps, as shares of the steps' wall time:
  * busy = forward, backward and optimizer compute; transfer = sends, plus the part of each receive
- * after its data was posted (the copy); idle = the rest (waiting for data, the STEP barrier when
- * clipping, gaps). Medians are per instruction over all steps; send/recv are the copy times. */
+ * after its data was posted (the copy); idle = the rest (waiting for data, the STEP barrier under
+ * clipping or f16 loss scaling, gaps). Medians are per instruction over all steps; send/recv are
+ * the copy times. */
 typedef struct bt_trace_stage_stats {
     double busy, transfer, idle;
     double fwd_ms, bwd_ms, step_ms;
@@ -87,7 +89,7 @@ typedef struct bt_trace_step {
     double wall_ms;             /* latest instruction end, from the step's start */
     bt_schedule_kind kind;
     int microbatches, training;
-    int barrier;                /* STEP includes a cross-stage barrier (clipping) */
+    int barrier;                /* STEP waited for every stage (exec says: clipping, f16 loss scaling) */
     int *n;                     /* [stages] */
     bt_trace_ev **ev;           /* [stages][n[s]], in execution order */
 } bt_trace_step;

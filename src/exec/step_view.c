@@ -1,0 +1,44 @@
+/* exec/step_view.c: the read-only view of the last step that exec exports (see step_view.h), and
+ * the predicate that decides whether STEP is a barrier, shared by the worker and the view so the
+ * trace cannot disagree with what ran. */
+#include <string.h>
+
+#include "core/error.h"
+#include "exec/exec_internal.h"
+
+int bt_exec_step_is_barrier(const bt_engine_params *p)
+{
+    return p->clip_norm > 0 || p->precision == BT_F16;
+}
+
+bt_status bt_engine_step_view(const bt_engine *e, bt_step_view *out)
+{
+    if (!e || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_step_view: NULL argument");
+    memset(out, 0, sizeof *out);
+    const bt_schedule *sched = bt_engine_last_schedule(e);
+    if (!sched) return bt_error(BT_ERR_INVALID_ARG, "the engine has not run a step yet");
+    out->stages = e->stages;
+    out->schedule = sched;
+    out->t0_ms = e->step_t0_ms;
+    out->training = sched->training && e->job != BT_JOB_FORWARD;
+    out->step_barrier = e->job == BT_JOB_TRAIN && bt_exec_step_is_barrier(&e->params);
+    return BT_OK;
+}
+
+bt_status bt_engine_step_stage(const bt_engine *e, int s, bt_step_stage *out)
+{
+    if (!e || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_step_stage: NULL argument");
+    if (s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "stage %d: the engine has %d stages", s, e->stages);
+    const bt_stage *st = &e->stage[s];
+    const bt_graph *g = e->graph;
+    int first = e->plan->first_layer[s], last = first + e->plan->n_stage_layers[s] - 1;
+    memset(out, 0, sizeof *out);
+    out->device = st->device_name;
+    out->first_layer = g->layers[first].name;
+    out->last_layer = g->layers[last].name;
+    out->slot_bytes = st->slot_bytes;
+    for (int c = 0; c < st->n_out_act; c++) out->act_to[out->n_act_to++] = st->out_act[c]->to;
+    for (int c = 0; c < st->n_out_grad; c++) out->grad_to[out->n_grad_to++] = st->out_grad[c]->to;
+    return BT_OK;
+}
