@@ -175,6 +175,10 @@ static int plan_model(const plan_opts *o, const bt_model *m)
 {
     char dev_buf[BT_MAX_STAGES * 12];
     const char *devices = plan_devices(o, m, dev_buf, sizeof dev_buf);
+    char parsed[BT_MAX_STAGES][BT_PROFILE_DEVICE_LEN];
+    int n_parsed = 0;
+    bt_status dst = bt_profile_parse_devices(devices, parsed, BT_MAX_STAGES, &n_parsed);
+    if (dst != BT_OK) return bt_cli_fail("plan", dst); /* placement splits names only */
     int training = m->train.enabled && bt_graph_is_trainable(m->graph);
     bt_placement_params lp;
     bt_placement_params_init(&lp);
