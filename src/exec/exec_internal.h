@@ -1,6 +1,8 @@
 /* exec/exec_internal.h: the engine's state, shared by engine.c (set-up, public API), worker.c
  * (the instruction interpreter each stage's thread runs), transfer.c (how a message crosses a
- * stage boundary) and channel.c (the mailbox that tells the receiver a message is there).
+ * stage boundary), channel.c (the mailbox that tells the receiver a message is there) and
+ * step_view.c (the read-only view of the last step exported to trace/: nothing outside exec
+ * includes this header).
  *
  * Memory is planned at creation and never allocated in the step loop: per stage, `n_slots`
  * activation slots (one per micro-batch the schedule keeps in flight) each holding every value the
