@@ -167,6 +167,7 @@ static bt_status add_node(bt_graph *g, const bt_op_def *op, const int *in, int n
     memcpy(node->config, ctx.config, ctx.config_size);
     node->config_size = ctx.config_size;
     node->no_grad_mask = ctx.no_grad_mask;
+    memcpy(node->int_hi, ctx.int_hi, sizeof node->int_hi);
     bt_status st = bt_args_copy(&node->args, args);
     if (st != BT_OK) {
         bt_args_clear(&node->args);
