@@ -2,7 +2,8 @@
  * saying why) where cudaGetDeviceCount fails or finds no device.
  *
  * What is compared, and how closely (err = |gpu - cpu| / max(1, |cpu|) per element):
- *   - every built-in op, forward and backward, f32 and f64, on random inputs: the op runs on the
+ *   - every case of the shared table (tests/op_cases.c, the CPU tests' rows and larger ones),
+ *     forward and backward, f32 and f64, on random inputs: the op runs on the
  *     CPU through tests/op_check.h and on cuda:0 through the backend's run_op with the same
  *     inputs, parameters, output gradient and PRE-FILLED random input/parameter gradients (so a
  *     backward that overwrites instead of adding fails). Outputs and every gradient must agree
