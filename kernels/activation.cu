@@ -1,7 +1,9 @@
-/* kernels/activation.cu: relu, gelu (exact, with erf), tanh and sigmoid, elementwise. The
+/* kernels/activation.cu: relu, gelu (exact, with erf), tanh, sigmoid and silu, elementwise. The
  * formulas and their order of operations are those of src/ops/activation_tmpl.h; the backward
  * recomputes f'(x) from x, as the CPU kernels do. */
 #include "kernel_util.cuh"
+
+#include "cuda/op_glue.h"
 
 #define BT_K_SQRT1_2 0.70710678118654752440     /* 1/sqrt(2) */
 #define BT_K_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
@@ -13,6 +15,7 @@ __device__ __forceinline__ T act_value(int f, T x)
     case BT_K_RELU: return x > 0 ? x : (T)0;
     case BT_K_GELU: return (T)0.5 * x * (1 + bt_k_erf(x * (T)BT_K_SQRT1_2));
     case BT_K_TANH: return bt_k_tanh(x);
+    case BT_K_SILU: return x * (1 / (1 + bt_k_exp(-x)));
     default: return 1 / (1 + bt_k_exp(-x)); /* BT_K_SIGMOID */
     }
 }
@@ -31,6 +34,10 @@ __device__ __forceinline__ T act_grad(int f, T x, T dy)
     case BT_K_TANH: {
         const T t = bt_k_tanh(x);
         return dy * (1 - t * t);
+    }
+    case BT_K_SILU: { /* d/dx [x s(x)] = s (1 + x (1 - s)) */
+        const T sg = 1 / (1 + bt_k_exp(-x));
+        return dy * (sg * (1 + x * (1 - sg)));
     }
     default: { /* BT_K_SIGMOID */
         const T sg = 1 / (1 + bt_k_exp(-x));
@@ -53,7 +60,8 @@ __global__ void k_act_backward(int f, const T *x, const T *dy, T *dx, int64_t n)
 
 static int known(bt_k_activation f)
 {
-    return f == BT_K_RELU || f == BT_K_GELU || f == BT_K_TANH || f == BT_K_SIGMOID;
+    return f == BT_K_RELU || f == BT_K_GELU || f == BT_K_TANH || f == BT_K_SIGMOID ||
+           f == BT_K_SILU;
 }
 
 extern "C" cudaError_t bt_k_activation_forward(cudaStream_t s, bt_dtype dt, bt_k_activation f,
@@ -76,3 +84,40 @@ extern "C" cudaError_t bt_k_activation_backward(cudaStream_t s, bt_dtype dt, bt_
                           (int)f, (const T *)x, (const T *)dy, (T *)dx, n););
     return cudaGetLastError();
 }
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+static bt_status act_forward(const bt_op_call *call, const char *op, bt_k_activation f)
+{
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, op, call->out->dtype, &x));
+    BT_K_TRY(bt_k_activation_forward, x->stream, call->out->dtype, f, call->in[0].data,
+             call->out->data, bt_tensor_numel(call->out));
+    return BT_OK;
+}
+
+static bt_status act_backward(const bt_op_call *call, const char *op, bt_k_activation f)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, op, call->out_grad->dtype, &x));
+    BT_K_TRY(bt_k_activation_backward, x->stream, call->out_grad->dtype, f, call->in[0].data,
+             call->out_grad->data, call->in_grad[0].data, bt_tensor_numel(call->out_grad));
+    return BT_OK;
+}
+
+#define ACTIVATION_KERNELS(op, kind)                                \
+    extern "C" bt_status bt_cuda_##op##_forward(const bt_op_call *call)  \
+    {                                                               \
+        return act_forward(call, #op, kind);                        \
+    }                                                               \
+    extern "C" bt_status bt_cuda_##op##_backward(const bt_op_call *call) \
+    {                                                               \
+        return act_backward(call, #op, kind);                       \
+    }
+
+ACTIVATION_KERNELS(relu, BT_K_RELU)
+ACTIVATION_KERNELS(gelu, BT_K_GELU)
+ACTIVATION_KERNELS(tanh, BT_K_TANH)
+ACTIVATION_KERNELS(sigmoid, BT_K_SIGMOID)
+ACTIVATION_KERNELS(silu, BT_K_SILU)

@@ -1,9 +1,13 @@
-/* kernels/conv.cu: the helpers of conv2d's GEMM path (src/cuda/ops_cuda.c runs the GEMMs with
- * cuBLAS, or the whole convolution with cuDNN where it can). The column matrix of one sample is
+/* kernels/conv.cu: conv2d (src/ops/conv.c) on the GPU: through cuDNN where the build has it and
+ * it can (src/cuda/conv_cudnn.c), otherwise the GEMM path here, one sample at a time: the
+ * column-matrix kernels below, then cuBLAS GEMMs. The column matrix of one sample is
  * (c kh kw, ho wo), row (ci, ki, kj) and column (oh, ow) holding x[ci, oh sh - ph + ki,
  * ow sw - pw + kj] or 0 in the padding, as in src/ops/conv_tmpl.h. col2im gathers, one thread per
  * input element summing the column entries that came from it (no atomics). */
 #include "kernel_util.cuh"
+
+#include "cuda/conv_cudnn.h"
+#include "cuda/op_glue.h"
 
 template <typename T>
 __global__ void k_im2col(bt_k_window c, int64_t ch, const T *x, T *col)
@@ -103,4 +107,125 @@ extern "C" cudaError_t bt_k_channel_sum_acc(cudaStream_t s, bt_dtype dt, const v
                                              bt_k_row_threads(plane), 0, s>>>(
                           (const T *)dy, (T *)db, batch, channels, plane););
     return cudaGetLastError();
+}
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+static bt_k_window conv_window(const bt_conv_config *cf)
+{
+    const bt_k_window win = {cf->h, cf->w, cf->ho, cf->wo, cf->kh, cf->kw,
+                             cf->sh, cf->sw, cf->ph, cf->pw};
+    return win;
+}
+
+/* The GEMM path, one sample at a time as src/ops/conv_tmpl.h: im2col into the workspace, then
+ * y_n (out, ho wo) = W (out, c kh kw) col (c kh kw, ho wo). A pointwise conv uses x_n as col. */
+static bt_status conv_gemm_forward(bt_cuda_exec *x, const bt_op_call *call, bt_dtype dt)
+{
+    const bt_conv_config *cf = (const bt_conv_config *)call->config;
+    const bt_k_window win = conv_window(cf);
+    const int64_t chw = cf->c * cf->h * cf->w, howo = cf->ho * cf->wo;
+    const int64_t ckk = cf->c * cf->kh * cf->kw;
+    BT_TRY(bt_cuda_fits_int("conv2d", howo, cf->out, ckk));
+    const void *b = cf->bias ? call->param[1].data : NULL;
+    if (b)
+        BT_K_TRY(bt_k_fill_planes, x->stream, dt, b, call->out->data, call->batch * cf->out,
+                 cf->out, howo);
+    for (int64_t n = 0; n < call->batch; n++) {
+        const void *xn = bt_cuda_at(call->in[0].data, n * chw, dt);
+        void *yn = bt_cuda_at(call->out->data, n * cf->out * howo, dt);
+        const void *col = xn;
+        if (!cf->pointwise) {
+            BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, xn, call->workspace);
+            col = call->workspace;
+        }
+        /* y_n^T (ho wo, out) = col^T W^T: col is column-major (ho wo, c kh kw), W^T
+         * column-major (c kh kw, out) */
+        BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, (int)howo,
+                            (int)cf->out, (int)ckk, col, (int)howo, call->param[0].data, (int)ckk,
+                            b ? 1.0 : 0.0, yn, (int)howo));
+    }
+    return BT_OK;
+}
+
+static bt_status conv_gemm_backward(bt_cuda_exec *x, const bt_op_call *call, bt_dtype dt,
+                                    void *dx, void *dw, void *db)
+{
+    const bt_conv_config *cf = (const bt_conv_config *)call->config;
+    const bt_k_window win = conv_window(cf);
+    const int64_t chw = cf->c * cf->h * cf->w, howo = cf->ho * cf->wo;
+    const int64_t ckk = cf->c * cf->kh * cf->kw;
+    BT_TRY(bt_cuda_fits_int("conv2d", howo, cf->out, ckk));
+    void *col = call->workspace;                                     /* (c kh kw, ho wo) */
+    void *dcol = cf->pointwise ? NULL : bt_cuda_at(call->workspace, ckk * howo, dt); /* same */
+    if (db)
+        BT_K_TRY(bt_k_channel_sum_acc, x->stream, dt, call->out_grad->data, db, call->batch,
+                 cf->out, howo);
+    for (int64_t n = 0; n < call->batch; n++) {
+        const void *xn = bt_cuda_at(call->in[0].data, n * chw, dt);
+        const void *dyn = bt_cuda_at(call->out_grad->data, n * cf->out * howo, dt);
+        if (dw) { /* dW^T (c kh kw, out) += col dy_n^T */
+            const void *cn = xn;
+            if (!cf->pointwise) {
+                BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, xn, col);
+                cn = col;
+            }
+            BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_T, CUBLAS_OP_N, (int)ckk,
+                                (int)cf->out, (int)howo, cn, (int)howo, dyn, (int)howo, 1.0, dw,
+                                (int)ckk));
+        }
+        if (dx) { /* dcol^T (ho wo, c kh kw) = dy_n^T W, folded back into dx_n */
+            void *dxn = bt_cuda_at(dx, n * chw, dt);
+            if (cf->pointwise) {
+                BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo,
+                                    (int)ckk, (int)cf->out, dyn, (int)howo, call->param[0].data,
+                                    (int)ckk, 1.0, dxn, (int)howo));
+            } else {
+                BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo,
+                                    (int)ckk, (int)cf->out, dyn, (int)howo, call->param[0].data,
+                                    (int)ckk, 0.0, dcol, (int)howo));
+                BT_K_TRY(bt_k_col2im_acc, x->stream, dt, &win, cf->c, dcol, dxn);
+            }
+        }
+    }
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_conv2d_forward(const bt_op_call *call)
+{
+    const bt_dtype dt = call->out->dtype;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "conv2d", dt, &x));
+    if (call->batch == 0) return BT_OK;
+#ifdef BATON_HAVE_CUDNN
+    if (bt_cudnn_conv_applicable(x, dt, (const bt_conv_config *)call->config, call->batch)) {
+        int done = 0;
+        BT_TRY(bt_cudnn_conv_forward(x, call, &done));
+        if (done) return BT_OK;
+    }
+#endif
+    return conv_gemm_forward(x, call, dt);
+}
+
+extern "C" bt_status bt_cuda_conv2d_backward(const bt_op_call *call)
+{
+    const bt_conv_config *cf = (const bt_conv_config *)call->config;
+    const bt_dtype dt = call->out_grad->dtype;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "conv2d", dt, &x));
+    void *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
+    void *dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0]) ? call->param_grad[0].data
+                                                                       : NULL;
+    void *db = cf->bias && call->param_grad && BT_OPS_WANTS(&call->param_grad[1])
+                   ? call->param_grad[1].data
+                   : NULL;
+    if (call->batch == 0 || (!dx && !dw && !db)) return BT_OK;
+#ifdef BATON_HAVE_CUDNN
+    if (bt_cudnn_conv_applicable(x, dt, cf, call->batch)) {
+        int done = 0;
+        BT_TRY(bt_cudnn_conv_backward(x, call, dx, dw, db, &done));
+        if (done) return BT_OK;
+    }
+#endif
+    return conv_gemm_backward(x, call, dt, dx, dw, db);
 }

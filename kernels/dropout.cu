@@ -4,6 +4,8 @@
  * >= threshold. One thread per pair. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 /* splitmix64's output function, as src/ops/dropout.c. */
 __host__ __device__ static inline uint64_t splitmix64(uint64_t x)
 {
@@ -57,4 +59,42 @@ extern "C" cudaError_t bt_k_dropout_backward(cudaStream_t s, bt_dtype dt, const 
     BT_K_DISPATCH(dt, k_dropout_backward<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
                           (const T *)dy, mask, (T *)dx, n, (T)scale););
     return cudaGetLastError();
+}
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_dropout_forward(const bt_op_call *call)
+{
+    const double p = ((const bt_dropout_config *)call->config)->p;
+    const bt_dtype dt = call->out->dtype;
+    const int64_t n = bt_tensor_numel(call->out);
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "dropout", dt, &x));
+    if (!call->training || p == 0)
+        return bt_cuda_copy(x, call->out->data, call->in[0].data, (size_t)n * bt_cuda_esize(dt));
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL, "dropout: training forward without a saved buffer");
+    const uint32_t threshold = (uint32_t)(p * 4294967296.0); /* p < 1, so < 2^32 */
+    BT_K_TRY(bt_k_dropout_forward, x->stream, dt, call->in[0].data, (unsigned char *)call->saved,
+             call->out->data, n, call->seed, threshold, 1.0 / (1.0 - p));
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_dropout_backward(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    const double p = ((const bt_dropout_config *)call->config)->p;
+    const bt_dtype dt = call->out_grad->dtype;
+    const int64_t n = bt_tensor_numel(call->out_grad);
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "dropout", dt, &x));
+    if (!call->training || p == 0) {
+        BT_K_TRY(bt_k_acc, x->stream, dt, call->out_grad->data, call->in_grad[0].data, n);
+        return BT_OK;
+    }
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL, "dropout: training backward without the mask");
+    BT_K_TRY(bt_k_dropout_backward, x->stream, dt, call->out_grad->data,
+             (const unsigned char *)call->saved, call->in_grad[0].data, n, 1.0 / (1.0 - p));
+    return BT_OK;
 }

@@ -2,6 +2,8 @@
  * rows, column sums). Flat grid-stride loops over n elements; see kernels.h for the contracts. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 template <typename T>
 __global__ void k_add(const T *a, const T *b, T *y, int64_t n)
 {
@@ -101,4 +103,49 @@ extern "C" cudaError_t bt_k_colsum_acc(cudaStream_t s, bt_dtype dt, const void *
     BT_K_DISPATCH(dt, k_colsum_acc<T><<<grid, BT_K_THREADS, 0, s>>>((const T *)x, (T *)y, rows,
                                                                     cols, chunk););
     return cudaGetLastError();
+}
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_add_forward(const bt_op_call *call)
+{
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "add", call->out->dtype, &x));
+    BT_K_TRY(bt_k_add, x->stream, call->out->dtype, call->in[0].data, call->in[1].data,
+             call->out->data, bt_tensor_numel(call->out));
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_add_backward(const bt_op_call *call)
+{
+    const bt_dtype dt = call->out_grad->dtype;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "add", dt, &x));
+    const int64_t n = bt_tensor_numel(call->out_grad);
+    for (int k = 0; k < 2; k++)
+        if (BT_OPS_WANTS(&call->in_grad[k]))
+            BT_K_TRY(bt_k_acc, x->stream, dt, call->out_grad->data, call->in_grad[k].data, n);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_mul_forward(const bt_op_call *call)
+{
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "mul", call->out->dtype, &x));
+    BT_K_TRY(bt_k_mul, x->stream, call->out->dtype, call->in[0].data, call->in[1].data,
+             call->out->data, bt_tensor_numel(call->out));
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_mul_backward(const bt_op_call *call)
+{
+    const bt_dtype dt = call->out_grad->dtype;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "mul", dt, &x));
+    const int64_t n = bt_tensor_numel(call->out_grad);
+    for (int k = 0; k < 2; k++) /* d(a b)/da = b, d(a b)/db = a */
+        if (BT_OPS_WANTS(&call->in_grad[k]))
+            BT_K_TRY(bt_k_acc_mul, x->stream, dt, call->out_grad->data, call->in[1 - k].data,
+                     call->in_grad[k].data, n);
+    return BT_OK;
 }

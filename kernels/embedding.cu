@@ -4,6 +4,8 @@
  * [0, num) is recorded in the fault record (see kernels.h) instead of failing the call. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 template <typename T>
 __global__ void k_embedding_forward(const int32_t *ids, const T *w, T *y, int64_t n, int64_t num,
                                     int64_t dim, bt_k_fault *fault)
@@ -53,4 +55,32 @@ extern "C" cudaError_t bt_k_embedding_backward(cudaStream_t s, bt_dtype dt, cons
     BT_K_DISPATCH(dt, k_embedding_backward<T><<<bt_k_blocks(n * dim), BT_K_THREADS, 0, s>>>(
                           ids, (const T *)dy, (T *)dw, n, num, dim, fault););
     return cudaGetLastError();
+}
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_embedding_forward(const bt_op_call *call)
+{
+    const bt_embedding_config *cf = (const bt_embedding_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "embedding", call->out->dtype, &x));
+    x->fault_armed = 1;
+    BT_K_TRY(bt_k_embedding_forward, x->stream, call->out->dtype, (const int32_t *)call->in[0].data,
+             call->param[0].data, call->out->data, bt_tensor_numel(&call->in[0]), cf->num,
+             cf->dim, x->fault);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_embedding_backward(const bt_op_call *call)
+{
+    if (!call->param_grad || !BT_OPS_WANTS(&call->param_grad[0])) return BT_OK;
+    const bt_embedding_config *cf = (const bt_embedding_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "embedding", call->out_grad->dtype, &x));
+    x->fault_armed = 1;
+    BT_K_TRY(bt_k_embedding_backward, x->stream, call->out_grad->dtype,
+             (const int32_t *)call->in[0].data,
+             call->out_grad->data, call->param_grad[0].data, bt_tensor_numel(&call->in[0]),
+             cf->num, cf->dim, x->fault);
+    return BT_OK;
 }

@@ -1,7 +1,9 @@
 /* kernels/kernels.h: the CUDA kernels' C interface. Every launcher queues its work on the stream
  * it is given and returns at once with the launch's cudaError_t (cudaSuccess, or the error of a
  * bad configuration; faults inside a kernel surface at the next synchronising call). Only the
- * CUDA backend (src/cuda/) includes this header; .cu files implement it, one per op family.
+ * CUDA backend (src/cuda/) includes this header; .cu files implement it, one per op family. Each
+ * family's .cu also holds the glue from a bt_op_call to these launchers (bt_cuda_<op>_forward /
+ * _backward, cuda/ops_cuda.h), compiled by nvcc as C-style code with C linkage.
  *
  * Conventions, the same as the CPU kernels' (baton/op.h, src/ops/):
  *   - pointers are device memory; n, rows, cols... count elements; dt is BT_F32 or BT_F64 (any
@@ -66,7 +68,8 @@ typedef enum bt_k_activation {
     BT_K_RELU = 0,
     BT_K_GELU = 1,    /* exact: x Phi(x) with erf */
     BT_K_TANH = 2,
-    BT_K_SIGMOID = 3
+    BT_K_SIGMOID = 3,
+    BT_K_SILU = 4     /* x sigmoid(x) */
 } bt_k_activation;
 
 /* y = f(x) */

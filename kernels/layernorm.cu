@@ -5,6 +5,8 @@
  * split into chunks whose partial sums are added atomically when there is more than one. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 template <typename T>
 __global__ void k_ln_forward(const T *x, const T *w, const T *b, T *y, double *stats,
                              int64_t rows, int64_t d, double eps)
@@ -108,3 +110,37 @@ extern "C" cudaError_t bt_k_layernorm_backward(cudaStream_t s, bt_dtype dt, cons
     }
     return cudaGetLastError();
 }
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_layernorm_forward(const bt_op_call *call)
+{
+    const bt_layernorm_config *cf = (const bt_layernorm_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "layernorm", call->out->dtype, &x));
+    BT_K_TRY(bt_k_layernorm_forward, x->stream, call->out->dtype, call->in[0].data,
+             call->param[0].data, call->param[1].data, call->out->data, (double *)call->saved,
+             bt_tensor_numel(call->out) / cf->d, cf->d, cf->eps);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_layernorm_backward(const bt_op_call *call)
+{
+    const bt_layernorm_config *cf = (const bt_layernorm_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "layernorm", call->out_grad->dtype, &x));
+    void *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
+    void *dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0]) ? call->param_grad[0].data
+                                                                       : NULL;
+    void *db = call->param_grad && BT_OPS_WANTS(&call->param_grad[1]) ? call->param_grad[1].data
+                                                                       : NULL;
+    if (!dx && !dw && !db) return BT_OK;
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL,
+                           "layernorm: backward without the forward's saved statistics");
+    BT_K_TRY(bt_k_layernorm_backward, x->stream, call->out_grad->dtype, call->in[0].data,
+             call->param[0].data, call->out_grad->data, (const double *)call->saved, dx, dw, db,
+             bt_tensor_numel(call->out_grad) / cf->d, cf->d);
+    return BT_OK;
+}
+

@@ -5,6 +5,8 @@
  * kernels.h) and the row is skipped. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 template <typename T>
 __global__ void k_mse_forward(const T *p, const T *t, T *y, int64_t batch, int64_t per)
 {
@@ -132,4 +134,54 @@ extern "C" cudaError_t bt_k_cross_entropy_backward(cudaStream_t s, bt_dtype dt, 
                                          s>>>((const T *)x, label, (const T *)dy, (T *)dx, rows,
                                               positions, classes, fault););
     return cudaGetLastError();
+}
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_mse_forward(const bt_op_call *call)
+{
+    const int64_t per = call->batch ? bt_tensor_numel(&call->in[0]) / call->batch : 0;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "mse", call->out->dtype, &x));
+    BT_K_TRY(bt_k_mse_forward, x->stream, call->out->dtype, call->in[0].data, call->in[1].data,
+             call->out->data, call->batch, per);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_mse_backward(const bt_op_call *call)
+{
+    const int64_t per = call->batch ? bt_tensor_numel(&call->in[0]) / call->batch : 0;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "mse", call->out_grad->dtype, &x));
+    for (int k = 0; k < 2; k++)
+        if (BT_OPS_WANTS(&call->in_grad[k]))
+            BT_K_TRY(bt_k_mse_backward, x->stream, call->out_grad->dtype, call->in[0].data,
+                     call->in[1].data, call->out_grad->data, call->in_grad[k].data,
+                     k == 0 ? 1.0 : -1.0, call->batch, per);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_cross_entropy_forward(const bt_op_call *call)
+{
+    const bt_cross_entropy_config *cf = (const bt_cross_entropy_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "cross_entropy", call->out->dtype, &x));
+    x->fault_armed = 1;
+    BT_K_TRY(bt_k_cross_entropy_forward, x->stream, call->out->dtype, call->in[0].data,
+             (const int32_t *)call->in[1].data, call->out->data, call->batch, cf->positions,
+             cf->classes, x->fault);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_cross_entropy_backward(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    const bt_cross_entropy_config *cf = (const bt_cross_entropy_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "cross_entropy", call->out_grad->dtype, &x));
+    x->fault_armed = 1;
+    BT_K_TRY(bt_k_cross_entropy_backward, x->stream, call->out_grad->dtype, call->in[0].data,
+             (const int32_t *)call->in[1].data, call->out_grad->data, call->in_grad[0].data,
+             call->batch, cf->positions, cf->classes, x->fault);
+    return BT_OK;
 }

@@ -9,6 +9,8 @@
  * kernels keep the exact tie and NaN rules and the saved argmax layout of the CPU reference. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 /* The input indices [*i0, *i1) that window position o covers along one axis (clipped). */
 __device__ __forceinline__ void span(int64_t o, int64_t stride, int64_t pad, int64_t k,
                                      int64_t in, int64_t *i0, int64_t *i1)
@@ -158,4 +160,61 @@ extern "C" cudaError_t bt_k_avgpool_backward(cudaStream_t s, bt_dtype dt, const 
     BT_K_DISPATCH(dt, k_avgpool_backward<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
                           *win, planes, (const T *)dy, (T *)dx););
     return cudaGetLastError();
+}
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+static bt_k_window pool_window(const bt_pool_config *cf)
+{
+    const bt_k_window win = {cf->h, cf->w, cf->ho, cf->wo, cf->kh, cf->kw,
+                             cf->sh, cf->sw, cf->ph, cf->pw};
+    return win;
+}
+
+extern "C" bt_status bt_cuda_maxpool2d_forward(const bt_op_call *call)
+{
+    const bt_pool_config *cf = (const bt_pool_config *)call->config;
+    const bt_k_window win = pool_window(cf);
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "maxpool2d", call->out->dtype, &x));
+    BT_K_TRY(bt_k_maxpool_forward, x->stream, call->out->dtype, &win, call->batch * cf->c,
+             call->in[0].data, call->out->data, (int32_t *)call->saved);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_maxpool2d_backward(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    const bt_pool_config *cf = (const bt_pool_config *)call->config;
+    const bt_k_window win = pool_window(cf);
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "maxpool2d", call->out_grad->dtype, &x));
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL, "maxpool2d: backward without the forward's argmax");
+    BT_K_TRY(bt_k_maxpool_backward, x->stream, call->out_grad->dtype, &win, call->batch * cf->c,
+             call->out_grad->data, (const int32_t *)call->saved, call->in_grad[0].data);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_avgpool2d_forward(const bt_op_call *call)
+{
+    const bt_pool_config *cf = (const bt_pool_config *)call->config;
+    const bt_k_window win = pool_window(cf);
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "avgpool2d", call->out->dtype, &x));
+    BT_K_TRY(bt_k_avgpool_forward, x->stream, call->out->dtype, &win, call->batch * cf->c,
+             call->in[0].data, call->out->data);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_avgpool2d_backward(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    const bt_pool_config *cf = (const bt_pool_config *)call->config;
+    const bt_k_window win = pool_window(cf);
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "avgpool2d", call->out_grad->dtype, &x));
+    BT_K_TRY(bt_k_avgpool_backward, x->stream, call->out_grad->dtype, &win, call->batch * cf->c,
+             call->out_grad->data, call->in_grad[0].data);
+    return BT_OK;
 }

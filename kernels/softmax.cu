@@ -3,6 +3,8 @@
  * in double, and the backward recomputes p from x instead of reading the forward's output. */
 #include "kernel_util.cuh"
 
+#include "cuda/op_glue.h"
+
 /* The row's maximum and 1 / sum(exp(x - max)), to every thread of the block. */
 template <typename T>
 __device__ void row_stats(const T *xr, int64_t d, T *max_out, T *inv_out)
@@ -69,3 +71,27 @@ extern "C" cudaError_t bt_k_softmax_backward(cudaStream_t s, bt_dtype dt, const 
                                                    d););
     return cudaGetLastError();
 }
+
+/* ---- glue: the ops' CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_softmax_forward(const bt_op_call *call)
+{
+    const int64_t d = ((const bt_softmax_config *)call->config)->d;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "softmax", call->out->dtype, &x));
+    BT_K_TRY(bt_k_softmax_forward, x->stream, call->out->dtype, call->in[0].data, call->out->data,
+             bt_tensor_numel(call->out) / d, d);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_softmax_backward(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    const int64_t d = ((const bt_softmax_config *)call->config)->d;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "softmax", call->out_grad->dtype, &x));
+    BT_K_TRY(bt_k_softmax_backward, x->stream, call->out_grad->dtype, call->in[0].data,
+             call->out_grad->data, call->in_grad[0].data, bt_tensor_numel(call->out_grad) / d, d);
+    return BT_OK;
+}
+

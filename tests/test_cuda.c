@@ -2,7 +2,8 @@
  * saying why) where cudaGetDeviceCount fails or finds no device.
  *
  * What is compared, and how closely (err = |gpu - cpu| / max(1, |cpu|) per element):
- *   - every built-in op, forward and backward, f32 and f64, on random inputs: the op runs on the
+ *   - every case of the shared table (tests/op_cases.c, the CPU tests' rows and larger ones),
+ *     forward and backward, f32 and f64, on random inputs: the op runs on the
  *     CPU through tests/op_check.h and on cuda:0 through the backend's run_op with the same
  *     inputs, parameters, output gradient and PRE-FILLED random input/parameter gradients (so a
  *     backward that overwrites instead of adding fails). Outputs and every gradient must agree
@@ -35,15 +36,9 @@
 #include "backend/backend.h"
 #include "bt_test.h"
 #include "cuda/ops_cuda.h"
+#include "op_cases.h"
 #include "op_check.h"
 #include "optim/optim.h"
-
-#define F BT_F64 /* "the float type" in case tables */
-#define I BT_I32
-#define SH(...)                                                             \
-    {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-     .dim = {__VA_ARGS__}}
-#define SCALAR {.ndim = 0}
 
 #define TOL_F32 1e-4
 #define TOL_F64 1e-10
@@ -217,79 +212,6 @@ static int compare_bytes(const char *label, const char *what, const void *want,
 
 /* ---- op cases ------------------------------------------------------------------------------- */
 
-typedef struct op_case {
-    const char *label;
-    const char *op;
-    const char *args;
-    int n_in;
-    bt_shape shape[2];
-    bt_dtype dtype[2];
-    int64_t batch;
-    int index_range; /* i32 inputs are drawn from [0, index_range) */
-} op_case;
-
-static const op_case cases[] = {
-    {"linear", "linear", "out=3", 1, {SH(2, 4)}, {F}, 3, 0},
-    {"linear rank1 no bias", "linear", "out=2 bias=false", 1, {SH(5)}, {F}, 2, 0},
-    {"linear big", "linear", "out=70", 1, {SH(5, 130)}, {F}, 4, 0},
-    {"linear many rows", "linear", "out=33", 1, {SH(300, 16)}, {F}, 4, 0},
-    {"add", "add", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
-    {"mul", "mul", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
-    {"add big", "add", "", 2, {SH(1000), SH(1000)}, {F, F}, 3, 0},
-    {"relu", "relu", "", 1, {SH(7)}, {F}, 3, 0},
-    {"gelu", "gelu", "", 1, {SH(2, 3)}, {F}, 2, 0},
-    {"tanh", "tanh", "", 1, {SH(2, 3)}, {F}, 2, 0},
-    {"sigmoid", "sigmoid", "", 1, {SH(2, 3)}, {F}, 2, 0},
-    {"gelu big", "gelu", "", 1, {SH(999)}, {F}, 3, 0},
-    {"softmax", "softmax", "", 1, {SH(2, 5)}, {F}, 2, 0},
-    {"softmax axis=1", "softmax", "axis=1", 1, {SH(3, 4)}, {F}, 2, 0},
-    {"softmax d=1000", "softmax", "", 1, {SH(3, 1000)}, {F}, 2, 0},
-    {"layernorm", "layernorm", "eps=0.001", 1, {SH(3, 6)}, {F}, 2, 0},
-    {"layernorm d=777 600 rows", "layernorm", "", 1, {SH(300, 777)}, {F}, 2, 0},
-    {"flatten", "flatten", "", 1, {SH(2, 3, 2)}, {F}, 2, 0},
-    {"reshape", "reshape", "shape=2,-1", 1, {SH(6)}, {F}, 2, 0},
-    {"conv2d k(3,2) s(2,1) p(1,0)", "conv2d", "out=3 kernel=3,2 stride=2,1 padding=1,0", 1,
-     {SH(2, 5, 6)}, {F}, 2, 0},
-    {"conv2d k3 s2 p2 no bias", "conv2d", "out=2 kernel=3 stride=2 padding=2 bias=false", 1,
-     {SH(1, 4, 5)}, {F}, 2, 0},
-    {"conv2d k(2,3) s(3,2) p(0,1)", "conv2d", "out=2 kernel=2,3 stride=3,2 padding=0,1", 1,
-     {SH(2, 7, 6)}, {F}, 2, 0},
-    {"conv2d 1x1", "conv2d", "out=4 kernel=1", 1, {SH(3, 3, 2)}, {F}, 2, 0},
-    {"conv2d 1x1 s2", "conv2d", "out=2 kernel=1 stride=2", 1, {SH(2, 5, 4)}, {F}, 2, 0},
-    {"conv2d big", "conv2d", "out=16 kernel=3 padding=1", 1, {SH(8, 12, 12)}, {F}, 3, 0},
-    {"maxpool2d k3 s2 p1", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2,
-     0},
-    {"maxpool2d k2", "maxpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
-    {"maxpool2d k(2,3) s(1,2) p(1,1)", "maxpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
-     {SH(1, 4, 5)}, {F}, 2, 0},
-    {"maxpool2d big", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(3, 17, 19)}, {F}, 3, 0},
-    {"avgpool2d k3 s2 p1", "avgpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2,
-     0},
-    {"avgpool2d k2", "avgpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
-    {"avgpool2d k(2,3) s(1,2) p(1,1)", "avgpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
-     {SH(1, 4, 5)}, {F}, 2, 0},
-    {"embedding", "embedding", "num=5 dim=3", 1, {SH(4)}, {I}, 3, 5},
-    {"embedding scalar index", "embedding", "num=4 dim=2", 1, {SCALAR}, {I}, 3, 4},
-    {"embedding repeats", "embedding", "num=7 dim=40", 1, {SH(50)}, {I}, 3, 7},
-    {"dropout", "dropout", "p=0.3", 1, {SH(4, 5)}, {F}, 2, 0},
-    {"dropout odd", "dropout", "p=0.5", 1, {SH(1001)}, {F}, 3, 0},
-    {"mse", "mse", "", 2, {SH(2, 3), SH(2, 3)}, {F, F}, 3, 0},
-    {"mse big", "mse", "", 2, {SH(5000), SH(5000)}, {F, F}, 3, 0},
-    {"cross_entropy", "cross_entropy", "", 2, {SH(5), SCALAR}, {F, I}, 4, 5},
-    {"cross_entropy [T, C]", "cross_entropy", "", 2, {SH(3, 4), SH(3)}, {F, I}, 2, 4},
-    {"cross_entropy C=1000", "cross_entropy", "", 2, {SH(3, 1000), SH(3)}, {F, I}, 2, 1000},
-};
-#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
-
-/* The case labelled label (every label used below exists in the table). */
-static const op_case *case_named(const char *label)
-{
-    for (int k = 0; k < N_CASES; k++)
-        if (strcmp(cases[k].label, label) == 0) return &cases[k];
-    printf("\n  no case '%s'\n", label);
-    return NULL;
-}
-
 /* Which gradients a run asks for. */
 enum { WANT_ALL = 0, NO_INPUT_GRAD = 1, NO_PARAM_GRADS = 2 };
 
@@ -379,10 +301,10 @@ done:
 static void run_cases(const char *op_prefix, bt_device *d, int want, int training)
 {
     static const bt_dtype reals[] = {BT_F32, BT_F64};
-    for (int k = 0; k < N_CASES; k++) {
-        if (op_prefix && strncmp(cases[k].op, op_prefix, strlen(op_prefix)) != 0) continue;
+    for (int k = 0; k < op_cases_count; k++) {
+        if (op_prefix && strncmp(op_cases[k].op, op_prefix, strlen(op_prefix)) != 0) continue;
         for (int r = 0; r < 2; r++)
-            CU_ASSERT_EQUAL(check_case(&cases[k], reals[r], want, training, d), 0);
+            CU_ASSERT_EQUAL(check_case(&op_cases[k], reals[r], want, training, d), 0);
     }
 }
 
@@ -420,7 +342,7 @@ static void test_data_errors(void)
     oc_layer L;
     gpu_layer G;
     /* embedding index 9 in a table of 5 */
-    CU_ASSERT_EQUAL_FATAL(setup_case(&L, case_named("embedding"), BT_F32, WANT_ALL), 0);
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, op_case_named("embedding"), BT_F32, WANT_ALL), 0);
     oc_set(&L.in[0], 5, 9);
     gpu_setup(gpu, &L, &G);
     bt_op_call call = gpu_call(&L, &G, 0);
@@ -432,7 +354,7 @@ static void test_data_errors(void)
     gpu_free(&G);
     oc_free(&L);
     /* a negative label, found by the next copy to the host */
-    CU_ASSERT_EQUAL_FATAL(setup_case(&L, case_named("cross_entropy"), BT_F64, WANT_ALL), 0);
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, op_case_named("cross_entropy"), BT_F64, WANT_ALL), 0);
     oc_set(&L.in[1], 2, -1);
     gpu_setup(gpu, &L, &G);
     call = gpu_call(&L, &G, 0);

@@ -17,80 +17,9 @@
 
 #include "bt_test.h"
 #include "baton/status.h"
+#include "op_cases.h"
 #include "op_check.h"
 #include "ops/ops.h"
-
-#define F BT_F64 /* "the float type" in case tables; f32 runs map it to BT_F32 */
-#define I BT_I32
-#define SH(...)                                                             \
-    {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
-     .dim = {__VA_ARGS__}}
-#define SCALAR {.ndim = 0}
-
-/* One op configuration run by the generic tests. */
-typedef struct op_case {
-    const char *label;
-    const char *op;
-    const char *args;
-    int n_in;
-    bt_shape shape[2];
-    bt_dtype dtype[2];
-    int64_t batch;
-    int index_range; /* i32 inputs are drawn from [0, index_range) */
-} op_case;
-
-static const op_case cases[] = {
-    {"linear", "linear", "out=3", 1, {SH(2, 4)}, {F}, 3, 0},
-    {"linear rank1 no bias", "linear", "out=2 bias=false", 1, {SH(5)}, {F}, 2, 0},
-    {"add", "add", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
-    {"mul", "mul", "", 2, {SH(3, 2), SH(3, 2)}, {F, F}, 2, 0},
-    {"relu", "relu", "", 1, {SH(7)}, {F}, 3, 0},
-    {"gelu", "gelu", "", 1, {SH(2, 3)}, {F}, 2, 0},
-    {"tanh", "tanh", "", 1, {SH(2, 3)}, {F}, 2, 0},
-    {"sigmoid", "sigmoid", "", 1, {SH(2, 3)}, {F}, 2, 0},
-    {"softmax", "softmax", "", 1, {SH(2, 5)}, {F}, 2, 0},
-    {"softmax axis=1", "softmax", "axis=1", 1, {SH(3, 4)}, {F}, 2, 0},
-    {"layernorm", "layernorm", "eps=0.001", 1, {SH(3, 6)}, {F}, 2, 0},
-    {"flatten", "flatten", "", 1, {SH(2, 3, 2)}, {F}, 2, 0},
-    {"reshape", "reshape", "shape=2,-1", 1, {SH(6)}, {F}, 2, 0},
-    {"conv2d k(3,2) s(2,1) p(1,0)", "conv2d", "out=3 kernel=3,2 stride=2,1 padding=1,0", 1,
-     {SH(2, 5, 6)}, {F}, 2, 0},
-    {"conv2d k3 s2 p2 no bias", "conv2d", "out=2 kernel=3 stride=2 padding=2 bias=false", 1,
-     {SH(1, 4, 5)}, {F}, 2, 0},
-    {"conv2d k(2,3) s(3,2) p(0,1)", "conv2d", "out=2 kernel=2,3 stride=3,2 padding=0,1", 1,
-     {SH(2, 7, 6)}, {F}, 2, 0},
-    {"conv2d k3 p1", "conv2d", "out=3 kernel=3 padding=1", 1, {SH(2, 5, 4)}, {F}, 2, 0},
-    {"conv2d k(5,3) p(2,1) no bias", "conv2d", "out=2 kernel=5,3 padding=2,1 bias=false", 1,
-     {SH(2, 4, 3)}, {F}, 2, 0},
-    {"conv2d k3 p1 width 1", "conv2d", "out=2 kernel=3 padding=1", 1, {SH(2, 3, 1)}, {F}, 2, 0},
-    {"conv2d k3 p1 batch 9", "conv2d", "out=2 kernel=3 padding=1", 1, {SH(1, 3, 4)}, {F}, 9, 0},
-    {"conv2d 1x1", "conv2d", "out=4 kernel=1", 1, {SH(3, 3, 2)}, {F}, 2, 0},
-    {"conv2d 1x1 s2", "conv2d", "out=2 kernel=1 stride=2", 1, {SH(2, 5, 4)}, {F}, 2, 0},
-    {"maxpool2d k3 s2 p1", "maxpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2, 0},
-    {"maxpool2d k2", "maxpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
-    {"maxpool2d k(2,3) s(1,2) p(1,1)", "maxpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
-     {SH(1, 4, 5)}, {F}, 2, 0},
-    {"avgpool2d k3 s2 p1", "avgpool2d", "kernel=3 stride=2 padding=1", 1, {SH(2, 5, 6)}, {F}, 2, 0},
-    {"avgpool2d k2", "avgpool2d", "kernel=2", 1, {SH(2, 4, 5)}, {F}, 2, 0},
-    {"avgpool2d k(2,3) s(1,2) p(1,1)", "avgpool2d", "kernel=2,3 stride=1,2 padding=1,1", 1,
-     {SH(1, 4, 5)}, {F}, 2, 0},
-    {"embedding", "embedding", "num=5 dim=3", 1, {SH(4)}, {I}, 3, 5},
-    {"embedding scalar index", "embedding", "num=4 dim=2", 1, {SCALAR}, {I}, 3, 4},
-    {"dropout", "dropout", "p=0.3", 1, {SH(4, 5)}, {F}, 2, 0},
-    {"mse", "mse", "", 2, {SH(2, 3), SH(2, 3)}, {F, F}, 3, 0},
-    {"cross_entropy", "cross_entropy", "", 2, {SH(5), SCALAR}, {F, I}, 4, 5},
-    {"cross_entropy [T, C]", "cross_entropy", "", 2, {SH(3, 4), SH(3)}, {F, I}, 2, 4},
-};
-#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
-
-/* The case labelled label (every label used below exists in the table). */
-static const op_case *case_named(const char *label)
-{
-    for (int k = 0; k < N_CASES; k++)
-        if (strcmp(cases[k].label, label) == 0) return &cases[k];
-    printf("\n  no case '%s'\n", label);
-    return NULL;
-}
 
 /* Sets up L for case c with float type real and fills its index inputs. */
 static int setup_case(oc_layer *L, const op_case *c, bt_dtype real)
@@ -101,52 +30,67 @@ static int setup_case(oc_layer *L, const op_case *c, bt_dtype real)
         printf("\n  %s: setup failed: %s\n", c->label, bt_last_error());
         return -1;
     }
-    for (int i = 0; i < c->n_in; i++)
-        if (c->dtype[i] == I) oc_fill(L, &L->in[i], 0, c->index_range);
+    for (int i = 0; i < c->n_in; i++) {
+        if (c->dtype[i] != I) continue;
+        /* the shape rule declares the range the case table draws from (bt_infer_int_range) */
+        if (L->ctx.int_hi[i] != c->index_range) {
+            printf("\n  %s: input %d declares integers in [0, %lld), the case uses [0, %d)\n",
+                   c->label, i, (long long)L->ctx.int_hi[i], c->index_range);
+            oc_free(L);
+            return -1;
+        }
+        oc_fill(L, &L->in[i], 0, c->index_range);
+    }
     return 0;
 }
 
 /* ---- registry ------------------------------------------------------------------------------- */
 
+/* Every built-in op (the registry's list, not one kept here) is complete, found by name, and has
+ * a row in the shared case table; every row names a known op. */
 static void test_builtin_table(void)
 {
-    static const char *names[] = {"linear",    "add",       "mul",     "relu",      "gelu",
-                                  "tanh",      "sigmoid",   "softmax", "layernorm", "flatten",
-                                  "reshape",   "conv2d",    "maxpool2d", "avgpool2d", "embedding",
-                                  "dropout",   "mse",       "cross_entropy"};
     int n = 0;
     const bt_op_def *const *ops = bt_builtin_ops(&n);
-    CU_ASSERT_EQUAL(n, (int)(sizeof names / sizeof names[0]));
-    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++) {
-        int found = 0;
-        for (int i = 0; i < n; i++)
-            if (strcmp(ops[i]->name, names[k]) == 0) {
-                found = 1;
-                CU_ASSERT_PTR_NOT_NULL(ops[i]->infer);
-                CU_ASSERT_PTR_NOT_NULL(ops[i]->cpu_forward);
-                CU_ASSERT_PTR_NOT_NULL(ops[i]->cpu_backward);
-                CU_ASSERT_PTR_NOT_NULL(ops[i]->help);
-                CU_ASSERT(ops[i]->min_inputs >= 1 && ops[i]->max_inputs >= ops[i]->min_inputs);
-            }
-        CU_ASSERT(found);
-        const bt_op_def *d = bt_op_find(names[k]);
-        CU_ASSERT(d != NULL && strcmp(d->name, names[k]) == 0);
+    CU_ASSERT(n >= 19);
+    CU_ASSERT(bt_op_count() >= n);
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT_PTR_NOT_NULL(ops[i]->infer);
+        CU_ASSERT_PTR_NOT_NULL(ops[i]->cpu_forward);
+        CU_ASSERT_PTR_NOT_NULL(ops[i]->cpu_backward);
+        CU_ASSERT_PTR_NOT_NULL(ops[i]->help);
+        CU_ASSERT(ops[i]->min_inputs >= 1 && ops[i]->max_inputs >= ops[i]->min_inputs);
+        const bt_op_def *d = bt_op_find(ops[i]->name);
+        CU_ASSERT(d != NULL && strcmp(d->name, ops[i]->name) == 0);
+        CU_ASSERT(bt_op_at(i) == d); /* built-ins first, in the list's order */
     }
+    /* the registry's built-ins (iterated through the public API) each have a case row */
+    for (int i = 0; i < n; i++) {
+        const bt_op_def *d = bt_op_at(i);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+        int rows = 0; /* rows the CPU tests run (the CUDA test runs the big ones too) */
+        for (int k = 0; k < op_cases_count; k++)
+            rows += strcmp(op_cases[k].op, d->name) == 0 && !op_cases[k].big;
+        if (rows == 0) printf("\n  built-in op '%s' has no row in tests/op_cases.c\n", d->name);
+        CU_ASSERT(rows > 0);
+    }
+    for (int k = 0; k < op_cases_count; k++) CU_ASSERT_PTR_NOT_NULL(bt_op_find(op_cases[k].op));
 }
 
 /* ---- 1. backward against finite differences ------------------------------------------------- */
 
 static void test_gradients(void)
 {
-    for (int k = 0; k < N_CASES; k++) {
+    for (int k = 0; k < op_cases_count; k++) {
+        if (op_cases[k].big) continue;
         oc_layer L;
         char msg[256];
-        if (setup_case(&L, &cases[k], BT_F64)) {
+        if (setup_case(&L, &op_cases[k], BT_F64)) {
             CU_FAIL("setup");
             continue;
         }
         int bad = oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg);
-        if (bad != 0) printf("\n  gradient %s: %s\n", cases[k].label, msg);
+        if (bad != 0) printf("\n  gradient %s: %s\n", op_cases[k].label, msg);
         CU_ASSERT_EQUAL(bad, 0);
         oc_free(&L);
     }
@@ -159,14 +103,14 @@ static void test_gradients_partial(void)
     char msg[256];
     oc_layer L;
     /* mse with the target's gradient unwanted */
-    CU_ASSERT_FATAL(setup_case(&L, case_named("mse"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("mse"), BT_F64) == 0);
     CU_ASSERT_STRING_EQUAL(L.op->name, "mse");
     free(L.in_grad[1].data);
     L.in_grad[1].data = NULL;
     CU_ASSERT_EQUAL(oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg), 0);
     oc_free(&L);
     /* dropout in inference: identity, gradient passes through */
-    CU_ASSERT_FATAL(setup_case(&L, case_named("dropout"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("dropout"), BT_F64) == 0);
     L.training = 0;
     CU_ASSERT_EQUAL(oc_gradcheck(&L, 1e-6, 1e-6, msg, sizeof msg), 0);
     oc_free(&L);
@@ -175,7 +119,7 @@ static void test_gradients_partial(void)
     const char *which[] = {"linear", "conv2d k(3,2) s(2,1) p(1,0)", "layernorm"};
     for (int w = 0; w < 3; w++) {
         oc_layer full, part;
-        const op_case *c = case_named(which[w]);
+        const op_case *c = op_case_named(which[w]);
         CU_ASSERT_FATAL(setup_case(&full, c, BT_F64) == 0);
         CU_ASSERT_FATAL(setup_case(&part, c, BT_F64) == 0);
         CU_ASSERT(oc_forward(&full) == BT_OK && oc_backward(&full) == BT_OK);
@@ -327,6 +271,13 @@ static void ref_sigmoid(const oc_layer *L, double *y)
 {
     for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = 1 / (1 + exp(-in_at(L, 0, e)));
 }
+static void ref_silu(const oc_layer *L, double *y)
+{
+    for (int64_t e = 0; e < numel_in(L, 0); e++) {
+        double x = in_at(L, 0, e);
+        y[e] = x / (1 + exp(-x));
+    }
+}
 static void ref_softmax(const oc_layer *L, double *y)
 {
     const int64_t d = L->in[0].dim[L->in[0].ndim - 1], rows = numel_in(L, 0) / d;
@@ -460,7 +411,8 @@ static const struct {
     {"linear", ref_linear},       {"add", ref_add},
     {"mul", ref_mul},             {"relu", ref_relu},
     {"gelu", ref_gelu},           {"tanh", ref_tanh},
-    {"sigmoid", ref_sigmoid},     {"softmax", ref_softmax},
+    {"sigmoid", ref_sigmoid},     {"silu", ref_silu},
+    {"softmax", ref_softmax},
     {"layernorm", ref_layernorm}, {"flatten", ref_copy},
     {"reshape", ref_copy},        {"conv2d", ref_conv2d},
     {"maxpool2d", ref_maxpool2d}, {"avgpool2d", ref_avgpool2d},
@@ -470,13 +422,14 @@ static const struct {
 
 static void test_forward_reference(void)
 {
-    for (int k = 0; k < N_CASES; k++) {
+    for (int k = 0; k < op_cases_count; k++) {
+        if (op_cases[k].big) continue;
         oc_layer L;
         void (*ref)(const oc_layer *, double *) = NULL;
         for (size_t r = 0; r < sizeof refs / sizeof refs[0]; r++)
-            if (strcmp(refs[r].op, cases[k].op) == 0) ref = refs[r].ref;
+            if (strcmp(refs[r].op, op_cases[k].op) == 0) ref = refs[r].ref;
         CU_ASSERT_FATAL(ref != NULL);
-        if (setup_case(&L, &cases[k], BT_F64)) {
+        if (setup_case(&L, &op_cases[k], BT_F64)) {
             CU_FAIL("setup");
             continue;
         }
@@ -495,11 +448,11 @@ static void test_forward_reference(void)
             }
         }
         if (!(worst < 1e-12))
-            printf("\n  forward %s: element %lld is %.17g, expected %.17g\n", cases[k].label,
+            printf("\n  forward %s: element %lld is %.17g, expected %.17g\n", op_cases[k].label,
                    (long long)at, oc_get(&L.out, at), want[at]);
         CU_ASSERT(worst < 1e-12);
         /* shapes: output is the batch followed by the inferred per-sample shape */
-        CU_ASSERT_EQUAL(L.out.dim[0], cases[k].batch);
+        CU_ASSERT_EQUAL(L.out.dim[0], op_cases[k].batch);
         free(want);
         oc_free(&L);
     }
@@ -549,6 +502,27 @@ static void test_forward_hand_values(void)
         const double x[] = {-1, 0, 1};
         const double want[] = {-0.15865525393145707, 0, 0.8413447460685429};
         check_hand("gelu", "", 1, &s, &d, (const double *[]){x}, NULL, want, 3, 1e-15);
+    }
+    {   /* silu = x sigmoid(x) at 0, 1, -2, 3, -0.5 (40-digit decimal arithmetic), and its
+         * derivative s (1 + x (1 - s)) there, the gradient of the sum of the outputs */
+        bt_shape s = SH(5);
+        bt_dtype d = F;
+        const double x[] = {0, 1, -2, 3, -0.5};
+        const double want[] = {0, 0.73105857863000487925, -0.23840584404423511188,
+                               2.8577223804672996574, -0.18877033439907271768};
+        const double dwant[] = {0.5, 0.92767051187148673179, -0.090784248784895478757,
+                                1.0881041060151696171, 0.26003881269734819083};
+        check_hand("silu", "", 1, &s, &d, (const double *[]){x}, NULL, want, 5, 1e-15);
+        oc_layer L;
+        CU_ASSERT_FATAL(oc_setup(&L, "silu", "", 1, &s, &d, 1, BT_F64) == BT_OK);
+        for (int e = 0; e < 5; e++) {
+            oc_set(&L.in[0], e, x[e]);
+            oc_set(&L.out_grad, e, 1);
+        }
+        oc_zero(&L.in_grad[0]);
+        CU_ASSERT_FATAL(oc_forward(&L) == BT_OK && oc_backward(&L) == BT_OK);
+        for (int e = 0; e < 5; e++) CU_ASSERT(fabs(oc_get(&L.in_grad[0], e) - dwant[e]) <= 1e-15);
+        oc_free(&L);
     }
     {   /* softmax of [1, 2, 3] and, stably, of [1000, 1001] */
         bt_shape s = SH(3);
@@ -729,7 +703,7 @@ static void test_runtime_errors(void)
 {
     oc_layer L;
     /* embedding: index 7 in a vocabulary of 5, and -1 */
-    CU_ASSERT_FATAL(setup_case(&L, case_named("embedding"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("embedding"), BT_F64) == 0);
     CU_ASSERT_STRING_EQUAL(L.op->name, "embedding");
     oc_set(&L.in[0], 5, 7);
     bt_clear_error();
@@ -742,7 +716,7 @@ static void test_runtime_errors(void)
     CU_ASSERT_EQUAL(oc_backward(&L), BT_ERR_INVALID_ARG);
     oc_free(&L);
     /* cross_entropy: label 5 with 5 classes, in the forward and the backward */
-    CU_ASSERT_FATAL(setup_case(&L, case_named("cross_entropy"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("cross_entropy"), BT_F64) == 0);
     CU_ASSERT_STRING_EQUAL(L.op->name, "cross_entropy");
     oc_set(&L.in[1], 2, 5);
     bt_clear_error();
@@ -752,7 +726,7 @@ static void test_runtime_errors(void)
     CU_ASSERT_EQUAL(oc_backward(&L), BT_ERR_INVALID_ARG);
     oc_free(&L);
     /* a dtype without a CPU kernel */
-    CU_ASSERT_FATAL(setup_case(&L, case_named("relu"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("relu"), BT_F64) == 0);
     L.out.dtype = BT_F16;
     CU_ASSERT_EQUAL(oc_forward(&L), BT_ERR_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "relu: no CPU kernel for dtype f16"));
@@ -764,7 +738,7 @@ static void test_runtime_errors(void)
 static void test_declarations(void)
 {
     oc_layer L;
-    CU_ASSERT_FATAL(setup_case(&L, case_named("linear"), BT_F64) == 0); /* out=3 on [2, 4] */
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("linear"), BT_F64) == 0); /* out=3 on [2, 4] */
     CU_ASSERT_EQUAL(L.ctx.out_shape.ndim, 2);
     CU_ASSERT(L.ctx.out_shape.dim[0] == 2 && L.ctx.out_shape.dim[1] == 3);
     CU_ASSERT_EQUAL(L.ctx.n_params, 2);
@@ -776,10 +750,10 @@ static void test_declarations(void)
     CU_ASSERT(L.ctx.params[1].shape.ndim == 1 && L.ctx.params[1].shape.dim[0] == 3);
     CU_ASSERT(L.ctx.params[1].init == BT_INIT_UNIFORM_FAN_IN && L.ctx.params[1].fan_in == 4);
     oc_free(&L);
-    CU_ASSERT_FATAL(setup_case(&L, case_named("linear rank1 no bias"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("linear rank1 no bias"), BT_F64) == 0);
     CU_ASSERT_EQUAL(L.ctx.n_params, 1);
     oc_free(&L);
-    CU_ASSERT_FATAL(setup_case(&L, case_named("conv2d k(3,2) s(2,1) p(1,0)"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("conv2d k(3,2) s(2,1) p(1,0)"), BT_F64) == 0);
     CU_ASSERT(L.ctx.out_shape.ndim == 3 && L.ctx.out_shape.dim[0] == 3 &&
               L.ctx.out_shape.dim[1] == 3 && L.ctx.out_shape.dim[2] == 5);
     CU_ASSERT(L.ctx.params[0].shape.ndim == 4 && L.ctx.params[0].shape.dim[0] == 3 &&
@@ -787,22 +761,22 @@ static void test_declarations(void)
               L.ctx.params[0].shape.dim[3] == 2);
     CU_ASSERT(L.ctx.params[0].fan_in == 12 && L.ctx.params[1].fan_in == 12);
     oc_free(&L);
-    CU_ASSERT_FATAL(setup_case(&L, case_named("layernorm"), BT_F64) == 0); /* [3, 6] */
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("layernorm"), BT_F64) == 0); /* [3, 6] */
     CU_ASSERT(L.ctx.params[0].init == BT_INIT_ONES && L.ctx.params[0].shape.dim[0] == 6);
     CU_ASSERT(L.ctx.params[1].init == BT_INIT_ZEROS && L.ctx.params[1].shape.dim[0] == 6);
     oc_free(&L);
-    CU_ASSERT_FATAL(setup_case(&L, case_named("embedding"), BT_F64) == 0); /* 5 x 3 on [4] */
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("embedding"), BT_F64) == 0); /* 5 x 3 on [4] */
     CU_ASSERT(L.ctx.out_shape.ndim == 2 && L.ctx.out_shape.dim[0] == 4 &&
               L.ctx.out_shape.dim[1] == 3);
     CU_ASSERT(L.ctx.params[0].init == BT_INIT_NORMAL && L.ctx.params[0].init_arg == 1.0);
     CU_ASSERT(L.ctx.params[0].shape.dim[0] == 5 && L.ctx.params[0].shape.dim[1] == 3);
     CU_ASSERT_EQUAL(L.ctx.no_grad_mask, 1u);
     oc_free(&L);
-    CU_ASSERT_FATAL(setup_case(&L, case_named("cross_entropy"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("cross_entropy"), BT_F64) == 0);
     CU_ASSERT_EQUAL(L.ctx.out_shape.ndim, 0);
     CU_ASSERT_EQUAL(L.ctx.no_grad_mask, 2u);
     oc_free(&L);
-    CU_ASSERT_FATAL(setup_case(&L, case_named("mse"), BT_F64) == 0);
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("mse"), BT_F64) == 0);
     CU_ASSERT_EQUAL(L.ctx.out_shape.ndim, 0);
     CU_ASSERT_EQUAL(L.ctx.no_grad_mask, 0u);
     oc_free(&L);
@@ -844,9 +818,10 @@ static double rel_diff(const bt_tensor *a, const bt_tensor *b, int64_t *at)
 
 static void test_f32_matches_f64(void)
 {
-    for (int k = 0; k < N_CASES; k++) {
+    for (int k = 0; k < op_cases_count; k++) {
+        if (op_cases[k].big) continue;
         oc_layer L64, L32;
-        if (setup_case(&L64, &cases[k], BT_F64) || setup_case(&L32, &cases[k], BT_F32)) {
+        if (setup_case(&L64, &op_cases[k], BT_F64) || setup_case(&L32, &op_cases[k], BT_F32)) {
             CU_FAIL("setup");
             continue;
         }
@@ -862,7 +837,7 @@ static void test_f32_matches_f64(void)
         for (int j = 0; j < L64.n_params; j++)
             worst = fmax(worst, rel_diff(&L32.param_grad[j], &L64.param_grad[j], &at));
         if (!(worst < 2e-6))
-            printf("\n  f32 vs f64 %s: relative difference %g\n", cases[k].label, worst);
+            printf("\n  f32 vs f64 %s: relative difference %g\n", op_cases[k].label, worst);
         CU_ASSERT(worst < 2e-6);
         oc_free(&L64);
         oc_free(&L32);
@@ -930,8 +905,8 @@ static void test_dropout(void)
 static void test_larger_gemm_paths(void)
 {
     const op_case big[] = {
-        {"conv2d big", "conv2d", "out=16 kernel=3 padding=1", 1, {SH(8, 12, 12)}, {F}, 3, 0},
-        {"linear big", "linear", "out=70", 1, {SH(5, 130)}, {F}, 4, 0},
+        {"conv2d big", "conv2d", "out=16 kernel=3 padding=1", 1, {SH(8, 12, 12)}, {F}, 3, 0, 1},
+        {"linear big", "linear", "out=70", 1, {SH(5, 130)}, {F}, 4, 0, 1},
     };
     void (*ref[])(const oc_layer *, double *) = {ref_conv2d, ref_linear};
     for (int k = 0; k < 2; k++) {
@@ -1007,9 +982,9 @@ static void test_conv2d_chunks(void)
 {
     const op_case big[] = {
         {"conv2d k3 p1 across chunks", "conv2d", "out=3 kernel=3 padding=1", 1, {SH(2, 24, 40)},
-         {F}, 5, 0},
+         {F}, 5, 0, 0},
         {"conv2d k(3,2) s(2,1) p(1,0) across chunks", "conv2d",
-         "out=2 kernel=3,2 stride=2,1 padding=1,0", 1, {SH(1, 150, 60)}, {F}, 3, 0},
+         "out=2 kernel=3,2 stride=2,1 padding=1,0", 1, {SH(1, 150, 60)}, {F}, 3, 0, 0},
     };
     const bt_dtype reals[] = {BT_F64, BT_F32};
     for (int k = 0; k < 2; k++)

@@ -25,6 +25,8 @@ extern "C" {
 
 #define BT_MAX_INPUTS 8
 #define BT_MAX_PARAMS 4
+/* Most bytes a shape rule may store with bt_infer_set_config. */
+#define BT_OP_CONFIG_MAX 256
 
 /* How a parameter is initialised (deterministically from the seed and the parameter's name). */
 typedef enum bt_init {
@@ -60,10 +62,14 @@ bt_status bt_infer_add_param(bt_infer_ctx *ctx, const char *suffix, const bt_sha
 void bt_infer_set_saved(bt_infer_ctx *ctx, size_t bytes_per_sample);
 /* Scratch bytes one kernel call needs: per_sample * batch + fixed. Not kept between calls. */
 void bt_infer_set_workspace(bt_infer_ctx *ctx, size_t bytes_per_sample, size_t bytes_fixed);
-/* Private per-layer configuration the kernels read as call->config (copied, at most 256 bytes). */
+/* Private per-layer configuration the kernels read as call->config (copied, at most
+ * BT_OP_CONFIG_MAX bytes). */
 bt_status bt_infer_set_config(bt_infer_ctx *ctx, const void *config, size_t size);
 /* Marks input i as one that never receives a gradient (an index, a label). */
 void bt_infer_no_grad(bt_infer_ctx *ctx, int i);
+/* Declares that integer input i holds values in [0, hi) (hi >= 1): a vocabulary, a class count.
+ * Kept per node; tools that make up data (`baton run` without a data section) draw from it. */
+bt_status bt_infer_int_range(bt_infer_ctx *ctx, int i, int64_t hi);
 /* Fails the shape rule with a message; the layer's name and source position are prefixed. */
 bt_status bt_infer_error(bt_infer_ctx *ctx, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -92,6 +98,10 @@ typedef struct bt_op_call {
     void *stream;                /* CUDA: the cudaStream_t to launch on; NULL on the CPU */
     bt_dtype precision;          /* BT_F32, or BT_BF16/BT_F16 under mixed precision: tensors stay
                                     f32, GEMMs may compute in this type with f32 accumulation */
+    void *backend_ctx;           /* the backend's execution context for this call, set by its
+                                    run_op: NULL on the CPU; on CUDA the device's handles (cuBLAS,
+                                    cuDNN, fault record), which only the built-in kernels read.
+                                    Custom kernels need nothing but stream. */
 } bt_op_call;
 
 typedef bt_status (*bt_op_fn)(const bt_op_call *call);

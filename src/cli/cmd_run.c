@@ -1,7 +1,7 @@
 /* cli/cmd_run.c: `baton run MODEL.yaml`: builds an engine from the model and its parallel
  * section, then trains (a model with train:) or streams inference (without), on synthetic data:
- * float inputs uniform in [-1, 1], integer inputs uniform over the range their consumer accepts
- * (class count for a cross_entropy label, vocabulary for an embedding). Prints one line per step
+ * float inputs uniform in [-1, 1], integer inputs uniform over the range their consumer's shape
+ * rule declares (bt_infer_int_range: a class count, a vocabulary). Prints one line per step
  * (or one JSON object per step with --log-format jsonl) and a per-stage summary at the end. */
 #include <getopt.h>
 #include <math.h>
@@ -59,20 +59,14 @@ static void run_usage(FILE *f)
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
 }
 
-/* Exclusive upper bound for the integer input value: the consumer decides what is valid. */
+/* Exclusive upper bound for the integer input value: the shape rule of a consumer declared it
+ * (bt_infer_int_range: a vocabulary, a class count); 2 where none did. */
 static int64_t int_input_range(const bt_graph *g, int value)
 {
     for (int i = 0; i < g->n_nodes; i++) {
         const bt_node *n = &g->nodes[i];
-        for (int k = 0; k < n->n_in; k++) {
-            if (n->in[k] != value) continue;
-            if (strcmp(n->op->name, "cross_entropy") == 0) {
-                const bt_shape *logits = &g->values[n->in[0]].shape;
-                return logits->ndim ? logits->dim[logits->ndim - 1] : 1;
-            }
-            const bt_arg_value *num = bt_args_get(&n->args, "num");
-            if (num) return num->i;
-        }
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == value && n->int_hi[k] > 0) return n->int_hi[k];
     }
     return 2;
 }

@@ -9,6 +9,10 @@
 
 #include "baton/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 bt_status bt_error(bt_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -34,5 +38,9 @@ bt_status bt_error_context(bt_status status, const char *fmt, ...)
         (st) = (expr);               \
         if ((st) != BT_OK) goto label; \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -219,17 +219,7 @@ static bt_status check_faults(bt_device *dev)
     BT_CUDA_TRY(cudaMemsetAsync(&dev->scratch->fault, 0, sizeof dev->scratch->fault,
                                 dev->exec.stream));
     BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
-    if (f.kind == BT_K_FAULT_EMBEDDING_INDEX)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "cuda:%d: embedding: index %d at position %lld of the micro-batch is out "
-                        "of range for a vocabulary of %lld",
-                        dev->index, f.value, f.position, f.limit);
-    if (f.kind == BT_K_FAULT_LABEL)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "cuda:%d: cross_entropy: label %d at position %lld of the micro-batch is "
-                        "out of range for %lld classes",
-                        dev->index, f.value, f.position, f.limit);
-    return bt_error(BT_ERR_INTERNAL, "cuda:%d: unknown kernel fault %d", dev->index, f.kind);
+    return bt_cuda_fault_status(dev->index, &f);
 }
 
 static bt_status cuda_memory_info(bt_device *dev, size_t *free_bytes, size_t *total_bytes)
@@ -294,10 +284,8 @@ static bt_status cuda_run_op(bt_device *dev, const bt_op_def *op, int backward, 
     BT_TRY(use_device(dev));
     call->stream = dev->exec.stream;
     call->threads = 1;
-    bt_cuda_exec_set(&dev->exec);
-    bt_status st = fn(call);
-    bt_cuda_exec_set(NULL);
-    return st;
+    call->backend_ctx = &dev->exec;
+    return fn(call);
 }
 
 static bt_status cuda_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x,

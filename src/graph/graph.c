@@ -167,6 +167,7 @@ static bt_status add_node(bt_graph *g, const bt_op_def *op, const int *in, int n
     memcpy(node->config, ctx.config, ctx.config_size);
     node->config_size = ctx.config_size;
     node->no_grad_mask = ctx.no_grad_mask;
+    memcpy(node->int_hi, ctx.int_hi, sizeof node->int_hi);
     bt_status st = bt_args_copy(&node->args, args);
     if (st != BT_OK) {
         bt_args_clear(&node->args);
@@ -249,8 +250,8 @@ static bt_status find_act(const bt_layer_desc *d, const bt_op_def **out)
     const bt_op_def *act = bt_op_find(d->act);
     if (!act || act->min_inputs != 1 || act->max_inputs != 1)
         return located(BT_ERR_MODEL, d->name, d->loc,
-                       "unknown activation '%s' (relu, gelu, tanh, sigmoid, softmax or a "
-                       "one-input op)",
+                       "unknown activation '%s' (any one-input op: relu, gelu, silu, ...; "
+                       "`baton ops` lists them)",
                        d->act);
     *out = act;
     return BT_OK;

@@ -41,8 +41,6 @@ typedef struct bt_value {
     int input_index;             /* index among graph inputs, or -1 */
 } bt_value;
 
-#define BT_CONFIG_MAX 256
-
 typedef struct bt_node {
     const bt_op_def *op;
     int layer;
@@ -54,9 +52,10 @@ typedef struct bt_node {
     bt_args args;
     size_t saved_per_sample;
     size_t ws_per_sample, ws_fixed;
-    unsigned char config[BT_CONFIG_MAX];
+    unsigned char config[BT_OP_CONFIG_MAX];
     size_t config_size;
     unsigned no_grad_mask;       /* bit i: input i never takes a gradient */
+    int64_t int_hi[BT_MAX_INPUTS]; /* > 0: integer input i holds values in [0, int_hi[i]) */
 } bt_node;
 
 typedef struct bt_layer {

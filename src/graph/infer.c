@@ -215,9 +215,9 @@ void bt_infer_set_workspace(bt_infer_ctx *ctx, size_t bytes_per_sample, size_t b
 
 bt_status bt_infer_set_config(bt_infer_ctx *ctx, const void *config, size_t size)
 {
-    if (size > BT_CONFIG_MAX)
+    if (size > BT_OP_CONFIG_MAX)
         return ctx_error(ctx, BT_ERR_INTERNAL, "config of %zu bytes exceeds %d", size,
-                         BT_CONFIG_MAX);
+                         BT_OP_CONFIG_MAX);
     memcpy(ctx->config, config, size);
     ctx->config_size = size;
     return BT_OK;
@@ -226,6 +226,15 @@ bt_status bt_infer_set_config(bt_infer_ctx *ctx, const void *config, size_t size
 void bt_infer_no_grad(bt_infer_ctx *ctx, int i)
 {
     if (i >= 0 && i < BT_MAX_INPUTS) ctx->no_grad_mask |= 1u << i;
+}
+
+bt_status bt_infer_int_range(bt_infer_ctx *ctx, int i, int64_t hi)
+{
+    if (i < 0 || i >= ctx->n_in || hi < 1)
+        return ctx_error(ctx, BT_ERR_INTERNAL, "integer range [0, %lld) for input %d of %d",
+                         (long long)hi, i, ctx->n_in);
+    ctx->int_hi[i] = hi;
+    return BT_OK;
 }
 
 bt_status bt_infer_error(bt_infer_ctx *ctx, const char *fmt, ...)

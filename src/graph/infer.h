@@ -30,9 +30,10 @@ struct bt_infer_ctx {
     int n_params;
     bt_infer_param params[BT_MAX_PARAMS];
     size_t saved_per_sample, ws_per_sample, ws_fixed;
-    unsigned char config[BT_CONFIG_MAX];
+    unsigned char config[BT_OP_CONFIG_MAX];
     size_t config_size;
     unsigned no_grad_mask;
+    int64_t int_hi[BT_MAX_INPUTS]; /* bt_infer_int_range; 0: not declared */
 };
 
 /* Prepares ctx for op applied to n_in inputs; layer_name and loc only label messages. */

@@ -1,5 +1,7 @@
 /* graph/op_registry.c: the table every op lookup goes through. Built-in definitions come from
- * src/ops/builtin.c and are copied in once; custom ops are deep-copied on registration. Lookups
+ * src/ops/builtin.c and are copied in once, each entry remembering the definition it copies so a
+ * backend attaches kernels to the op itself, not to a name; custom ops are deep-copied on
+ * registration. Lookups
  * take a lock, so registration from one thread while others build graphs is safe. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static bt_op_def *registry[BT_MAX_OPS];
+static const bt_op_def *registry_builtin[BT_MAX_OPS]; /* the built-in each entry copies; NULL: custom */
 static int registry_count;
 static int registry_ready;
 
@@ -79,6 +82,7 @@ bt_status bt_op_registry_init(void)
             } else if (!(registry[registry_count] = def_copy(builtins[i]))) {
                 st = bt_error(BT_ERR_NOMEM, "op registry: out of memory");
             } else {
+                registry_builtin[registry_count] = builtins[i];
                 registry_count++;
             }
         }
@@ -156,18 +160,20 @@ const bt_op_def *bt_op_at(int i)
     return d;
 }
 
-bt_status bt_op_registry_set_cuda(const char *name, bt_op_fn forward, bt_op_fn backward)
+bt_status bt_op_registry_set_cuda(const bt_op_def *builtin, bt_op_fn forward, bt_op_fn backward)
 {
     BT_TRY(bt_op_registry_init());
-    bt_status st = BT_OK;
+    bt_status st = BT_ERR_INTERNAL;
     pthread_mutex_lock(&registry_lock);
-    int i = find_index_locked(name);
-    if (i < 0) {
-        st = bt_error(BT_ERR_INTERNAL, "no op '%s' to attach CUDA kernels to", name);
-    } else {
+    for (int i = 0; i < registry_count && st != BT_OK; i++) {
+        if (registry_builtin[i] != builtin) continue;
         registry[i]->cuda_forward = forward;
         registry[i]->cuda_backward = backward;
+        st = BT_OK;
     }
     pthread_mutex_unlock(&registry_lock);
-    return st;
+    if (st != BT_OK)
+        return bt_error(st, "no built-in op '%s' to attach CUDA kernels to",
+                        builtin && builtin->name ? builtin->name : "(null)");
+    return BT_OK;
 }

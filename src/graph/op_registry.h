@@ -8,7 +8,8 @@
 
 /* Loads the built-in ops once; thread-safe. */
 bt_status bt_op_registry_init(void);
-/* Attaches CUDA kernels to the op called name. */
-bt_status bt_op_registry_set_cuda(const char *name, bt_op_fn forward, bt_op_fn backward);
+/* Attaches CUDA kernels to the registry's copy of the built-in op builtin (a definition
+ * bt_builtin_ops lists: &bt_op_linear, ...). BT_ERR_INTERNAL if it is not one. */
+bt_status bt_op_registry_set_cuda(const bt_op_def *builtin, bt_op_fn forward, bt_op_fn backward);
 
 #endif

@@ -1,7 +1,7 @@
 /* ops/activation.c: elementwise activations of one float input: `relu`, `gelu` (the exact erf
- * form, PyTorch's default), `tanh`, `sigmoid`. Output shape and dtype are the input's. The
- * backward recomputes what it needs from the input, so it never depends on the output buffer
- * still holding this layer's activations. */
+ * form, PyTorch's default), `tanh`, `sigmoid`, `silu` (x sigmoid(x), PyTorch's SiLU). Output shape
+ * and dtype are the input's. The backward recomputes what it needs from the input, so it never
+ * depends on the output buffer still holding this layer's activations. */
 #include "ops/ops.h"
 
 #define BT_REAL_BITS 32
@@ -20,6 +20,8 @@ BT_OPS_DISPATCH("tanh", tanh_forward, call->out->dtype)
 BT_OPS_DISPATCH("tanh", tanh_backward, call->out_grad->dtype)
 BT_OPS_DISPATCH("sigmoid", sigmoid_forward, call->out->dtype)
 BT_OPS_DISPATCH("sigmoid", sigmoid_backward, call->out_grad->dtype)
+BT_OPS_DISPATCH("silu", silu_forward, call->out->dtype)
+BT_OPS_DISPATCH("silu", silu_backward, call->out_grad->dtype)
 
 /* Shape rule of every activation: one float input, output alike. */
 static bt_status unary_infer(bt_infer_ctx *ctx, const char *op)
@@ -34,6 +36,7 @@ static bt_status relu_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "relu")
 static bt_status gelu_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "gelu"); }
 static bt_status tanh_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "tanh"); }
 static bt_status sigmoid_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "sigmoid"); }
+static bt_status silu_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "silu"); }
 
 #define ACTIVATION_DEF(op, help_text)     \
     const bt_op_def bt_op_##op = {        \
@@ -50,3 +53,4 @@ ACTIVATION_DEF(relu, "max(x, 0)")
 ACTIVATION_DEF(gelu, "x * Phi(x), the exact (erf) GELU")
 ACTIVATION_DEF(tanh, "hyperbolic tangent")
 ACTIVATION_DEF(sigmoid, "1 / (1 + exp(-x))")
+ACTIVATION_DEF(silu, "x * sigmoid(x) (SiLU, swish)")

@@ -1,4 +1,4 @@
-/* ops/activation_tmpl.h: relu, gelu, tanh and sigmoid kernels for one float type (see
+/* ops/activation_tmpl.h: relu, gelu, tanh, sigmoid and silu kernels for one float type (see
  * ops/real.h). Forward: y = f(x); backward: dx += dy * f'(x), with f' computed from x. */
 
 #ifndef BT_ACTIVATION_CONSTANTS
@@ -98,6 +98,24 @@ static bt_status R(sigmoid_backward)(const bt_op_call *call)
     for (int64_t i = 0; i < n; i++) {
         REAL s = 1 / (1 + EXP(-x[i]));
         dx[i] += dy[i] * s * (1 - s);
+    }
+    return BT_OK;
+}
+
+static bt_status R(silu_forward)(const bt_op_call *call)
+{
+    ACT_FORWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * (1 / (1 + EXP(-x[i])));
+    return BT_OK;
+}
+
+static bt_status R(silu_backward)(const bt_op_call *call)
+{
+    ACT_BACKWARD_SETUP;
+    for (int64_t i = 0; i < n; i++) {
+        /* d/dx [x s(x)] = s + x s (1 - s) = s (1 + x (1 - s)) */
+        REAL s = 1 / (1 + EXP(-x[i]));
+        dx[i] += dy[i] * (s * (1 + x[i] * (1 - s)));
     }
     return BT_OK;
 }

@@ -8,8 +8,8 @@
 #include "ops/op_configs.h"
 #include "ops/ops.h"
 
-/* The error for an index outside the table. */
-static bt_status bad_index(int64_t at, int32_t index, int64_t num)
+/* The error for an index outside the table (the CUDA backend reports its faults with it too). */
+bt_status bt_ops_embedding_bad_index(int64_t at, int32_t index, int64_t num)
 {
     return bt_op_error(BT_ERR_INVALID_ARG,
                        "embedding: index %d at position %lld of the micro-batch is out of range "
@@ -56,6 +56,7 @@ static bt_status embedding_infer(bt_infer_ctx *ctx)
     if ((st = bt_infer_add_param(ctx, "weight", &w, BT_INIT_NORMAL, cfg.dim, 1.0)) != BT_OK)
         return st;
     bt_infer_no_grad(ctx, 0);
+    if ((st = bt_infer_int_range(ctx, 0, cfg.num)) != BT_OK) return st;
     return bt_infer_set_config(ctx, &cfg, sizeof cfg);
 }
 

@@ -8,7 +8,7 @@ static bt_status R(embedding_forward)(const bt_op_call *call)
     const REAL *w = call->param[0].data;   /* (num, dim) */
     REAL *y = call->out->data;             /* (n, dim) */
     for (int64_t t = 0; t < n; t++) {
-        if (ids[t] < 0 || ids[t] >= cf->num) return bad_index(t, ids[t], cf->num);
+        if (ids[t] < 0 || ids[t] >= cf->num) return bt_ops_embedding_bad_index(t, ids[t], cf->num);
         memcpy(y + t * cf->dim, w + (int64_t)ids[t] * cf->dim, (size_t)cf->dim * sizeof *y);
     }
     return BT_OK;
@@ -23,7 +23,7 @@ static bt_status R(embedding_backward)(const bt_op_call *call)
     const REAL *dy = call->out_grad->data;  /* (n, dim) */
     REAL *dw = call->param_grad[0].data;    /* (num, dim) */
     for (int64_t t = 0; t < n; t++) {
-        if (ids[t] < 0 || ids[t] >= cf->num) return bad_index(t, ids[t], cf->num);
+        if (ids[t] < 0 || ids[t] >= cf->num) return bt_ops_embedding_bad_index(t, ids[t], cf->num);
         REAL *restrict row = dw + (int64_t)ids[t] * cf->dim;
         const REAL *restrict g = dy + t * cf->dim;
         for (int64_t j = 0; j < cf->dim; j++) row[j] += g[j];

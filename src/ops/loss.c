@@ -8,8 +8,8 @@
 #include "ops/op_configs.h"
 #include "ops/ops.h"
 
-/* The error for a label outside [0, classes). */
-static bt_status bad_label(int64_t at, int32_t label, int64_t classes)
+/* The error for a label outside [0, classes) (the CUDA backend reports its faults with it too). */
+bt_status bt_ops_cross_entropy_bad_label(int64_t at, int32_t label, int64_t classes)
 {
     return bt_op_error(BT_ERR_INVALID_ARG,
                        "cross_entropy: label %d at position %lld of the micro-batch is out of "
@@ -67,6 +67,7 @@ static bt_status cross_entropy_infer(bt_infer_ctx *ctx)
     if ((st = bt_infer_set_output(ctx, &scalar_shape, bt_infer_input_dtype(ctx, 0))) != BT_OK)
         return st;
     bt_infer_no_grad(ctx, 1);
+    if ((st = bt_infer_int_range(ctx, 1, cfg.classes)) != BT_OK) return st;
     return bt_infer_set_config(ctx, &cfg, sizeof cfg);
 }
 

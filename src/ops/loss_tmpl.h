@@ -60,7 +60,8 @@ static bt_status R(cross_entropy_forward)(const bt_op_call *call)
     for (int64_t n = 0; n < call->batch; n++) {
         double sum = 0;
         for (int64_t q = n * np; q < (n + 1) * np; q++) {
-            if (label[q] < 0 || label[q] >= c) return bad_label(q, label[q], c);
+            if (label[q] < 0 || label[q] >= c)
+                return bt_ops_cross_entropy_bad_label(q, label[q], c);
             const REAL *xr = x + q * c;
             sum += R(logsumexp)(xr, c) - xr[label[q]];
         }
@@ -81,7 +82,8 @@ static bt_status R(cross_entropy_backward)(const bt_op_call *call)
     for (int64_t n = 0; n < call->batch; n++) {
         const double g = dy[n] / (double)np;
         for (int64_t q = n * np; q < (n + 1) * np; q++) {
-            if (label[q] < 0 || label[q] >= c) return bad_label(q, label[q], c);
+            if (label[q] < 0 || label[q] >= c)
+                return bt_ops_cross_entropy_bad_label(q, label[q], c);
             const REAL *restrict xr = x + q * c;
             REAL *restrict dxr = dx + q * c;
             /* d/dx_j = g (softmax_j - [j == label]) */

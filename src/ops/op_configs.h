@@ -8,20 +8,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "baton/op.h"
+
+/* Every config must fit what bt_infer_set_config copies (BT_OP_CONFIG_MAX): checked at compile
+ * time, on the CUDA side (nvcc compiles this header as C++) as on the CPU side. */
+#ifdef __cplusplus
+#define BT_OPS_CONFIG_FITS(type) \
+    static_assert(sizeof(type) <= BT_OP_CONFIG_MAX, #type " exceeds BT_OP_CONFIG_MAX")
+#else
+#define BT_OPS_CONFIG_FITS(type) \
+    _Static_assert(sizeof(type) <= BT_OP_CONFIG_MAX, #type " exceeds BT_OP_CONFIG_MAX")
+#endif
+
 typedef struct bt_linear_config {
     int64_t in, out;
     int bias;
 } bt_linear_config;
+BT_OPS_CONFIG_FITS(bt_linear_config);
 
 typedef struct bt_softmax_config {
     int64_t d; /* length of the last dimension */
 } bt_softmax_config;
+BT_OPS_CONFIG_FITS(bt_softmax_config);
 
 /* saved holds (mean, rstd) as two doubles per row */
 typedef struct bt_layernorm_config {
     int64_t d;
     double eps;
 } bt_layernorm_config;
+BT_OPS_CONFIG_FITS(bt_layernorm_config);
 
 typedef struct bt_conv_config {
     int64_t c, h, w;        /* input */
@@ -30,26 +45,31 @@ typedef struct bt_conv_config {
     int bias;
     int pointwise;          /* 1x1, stride 1, no padding: im2col is the identity */
 } bt_conv_config;
+BT_OPS_CONFIG_FITS(bt_conv_config);
 
 /* maxpool saves one int32 argmax per output element */
 typedef struct bt_pool_config {
     int64_t c, h, w, ho, wo;
     int64_t kh, kw, sh, sw, ph, pw;
 } bt_pool_config;
+BT_OPS_CONFIG_FITS(bt_pool_config);
 
 typedef struct bt_embedding_config {
     int64_t num, dim;
 } bt_embedding_config;
+BT_OPS_CONFIG_FITS(bt_embedding_config);
 
 /* saved holds one mask byte per element */
 typedef struct bt_dropout_config {
     double p;
 } bt_dropout_config;
+BT_OPS_CONFIG_FITS(bt_dropout_config);
 
 typedef struct bt_cross_entropy_config {
     int64_t classes;   /* C */
     int64_t positions; /* labels per sample */
 } bt_cross_entropy_config;
+BT_OPS_CONFIG_FITS(bt_cross_entropy_config);
 
 /* conv2d's CPU kernels work on chunks of samples. Columns (S Ho Wo) a chunk aims for, measured on
  * fashion-cnn's two convs (OpenBLAS, one thread, 2026-11-22): chunks of 256 to 2048 columns ran

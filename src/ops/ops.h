@@ -1,7 +1,8 @@
 /* ops/ops.h: the built-in ops and what their implementations share. Each op family lives in one
  * .c file that defines its bt_op_def(s): argument specification, shape rule, CPU forward and
- * backward. The registry (graph/op_registry.c) copies the table bt_builtin_ops returns; nothing
- * else in baton refers to a built-in op by symbol.
+ * backward; ops/builtin_ops.def lists them. The registry (graph/op_registry.c) copies the table
+ * bt_builtin_ops returns; besides it, only the CUDA attach table (cuda/ops_cuda.c, expanded from
+ * the same list) refers to a built-in op by symbol.
  *
  * Kernels are written once per family in a template (<family>_tmpl.h) that builds against REAL,
  * R(name) and the other names ops/real.h defines, and the .c file includes it twice, for f32 and
@@ -15,20 +16,16 @@
 
 #include "baton/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The built-in op definitions, in listing order; *n receives their count. Static storage. */
 const bt_op_def *const *bt_builtin_ops(int *n);
 
-extern const bt_op_def bt_op_linear;
-extern const bt_op_def bt_op_add, bt_op_mul;
-extern const bt_op_def bt_op_relu, bt_op_gelu, bt_op_tanh, bt_op_sigmoid;
-extern const bt_op_def bt_op_softmax;
-extern const bt_op_def bt_op_layernorm;
-extern const bt_op_def bt_op_flatten, bt_op_reshape;
-extern const bt_op_def bt_op_conv2d;
-extern const bt_op_def bt_op_maxpool2d, bt_op_avgpool2d;
-extern const bt_op_def bt_op_embedding;
-extern const bt_op_def bt_op_dropout;
-extern const bt_op_def bt_op_mse, bt_op_cross_entropy;
+/* bt_op_linear, bt_op_add, ...: one per row of ops/builtin_ops.def. */
+#define BT_BUILTIN_OP(op) extern const bt_op_def bt_op_##op;
+#include "ops/builtin_ops.def"
 
 /* Bytes per float element that float-sized saved/workspace buffers reserve (see above). */
 #define BT_OPS_REAL_MAX sizeof(double)
@@ -64,6 +61,10 @@ bt_status bt_ops_window_out(bt_infer_ctx *ctx, const char *op, const bt_shape *i
 
 /* The error a kernel returns for a dtype it has no instance for. */
 bt_status bt_ops_bad_dtype(const char *op, bt_dtype dtype);
+/* The errors for an integer input outside its range (BT_ERR_INVALID_ARG), at position `at` of the
+ * micro-batch's tensor; the CPU kernels and the CUDA backend's fault reports share them. */
+bt_status bt_ops_embedding_bad_index(int64_t at, int32_t index, int64_t num);
+bt_status bt_ops_cross_entropy_bad_label(int64_t at, int32_t label, int64_t classes);
 
 /* Defines `static bt_status fn(const bt_op_call *call)` that runs fn##_f32 or fn##_f64 by the
  * dtype `dtype_expr` evaluates to (an expression over `call`). */
@@ -107,5 +108,9 @@ static inline void bt_ops_valid_range(int64_t in, int64_t k, int64_t stride, int
 
 /* True where the caller wants a gradient in t (a tensor array entry may be absent). */
 #define BT_OPS_WANTS(t) ((t) != NULL && (t)->data != NULL)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
