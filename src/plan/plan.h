@@ -34,6 +34,10 @@ typedef struct bt_plan {
  * (too many stages, balance not summing to the layer count, a layout naming an unknown or
  * misordered layer, pinned stages out of order) return BT_ERR_MODEL with a message. */
 bt_status bt_plan_build(const bt_graph *graph, const bt_parallel_config *cfg, bt_plan **out);
+/* The plan whose stage k holds layers [first_layer[k], first_layer[k+1]) (first_layer[0] = 0,
+ * first_layer[stages] = the layer count, no stage empty), devices unnamed: how `baton plan`
+ * prices a placement with the memory model. BT_ERR_INVALID_ARG for cuts that are not that. */
+bt_status bt_plan_from_cuts(const bt_graph *graph, int stages, const int *first_layer, bt_plan **out);
 void bt_plan_destroy(bt_plan *plan);
 
 /* Bytes per sample stage s sends to later stages, and holds as activations per micro-batch. */
