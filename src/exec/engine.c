@@ -16,7 +16,6 @@
 #include "core/error.h"
 #include "exec/exec_internal.h"
 #include "train/lr_schedule.h"
-#include "train/optim.h"
 
 void bt_engine_params_init(bt_engine_params *p)
 {

@@ -1,9 +1,9 @@
 /* plan/memory.h: the one memory model. What a pipeline stage holds, per lifetime class, and where
  * every value and node state sits inside one activation slot. The engine lays out and allocates its
- * buffers from this (exec/layout.c), refuses a plan that does not fit from it, `baton plan` prints
- * it for the stage it chooses, and the profiler's per-layer bytes come from bt_memory_layer. One
- * function computes it, so they cannot disagree: after allocating, the engine asserts that it
- * allocated exactly these bytes.
+ * buffers from this (exec/layout.c), refuses a plan that does not fit from it, and `baton plan`
+ * prints it for the stages it chooses (placement.c); bt_memory_layer gives one layer's share, the
+ * per-layer bytes a profile records. One function computes a stage, so they cannot disagree: after
+ * allocating, the engine asserts that it allocated exactly these bytes.
  *
  * A stage's device memory (bytes, each buffer rounded as allocated):
  *   weights      master weights, plus a rounded compute copy under mixed precision
