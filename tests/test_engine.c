@@ -3,7 +3,9 @@
  * under GPipe and 1F1B, with a residual that skips a stage); activation memory must follow the
  * schedule; a stuck transfer must be reported by the watchdog in bounded time; a graph built
  * through the C API and the same model from YAML must give bit-identical results; and the
- * engine's gradients must agree with finite differences of its own loss in f64. */
+ * engine's gradients must agree with finite differences of its own loss in f64. The admission check
+ * counts exactly the bytes the engine then allocates (host-path scratch included), and a worker
+ * whose thread cannot be bound to its device fails its jobs with the reason. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,8 @@
 #include "bt_test.h"
 #include "test_models.h"
 #include "engine_runs.h"
+#include "backend/backend.h"
+#include "core/error.h"
 #include "exec/exec_internal.h"
 
 static void test_pipeline_matches_single_stage(void)
@@ -354,6 +358,88 @@ static void test_plan_too_big_is_refused(void)
     bt_graph_destroy(g);
 }
 
+/* The admission check and the allocation come from one memory model: a limit of exactly the bytes
+ * an engine holds admits it, one byte less refuses it, on device paths and through host memory
+ * (where a receiving stage also holds a scratch buffer for gradient messages). */
+static void test_admission_counts_what_is_allocated(void)
+{
+    bt_graph *g = residual_graph();
+    for (int mode = 0; mode < 2; mode++) {
+        bt_engine_params p;
+        engine_params(&p, 3, 4, BT_SCHEDULE_1F1B);
+        p.transfer = mode ? BT_TRANSFER_HOST : BT_TRANSFER_AUTO;
+        bt_engine *e = NULL;
+        CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+        size_t used = 0, scratch = 0;
+        for (int s = 0; s < 3; s++) {
+            bt_memory_stats m;
+            CU_ASSERT_FATAL(bt_engine_memory(e, s, &m) == BT_OK);
+            used += m.current + e->stage[s].host_channel_bytes; /* every cpu:N shares the host */
+            scratch += e->stage[s].recv_scratch_bytes;
+        }
+        CU_ASSERT(mode ? scratch > 0 : scratch == 0);
+        bt_engine_destroy(e);
+        p.device_memory = used;
+        e = NULL;
+        CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_OK);
+        bt_engine_destroy(e);
+        p.device_memory = used - 1;
+        e = NULL;
+        CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_NOMEM);
+        CU_ASSERT_PTR_NULL(e);
+    }
+    bt_graph_destroy(g);
+}
+
+static bt_status failing_bind(bt_device *dev)
+{
+    (void)dev;
+    return bt_error(BT_ERR_UNSUPPORTED, "no core to pin to");
+}
+
+/* A worker thread whose device cannot be bound to it fails the job it is given with that reason
+ * and raises the abort flag, instead of running on an unbound thread. */
+static void test_bind_failure_is_the_workers_error(void)
+{
+    bt_backend fake = *bt_cpu_backend();
+    fake.bind_thread = failing_bind;
+    bt_engine e;
+    bt_stage st;
+    bt_worker w;
+    memset(&e, 0, sizeof e);
+    memset(&st, 0, sizeof st);
+    memset(&w, 0, sizeof w);
+    st.be = &fake;
+    snprintf(st.device_name, sizeof st.device_name, "cpu:0");
+    w.engine = &e;
+    e.stages = 1;
+    e.stage = &st;
+    e.worker = &w;
+    atomic_init(&e.abort, 0);
+    pthread_mutex_init(&e.mu, NULL);
+    pthread_cond_init(&e.cv_job, NULL);
+    pthread_cond_init(&e.cv_done, NULL);
+    pthread_cond_init(&e.cv_barrier, NULL);
+    CU_ASSERT_FATAL(pthread_create(&w.thread, NULL, bt_worker_main, &w) == 0);
+    pthread_mutex_lock(&e.mu);
+    e.job = BT_JOB_GRADS;
+    e.generation++;
+    pthread_cond_broadcast(&e.cv_job);
+    while (e.done_count < 1) pthread_cond_wait(&e.cv_done, &e.mu);
+    e.job = BT_JOB_EXIT;
+    e.generation++;
+    pthread_cond_broadcast(&e.cv_job);
+    pthread_mutex_unlock(&e.mu);
+    pthread_join(w.thread, NULL);
+    CU_ASSERT_EQUAL(w.status, BT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(w.error, "stage 0 (cpu:0): cannot bind the worker thread: no core to pin to"));
+    CU_ASSERT(atomic_load(&e.abort));
+    pthread_mutex_destroy(&e.mu);
+    pthread_cond_destroy(&e.cv_job);
+    pthread_cond_destroy(&e.cv_done);
+    pthread_cond_destroy(&e.cv_barrier);
+}
+
 static void test_bad_configurations_rejected(void)
 {
     bt_graph *g = residual_graph();
@@ -394,6 +480,8 @@ int main(void)
         {"time accounting", test_time_accounting},
         {"a plan too big for memory is refused", test_plan_too_big_is_refused},
         {"bad configurations are rejected", test_bad_configurations_rejected},
+        {"admission counts what is allocated", test_admission_counts_what_is_allocated},
+        {"a failed thread binding is the worker's error", test_bind_failure_is_the_workers_error},
         {NULL, NULL}};
     return bt_test_main("engine", cases);
 }

@@ -25,6 +25,11 @@ typedef enum bt_copy_kind { BT_COPY_D2D = 0, BT_COPY_D2H = 1, BT_COPY_H2D = 2 } 
 typedef struct bt_backend {
     const char *name;                                 /* "cpu", "cuda" */
     int copies_overlap;       /* 1: the copy stream runs beside compute (CUDA); 0: in turn (CPU) */
+    /* 1: every device of this backend allocates from the machine's memory (cpu:N), so together
+     * with host buffers they form one memory pool; 0: each device index is its own pool (a GPU,
+     * shared by the logical stages opened on it). The engine's admission check groups stages by
+     * this, never by device name. */
+    int shares_host_memory;
     /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). */
     bt_status (*open)(int index, int threads, bt_device **out);
     void (*close)(bt_device *dev);

@@ -15,6 +15,8 @@
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "profile/measure.h"
+#include "plan/profile.h"
+#include "optim/optim.h"
 
 typedef struct plan_opts {
     bt_cli_model_opts model;
@@ -195,6 +197,10 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     }
     lp.memory = o->memory;
     lp.permute = o->permute;
+    /* stage memory from the model the engine allocates by */
+    lp.graph = m->graph;
+    lp.precision = training ? m->train.precision : BT_F32;
+    lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
     bt_profile *p = NULL;
     int rc = get_profile(o, m, devices, lp.microbatches, &p);
     if (rc != BT_EXIT_OK) return rc;

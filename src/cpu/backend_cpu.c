@@ -176,6 +176,7 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
 
 static const bt_backend cpu_backend = {
     .name = "cpu",
+    .shares_host_memory = 1,
     .open = cpu_open,
     .close = cpu_close,
     .bind_thread = cpu_bind_thread,

@@ -481,6 +481,7 @@ static bt_status cuda_round_to(bt_device *dev, bt_dtype precision, float *x, siz
 static const bt_backend cuda_backend = {
     .name = "cuda",
     .copies_overlap = 1,
+    .shares_host_memory = 0,
     .open = cuda_open,
     .close = cuda_close,
     .bind_thread = cuda_bind_thread,

@@ -2,7 +2,11 @@
  * micro-batch (transfer.c) and posts it; the receiver waits for that micro-batch and clears it.
  * A slot per micro-batch means a send never blocks, which is the assumption the schedule
  * validator proves deadlock-freedom under. Waits are bounded: past the watchdog timeout the
- * receiver gives up with BT_ERR_TIMEOUT, and an abort wakes every waiter. */
+ * receiver gives up with BT_ERR_TIMEOUT, and an abort wakes every waiter.
+ *
+ * Threading: `ready[mb]` is a C11 atomic, stored with release order by the sender (under the
+ * mutex, so a sleeping receiver cannot miss it) and loaded with acquire order by a spinning
+ * receiver; the engine's abort flag is a C11 atomic too. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +23,9 @@ bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microb
     ch->microbatches = microbatches;
     ch->last_sent = -1;
     ch->last_sent_chunk = 1;
-    ch->ready = calloc((size_t)microbatches, sizeof *ch->ready);
+    ch->ready = malloc((size_t)microbatches * sizeof *ch->ready);
     if (!ch->ready) return bt_error(BT_ERR_NOMEM, "channel: out of memory");
+    for (int mb = 0; mb < microbatches; mb++) atomic_init(&ch->ready[mb], 0);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -44,7 +49,7 @@ void bt_channel_destroy(bt_channel *ch)
 void bt_channel_post(bt_channel *ch, int mb)
 {
     pthread_mutex_lock(&ch->mu);
-    __atomic_store_n(&ch->ready[mb], 1, __ATOMIC_RELEASE);
+    atomic_store_explicit(&ch->ready[mb], 1, memory_order_release);
     pthread_cond_broadcast(&ch->cv);
     pthread_mutex_unlock(&ch->mu);
 }
@@ -58,7 +63,7 @@ static int spin_for(const bt_engine *e, const bt_channel *ch, int mb)
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0;; i++) {
-        if (__atomic_load_n(&ch->ready[mb], __ATOMIC_ACQUIRE) || e->abort) return 1;
+        if (atomic_load_explicit(&ch->ready[mb], memory_order_acquire) || atomic_load(&e->abort)) return 1;
         if ((i & 63) == 63) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > BT_CHANNEL_SPIN_NS)
@@ -83,14 +88,14 @@ bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s
     }
     bt_status st = BT_OK;
     pthread_mutex_lock(&ch->mu);
-    while (!ch->ready[mb] && !e->abort) {
-        if (pthread_cond_timedwait(&ch->cv, &ch->mu, &deadline) == ETIMEDOUT && !ch->ready[mb]) {
+    while (!atomic_load(&ch->ready[mb]) && !atomic_load(&e->abort)) {
+        if (pthread_cond_timedwait(&ch->cv, &ch->mu, &deadline) == ETIMEDOUT && !atomic_load(&ch->ready[mb])) {
             st = BT_ERR_TIMEOUT;
             break;
         }
     }
-    if (st == BT_OK && !ch->ready[mb]) st = BT_ERR_INTERNAL; /* aborted by another stage */
-    if (st == BT_OK) ch->ready[mb] = 0;
+    if (st == BT_OK && !atomic_load(&ch->ready[mb])) st = BT_ERR_INTERNAL; /* aborted by another stage */
+    if (st == BT_OK) atomic_store(&ch->ready[mb], 0);
     pthread_mutex_unlock(&ch->mu);
     return st;
 }

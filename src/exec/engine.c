@@ -1,9 +1,10 @@
-/* exec/engine.c: building an engine and the public engine API. Creation plans the stages,
- * builds and validates the schedules, opens one device per stage, lays out and allocates every
- * buffer (see exec_internal.h), initialises parameters deterministically from the seed and each
- * parameter's name (so placement never changes the initial weights), builds the channels and
- * starts one worker thread per stage. A step posts a job to the workers and waits for all of
- * them; the first failure's message is handed back to the caller's thread. */
+/* exec/engine.c: an engine's lifecycle and its jobs. Creation checks the parameters, plans the
+ * stages, builds and validates the schedules, opens one device per stage, chooses the paths
+ * between stages (topology.c), lays out, checks and allocates every stage's memory from the one
+ * memory model (layout.c, which initialises the parameters through param_init.c), builds the
+ * channels (topology.c) and starts one worker thread per stage. A step posts a job to the workers
+ * and waits for all of them; the first failure's message is handed back to the caller's thread.
+ * Accessors live in engine_query.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@
 #include "core/error.h"
 #include "exec/exec_internal.h"
 #include "optim/lr_schedule.h"
-#include "optim/optim.h"
 
 void bt_engine_params_init(bt_engine_params *p)
 {
@@ -31,352 +31,7 @@ void bt_engine_params_init(bt_engine_params *p)
     p->watchdog_s = 60;
 }
 
-/* ---- deterministic initialisation ------------------------------------------------------------- */
-
-static double next_unit(uint64_t *state)
-{
-    *state = bt_mix64(*state);
-    return (double)(*state >> 11) * 0x1.0p-53;
-}
-
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
-static double init_value(const bt_param *p, uint64_t *rng)
-{
-    switch (p->init) {
-    case BT_INIT_ZEROS: return 0;
-    case BT_INIT_ONES: return 1;
-    case BT_INIT_UNIFORM_FAN_IN: {
-        double bound = p->fan_in > 0 ? 1.0 / sqrt((double)p->fan_in) : 0;
-        return (2 * next_unit(rng) - 1) * bound;
-    }
-    case BT_INIT_NORMAL: {
-        double u1 = next_unit(rng), u2 = next_unit(rng);
-        if (u1 < 1e-300) u1 = 1e-300;
-        double std = p->init_arg > 0 ? p->init_arg : 1.0;
-        return std * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
-    }
-    }
-    return 0;
-}
-
-static bt_status init_param(bt_engine *e, bt_stage *st, bt_param_store *ps)
-{
-    const bt_param *p = &e->graph->params[ps->param];
-    size_t bytes = ps->numel * bt_dtype_size(e->dtype);
-    void *host = malloc(bytes ? bytes : 1);
-    if (!host) return bt_error(BT_ERR_NOMEM, "initialising '%s': out of memory", p->name);
-    uint64_t rng = bt_mix64(e->params.seed) ^ name_hash(p->name);
-    for (size_t i = 0; i < ps->numel; i++) {
-        double v = init_value(p, &rng);
-        if (e->dtype == BT_F64) ((double *)host)[i] = v;
-        else ((float *)host)[i] = (float)v;
-    }
-    bt_status s = st->be->from_host(st->dev, ps->w, host, bytes);
-    free(host);
-    return s;
-}
-
-/* ---- layout ----------------------------------------------------------------------------------- */
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-static size_t value_bytes(const bt_engine *e, int value)
-{
-    const bt_value *v = &e->graph->values[value];
-    bt_dtype dt = v->dtype == BT_I32 ? BT_I32 : e->dtype;
-    return (size_t)e->mb_size * (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(dt);
-}
-
-static int is_outgoing(const bt_engine *e, int stage, int value)
-{
-    for (int c = 0; c < e->plan->n_crossings; c++)
-        if (e->plan->crossings[c].src == stage && e->plan->crossings[c].value == value) return 1;
-    return 0;
-}
-
-static bt_transfer_path stage_path(const bt_engine *e, int from, int to)
-{
-    return e->paths[from * e->stages + to];
-}
-
-static bt_status stage_alloc(bt_stage *st, size_t bytes, void **out, size_t *counter)
-{
-    BT_TRY(st->be->alloc(st->dev, bytes ? bytes : 64, out));
-    if (counter) *counter += bytes;
-    return BT_OK;
-}
-
-static bt_status layout_stage(bt_engine *e, bt_stage *st)
-{
-    const bt_graph *g = e->graph;
-    int nv = g->n_values;
-    st->value_offset = malloc((size_t)nv * sizeof *st->value_offset);
-    st->grad_offset = malloc((size_t)nv * sizeof *st->grad_offset);
-    st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
-    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset)
-        return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    for (int v = 0; v < nv; v++) st->value_offset[v] = st->grad_offset[v] = -1;
-
-    size_t off = 0, ws = 0;
-    for (int c = 0; c < e->plan->n_crossings; c++) {
-        const bt_crossing *x = &e->plan->crossings[c];
-        if (x->dst != st->index) continue;
-        st->value_offset[x->value] = (int)off;
-        /* read in place from the channel's buffer (see bt_slot_value) */
-        if (x->src >= 0 && stage_path(e, x->src, st->index) != BT_PATH_HOST) continue;
-        off = align64(off + value_bytes(e, x->value));
-    }
-    for (int k = 0; k < st->n_nodes; k++) {
-        const bt_node *n = &g->nodes[st->first_node + k];
-        st->value_offset[n->out] = (int)off;
-        off = align64(off + value_bytes(e, n->out));
-        size_t w = n->ws_per_sample * (size_t)e->mb_size + n->ws_fixed;
-        if (w > ws) ws = w;
-    }
-    for (int k = 0; k < st->n_nodes; k++) {
-        const bt_node *n = &g->nodes[st->first_node + k];
-        st->node_saved_offset[k] = off;
-        off = align64(off + n->saved_per_sample * (size_t)e->mb_size);
-    }
-    st->slot_bytes = off;
-    st->ws_bytes = ws;
-
-    /* gradients: outgoing values first (received from later stages), then the rest */
-    size_t goff = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int v = 0; v < nv; v++) {
-            const bt_value *val = &g->values[v];
-            if (st->value_offset[v] < 0 || val->producer < 0 || val->dtype == BT_I32) continue;
-            int out = is_outgoing(e, st->index, v);
-            if (out != (pass == 0)) continue;
-            st->grad_offset[v] = (int)goff;
-            goff = align64(goff + value_bytes(e, v));
-        }
-        if (pass == 0) st->outgoing_grad_bytes = goff;
-    }
-    st->grad_bytes = goff;
-    return BT_OK;
-}
-
-/* The events a worker records: a begin and an end per instruction of the longest schedule, the
- * job's start, and "values written" for the copy stream of a SEND to wait for. */
-static bt_status alloc_events(bt_engine *e, bt_stage *st)
-{
-    int cap = e->infer_sched->len[st->index];
-    if (e->train_sched && e->train_sched->len[st->index] > cap) cap = e->train_sched->len[st->index];
-    st->ev_begin = calloc((size_t)cap + 1, sizeof *st->ev_begin);
-    st->ev_end = calloc((size_t)cap + 1, sizeof *st->ev_end);
-    if (!st->ev_begin || !st->ev_end) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    st->n_events = cap;
-    for (int i = 0; i < cap; i++) {
-        BT_TRY(st->be->event_create(st->dev, &st->ev_begin[i]));
-        BT_TRY(st->be->event_create(st->dev, &st->ev_end[i]));
-    }
-    BT_TRY(st->be->event_create(st->dev, &st->ev_step0));
-    return st->be->event_create(st->dev, &st->ev_ready);
-}
-
-static bt_status alloc_stage(bt_engine *e, bt_stage *st)
-{
-    const bt_graph *g = e->graph;
-    int training = e->params.training;
-    bt_memory_stats *m = &st->mem;
-    BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots, (void **)&st->slots, &m->activations));
-    if (training) BT_TRY(stage_alloc(st, st->grad_bytes, (void **)&st->grads, &m->workspace));
-    BT_TRY(stage_alloc(st, st->ws_bytes, &st->workspace, &m->workspace));
-    size_t dsz = bt_dtype_size(e->dtype), mb_bytes = (size_t)e->mb_size * dsz;
-    BT_TRY(st->be->host_alloc(st->dev, mb_bytes * (size_t)e->params.parallel.microbatches, &st->loss_host));
-    BT_TRY(st->be->host_alloc(st->dev, mb_bytes, &st->seed_host));
-    BT_TRY(stage_alloc(st, mb_bytes, &st->seed_dev, &m->workspace));
-    BT_TRY(alloc_events(e, st));
-
-    for (int p = 0; p < g->n_params; p++) {
-        int node = g->params[p].node;
-        if (node >= st->first_node && node < st->first_node + st->n_nodes) st->n_params++;
-    }
-    st->params = calloc((size_t)st->n_params + 1, sizeof *st->params);
-    st->node_params = calloc((size_t)st->n_nodes + 1, sizeof *st->node_params);
-    if (!st->params || !st->node_params) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    st->sq_ptr = calloc((size_t)st->n_params + 1, sizeof *st->sq_ptr);
-    st->sq_n = calloc((size_t)st->n_params + 1, sizeof *st->sq_n);
-    if (!st->sq_ptr || !st->sq_n) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    int n_state = training ? bt_optim_state_count(&e->params.optimizer) : 0;
-    int k = 0;
-    for (int p = 0; p < g->n_params; p++) {
-        int node = g->params[p].node;
-        if (node < st->first_node || node >= st->first_node + st->n_nodes) continue;
-        bt_param_store *ps = &st->params[k++];
-        ps->param = p;
-        const bt_node *owner = &g->nodes[node];
-        for (int j = 0; j < owner->n_params; j++)
-            if (owner->params[j] == p) st->node_params[node - st->first_node][j] = ps;
-        ps->numel = (size_t)bt_shape_numel(&g->params[p].shape);
-        BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w, &m->weights));
-        BT_TRY(init_param(e, st, ps));
-        if (e->params.precision != BT_F32) {
-            BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w_lp, &m->weights));
-            BT_TRY(bt_worker_refresh_lowp(e, st, ps));
-        }
-        if (training) {
-            BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->g, &m->gradients));
-            st->sq_ptr[k - 1] = ps->g;
-            st->sq_n[k - 1] = ps->numel;
-            BT_TRY(st->be->zero(st->dev, ps->g, ps->numel * dsz));
-            for (int j = 0; j < n_state; j++) {
-                BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->state[j], &m->optimizer));
-                BT_TRY(st->be->zero(st->dev, ps->state[j], ps->numel * dsz));
-            }
-        }
-    }
-    return BT_OK;
-}
-
-/* One channel per direction between every pair of stages that exchange values, and always
- * between neighbours (possibly empty), so the chain order the validator assumes holds. */
-static bt_status build_channels(bt_engine *e)
-{
-    int p = e->stages, m = e->params.parallel.microbatches;
-    int cap = 2 * p * p + 2;
-    e->channels = calloc((size_t)cap, sizeof *e->channels);
-    if (!e->channels) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    for (int s = 0; s < p; s++) {
-        bt_stage *st = &e->stage[s];
-        st->recv_from = calloc((size_t)e->graph->n_values + 1, sizeof *st->recv_from);
-        st->recv_off = calloc((size_t)e->graph->n_values + 1, sizeof *st->recv_off);
-        if (!st->recv_from || !st->recv_off) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    }
-    for (int a = 0; a < p; a++) {
-        for (int b = a + 1; b < p; b++) {
-            int n_values = 0, values[BT_MAX_CHANNEL_VALUES];
-            for (int c = 0; c < e->plan->n_crossings; c++) {
-                const bt_crossing *x = &e->plan->crossings[c];
-                if (x->src != a || x->dst != b) continue;
-                if (n_values == BT_MAX_CHANNEL_VALUES)
-                    return bt_error(BT_ERR_UNSUPPORTED, "more than %d values cross from stage %d to %d",
-                                    BT_MAX_CHANNEL_VALUES, a, b);
-                values[n_values++] = x->value;
-            }
-            if (n_values == 0 && b != a + 1) continue;
-            for (int dir = 0; dir < (e->params.training ? 2 : 1); dir++) {
-                bt_channel *ch = &e->channels[e->n_channels];
-                BT_TRY(bt_channel_init(ch, dir ? b : a, dir ? a : b, dir, m));
-                e->n_channels++;
-                ch->path = stage_path(e, ch->from, ch->to);
-                for (int k = 0; k < n_values; k++) {
-                    const bt_value *v = &e->graph->values[values[k]];
-                    if (dir && v->dtype == BT_I32) continue;
-                    ch->value_off[ch->n_values] = ch->msg_bytes;
-                    ch->values[ch->n_values++] = values[k];
-                    ch->msg_bytes += value_bytes(e, values[k]);
-                }
-                BT_TRY(bt_transfer_setup(e, ch));
-                bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
-                if (!dir) {
-                    from->out_act[from->n_out_act++] = ch;
-                    to->in_act[to->n_in_act++] = ch;
-                    for (int k = 0; k < ch->n_values && ch->path != BT_PATH_HOST; k++) {
-                        to->recv_from[ch->values[k]] = ch;
-                        to->recv_off[ch->values[k]] = ch->value_off[k];
-                    }
-                } else {
-                    from->out_grad[from->n_out_grad++] = ch;
-                    to->in_grad[to->n_in_grad++] = ch;
-                    if (ch->path == BT_PATH_HOST && ch->msg_bytes > to->recv_scratch_bytes)
-                        to->recv_scratch_bytes = ch->msg_bytes;
-                }
-            }
-        }
-    }
-    for (int s = 0; s < p; s++) {
-        bt_stage *st = &e->stage[s];
-        if (st->recv_scratch_bytes)
-            BT_TRY(stage_alloc(st, st->recv_scratch_bytes, &st->recv_scratch, &st->mem.workspace));
-    }
-    return BT_OK;
-}
-
-/* ---- memory check before allocating ---------------------------------------------------------- */
-
-typedef struct stage_need {
-    size_t weights, gradients, optimizer, activations, total;
-} stage_need;
-
-/* What stage st will allocate, from its layout (before anything is allocated). */
-static stage_need stage_bytes(const bt_engine *e, const bt_stage *st)
-{
-    stage_need n = {0};
-    const bt_graph *g = e->graph;
-    size_t dsz = bt_dtype_size(e->dtype), params = 0;
-    int training = e->params.training;
-    for (int p = 0; p < g->n_params; p++) {
-        int node = g->params[p].node;
-        if (node >= st->first_node && node < st->first_node + st->n_nodes)
-            params += (size_t)bt_shape_numel(&g->params[p].shape);
-    }
-    n.weights = params * dsz * (e->params.precision != BT_F32 ? 2 : 1);
-    n.gradients = training ? params * dsz : 0;
-    n.optimizer = training ? params * dsz * (size_t)bt_optim_state_count(&e->params.optimizer) : 0;
-    n.activations = st->slot_bytes * (size_t)st->n_slots + (training ? st->grad_bytes : 0) + st->ws_bytes;
-    /* channel buffers: on the receiving device, or host memory for the host path */
-    size_t per_step = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
-    for (int c = 0; c < e->plan->n_crossings; c++) {
-        const bt_crossing *x = &e->plan->crossings[c];
-        if (x->src < 0) continue;
-        size_t bytes = x->bytes_per_sample * per_step;
-        if (x->dst == st->index && stage_path(e, x->src, x->dst) != BT_PATH_HOST) n.activations += bytes;
-        if (training && x->src == st->index && stage_path(e, x->dst, x->src) != BT_PATH_HOST &&
-            e->graph->values[x->value].dtype != BT_I32)
-            n.activations += bytes;
-    }
-    n.total = n.weights + n.gradients + n.optimizer + n.activations;
-    return n;
-}
-
-static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
-
-/* Refuses a plan whose stages need more memory than their devices have, naming the stage. All
- * cpu:N devices share the machine's memory; each GPU is its own pool. */
-static bt_status check_memory(bt_engine *e)
-{
-    for (int s = 0; s < e->stages; s++) {
-        bt_stage *st = &e->stage[s];
-        int cpu = strncmp(st->device_name, "cpu", 3) == 0;
-        int first = -1;
-        size_t need = 0;
-        for (int k = 0; k < e->stages; k++) {
-            int same = cpu ? strncmp(e->stage[k].device_name, "cpu", 3) == 0
-                           : strcmp(e->stage[k].device_name, st->device_name) == 0;
-            if (!same) continue;
-            if (first < 0) first = k;
-            need += stage_bytes(e, &e->stage[k]).total;
-        }
-        if (first != s) continue; /* each pool once, from its first stage */
-        size_t free_bytes = e->params.device_memory, total = 0;
-        if (!free_bytes && st->be->memory_info) BT_TRY(st->be->memory_info(st->dev, &free_bytes, &total));
-        if (!free_bytes || need <= free_bytes) continue;
-        int worst = s;
-        for (int k = 0; k < e->stages; k++) {
-            int same = cpu ? strncmp(e->stage[k].device_name, "cpu", 3) == 0
-                           : strcmp(e->stage[k].device_name, st->device_name) == 0;
-            if (same && stage_bytes(e, &e->stage[k]).total > stage_bytes(e, &e->stage[worst]).total) worst = k;
-        }
-        stage_need w = stage_bytes(e, &e->stage[worst]);
-        return bt_error(BT_ERR_NOMEM,
-                        "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
-                        "gradients %.1f, optimizer state %.1f, activations and buffers %.1f MiB) and the "
-                        "stages on %s need %.1f MiB in all, but %s has %.1f MiB free",
-                        worst, e->stage[worst].device_name, mib(w.total), mib(w.weights), mib(w.gradients),
-                        mib(w.optimizer), mib(w.activations), cpu ? "the CPU" : st->device_name, mib(need),
-                        cpu ? "the machine" : st->device_name, mib(free_bytes));
-    }
-    return BT_OK;
-}
+/* ---- creation -------------------------------------------------------------------------------- */
 
 static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
 {
@@ -422,6 +77,7 @@ static bt_status open_stage(bt_engine *e, int s)
     st->n_nodes = e->plan->n_stage_nodes[s];
     snprintf(st->device_name, sizeof st->device_name, "%s", e->plan->device[s]);
     BT_TRY(bt_device_parse(st->device_name, kind, sizeof kind, &index));
+    st->device_index = index;
     st->be = bt_backend_find(kind);
     if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
     int threads = e->params.threads;
@@ -447,7 +103,7 @@ static bt_status start_workers(bt_engine *e)
         w->engine = e;
         w->stage = s;
         w->cur_instr = -1;
-        w->last_done = -1;
+        atomic_init(&w->last_done, -1);
         int cap = 0;
         if (e->train_sched) cap = e->train_sched->len[s];
         if (e->infer_sched->len[s] > cap) cap = e->infer_sched->len[s];
@@ -497,18 +153,13 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
         goto fail;
     }
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, open_stage(e, s), fail);
-    e->paths = calloc((size_t)e->stages * (size_t)e->stages, sizeof *e->paths);
-    if (!e->paths) {
-        st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
-        goto fail;
-    }
-    for (int a = 0; a < e->stages; a++)
-        for (int b = 0; b < e->stages; b++)
-            if (a != b) e->paths[a * e->stages + b] = bt_transfer_path_for(e, a, b);
-    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, layout_stage(e, &e->stage[s]), fail);
-    BT_TRY_GOTO(st, check_memory(e), fail);
-    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, alloc_stage(e, &e->stage[s]), fail);
-    BT_TRY_GOTO(st, build_channels(e), fail);
+    BT_TRY_GOTO(st, bt_topology_paths(e), fail);
+    BT_TRY_GOTO(st, bt_layout_memory_params(e), fail);
+    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_stage(e, &e->stage[s]), fail);
+    BT_TRY_GOTO(st, bt_layout_check_memory(e), fail);
+    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
+    BT_TRY_GOTO(st, bt_topology_build_channels(e), fail);
+    bt_layout_verify(e);
     for (int s = 0; s < e->stages; s++) {
         bt_memory_stats *mem = &e->stage[s].mem;
         mem->current = mem->weights + mem->gradients + mem->optimizer + mem->activations + mem->workspace;
@@ -520,46 +171,6 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
 fail:
     bt_engine_destroy(e);
     return st;
-}
-
-static void stage_free(bt_stage *st)
-{
-    if (st->dev) {
-        for (int i = 0; st->params && i < st->n_params; i++) {
-            bt_param_store *ps = &st->params[i];
-            if (ps->w) st->be->free(st->dev, ps->w);
-            if (ps->g) st->be->free(st->dev, ps->g);
-            for (int j = 0; j < 2; j++)
-                if (ps->state[j]) st->be->free(st->dev, ps->state[j]);
-        }
-        for (int i = 0; st->params && i < st->n_params; i++)
-            if (st->params[i].w_lp) st->be->free(st->dev, st->params[i].w_lp);
-        if (st->slots) st->be->free(st->dev, st->slots);
-        if (st->grads) st->be->free(st->dev, st->grads);
-        if (st->workspace) st->be->free(st->dev, st->workspace);
-        if (st->recv_scratch) st->be->free(st->dev, st->recv_scratch);
-        if (st->seed_dev) st->be->free(st->dev, st->seed_dev);
-        if (st->loss_host) st->be->host_free(st->dev, st->loss_host);
-        if (st->seed_host) st->be->host_free(st->dev, st->seed_host);
-        for (int i = 0; i < st->n_events; i++) {
-            if (st->ev_begin[i]) st->be->event_destroy(st->dev, st->ev_begin[i]);
-            if (st->ev_end[i]) st->be->event_destroy(st->dev, st->ev_end[i]);
-        }
-        if (st->ev_step0) st->be->event_destroy(st->dev, st->ev_step0);
-        if (st->ev_ready) st->be->event_destroy(st->dev, st->ev_ready);
-        st->be->close(st->dev);
-    }
-    free(st->ev_begin);
-    free(st->ev_end);
-    free(st->recv_from);
-    free(st->recv_off);
-    free(st->sq_ptr);
-    free(st->sq_n);
-    free(st->params);
-    free(st->node_params);
-    free(st->value_offset);
-    free(st->grad_offset);
-    free(st->node_saved_offset);
 }
 
 void bt_engine_destroy(bt_engine *e)
@@ -584,7 +195,9 @@ void bt_engine_destroy(bt_engine *e)
     }
     free(e->channels);
     free(e->paths);
-    for (int s = 0; e->stage && s < e->stages; s++) stage_free(&e->stage[s]);
+    free(e->stage_slots);
+    free(e->host_path);
+    for (int s = 0; e->stage && s < e->stages; s++) bt_layout_free_stage(&e->stage[s]);
     free(e->stage);
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
@@ -661,7 +274,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->out_ptr = out;
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
     e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
-    e->abort = 0;
+    atomic_store(&e->abort, 0);
     e->barrier_count = 0;
     e->grad_norm = 0;
     for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;
@@ -751,207 +364,4 @@ bt_status bt_engine_forward_layer(bt_engine *e, const bt_feed *feeds, int n_feed
     const bt_layer *ly = &e->graph->layers[l];
     int value = e->graph->nodes[ly->first_node + ly->n_nodes - 1].out;
     return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, value, output, result);
-}
-
-/* ---- parameters and statistics ---------------------------------------------------------------- */
-
-static bt_status find_param(const bt_engine *e, const char *name, bt_stage **st, bt_param_store **ps)
-{
-    if (!e || !name) return bt_error(BT_ERR_INVALID_ARG, "NULL engine or parameter name");
-    for (int s = 0; s < e->stages; s++)
-        for (int i = 0; i < e->stage[s].n_params; i++)
-            if (strcmp(e->graph->params[e->stage[s].params[i].param].name, name) == 0) {
-                *st = &e->stage[s];
-                *ps = &e->stage[s].params[i];
-                return BT_OK;
-            }
-    return bt_error(BT_ERR_INVALID_ARG, "the model has no parameter '%s'", name);
-}
-
-static bt_status check_bytes(const bt_engine *e, const bt_param_store *ps, const char *name, size_t bytes)
-{
-    size_t want = ps->numel * bt_dtype_size(e->dtype);
-    if (bytes != want)
-        return bt_error(BT_ERR_INVALID_ARG, "parameter '%s' holds %zu bytes (%zu %s), not %zu", name,
-                        want, ps->numel, bt_dtype_name(e->dtype), bytes);
-    return BT_OK;
-}
-
-bt_status bt_engine_read_param(const bt_engine *e, const char *name, void *dst, size_t bytes)
-{
-    bt_stage *st;
-    bt_param_store *ps;
-    BT_TRY(find_param(e, name, &st, &ps));
-    BT_TRY(check_bytes(e, ps, name, bytes));
-    return st->be->to_host(st->dev, dst, ps->w, bytes);
-}
-
-bt_status bt_engine_write_param(bt_engine *e, const char *name, const void *src, size_t bytes)
-{
-    bt_stage *st;
-    bt_param_store *ps;
-    BT_TRY(find_param(e, name, &st, &ps));
-    BT_TRY(check_bytes(e, ps, name, bytes));
-    BT_TRY(st->be->from_host(st->dev, ps->w, src, bytes));
-    if (!ps->w_lp) return BT_OK;
-    BT_TRY(bt_worker_refresh_lowp(e, st, ps));
-    return st->be->sync(st->dev);
-}
-
-bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, size_t bytes)
-{
-    bt_stage *st;
-    bt_param_store *ps;
-    BT_TRY(find_param(e, name, &st, &ps));
-    BT_TRY(check_bytes(e, ps, name, bytes));
-    if (!ps->g) return bt_error(BT_ERR_INVALID_ARG, "the engine was created without gradients");
-    return st->be->to_host(st->dev, dst, ps->g, bytes);
-}
-
-int bt_engine_optimizer_slots(const bt_engine *e)
-{
-    return e && e->params.training ? bt_optim_state_count(&e->params.optimizer) : 0;
-}
-
-const char *bt_engine_optimizer_slot_name(const bt_engine *e, int slot)
-{
-    if (!e || slot < 0 || slot >= bt_engine_optimizer_slots(e)) return NULL;
-    if (e->params.optimizer.kind == BT_OPT_ADAMW) return slot == 0 ? "exp_avg" : "exp_avg_sq";
-    return "momentum_buffer";
-}
-
-static bt_status find_state(const bt_engine *e, const char *name, int slot, size_t bytes, bt_stage **st,
-                            bt_param_store **ps)
-{
-    BT_TRY(find_param(e, name, st, ps));
-    BT_TRY(check_bytes(e, *ps, name, bytes));
-    if (slot < 0 || slot >= bt_engine_optimizer_slots(e))
-        return bt_error(BT_ERR_INVALID_ARG, "parameter '%s': the optimizer has no state slot %d", name, slot);
-    return BT_OK;
-}
-
-bt_status bt_engine_read_state(const bt_engine *e, const char *name, int slot, void *dst, size_t bytes)
-{
-    bt_stage *st;
-    bt_param_store *ps;
-    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
-    return st->be->to_host(st->dev, dst, ps->state[slot], bytes);
-}
-
-bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const void *src, size_t bytes)
-{
-    bt_stage *st;
-    bt_param_store *ps;
-    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
-    return st->be->from_host(st->dev, ps->state[slot], src, bytes);
-}
-
-bt_status bt_engine_set_step(bt_engine *e, int64_t step)
-{
-    if (!e || step < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_step: bad engine or step");
-    e->step = step;
-    return BT_OK;
-}
-
-bt_status bt_engine_set_total_steps(bt_engine *e, int64_t total_steps)
-{
-    if (!e || total_steps < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_total_steps: bad arguments");
-    e->params.total_steps = total_steps;
-    return BT_OK;
-}
-
-bt_dtype bt_engine_dtype(const bt_engine *e) { return e ? e->dtype : BT_F32; }
-
-int64_t bt_engine_batch(const bt_engine *e) { return e ? e->params.batch : 0; }
-
-int bt_engine_num_stages(const bt_engine *e) { return e ? e->stages : 0; }
-
-bt_status bt_engine_stage(const bt_engine *e, int s, bt_stage_info *out)
-{
-    if (!e || !out || s < 0 || s >= e->stages)
-        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_stage: no stage %d", s);
-    memset(out, 0, sizeof *out);
-    out->first_layer = e->plan->first_layer[s];
-    out->n_layers = e->plan->n_stage_layers[s];
-    out->device = e->stage[s].device_name;
-    for (int i = 0; i < e->stage[s].n_params; i++) out->n_params += (int64_t)e->stage[s].params[i].numel;
-    out->send_bytes = bt_plan_send_bytes(e->plan, s) * (size_t)e->mb_size;
-    return BT_OK;
-}
-
-bt_status bt_engine_memory(const bt_engine *e, int s, bt_memory_stats *out)
-{
-    if (!e || !out || s < 0 || s >= e->stages)
-        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_memory: no stage %d", s);
-    *out = e->stage[s].mem;
-    return BT_OK;
-}
-
-bt_status bt_engine_time(const bt_engine *e, int s, bt_time_stats *out)
-{
-    if (!e || !out || s < 0 || s >= e->stages)
-        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_time: no stage %d", s);
-    *out = e->stage[s].time;
-    return BT_OK;
-}
-
-int64_t bt_engine_step(const bt_engine *e) { return e ? e->step : 0; }
-
-const bt_schedule *bt_engine_last_schedule(const bt_engine *e) { return e->job_sched; }
-
-const bt_trace_rec *bt_engine_trace(const bt_engine *e, int stage, int *n)
-{
-    if (stage < 0 || stage >= e->stages) {
-        *n = 0;
-        return NULL;
-    }
-    *n = e->worker[stage].n_trace;
-    return e->worker[stage].trace;
-}
-
-/* The stage whose device provides host memory: the first on a backend whose copies overlap
- * compute (a GPU), else stage 0. */
-static const bt_stage *host_memory_stage(const bt_engine *e)
-{
-    for (int s = 0; s < e->stages; s++)
-        if (e->stage[s].be->copies_overlap) return &e->stage[s];
-    return &e->stage[0];
-}
-
-bt_status bt_engine_host_alloc(bt_engine *e, size_t bytes, void **out)
-{
-    if (!e || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_host_alloc: NULL argument");
-    const bt_stage *st = host_memory_stage(e);
-    return st->be->host_alloc(st->dev, bytes, out);
-}
-
-void bt_engine_host_free(bt_engine *e, void *ptr)
-{
-    if (!e || !ptr) return;
-    const bt_stage *st = host_memory_stage(e);
-    st->be->host_free(st->dev, ptr);
-}
-
-int bt_engine_num_boundaries(const bt_engine *e) { return e ? e->n_channels : 0; }
-
-bt_status bt_engine_boundary(const bt_engine *e, int i, bt_boundary_stats *out)
-{
-    if (!e || !out || i < 0 || i >= e->n_channels)
-        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_boundary: no boundary %d", i);
-    const bt_channel *ch = &e->channels[i];
-    out->from = ch->from;
-    out->to = ch->to;
-    out->grad = ch->grad;
-    out->path = ch->path;
-    out->message_bytes = ch->msg_bytes;
-    out->messages = ch->messages;
-    out->bytes = ch->bytes;
-    out->copy_ms = ch->copy_ms;
-    return BT_OK;
-}
-
-void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)
-{
-    e->drop_send_stage = stage;
-    e->drop_send_mb = mb;
 }

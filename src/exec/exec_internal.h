@@ -1,14 +1,21 @@
-/* exec/exec_internal.h: the engine's state, shared by engine.c (set-up, public API), worker.c
- * (the instruction interpreter each stage's thread runs), transfer.c (how a message crosses a
- * stage boundary), channel.c (the mailbox that tells the receiver a message is there) and
- * step_view.c (the read-only view of the last step exported to trace/: nothing outside exec
- * includes this header).
+/* exec/exec_internal.h: the engine's state, shared by the files of exec/:
+ *   engine.c        lifecycle (create, destroy) and job dispatch (a step posts a job, waits)
+ *   param_init.c    deterministic initial weights
+ *   layout.c        each stage's memory, from the memory model; the admission check
+ *   topology.c      transfer paths between stages and the channels that follow the crossings
+ *   engine_query.c  accessors: parameters and state by name, statistics, boundaries
+ *   worker.c        the instruction interpreter each stage's thread runs
+ *   transfer.c      how a message crosses a stage boundary
+ *   channel.c       the mailbox that tells the receiver a message is there
+ *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
+ *                   includes this header)
  *
- * Memory is planned at creation and never allocated in the step loop: per stage, `n_slots`
- * activation slots (one per micro-batch the schedule keeps in flight) each holding every value the
- * stage reads or produces plus the nodes' saved state; one set of value gradients; parameters,
- * their gradients and optimizer state; the largest workspace any node asks for; and per channel a
- * buffer on the receiving device with room for every micro-batch of a step. Micro-batch mb lives
+ * Memory is planned at creation and never allocated in the step loop. plan/memory.h is the one
+ * model of it: per stage, `n_slots` activation slots (one per micro-batch the schedule keeps in
+ * flight) each holding every value the stage reads or produces plus the nodes' saved state; one
+ * set of value gradients; parameters, their gradients and optimizer state; the largest workspace
+ * any node asks for; and per channel a buffer on the receiving device with room for every
+ * micro-batch of a step. Micro-batch mb lives
  * in slot mb % n_slots, which is safe because every schedule retires micro-batches in the order it
  * admits them. A value received over a device-to-device channel is read in place from the
  * channel's buffer, so it takes no slot space.
@@ -20,11 +27,13 @@
 #define BT_EXEC_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "baton/engine.h"
 #include "graph/graph_internal.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "exec/step_view.h"
 #include "sched/sched.h"
@@ -58,7 +67,7 @@ typedef struct bt_channel {
     int last_sent_chunk;       /* the chunk used last (starts at 1, so chunk 0 goes first) */
     int last_sent;             /* last micro-batch sent this step, -1: none */
     /* mailbox */
-    int *ready;                /* [microbatches] 1 once sent, 0 once received */
+    atomic_int *ready;         /* [microbatches] 1 once sent (release), 0 once received */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int sync_ready;
@@ -81,7 +90,9 @@ typedef struct bt_stage {
     const bt_backend *be;
     bt_device *dev;
     char device_name[32];
+    int device_index;          /* N of "kind:N": with shares_host_memory, which pool it draws from */
     int n_slots;               /* training schedule's activation slots */
+    bt_stage_memory need;      /* the memory model's bytes; the fields below are laid out from it */
     int *value_offset;         /* [graph n_values] offset in a slot, or -1 if not local */
     size_t *node_saved_offset; /* [n_nodes] */
     size_t slot_bytes;
@@ -93,6 +104,7 @@ typedef struct bt_stage {
     size_t outgoing_grad_bytes; /* grads of outgoing values come first in `grads` */
     void *recv_scratch;        /* BT_PATH_HOST: device buffer for one received gradient message */
     size_t recv_scratch_bytes;
+    size_t host_channel_bytes; /* host-path channel buffers this stage sends into (host memory) */
     bt_channel **recv_from;    /* [graph n_values]: the device channel a value arrives by, or NULL */
     size_t *recv_off;          /* [graph n_values]: its offset in that channel's messages */
     const void **sq_ptr;       /* [n_params]: the gradients and their sizes, for one sum_squares call */
@@ -132,7 +144,7 @@ typedef struct bt_worker {
     double loss_sum;
     int live, peak_live;
     int cur_instr;             /* instruction being executed, -1 when idle */
-    int last_done;             /* index of the last completed instruction */
+    atomic_int last_done;      /* index of the last completed instruction (read by the watchdog) */
     bt_status status;
     char error[2048];
     bt_trace_rec *trace;       /* [trace_cap]: every instruction of the last job, device-timed */
@@ -177,11 +189,15 @@ struct bt_engine {
     double grad_norm;
     /* timeline of the last step (see bt_trace_rec) */
     double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
-    /* failure */
-    volatile int abort;
+    /* failure: raised by the first failing worker, read by every waiter */
+    atomic_bool abort;
     /* test hook: a stage that silently skips one send (watchdog tests) */
     int drop_send_stage, drop_send_mb;
     bt_transfer_path *paths;   /* [stages * stages]: the path from stage a to b at [a * stages + b] */
+    /* the memory model's inputs (plan/memory.h): slots per stage, host paths */
+    bt_memory_params memory;
+    int *stage_slots;          /* [stages] */
+    unsigned char *host_path;  /* [stages * stages] */
     size_t staging_chunk;      /* BT_PATH_STAGED chunk bytes (BATON_STAGING_CHUNK, default 4 MiB) */
     /* mixed precision */
     double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
@@ -196,6 +212,31 @@ static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
     if (ch) return ch->buf + (size_t)mb * ch->msg_bytes + st->recv_off[value];
     return st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->value_offset[value];
 }
+
+/* param_init.c */
+/* Writes ps's initial values (from the seed and the parameter's name) into its master weights. */
+bt_status bt_param_init(bt_engine *e, bt_stage *st, bt_param_store *ps);
+
+/* layout.c */
+/* Fills e->memory from the opened stages and their paths. */
+bt_status bt_layout_memory_params(bt_engine *e);
+/* Asks the memory model for st's sizes and offsets. */
+bt_status bt_layout_stage(bt_engine *e, bt_stage *st);
+/* BT_ERR_NOMEM naming the largest stage when a memory pool cannot hold its stages. */
+bt_status bt_layout_check_memory(bt_engine *e);
+/* Allocates st's buffers, events and parameters (initialised). */
+bt_status bt_layout_alloc_stage(bt_engine *e, bt_stage *st);
+/* Asserts every stage holds exactly what the memory model said (after the channels are built). */
+void bt_layout_verify(const bt_engine *e);
+/* Frees everything a stage holds and closes its device; accepts a half-built stage. */
+void bt_layout_free_stage(bt_stage *st);
+
+/* topology.c */
+/* Chooses the path between every ordered pair of stages (devices open). */
+bt_status bt_topology_paths(bt_engine *e);
+bt_transfer_path bt_topology_path(const bt_engine *e, int from, int to);
+/* Builds the channels and their buffers (see topology.c). */
+bt_status bt_topology_build_channels(bt_engine *e);
 
 /* worker.c */
 void *bt_worker_main(void *arg);

@@ -61,7 +61,7 @@ bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch)
     if (ch->path == BT_PATH_HOST) {
         ch->buf = malloc(total + 1);
         if (!ch->buf) return bt_error(BT_ERR_NOMEM, "engine: out of memory for channels");
-        from->mem.workspace += total;
+        from->host_channel_bytes += total; /* host memory, not the device's */
         return BT_OK;
     }
     BT_TRY(to->be->alloc(to->dev, total ? total : 64, (void **)&ch->buf));

@@ -205,7 +205,7 @@ static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *
     const bt_schedule *sched = e->job_sched;
     bt_instr_format(st->index, &sched->list[st->index][w->cur_instr], ins, sizeof ins);
     int peer = ch->from;
-    int done = __atomic_load_n(&e->worker[peer].last_done, __ATOMIC_RELAXED);
+    int done = atomic_load_explicit(&e->worker[peer].last_done, memory_order_relaxed);
     if (done >= 0) bt_instr_format(peer, &sched->list[peer][done], peer_ins, sizeof peer_ins);
     snprintf(buf, size,
              "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from stage %d; "
@@ -253,7 +253,7 @@ static bt_status stage_barrier(bt_engine *e)
         e->barrier_generation++;
         pthread_cond_broadcast(&e->cv_barrier);
     } else {
-        while (gen == e->barrier_generation && !e->abort) pthread_cond_wait(&e->cv_barrier, &e->mu);
+        while (gen == e->barrier_generation && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
         if (gen == e->barrier_generation) st = BT_ERR_INTERNAL;
     }
     pthread_mutex_unlock(&e->mu);
@@ -359,7 +359,7 @@ static void fail_job(bt_engine *e, bt_worker *w, bt_status s)
     w->status = s;
     snprintf(w->error, sizeof w->error, "%s", bt_last_error());
     pthread_mutex_lock(&e->mu);
-    e->abort = 1;
+    atomic_store(&e->abort, 1);
     pthread_cond_broadcast(&e->cv_barrier);
     pthread_mutex_unlock(&e->mu);
     bt_channels_wake_all(e);
@@ -458,10 +458,10 @@ static void run_job(bt_engine *e, bt_worker *w)
     w->status = BT_OK;
     w->error[0] = '\0';
     w->n_trace = 0;
-    __atomic_store_n(&w->last_done, -1, __ATOMIC_RELAXED);
+    atomic_store_explicit(&w->last_done, -1, memory_order_relaxed);
     bt_status s = start_job(e, w, st);
     if (s != BT_OK) fail_job(e, w, s);
-    for (int i = 0; i < sched->len[st->index] && !e->abort; i++) {
+    for (int i = 0; i < sched->len[st->index] && !atomic_load(&e->abort); i++) {
         w->cur_instr = i;
         const bt_instr *ins = &sched->list[st->index][i];
         if (st->be->range_begin) {
@@ -479,11 +479,11 @@ static void run_job(bt_engine *e, bt_worker *w)
         r->instr = i;
         r->bytes = instr_bytes(st, ins);
         r->live = w->live;
-        __atomic_store_n(&w->last_done, i, __ATOMIC_RELAXED);
+        atomic_store_explicit(&w->last_done, i, memory_order_relaxed);
     }
     s = st->be->sync(st->dev);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
-    if (w->status == BT_OK && !e->abort) {
+    if (w->status == BT_OK && !atomic_load(&e->abort)) {
         s = finish_job(e, w, st);
         if (s != BT_OK) fail_job(e, w, s);
     }
@@ -496,7 +496,12 @@ void *bt_worker_main(void *arg)
     bt_engine *e = w->engine;
     bt_stage *st = &e->stage[w->stage];
     uint64_t seen = 0;
-    st->be->bind_thread(st->dev);
+    /* a thread the device could not be bound to fails every job it is given, with the reason */
+    char bind_error[sizeof w->error] = "";
+    bt_status bound = st->be->bind_thread(st->dev);
+    if (bound != BT_OK)
+        snprintf(bind_error, sizeof bind_error, "stage %d (%s): cannot bind the worker thread: %s", st->index,
+                 st->device_name, bt_last_error());
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (e->generation == seen) pthread_cond_wait(&e->cv_job, &e->mu);
@@ -504,7 +509,8 @@ void *bt_worker_main(void *arg)
         bt_job_kind job = e->job;
         pthread_mutex_unlock(&e->mu);
         if (job == BT_JOB_EXIT) break;
-        run_job(e, w);
+        if (bound != BT_OK) fail_job(e, w, bt_error(bound, "%s", bind_error));
+        else run_job(e, w);
         pthread_mutex_lock(&e->mu);
         e->done_count++;
         pthread_cond_broadcast(&e->cv_done);

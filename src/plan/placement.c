@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/strutil.h"
+#include "plan/memory.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
 #include "sched/sched.h"
@@ -20,6 +21,8 @@ void bt_placement_params_init(bt_placement_params *p)
     memset(p, 0, sizeof *p);
     p->devices = "cpu:0";
     p->schedule = BT_SCHEDULE_1F1B;
+    p->dtype = BT_F32;
+    p->precision = BT_F32;
 }
 
 void bt_placement_problem_free(bt_placement_problem *pb)
@@ -303,7 +306,57 @@ static bt_status render(const bt_profile *prof, bt_placement *pl)
     return BT_OK;
 }
 
-static bt_status describe(const bt_profile *prof, const bt_placement_problem *pb,
+/* With the graph: every stage priced by the memory model the engine allocates from. Messages
+ * between devices of different kinds go through host memory, as the engine's transfers do. */
+static bt_status model_memory(const bt_placement_params *pp, const bt_placement_problem *pb,
+                              const bt_partition_plan *plan, bt_placement *out)
+{
+    int p = plan->stages, slots[BT_MAX_STAGES];
+    unsigned char host[BT_MAX_STAGES * BT_MAX_STAGES];
+    for (int a = 0; a < p; a++) {
+        slots[a] = pb->training ? plan->inflight[a] : 1;
+        for (int b = 0; b < p; b++)
+            host[a * p + b] = pb->kind[plan->device[a]] != pb->kind[plan->device[b]];
+    }
+    bt_plan *cut = NULL;
+    BT_TRY(bt_plan_from_cuts(pp->graph, p, plan->first_layer, &cut));
+    bt_memory_params mp;
+    bt_memory_params_init(&mp);
+    mp.microbatch_size = pb->microbatch_size;
+    mp.microbatches = pb->pr.microbatches;
+    mp.dtype = pp->dtype;
+    mp.precision = pp->precision;
+    mp.training = pb->training;
+    mp.optimizer_slots = pb->training ? pp->optimizer_slots : 0;
+    mp.n_slots = slots;
+    mp.host_path = host;
+    for (int k = 0; k < p; k++) {
+        bt_stage_memory sm;
+        bt_memory_stage(pp->graph, cut, &mp, k, &sm, NULL);
+        bt_placement_stage *s = &out->stage[k];
+        s->static_bytes = sm.weights + sm.gradients + sm.optimizer;
+        s->activation_bytes = sm.slot_bytes;
+        s->peak_bytes = sm.device_total;
+    }
+    bt_plan_destroy(cut);
+    return BT_OK;
+}
+
+/* A chosen placement whose stages, priced by the memory model, exceed a known capacity. */
+static bt_status check_fits(const bt_placement *pl)
+{
+    for (int k = 0; k < pl->stages; k++) {
+        const bt_placement_stage *s = &pl->stage[k];
+        if (s->capacity != UINT64_MAX && s->peak_bytes > s->capacity)
+            return bt_error(BT_ERR_INVALID_ARG,
+                            "no placement fits in memory: the best cut puts %llu bytes on stage %d (%s), "
+                            "which offers %llu",
+                            (unsigned long long)s->peak_bytes, k, s->device, (unsigned long long)s->capacity);
+    }
+    return BT_OK;
+}
+
+static bt_status describe(const bt_profile *prof, const bt_placement_params *pp, const bt_placement_problem *pb,
                           const bt_partition_plan *plan, bt_placement *out)
 {
     memset(out, 0, sizeof *out);
@@ -316,6 +369,7 @@ static bt_status describe(const bt_profile *prof, const bt_placement_problem *pb
     out->bottleneck_ms = plan->bottleneck;
     out->unknown_rates = pb->n_devices > 1 && pb->xfer_gb_per_s <= 0;
     for (int k = 0; k < plan->stages; k++) fill_stage(prof, pb, plan, k, &out->stage[k]);
+    if (pp->graph) BT_TRY(model_memory(pp, pb, plan, out));
     fill_transfers(prof, pb, out);
     BT_TRY(simulate(out, pb->training));
     return render(prof, out);
@@ -329,7 +383,9 @@ bt_status bt_placement_plan(const bt_profile *prof, const bt_placement_params *p
     memset(out, 0, sizeof *out);
     BT_TRY(bt_placement_problem_build(prof, pp, &pb));
     bt_status st = bt_partition_optimal(&pb.pr, &plan);
-    if (st == BT_OK) st = describe(prof, &pb, &plan, out);
+    if (st == BT_OK) st = describe(prof, pp, &pb, &plan, out);
+    if (st == BT_OK && pp->graph) st = check_fits(out);
+    if (st != BT_OK) bt_placement_clear(out);
     bt_placement_problem_free(&pb);
     return st;
 }
@@ -347,7 +403,7 @@ bt_status bt_placement_evaluate(const bt_profile *prof, const bt_placement_param
     for (int k = 0; k <= plan.stages; k++) plan.first_layer[k] = first_layer[k];
     for (int k = 0; k < plan.stages; k++) plan.device[k] = k;
     bt_status st = bt_partition_evaluate(&pb.pr, &plan);
-    if (st == BT_OK) st = describe(prof, &pb, &plan, out);
+    if (st == BT_OK) st = describe(prof, pp, &pb, &plan, out);
     bt_placement_problem_free(&pb);
     return st;
 }

@@ -10,8 +10,11 @@
  *   - transfer after layer l: cut bytes of l (skip connections included) x micro-batch size,
  *     once forward and once backward when training, at the slowest measured rate between the
  *     planned devices (GB/s = 1e9 bytes/s); unknown rates count as free and are reported;
- *   - memory of a stage: its parameters, gradients and optimizer state, plus its activations
- *     times the micro-batches the schedule keeps in flight there;
+ *   - memory of a stage: the search adds up per-layer bytes from the profile (parameters,
+ *     gradients and optimizer state, plus activations times the micro-batches the schedule keeps
+ *     in flight there); when the graph is given, the chosen placement's stages are priced again
+ *     with the memory model the engine allocates from (plan/memory.h: slots, value gradients,
+ *     workspace, channel buffers), which is what the report shows and what must fit;
  *   - device capacity: --memory when given, else for cpu devices the machine's physical memory
  *     shared equally by the cpu devices of the plan (they share one host), else unlimited.
  * The simulator adds the optimizer step (the slowest stage's) and splits transfers by direction.
@@ -35,10 +38,16 @@ typedef struct bt_placement_params {
     bt_schedule_kind schedule;
     uint64_t memory;            /* bytes each device offers; 0: the device's own */
     int permute;                /* 1: the planner may reorder the devices along the pipeline */
+    /* The model itself, for the engine's memory model (NULL: the profile's per-layer sums):
+     * stage memory is then exactly what bt_engine_create allocates for these stages. */
+    const bt_graph *graph;
+    bt_dtype dtype;             /* the engine's dtype (f32) */
+    bt_dtype precision;         /* f32, bf16 or f16 (compute copies of the weights) */
+    int optimizer_slots;        /* state buffers per parameter when training */
 } bt_placement_params;
 
 /* Defaults: devices "cpu:0", the profile's micro-batches, 1F1B, devices' own memory, no
- * permutation. */
+ * permutation, no graph (f32, f32 precision, no optimizer state). */
 void bt_placement_params_init(bt_placement_params *params);
 
 /* The partition problem for a profile, with the arrays it points into. */
@@ -69,9 +78,10 @@ typedef struct bt_placement_stage {
     char device[BT_PROFILE_DEVICE_LEN];
     int64_t params;
     uint64_t static_bytes;      /* parameters + gradients + optimizer state */
-    uint64_t activation_bytes;  /* per micro-batch in flight */
+    uint64_t activation_bytes;  /* per micro-batch in flight (with a graph: one activation slot) */
     int inflight;
-    uint64_t peak_bytes;        /* static + inflight x activations */
+    uint64_t peak_bytes;        /* static + inflight x activations; with a graph, the memory
+                                 * model's device total (buffers and workspace included) */
     uint64_t capacity;          /* UINT64_MAX: unknown */
     double fwd_ms, bwd_ms, step_ms;     /* per micro-batch (step: per step) */
     double send_act_ms, send_grad_ms;   /* to the next / previous stage */

@@ -1,6 +1,10 @@
 /* plan/plan.c: turning a parallel config into stage assignments (see plan.h). The partition kinds
  * all lower to one array, layer -> stage, which is then checked the same way whatever produced
- * it: every layer in exactly one stage, stages non-empty and in graph order. */
+ * it: every layer in exactly one stage, stages non-empty and in graph order (user input: a status
+ * and a message). Once built, the plan's invariants are asserted (our own bugs): the stage ranges
+ * of layers and nodes tile the graph, and the crossings are exactly the values a stage reads from
+ * elsewhere, each once, from the stage that produces it. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +276,95 @@ static bt_status find_crossings(const bt_graph *g, bt_plan *plan)
     return BT_OK;
 }
 
+/* The stage that produces value v (-1: a graph input). */
+static int producer_stage(const bt_graph *g, const bt_plan *plan, int v)
+{
+    int producer = g->values[v].producer;
+    return producer < 0 ? -1 : plan->layer_stage[g->nodes[producer].layer];
+}
+
+/* Asserts what every consumer of a plan relies on; a failure is a bug in this file. */
+static void assert_invariants(const bt_graph *g, const bt_plan *plan)
+{
+    assert(plan->stages >= 1 && plan->stages <= BT_MAX_STAGES && plan->n_layers == g->n_layers);
+    int next_layer = 0, next_node = 0;
+    for (int s = 0; s < plan->stages; s++) {
+        /* contiguous, non-empty, in order: the stages tile the layers and the nodes */
+        assert(plan->first_layer[s] == next_layer && plan->n_stage_layers[s] >= 1);
+        assert(plan->first_node[s] == next_node && plan->n_stage_nodes[s] >= 1);
+        for (int l = next_layer; l < next_layer + plan->n_stage_layers[s]; l++) {
+            assert(plan->layer_stage[l] == s);
+            assert(g->layers[l].first_node >= plan->first_node[s] &&
+                   g->layers[l].first_node + g->layers[l].n_nodes <= plan->first_node[s] + plan->n_stage_nodes[s]);
+        }
+        next_layer += plan->n_stage_layers[s];
+        next_node += plan->n_stage_nodes[s];
+    }
+    assert(next_layer == g->n_layers && next_node == g->n_nodes); /* every layer in exactly one stage */
+    for (int c = 0; c < plan->n_crossings; c++) {
+        const bt_crossing *x = &plan->crossings[c];
+        /* from the producing stage (or a graph input) forward to a stage that reads it, once */
+        assert(x->value >= 0 && x->value < g->n_values);
+        assert(x->dst >= 0 && x->dst < plan->stages && x->src < x->dst);
+        assert(x->src == producer_stage(g, plan, x->value));
+        int read = 0;
+        for (int k = 0; k < plan->n_stage_nodes[x->dst]; k++) {
+            const bt_node *n = &g->nodes[plan->first_node[x->dst] + k];
+            for (int i = 0; i < n->n_in; i++) read |= n->in[i] == x->value;
+        }
+        assert(read);
+        for (int d = 0; d < c; d++)
+            assert(plan->crossings[d].value != x->value || plan->crossings[d].dst != x->dst);
+    }
+    /* and every value a stage reads from elsewhere crosses */
+    for (int s = 0; s < plan->stages; s++)
+        for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+            const bt_node *n = &g->nodes[plan->first_node[s] + k];
+            for (int i = 0; i < n->n_in; i++) {
+                if (producer_stage(g, plan, n->in[i]) == s) continue;
+                int found = 0;
+                for (int c = 0; c < plan->n_crossings; c++)
+                    found |= plan->crossings[c].value == n->in[i] && plan->crossings[c].dst == s;
+                assert(found);
+                (void)found;
+            }
+        }
+    (void)g, (void)plan;
+}
+
+bt_status bt_plan_from_cuts(const bt_graph *g, int stages, const int *first_layer, bt_plan **out)
+{
+    bt_status st = BT_OK;
+    if (!g || !first_layer || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_plan_from_cuts: NULL argument");
+    if (stages < 1 || stages > BT_MAX_STAGES || stages > g->n_layers || first_layer[0] != 0 ||
+        first_layer[stages] != g->n_layers)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_plan_from_cuts: %d stages do not cut %d layers", stages,
+                        g->n_layers);
+    bt_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
+    plan->n_layers = g->n_layers;
+    plan->stages = stages;
+    plan->layer_stage = calloc((size_t)g->n_layers, sizeof *plan->layer_stage);
+    if (!plan->layer_stage) {
+        st = bt_error(BT_ERR_NOMEM, "plan: out of memory");
+        goto fail;
+    }
+    for (int s = 0; s < stages; s++)
+        if (first_layer[s + 1] <= first_layer[s]) {
+            st = bt_error(BT_ERR_INVALID_ARG, "bt_plan_from_cuts: stage %d is empty", s);
+            goto fail;
+        }
+    first_to_stages(first_layer, stages, plan);
+    BT_TRY_GOTO(st, check_stages(g, plan), fail);
+    BT_TRY_GOTO(st, find_crossings(g, plan), fail);
+    assert_invariants(g, plan);
+    *out = plan;
+    return BT_OK;
+fail:
+    bt_plan_destroy(plan);
+    return st;
+}
+
 bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_plan **out)
 {
     bt_status st = BT_OK;
@@ -303,6 +396,7 @@ bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_pla
     if (st != BT_OK) goto fail;
     BT_TRY_GOTO(st, check_stages(g, plan), fail);
     BT_TRY_GOTO(st, find_crossings(g, plan), fail);
+    assert_invariants(g, plan);
     *out = plan;
     return BT_OK;
 fail:

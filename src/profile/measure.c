@@ -13,6 +13,7 @@
 #include "core/strutil.h"
 #include "core/util.h"
 #include "optim/optim.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "profile/measure.h"
 
@@ -76,21 +77,18 @@ static int *last_readers(const bt_graph *g)
 static void layer_bytes(const bt_graph *g, int l, const int *last_read, const bt_profile_params *pp,
                         bt_profile_layer *out)
 {
-    const bt_layer *ly = &g->layers[l];
-    int64_t params = 0;
-    uint64_t act = 0;
-    for (int k = 0; k < ly->n_nodes; k++) {
-        const bt_node *n = &g->nodes[ly->first_node + k];
-        for (int j = 0; j < n->n_params; j++) params += bt_shape_numel(&g->params[n->params[j]].shape);
-        act += bt_profile_value_row_bytes(&g->values[n->out]) + n->saved_per_sample;
-    }
-    out->params = params;
-    out->param_bytes = (uint64_t)params * sizeof(float);
-    out->grad_bytes = pp->training ? out->param_bytes : 0;
-    out->optimizer_bytes =
-        pp->training ? out->param_bytes * (uint64_t)bt_optim_state_count(&pp->optimizer) : 0;
-    out->activation_bytes_per_sample = act;
-    out->output_bytes_per_sample = bt_profile_value_row_bytes(&g->values[g->nodes[ly->first_node + ly->n_nodes - 1].out]);
+    bt_memory_params mp;
+    bt_memory_params_init(&mp);
+    mp.training = pp->training;
+    mp.optimizer_slots = pp->training ? bt_optim_state_count(&pp->optimizer) : 0;
+    bt_layer_memory lm;
+    bt_memory_layer(g, l, &mp, &lm);
+    out->params = lm.n_params;
+    out->param_bytes = lm.weights;
+    out->grad_bytes = lm.gradients;
+    out->optimizer_bytes = lm.optimizer;
+    out->activation_bytes_per_sample = lm.activation_bytes_per_sample;
+    out->output_bytes_per_sample = lm.output_bytes_per_sample;
     uint64_t cut = 0;
     for (int v = 0; v < g->n_values; v++) {
         const bt_value *val = &g->values[v];

@@ -1,0 +1,212 @@
+/* exec/engine_query.c: the engine's accessors: reading and writing parameters, gradients and
+ * optimizer state by name (checkpoints, tests), the step counter, per-stage placement, memory and
+ * time statistics, boundaries, page-locked host memory for feeds, and the private views trace/
+ * reads. Nothing here runs a job; every call is for the thread that owns the engine, between
+ * steps. */
+#include <string.h>
+
+#include "core/error.h"
+#include "exec/exec_internal.h"
+#include "optim/optim.h"
+
+
+static bt_status find_param(const bt_engine *e, const char *name, bt_stage **st, bt_param_store **ps)
+{
+    if (!e || !name) return bt_error(BT_ERR_INVALID_ARG, "NULL engine or parameter name");
+    for (int s = 0; s < e->stages; s++)
+        for (int i = 0; i < e->stage[s].n_params; i++)
+            if (strcmp(e->graph->params[e->stage[s].params[i].param].name, name) == 0) {
+                *st = &e->stage[s];
+                *ps = &e->stage[s].params[i];
+                return BT_OK;
+            }
+    return bt_error(BT_ERR_INVALID_ARG, "the model has no parameter '%s'", name);
+}
+
+static bt_status check_bytes(const bt_engine *e, const bt_param_store *ps, const char *name, size_t bytes)
+{
+    size_t want = ps->numel * bt_dtype_size(e->dtype);
+    if (bytes != want)
+        return bt_error(BT_ERR_INVALID_ARG, "parameter '%s' holds %zu bytes (%zu %s), not %zu", name,
+                        want, ps->numel, bt_dtype_name(e->dtype), bytes);
+    return BT_OK;
+}
+
+bt_status bt_engine_read_param(const bt_engine *e, const char *name, void *dst, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_param(e, name, &st, &ps));
+    BT_TRY(check_bytes(e, ps, name, bytes));
+    return st->be->to_host(st->dev, dst, ps->w, bytes);
+}
+
+bt_status bt_engine_write_param(bt_engine *e, const char *name, const void *src, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_param(e, name, &st, &ps));
+    BT_TRY(check_bytes(e, ps, name, bytes));
+    BT_TRY(st->be->from_host(st->dev, ps->w, src, bytes));
+    if (!ps->w_lp) return BT_OK;
+    BT_TRY(bt_worker_refresh_lowp(e, st, ps));
+    return st->be->sync(st->dev);
+}
+
+bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_param(e, name, &st, &ps));
+    BT_TRY(check_bytes(e, ps, name, bytes));
+    if (!ps->g) return bt_error(BT_ERR_INVALID_ARG, "the engine was created without gradients");
+    return st->be->to_host(st->dev, dst, ps->g, bytes);
+}
+
+int bt_engine_optimizer_slots(const bt_engine *e)
+{
+    return e && e->params.training ? bt_optim_state_count(&e->params.optimizer) : 0;
+}
+
+const char *bt_engine_optimizer_slot_name(const bt_engine *e, int slot)
+{
+    if (!e || slot < 0 || slot >= bt_engine_optimizer_slots(e)) return NULL;
+    if (e->params.optimizer.kind == BT_OPT_ADAMW) return slot == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+static bt_status find_state(const bt_engine *e, const char *name, int slot, size_t bytes, bt_stage **st,
+                            bt_param_store **ps)
+{
+    BT_TRY(find_param(e, name, st, ps));
+    BT_TRY(check_bytes(e, *ps, name, bytes));
+    if (slot < 0 || slot >= bt_engine_optimizer_slots(e))
+        return bt_error(BT_ERR_INVALID_ARG, "parameter '%s': the optimizer has no state slot %d", name, slot);
+    return BT_OK;
+}
+
+bt_status bt_engine_read_state(const bt_engine *e, const char *name, int slot, void *dst, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    return st->be->to_host(st->dev, dst, ps->state[slot], bytes);
+}
+
+bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const void *src, size_t bytes)
+{
+    bt_stage *st;
+    bt_param_store *ps;
+    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    return st->be->from_host(st->dev, ps->state[slot], src, bytes);
+}
+
+bt_status bt_engine_set_step(bt_engine *e, int64_t step)
+{
+    if (!e || step < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_step: bad engine or step");
+    e->step = step;
+    return BT_OK;
+}
+
+bt_status bt_engine_set_total_steps(bt_engine *e, int64_t total_steps)
+{
+    if (!e || total_steps < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_total_steps: bad arguments");
+    e->params.total_steps = total_steps;
+    return BT_OK;
+}
+
+bt_dtype bt_engine_dtype(const bt_engine *e) { return e ? e->dtype : BT_F32; }
+
+int64_t bt_engine_batch(const bt_engine *e) { return e ? e->params.batch : 0; }
+
+int bt_engine_num_stages(const bt_engine *e) { return e ? e->stages : 0; }
+
+bt_status bt_engine_stage(const bt_engine *e, int s, bt_stage_info *out)
+{
+    if (!e || !out || s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_stage: no stage %d", s);
+    memset(out, 0, sizeof *out);
+    out->first_layer = e->plan->first_layer[s];
+    out->n_layers = e->plan->n_stage_layers[s];
+    out->device = e->stage[s].device_name;
+    for (int i = 0; i < e->stage[s].n_params; i++) out->n_params += (int64_t)e->stage[s].params[i].numel;
+    out->send_bytes = bt_plan_send_bytes(e->plan, s) * (size_t)e->mb_size;
+    return BT_OK;
+}
+
+bt_status bt_engine_memory(const bt_engine *e, int s, bt_memory_stats *out)
+{
+    if (!e || !out || s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_memory: no stage %d", s);
+    *out = e->stage[s].mem;
+    return BT_OK;
+}
+
+bt_status bt_engine_time(const bt_engine *e, int s, bt_time_stats *out)
+{
+    if (!e || !out || s < 0 || s >= e->stages)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_time: no stage %d", s);
+    *out = e->stage[s].time;
+    return BT_OK;
+}
+
+int64_t bt_engine_step(const bt_engine *e) { return e ? e->step : 0; }
+
+const bt_schedule *bt_engine_last_schedule(const bt_engine *e) { return e->job_sched; }
+
+const bt_trace_rec *bt_engine_trace(const bt_engine *e, int stage, int *n)
+{
+    if (stage < 0 || stage >= e->stages) {
+        *n = 0;
+        return NULL;
+    }
+    *n = e->worker[stage].n_trace;
+    return e->worker[stage].trace;
+}
+
+/* The stage whose device provides host memory: the first on a backend whose copies overlap
+ * compute (a GPU), else stage 0. */
+static const bt_stage *host_memory_stage(const bt_engine *e)
+{
+    for (int s = 0; s < e->stages; s++)
+        if (e->stage[s].be->copies_overlap) return &e->stage[s];
+    return &e->stage[0];
+}
+
+bt_status bt_engine_host_alloc(bt_engine *e, size_t bytes, void **out)
+{
+    if (!e || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_host_alloc: NULL argument");
+    const bt_stage *st = host_memory_stage(e);
+    return st->be->host_alloc(st->dev, bytes, out);
+}
+
+void bt_engine_host_free(bt_engine *e, void *ptr)
+{
+    if (!e || !ptr) return;
+    const bt_stage *st = host_memory_stage(e);
+    st->be->host_free(st->dev, ptr);
+}
+
+int bt_engine_num_boundaries(const bt_engine *e) { return e ? e->n_channels : 0; }
+
+bt_status bt_engine_boundary(const bt_engine *e, int i, bt_boundary_stats *out)
+{
+    if (!e || !out || i < 0 || i >= e->n_channels)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_boundary: no boundary %d", i);
+    const bt_channel *ch = &e->channels[i];
+    out->from = ch->from;
+    out->to = ch->to;
+    out->grad = ch->grad;
+    out->path = ch->path;
+    out->message_bytes = ch->msg_bytes;
+    out->messages = ch->messages;
+    out->bytes = ch->bytes;
+    out->copy_ms = ch->copy_ms;
+    return BT_OK;
+}
+
+void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)
+{
+    e->drop_send_stage = stage;
+    e->drop_send_mb = mb;
+}

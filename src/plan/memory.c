@@ -1,0 +1,183 @@
+/* plan/memory.c: the one memory model (see memory.h). Every size here is what exec/layout.c
+ * allocates, computed in the order it lays the buffers out; change one only with the other, and
+ * the engine's assertion after allocating catches a difference. */
+#include <string.h>
+
+#include "graph/graph_internal.h"
+#include "plan/memory.h"
+
+void bt_memory_params_init(bt_memory_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->microbatch_size = 1;
+    p->microbatches = 1;
+    p->dtype = BT_F32;
+    p->precision = BT_F32;
+    p->training = 1;
+}
+
+static size_t align_up(size_t n) { return (n + BT_MEMORY_ALIGN - 1) & ~(size_t)(BT_MEMORY_ALIGN - 1); }
+
+size_t bt_memory_value_bytes(const bt_graph *g, const bt_memory_params *mp, int v)
+{
+    const bt_value *val = &g->values[v];
+    bt_dtype dt = val->dtype == BT_I32 ? BT_I32 : mp->dtype;
+    return (size_t)mp->microbatch_size * (size_t)bt_shape_numel(&val->shape) * bt_dtype_size(dt);
+}
+
+static int host_path(const bt_plan *plan, const bt_memory_params *mp, int from, int to)
+{
+    return mp->host_path && mp->host_path[from * plan->stages + to];
+}
+
+static int is_outgoing(const bt_plan *plan, int stage, int value)
+{
+    for (int c = 0; c < plan->n_crossings; c++)
+        if (plan->crossings[c].src == stage && plan->crossings[c].value == value) return 1;
+    return 0;
+}
+
+/* Bytes of one message from stage a to b (activations), or the gradients going back (grad). */
+static size_t message_bytes(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int a, int b,
+                            int grad)
+{
+    size_t bytes = 0;
+    for (int c = 0; c < plan->n_crossings; c++) {
+        const bt_crossing *x = &plan->crossings[c];
+        if (x->src != a || x->dst != b) continue;
+        if (grad && g->values[x->value].dtype == BT_I32) continue;
+        bytes += bt_memory_value_bytes(g, mp, x->value);
+    }
+    return bytes;
+}
+
+/* Slot layout: received values (unless read in place), node outputs, then saved state. */
+static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                        int *value_offset, size_t *saved_offset, bt_stage_memory *out)
+{
+    size_t off = 0;
+    for (int c = 0; c < plan->n_crossings; c++) {
+        const bt_crossing *x = &plan->crossings[c];
+        if (x->dst != s) continue;
+        if (value_offset) value_offset[x->value] = (int)off;
+        if (x->src >= 0 && !host_path(plan, mp, x->src, s)) continue; /* read in place */
+        off = align_up(off + bt_memory_value_bytes(g, mp, x->value));
+    }
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+        const bt_node *n = &g->nodes[plan->first_node[s] + k];
+        if (value_offset) value_offset[n->out] = (int)off;
+        off = align_up(off + bt_memory_value_bytes(g, mp, n->out));
+        size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
+        if (w > out->workspace) out->workspace = w;
+    }
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+        const bt_node *n = &g->nodes[plan->first_node[s] + k];
+        if (saved_offset) saved_offset[k] = off;
+        off = align_up(off + n->saved_per_sample * (size_t)mp->microbatch_size);
+    }
+    out->slot_bytes = off;
+}
+
+/* Whether stage s holds value v in a slot or reads it from a channel: it produces it, or it
+ * crosses into s. */
+static int stage_sees(const bt_graph *g, const bt_plan *plan, int s, int v)
+{
+    int producer = g->values[v].producer, first = plan->first_node[s];
+    if (producer >= first && producer < first + plan->n_stage_nodes[s]) return 1;
+    for (int c = 0; c < plan->n_crossings; c++)
+        if (plan->crossings[c].dst == s && plan->crossings[c].value == v) return 1;
+    return 0;
+}
+
+/* Value gradients: the values the stage sends to later stages first (a gradient receive zeroes
+ * exactly those), then every other floating value it holds that some node produced. */
+static void grad_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                        int *grad_offset, bt_stage_memory *out)
+{
+    size_t off = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int v = 0; v < g->n_values; v++) {
+            const bt_value *val = &g->values[v];
+            if (val->producer < 0 || val->dtype == BT_I32 || !stage_sees(g, plan, s, v)) continue;
+            if (is_outgoing(plan, s, v) != (pass == 0)) continue;
+            if (grad_offset) grad_offset[v] = (int)off;
+            off = align_up(off + bt_memory_value_bytes(g, mp, v));
+        }
+        if (pass == 0) out->outgoing_grad_bytes = off;
+    }
+    out->value_grads = mp->training ? off : 0;
+}
+
+static void param_bytes(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                        bt_stage_memory *out)
+{
+    int first = plan->first_node[s], end = first + plan->n_stage_nodes[s];
+    size_t dsz = bt_dtype_size(mp->dtype);
+    for (int p = 0; p < g->n_params; p++)
+        if (g->params[p].node >= first && g->params[p].node < end)
+            out->n_params += bt_shape_numel(&g->params[p].shape);
+    size_t bytes = (size_t)out->n_params * dsz;
+    out->weights = bytes * (mp->precision != BT_F32 ? 2 : 1);
+    out->gradients = mp->training ? bytes : 0;
+    out->optimizer = mp->training ? bytes * (size_t)mp->optimizer_slots : 0;
+}
+
+/* Channel buffers this stage receives into or sends into through host memory. Channels run
+ * between every pair that exchanges values (gradients back only when training). */
+static void channel_bytes(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                          bt_stage_memory *out)
+{
+    size_t m = (size_t)mp->microbatches;
+    for (int o = 0; o < plan->stages; o++) {
+        if (o == s) continue;
+        int a = o < s ? o : s, b = o < s ? s : o; /* activations a -> b, gradients b -> a */
+        size_t act = message_bytes(g, plan, mp, a, b, 0) * m;
+        size_t grad = mp->training ? message_bytes(g, plan, mp, a, b, 1) : 0;
+        if (o < s) { /* s receives activations from o, sends gradients to o */
+            if (!host_path(plan, mp, o, s)) out->recv_buffers += act;
+            if (host_path(plan, mp, s, o)) out->host_channels += grad * m;
+        } else { /* s sends activations to o, receives gradients from o */
+            if (host_path(plan, mp, s, o)) out->host_channels += act;
+            if (!host_path(plan, mp, o, s)) out->recv_buffers += grad * m;
+            else if (grad > out->recv_scratch) out->recv_scratch = grad;
+        }
+    }
+}
+
+void bt_memory_stage(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                     bt_stage_memory *out, bt_stage_layout *layout)
+{
+    memset(out, 0, sizeof *out);
+    if (layout)
+        for (int v = 0; v < g->n_values; v++) layout->value_offset[v] = layout->grad_offset[v] = -1;
+    out->n_slots = mp->n_slots && mp->n_slots[s] > 1 ? mp->n_slots[s] : 1;
+    slot_layout(g, plan, mp, s, layout ? layout->value_offset : NULL, layout ? layout->saved_offset : NULL, out);
+    grad_layout(g, plan, mp, s, layout ? layout->grad_offset : NULL, out);
+    param_bytes(g, plan, mp, s, out);
+    channel_bytes(g, plan, mp, s, out);
+    out->activations = out->slot_bytes * (size_t)out->n_slots;
+    out->loss_seed = (size_t)mp->microbatch_size * bt_dtype_size(mp->dtype);
+    out->device_total = out->weights + out->gradients + out->optimizer + out->activations + out->value_grads +
+                        out->workspace + out->loss_seed + out->recv_buffers + out->recv_scratch;
+}
+
+void bt_memory_layer(const bt_graph *g, int l, const bt_memory_params *mp, bt_layer_memory *out)
+{
+    const bt_layer *ly = &g->layers[l];
+    size_t dsz = bt_dtype_size(mp->dtype), mb = (size_t)mp->microbatch_size;
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < ly->n_nodes; k++) {
+        const bt_node *n = &g->nodes[ly->first_node + k];
+        for (int j = 0; j < n->n_params; j++) out->n_params += bt_shape_numel(&g->params[n->params[j]].shape);
+        const bt_value *v = &g->values[n->out];
+        size_t out_row = (size_t)bt_shape_numel(&v->shape) * (v->dtype == BT_I32 ? 4 : dsz);
+        out->activation_bytes_per_sample += out_row + n->saved_per_sample;
+        if (k == ly->n_nodes - 1) out->output_bytes_per_sample = out_row;
+        size_t w = n->ws_per_sample * mb + n->ws_fixed;
+        if (w > out->workspace) out->workspace = w;
+    }
+    size_t bytes = (size_t)out->n_params * dsz;
+    out->weights = bytes * (mp->precision != BT_F32 ? 2 : 1);
+    out->gradients = mp->training ? bytes : 0;
+    out->optimizer = mp->training ? bytes * (size_t)mp->optimizer_slots : 0;
+}

@@ -1,0 +1,94 @@
+/* plan/memory.h: the one memory model. What a pipeline stage holds, per lifetime class, and where
+ * every value and node state sits inside one activation slot. The engine lays out and allocates its
+ * buffers from this (exec/layout.c), refuses a plan that does not fit from it, and `baton plan`
+ * prints it for the stages it chooses (placement.c); bt_memory_layer gives one layer's share, the
+ * per-layer bytes a profile records. One function computes a stage, so they cannot disagree: after
+ * allocating, the engine asserts that it allocated exactly these bytes.
+ *
+ * A stage's device memory (bytes, each buffer rounded as allocated):
+ *   weights      master weights, plus a rounded compute copy under mixed precision
+ *   gradients    parameter gradients (training)
+ *   optimizer    optimizer state, optimizer_slots buffers per parameter (training)
+ *   activations  n_slots activation slots of slot_bytes each: every value the stage reads or
+ *                produces (values arriving by a device path excepted: they are read in place from
+ *                the channel buffer), each rounded up to 64 bytes, then every node's saved state
+ *   value_grads  one set of value gradients, the stage's outgoing values first (training)
+ *   workspace    the largest workspace one node asks for
+ *   loss_seed    one micro-batch of the loss gradient's seed
+ *   recv_buffers channel buffers on this device, a whole step's micro-batches: activations from
+ *                earlier stages and (training) gradients from later ones, unless that channel
+ *                goes through host memory
+ *   recv_scratch (training) a device buffer for the largest gradient message arriving through
+ *                host memory
+ * and host memory it charges to the host: host_channels, the host-path channel buffers it sends
+ * into. Pinned host buffers for losses and staging chunks are not counted.
+ *
+ * Data flow: graph + plan (layer -> stage, crossings) + the schedule's slot counts in; sizes and
+ * offsets out. Never allocates device memory, never sees exec/. */
+#ifndef BT_PLAN_MEMORY_H
+#define BT_PLAN_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "baton/config.h"
+#include "baton/graph.h"
+#include "plan/plan.h"
+
+/* Every buffer in a slot and in the value gradients starts on this boundary. */
+#define BT_MEMORY_ALIGN 64
+
+typedef struct bt_memory_params {
+    int64_t microbatch_size;   /* samples per micro-batch, >= 1 */
+    int microbatches;          /* per step: channel buffers hold every one */
+    bt_dtype dtype;            /* BT_F32 or BT_F64: floating values and parameters */
+    bt_dtype precision;        /* BT_F32, or BT_BF16 / BT_F16: parameters keep a compute copy */
+    int training;              /* 0: no gradients, optimizer state or gradient channels */
+    int optimizer_slots;       /* state buffers per parameter (training) */
+    const int *n_slots;        /* [stages]: activation slots (bt_schedule_max_inflight); NULL: 1 */
+    /* [stages * stages]: nonzero at [a * stages + b] when messages from stage a to b go through
+     * host memory (different backends, or forced); NULL: none do */
+    const unsigned char *host_path;
+} bt_memory_params;
+
+/* Defaults: one micro-batch of one sample, f32, f32 precision, training, no optimizer state, one
+ * slot per stage, no host paths. */
+void bt_memory_params_init(bt_memory_params *params);
+
+typedef struct bt_stage_memory {
+    size_t weights, gradients, optimizer;
+    size_t activations, value_grads, workspace, loss_seed, recv_buffers, recv_scratch;
+    size_t device_total;       /* the sum of the classes above */
+    size_t host_channels;      /* host memory: host-path channel buffers this stage sends into */
+    int n_slots;
+    size_t slot_bytes;         /* one activation slot */
+    size_t outgoing_grad_bytes; /* the head of value_grads a gradient receive zeroes */
+    int64_t n_params;          /* parameter elements */
+} bt_stage_memory;
+
+/* Offsets into one slot and into the value gradients; the caller owns the arrays. */
+typedef struct bt_stage_layout {
+    int *value_offset;         /* [graph values]: offset in a slot, or -1 if the stage never sees it */
+    int *grad_offset;          /* [graph values]: offset in the value gradients, or -1 */
+    size_t *saved_offset;      /* [stage nodes]: each node's saved state in a slot */
+} bt_stage_layout;
+
+/* One micro-batch of value: i32 values stay i32, floating ones take params->dtype. */
+size_t bt_memory_value_bytes(const bt_graph *graph, const bt_memory_params *params, int value);
+
+/* The memory of stage `stage` of plan, and (layout not NULL) where each value lives. */
+void bt_memory_stage(const bt_graph *graph, const bt_plan *plan, const bt_memory_params *params, int stage,
+                     bt_stage_memory *out, bt_stage_layout *layout);
+
+/* One layer's share of a stage's memory on its own: the per-layer bytes a profile records. */
+typedef struct bt_layer_memory {
+    int64_t n_params;          /* parameter elements */
+    size_t weights, gradients, optimizer; /* as in bt_stage_memory */
+    size_t activation_bytes_per_sample;   /* node outputs + saved state, per sample */
+    size_t output_bytes_per_sample;       /* the layer's own output value */
+    size_t workspace;          /* the largest node workspace for one micro-batch */
+} bt_layer_memory;
+
+void bt_memory_layer(const bt_graph *graph, int layer, const bt_memory_params *params, bt_layer_memory *out);
+
+#endif
