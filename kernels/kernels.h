@@ -140,7 +140,7 @@ cudaError_t bt_k_dropout_forward(cudaStream_t s, bt_dtype dt, const void *x, uns
 cudaError_t bt_k_dropout_backward(cudaStream_t s, bt_dtype dt, const void *dy,
                                   const unsigned char *mask, void *dx, int64_t n, double scale);
 
-/* ---- optim.cu: the formulas of src/train/optim.h -------------------------------------------- */
+/* ---- optim.cu: the formulas of src/optim/optim.h -------------------------------------------- */
 
 /* SGD; buf is the momentum buffer (unused and may be NULL when momentum == 0); first: t == 1. */
 cudaError_t bt_k_sgd(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *buf, int64_t n,

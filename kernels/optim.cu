@@ -1,5 +1,5 @@
-/* kernels/optim.cu: the optimizer updates and the sum of squares of src/train/optim.h, one
- * thread per weight. The per-type arithmetic follows src/train/optim.c exactly (the scalar
+/* kernels/optim.cu: the optimizer updates and the sum of squares of src/optim/optim.h, one
+ * thread per weight. The per-type arithmetic follows src/optim/optim.c exactly (the scalar
  * coefficients are computed once in double on the host and cast to T), so an f32 GPU step
  * differs from the CPU's only by the GPU's fused multiply-adds. */
 #include "kernel_util.cuh"

@@ -56,7 +56,9 @@ static bt_status inspect_graph(bt_trainer *t)
                         "this model has %d inputs", g->n_inputs);
     const bt_value *logits = &g->values[loss->in[0]];
     t->n_classes = logits->shape.ndim ? (int)logits->shape.dim[logits->shape.ndim - 1] : 1;
-    if (strcmp(loss->op->name, "cross_entropy") == 0 && logits->producer >= 0)
+    /* A loss whose second input holds class indices into its first input's last dimension (the
+     * range its shape rule declares, as cross_entropy's does) scores accuracy on that input. */
+    if (loss->n_in > 1 && loss->int_hi[1] == t->n_classes && logits->producer >= 0)
         t->logits_layer = g->layers[g->nodes[logits->producer].layer].name;
     return BT_OK;
 }
