@@ -20,9 +20,6 @@
 #define GRID_BWD_COST 1.0
 #define GRID_STEP_COST 1.0
 
-/* Notation numbers (stage, micro-batch) stay below this; bt_schedule_build's own limit. */
-#define NOTATION_MAX_NUMBER (1 << 24)
-
 /* The letter of each kind, indexed by bt_instr_kind. */
 static const char kind_letters[] = "FBSRsrU";
 
@@ -37,7 +34,7 @@ void bt_instr_format(int stage, const bt_instr *ins, char *buf, size_t size)
     else snprintf(buf, size, "%d%c%d", stage, kind_letters[ins->kind], ins->mb);
 }
 
-/* Reads decimal digits at *at into *v (below NOTATION_MAX_NUMBER); 0 if there are none or too many. */
+/* Reads decimal digits at *at into *v (below BT_SCHEDULE_MAX_SIZE); 0 if there are none or too many. */
 static int read_number(const char **at, int *v)
 {
     const char *p = *at;
@@ -45,7 +42,7 @@ static int read_number(const char **at, int *v)
     if (*p < '0' || *p > '9') return 0;
     while (*p >= '0' && *p <= '9') {
         n = n * 10 + (*p - '0');
-        if (n >= NOTATION_MAX_NUMBER) return 0;
+        if (n >= BT_SCHEDULE_MAX_SIZE) return 0;
         p++;
     }
     *v = (int)n;
@@ -77,7 +74,7 @@ bt_status bt_instr_parse(const char *text, int *stage, bt_instr *ins, const char
     if (!read_number(&at, &s))
         return bt_error(BT_ERR_INVALID_ARG,
                         "schedule text: \"%.*s\" does not start with a stage number (below %d)",
-                        (int)token_len, text, NOTATION_MAX_NUMBER);
+                        (int)token_len, text, BT_SCHEDULE_MAX_SIZE);
     const char *letter = *at ? strchr(kind_letters, *at) : NULL;
     if (!letter)
         return bt_error(BT_ERR_INVALID_ARG,
@@ -89,7 +86,7 @@ bt_status bt_instr_parse(const char *text, int *stage, bt_instr *ins, const char
     if (parsed.kind != BT_I_STEP && !read_number(&at, &parsed.mb))
         return bt_error(BT_ERR_INVALID_ARG,
                         "schedule text: \"%.*s\" has no micro-batch number (below %d) after '%c'",
-                        (int)token_len, text, NOTATION_MAX_NUMBER, *letter);
+                        (int)token_len, text, BT_SCHEDULE_MAX_SIZE, *letter);
     if (*at && *at != ' ')
         return bt_error(BT_ERR_INVALID_ARG, "schedule text: \"%.*s\" has unexpected text after \"%.*s\"",
                         (int)token_len, text, (int)(at - text), text);

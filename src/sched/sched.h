@@ -61,7 +61,11 @@ static inline int bt_instr_has_slot(bt_instr_kind kind)
     return kind == BT_I_RECV_ACT || kind == BT_I_FWD || kind == BT_I_SEND_ACT || kind == BT_I_BWD;
 }
 
-/* Builds the schedule of kind for p stages and m micro-batches (p, m >= 1). Caller owns *out. */
+/* The most stages and micro-batches a schedule has (and the largest number the notation reads). */
+#define BT_SCHEDULE_MAX_SIZE (1 << 24)
+
+/* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each).
+ * Caller owns *out. */
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);
 /* An empty schedule with room for hand-made lists (tests, custom schedules): list[s] gets
  * capacity cap each, len[s] = 0, slots[s] = 0, chunks = 1. Fill the lists, then give the slots with

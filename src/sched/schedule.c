@@ -147,11 +147,11 @@ bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **o
 
     if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_schedule_build: out is NULL");
     *out = NULL;
-    if (p < 1 || m < 1 || m > (1 << 24) || p > (1 << 24))
+    if (p < 1 || m < 1 || m > BT_SCHEDULE_MAX_SIZE || p > BT_SCHEDULE_MAX_SIZE)
         return bt_error(BT_ERR_INVALID_ARG,
-                        "a schedule needs 1 to 16777216 stages and micro-batches (got %d stages, "
-                        "%d micro-batches)",
-                        p, m);
+                        "a schedule needs 1 to %d stages and micro-batches (got %d stages, %d "
+                        "micro-batches)",
+                        BT_SCHEDULE_MAX_SIZE, p, m);
     /* Per stage: m forwards and m backwards with at most two transfers each, plus STEP. */
     long long cap = training ? 6LL * m + 1 : 3LL * m;
     if (cap > (1LL << 30))
