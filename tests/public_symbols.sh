@@ -3,7 +3,8 @@
 # the functions the installed headers (include/baton.h, include/baton/*.h) mark BT_API: an exported
 # symbol of ours that no header declares fails (an internal function leaked: it needs -fvisibility
 # or BT_API was put on the wrong declaration), and so does a BT_API function the library does not
-# export (declared but missing, or its definition lost the attribute). Any other exported global
+# export (declared but missing, or its definition lost the attribute), and so does a function
+# declaration in those headers without BT_API (it would be hidden). Any other exported global
 # fails too (the linker's own markers such as _init and _end aside). Skips (77) where the build
 # has no shared library or the compiler has no -fvisibility.
 set -eu
@@ -28,6 +29,14 @@ n_declared=$(wc -l <"$tmp/declared")
 nm -D --defined-only "$lib" | awk '$2 ~ /^[TDRBVWiu]$/ {print $3}' | sed 's/@.*//' |
   grep -vxE '_init|_fini|_edata|_end|__bss_start' | sort -u >"$tmp/exported" || true
 status=0
+# A public declaration must carry BT_API, or the function is hidden and nothing above notices.
+for h in "$srcdir/include/baton.h" "$srcdir"/include/baton/*.h; do
+  grep -nE '^[A-Za-z_][A-Za-z0-9_ *]*[ *]bt_[A-Za-z0-9_]+\(' "$h" | grep -vE '^[0-9]+:(BT_API|typedef) ' |
+    while IFS=: read -r line text; do
+      echo "FAIL: $(basename "$h"):$line declares a function without BT_API: $text"
+    done
+done >"$tmp/unmarked"
+if [ -s "$tmp/unmarked" ]; then cat "$tmp/unmarked"; status=1; fi
 while read -r sym; do
   if ! grep -qx "$sym" "$tmp/declared"; then
     echo "FAIL: libbaton.so exports $sym, which no public header declares with BT_API"
