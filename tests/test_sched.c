@@ -2,8 +2,10 @@
  *
  * References are independent of the code under test: instruction lists and grids written out by
  * hand, the closed-form bubble (p-1)/(m+p-1) of fill-drain pipelines with equal costs, hand-worked
- * timings of small unequal-cost runs, and broken schedules whose exact validator message is known.
- * Hand-made schedules are written in the bt_instr_format notation, one string per stage. */
+ * timings of small unequal-cost runs, broken schedules whose exact validator message is known, and
+ * the slot of every micro-batch as the executor computed it before schedules named slots
+ * (mb mod the stage's in-flight count). Hand-made schedules are written in the bt_instr_format
+ * notation, one string per stage, and read with bt_schedule_parse. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,39 +16,14 @@
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static const char *letters = "FBSRsrU";
-
-/* Parses "0F0 0S0 0r0 0B0 0U" into stage s's list; peers are the neighbour each kind talks to. */
-static void parse_stage(bt_schedule *sched, int s, const char *text)
-{
-    const char *at = text;
-    while (*at) {
-        while (*at == ' ') at++;
-        if (!*at) break;
-        char *end;
-        long stage = strtol(at, &end, 10);
-        CU_ASSERT_EQUAL_FATAL(stage, s);
-        const char *letter = strchr(letters, *end);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(letter);
-        bt_instr ins = {(bt_instr_kind)(letter - letters), -1, -1};
-        at = end + 1;
-        if (ins.kind != BT_I_STEP) {
-            ins.mb = (int)strtol(at, &end, 10);
-            at = end;
-        }
-        if (ins.kind == BT_I_SEND_ACT || ins.kind == BT_I_RECV_GRAD) ins.peer = s + 1;
-        if (ins.kind == BT_I_RECV_ACT || ins.kind == BT_I_SEND_GRAD) ins.peer = s - 1;
-        sched->list[s][sched->len[s]++] = ins;
-    }
-}
-
-/* A hand-made schedule; rows[s] is stage s in the notation. */
+/* A hand-made schedule; rows[s] is stage s in the notation (slots assigned from the order). */
 static bt_schedule *make(int p, int m, int training, const char *const *rows)
 {
     bt_schedule *sched = NULL;
     bt_schedule_kind kind = training ? BT_SCHEDULE_1F1B : BT_SCHEDULE_STREAM;
-    CU_ASSERT_EQUAL_FATAL(bt_schedule_alloc(kind, p, m, training, 64, &sched), BT_OK);
-    for (int s = 0; s < p; s++) parse_stage(sched, s, rows[s]);
+    bt_status st = bt_schedule_parse(kind, p, m, rows, &sched);
+    if (st != BT_OK) printf("\n  parse failed: %s\n", bt_last_error());
+    CU_ASSERT_EQUAL_FATAL(st, BT_OK);
     return sched;
 }
 
@@ -147,6 +124,137 @@ static void test_notation(void)
     }
     bt_instr_format(7, &cases[7].ins, buf, 4); /* truncates, stays terminated */
     CU_ASSERT_STRING_EQUAL(buf, "7F3");
+}
+
+static void test_notation_parse(void)
+{
+    /* Every token the formatter writes reads back as the same stage, kind, micro-batch and peer;
+     * the slot is left to bt_schedule_assign_slots (-1) and the chunk is 0. */
+    const struct {
+        int stage;
+        bt_instr ins;
+    } cases[] = {
+        {1, {BT_I_FWD, 3, -1, -1, 0}},       {0, {BT_I_BWD, 0, -1, -1, 0}},
+        {2, {BT_I_SEND_ACT, 3, 3, -1, 0}},   {1, {BT_I_RECV_ACT, 3, 0, -1, 0}},
+        {2, {BT_I_SEND_GRAD, 3, 1, -1, 0}},  {2, {BT_I_RECV_GRAD, 3, 3, -1, 0}},
+        {1, {BT_I_STEP, -1, -1, -1, 0}},     {12, {BT_I_FWD, 345, -1, -1, 0}},
+        {16777215, {BT_I_BWD, 16777215, -1, -1, 0}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[48];
+        int stage = -7;
+        bt_instr ins = {BT_I_STEP, 9, 9, 9, 9};
+        const char *end = NULL;
+        bt_instr_format(cases[i].stage, &cases[i].ins, text, sizeof text);
+        strcat(text, "  next");
+        CU_ASSERT_EQUAL_FATAL(bt_instr_parse(text, &stage, &ins, &end), BT_OK);
+        CU_ASSERT_EQUAL(stage, cases[i].stage);
+        CU_ASSERT_EQUAL(ins.kind, cases[i].ins.kind);
+        CU_ASSERT_EQUAL(ins.mb, cases[i].ins.mb);
+        CU_ASSERT_EQUAL(ins.peer, cases[i].ins.peer);
+        CU_ASSERT_EQUAL(ins.slot, -1);
+        CU_ASSERT_EQUAL(ins.chunk, 0);
+        CU_ASSERT_STRING_EQUAL(end, "  next");
+    }
+    int stage;
+    bt_instr ins;
+    CU_ASSERT_EQUAL(bt_instr_parse("   0B2", &stage, &ins, NULL), BT_OK); /* leading spaces */
+    CU_ASSERT_EQUAL(ins.mb, 2);
+}
+
+static void test_notation_malformed(void)
+{
+    const struct {
+        const char *text, *message;
+    } cases[] = {
+        {"", "schedule text: expected an instruction, found the end"},
+        {"   ", "schedule text: expected an instruction, found the end"},
+        {"F3", "schedule text: \"F3\" does not start with a stage number (below 16777216)"},
+        {"-1F3", "schedule text: \"-1F3\" does not start with a stage number (below 16777216)"},
+        {"16777216F0",
+         "schedule text: \"16777216F0\" does not start with a stage number (below 16777216)"},
+        {"1X3 1F0", "schedule text: \"1X3\" has no instruction letter after the stage (one of F "
+                    "B S R s r U)"},
+        {"1", "schedule text: \"1\" has no instruction letter after the stage (one of F B S R s r "
+              "U)"},
+        {"1F", "schedule text: \"1F\" has no micro-batch number (below 16777216) after 'F'"},
+        {"1F-3", "schedule text: \"1F-3\" has no micro-batch number (below 16777216) after 'F'"},
+        {"1F99999999999",
+         "schedule text: \"1F99999999999\" has no micro-batch number (below 16777216) after 'F'"},
+        {"1F3x", "schedule text: \"1F3x\" has unexpected text after \"1F3\""},
+        {"1U3", "schedule text: \"1U3\" has unexpected text after \"1U\""},
+        {"1F3,1B3", "schedule text: \"1F3,1B3\" has unexpected text after \"1F3\""},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int stage = 5;
+        bt_instr ins = {BT_I_BWD, 4, -1, -1, 0};
+        CU_ASSERT_EQUAL(bt_instr_parse(cases[c].text, &stage, &ins, NULL), BT_ERR_INVALID_ARG);
+        if (strcmp(bt_last_error(), cases[c].message) != 0)
+            printf("\n  got  %s\n  want %s\n", bt_last_error(), cases[c].message);
+        CU_ASSERT_STRING_EQUAL(bt_last_error(), cases[c].message);
+        CU_ASSERT_EQUAL(stage, 5); /* untouched on failure */
+        CU_ASSERT_EQUAL(ins.kind, BT_I_BWD);
+    }
+
+    /* Whole schedules: the failing row and token are named; nothing is returned. */
+    bt_schedule *sched = (bt_schedule *)&sched;
+    const char *const wrong_stage[] = {"0F0 0B0 0U", "1F0 0B0 1U"};
+    CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 2, 1, wrong_stage, &sched),
+                    BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(sched);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(),
+                           "stage 1, token 1: \"0B0\" names stage 0 in the row of stage 1");
+    const char *const bad_token[] = {"0F0 0Q0"};
+    CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 1, 1, bad_token, &sched),
+                    BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "stage 0, token 1: schedule text: \"0Q0\" has no "
+                                            "instruction letter after the stage (one of F B S R "
+                                            "s r U)");
+    const char *const one_row[] = {"0F0"};
+    CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 0, 1, one_row, &sched),
+                    BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 1, 0, one_row, &sched),
+                    BT_ERR_INVALID_ARG);
+    /* An empty row is an empty stage (the validator says what it lacks). */
+    const char *const empty[] = {""};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(BT_SCHEDULE_STREAM, 1, 1, empty, &sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->len[0], 0);
+    CU_ASSERT_EQUAL(sched->training, 0);
+    assert_validation(sched, "stage 0: no forward of micro-batch 0");
+    bt_schedule_destroy(sched);
+}
+
+static void test_parse_round_trips_built_schedules(void)
+{
+    /* Each built schedule written as text and read back is the same schedule, slots included
+     * (the parser assigns them as the builders do). */
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
+    for (int k = 0; k < 3; k++)
+        for (int p = 1; p <= 6; p++)
+            for (int m = 1; m <= 9; m++) {
+                bt_schedule *built = NULL, *parsed = NULL;
+                char text[6][2048];
+                const char *rows[6];
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_build(kinds[k], p, m, &built), BT_OK);
+                for (int s = 0; s < p; s++) {
+                    stage_text(built, s, text[s], sizeof text[s]);
+                    rows[s] = text[s];
+                }
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(kinds[k], p, m, rows, &parsed), BT_OK);
+                CU_ASSERT_EQUAL(parsed->training, built->training);
+                CU_ASSERT_EQUAL(parsed->chunks, 1);
+                for (int s = 0; s < p; s++) {
+                    CU_ASSERT_EQUAL_FATAL(parsed->len[s], built->len[s]);
+                    CU_ASSERT_EQUAL(parsed->slots[s], built->slots[s]);
+                    for (int i = 0; i < built->len[s]; i++) {
+                        const bt_instr *a = &built->list[s][i], *b = &parsed->list[s][i];
+                        CU_ASSERT(a->kind == b->kind && a->mb == b->mb && a->peer == b->peer &&
+                                  a->slot == b->slot && a->chunk == b->chunk);
+                    }
+                }
+                bt_schedule_destroy(parsed);
+                bt_schedule_destroy(built);
+            }
 }
 
 static void test_1f1b_lists(void)
@@ -250,6 +358,133 @@ static void test_max_inflight(void)
     bt_schedule *sched = make(1, 3, 1, rows);
     CU_ASSERT_EQUAL(bt_schedule_max_inflight(sched, 0), 2);
     bt_schedule_destroy(sched);
+}
+
+static void test_slots_match_the_old_rule(void)
+{
+    /* Before schedules named slots, the executor put micro-batch mb in slot mb mod n on every
+     * stage, n = the stage's in-flight count: min(p-s, m) for 1F1B, m for GPipe, 1 for streaming.
+     * The built schedules must name exactly those slots (so results stay bit-identical); every
+     * other instruction names none, and every chunk is 0. */
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
+    for (int k = 0; k < 3; k++)
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 16; m++) {
+                bt_schedule *sched = NULL;
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_build(kinds[k], p, m, &sched), BT_OK);
+                for (int s = 0; s < p; s++) {
+                    int n = kinds[k] == BT_SCHEDULE_GPIPE  ? m
+                            : kinds[k] == BT_SCHEDULE_1F1B ? (p - s < m ? p - s : m)
+                                                           : 1;
+                    CU_ASSERT_EQUAL(sched->slots[s], n);
+                    for (int i = 0; i < sched->len[s]; i++) {
+                        const bt_instr *ins = &sched->list[s][i];
+                        int want = bt_instr_has_slot(ins->kind) ? ins->mb % n : -1;
+                        if (ins->slot != want)
+                            printf("\n  kind %d p %d m %d stage %d instruction %d: slot %d, want %d\n",
+                                   (int)kinds[k], p, m, s, i, ins->slot, want);
+                        CU_ASSERT_EQUAL(ins->slot, want);
+                        CU_ASSERT_EQUAL(ins->chunk, 0);
+                    }
+                }
+                bt_schedule_destroy(sched);
+            }
+}
+
+/* Gives every slot instruction of micro-batch mb on stage s the slot k. */
+static void move_to_slot(bt_schedule *sched, int s, int mb, int k)
+{
+    for (int i = 0; i < sched->len[s]; i++)
+        if (sched->list[s][i].mb == mb && bt_instr_has_slot(sched->list[s][i].kind))
+            sched->list[s][i].slot = k;
+}
+
+static void test_validate_slot_reused_too_early(void)
+{
+    /* 1F1B p = 2, m = 4, stage 0 (2 slots):
+     *   0F0 0S0 0F1 0S1 0r0 0B0 0F2 0S2 0r1 0B1 0F3 0S3 0r2 0B2 0r3 0B3 0U
+     * mb 2 may take slot 0 (freed by 0B0) but not slot 1, which mb 1 holds until 0B1. */
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 4, &sched), BT_OK);
+    move_to_slot(sched, 0, 2, 1);
+    assert_validation(sched, "stage 0, instruction 6 (0F2): forward of micro-batch 2 takes slot 1 "
+                             "while micro-batch 1 holds it (until instruction 9, 0B1)");
+    move_to_slot(sched, 0, 2, 0);
+    assert_validation(sched, NULL);
+    bt_schedule_destroy(sched);
+
+    /* A receive writes the slot too: on stage 1 of 1F1B p = 3, m = 4 (2 slots) mb 2's receive
+     * (1R2, instruction 9) comes before mb 1's backward (1B1, instruction 13). */
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 3, 4, &sched), BT_OK);
+    move_to_slot(sched, 1, 2, 1);
+    assert_validation(sched, "stage 1, instruction 9 (1R2): receive of activations of "
+                             "micro-batch 2 takes slot 1 while micro-batch 1 holds it (until "
+                             "instruction 13, 1B1)");
+    bt_schedule_destroy(sched);
+
+    /* Streaming: a slot is needed until its micro-batch was sent on. */
+    const char *const rows[] = {"0F0 0F1 0S0 0S1", "1R0 1F0 1R1 1F1"};
+    sched = make(2, 2, 0, rows);
+    CU_ASSERT_EQUAL(sched->slots[0], 2);
+    assert_validation(sched, NULL);
+    move_to_slot(sched, 0, 1, 0);
+    assert_validation(sched, "stage 0, instruction 1 (0F1): forward of micro-batch 1 takes slot 0 "
+                             "while micro-batch 0 holds it (until instruction 2, 0S0)");
+    bt_schedule_destroy(sched);
+
+    /* GPipe with fewer slots than micro-batches in flight. */
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_GPIPE, 1, 3, &sched), BT_OK);
+    move_to_slot(sched, 0, 2, 0);
+    sched->slots[0] = 2;
+    assert_validation(sched, "stage 0, instruction 2 (0F2): forward of micro-batch 2 takes slot 0 "
+                             "while micro-batch 0 holds it (until instruction 3, 0B0)");
+    bt_schedule_destroy(sched);
+}
+
+static void test_validate_slot_fields(void)
+{
+    /* 1F1B p = 2, m = 2, stage 1 (1 slot): 1R0 1F0 1B0 1s0 1R1 1F1 1B1 1s1 1U */
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->slots[1], 1);
+    sched->list[1][5].slot = 1;
+    assert_validation(sched, "stage 1, instruction 5 (1F1): forward of micro-batch 1 names slot 1 "
+                             "(the stage has 1: 0..0)");
+    sched->list[1][5].slot = -1;
+    assert_validation(sched, "stage 1, instruction 5 (1F1): forward of micro-batch 1 names slot -1 "
+                             "(the stage has 1: 0..0)");
+    sched->list[1][5].slot = 0;
+    sched->slots[1] = 2;
+    sched->list[1][6].slot = 1; /* 1B1 in another slot than 1R1 and 1F1 */
+    assert_validation(sched, "stage 1, instruction 6 (1B1): backward of micro-batch 1 names slot 1, "
+                             "but the micro-batch holds slot 0");
+    sched->list[1][6].slot = 0;
+    assert_validation(sched, NULL); /* more slots than needed is allowed */
+    sched->list[1][3].slot = 0;     /* 1s0 touches no slot */
+    assert_validation(sched, "stage 1, instruction 3 (1s0): send of gradients names slot 0 (must "
+                             "be -1)");
+    sched->list[1][3].slot = -1;
+    sched->slots[1] = 3;
+    assert_validation(sched, "stage 1 states 3 activation slots (must be 0..2, its micro-batches)");
+    sched->slots[1] = 1;
+    sched->list[0][0].chunk = 1;
+    assert_validation(sched, "stage 0, instruction 0 (0F0): model chunk 1 out of range (the "
+                             "schedule has 1 per stage)");
+    sched->list[0][0].chunk = 0;
+    assert_validation(sched, NULL);
+    bt_schedule_destroy(sched);
+
+    /* A hand-made schedule from bt_schedule_alloc names no slots until they are assigned. */
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_alloc(BT_SCHEDULE_STREAM, 1, 1, 0, 4, &sched), BT_OK);
+    sched->list[0][sched->len[0]++] = (bt_instr){BT_I_FWD, 0, -1, -1, 0};
+    assert_validation(sched, "stage 0, instruction 0 (0F0): forward of micro-batch 0 names slot -1 "
+                             "(the stage has 0: 0..-1)");
+    CU_ASSERT_EQUAL(bt_schedule_assign_slots(sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->list[0][0].slot, 0);
+    CU_ASSERT_EQUAL(sched->slots[0], 1);
+    assert_validation(sched, NULL);
+    bt_schedule_destroy(sched);
+    CU_ASSERT_EQUAL(bt_schedule_assign_slots(NULL), BT_ERR_INVALID_ARG);
 }
 
 /* ---- validator ------------------------------------------------------------------------------- */
@@ -675,12 +910,16 @@ int main(void)
 {
     static const bt_test_case cases[] = {
         {"instruction notation", test_notation},
+        {"notation: parse reads what format writes", test_notation_parse},
+        {"notation: malformed text", test_notation_malformed},
+        {"notation: built schedules round-trip through text", test_parse_round_trips_built_schedules},
         {"1F1B instruction lists", test_1f1b_lists},
         {"GPipe instruction lists", test_gpipe_lists},
         {"streaming instruction lists", test_stream_lists},
         {"build rejects bad sizes", test_build_rejects_bad_sizes},
         {"built schedules validate (p 1..8, m 1..16)", test_built_schedules_validate},
         {"peak in-flight micro-batches", test_max_inflight},
+        {"slots are those of mb mod in-flight", test_slots_match_the_old_rule},
         {"validator: missing send", test_validate_missing_send},
         {"validator: missing receive", test_validate_missing_receive},
         {"validator: two-stage deadlock", test_validate_deadlock_two_stages},
@@ -690,6 +929,8 @@ int main(void)
         {"validator: ordering and count errors", test_validate_ordering_errors},
         {"validator: bad fields", test_validate_bad_fields},
         {"validator: accepts a custom order", test_validate_accepts_custom_order},
+        {"validator: a slot reused too early", test_validate_slot_reused_too_early},
+        {"validator: slot and chunk fields", test_validate_slot_fields},
         {"simulator: bubble (p-1)/(m+p-1) with equal costs", test_bubble_closed_form},
         {"simulator: unequal 1F1B by hand", test_simulate_unequal_1f1b_by_hand},
         {"simulator: unequal GPipe by hand", test_simulate_unequal_gpipe_by_hand},

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "baton/api.h"
 #include "baton/status.h"
 
 #ifdef __cplusplus
@@ -35,15 +36,15 @@ typedef struct bt_arg_spec {
 typedef struct bt_args bt_args;
 
 /* Creates an empty argument list. The caller owns *out and frees it with bt_args_destroy. */
-bt_status bt_args_create(bt_args **out);
+BT_API bt_status bt_args_create(bt_args **out);
 /* Frees args; accepts NULL. */
-void bt_args_destroy(bt_args *args);
+BT_API void bt_args_destroy(bt_args *args);
 /* Set an argument, replacing any earlier value of the same name. name is copied. */
-bt_status bt_args_set_int(bt_args *args, const char *name, int64_t value);
-bt_status bt_args_set_float(bt_args *args, const char *name, double value);
-bt_status bt_args_set_bool(bt_args *args, const char *name, int value);
-bt_status bt_args_set_ints(bt_args *args, const char *name, int n, const int64_t *values);
-bt_status bt_args_set_string(bt_args *args, const char *name, const char *value);
+BT_API bt_status bt_args_set_int(bt_args *args, const char *name, int64_t value);
+BT_API bt_status bt_args_set_float(bt_args *args, const char *name, double value);
+BT_API bt_status bt_args_set_bool(bt_args *args, const char *name, int value);
+BT_API bt_status bt_args_set_ints(bt_args *args, const char *name, int n, const int64_t *values);
+BT_API bt_status bt_args_set_string(bt_args *args, const char *name, const char *value);
 
 #ifdef __cplusplus
 }

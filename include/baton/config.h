@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "baton/api.h"
 #include "baton/tensor.h"
 
 #ifdef __cplusplus
@@ -14,6 +15,7 @@ extern "C" {
 #endif
 
 #define BT_MAX_STAGES 64
+#define BT_MAX_MICROBATCHES 65536 /* parallel.pipeline.microbatches */
 
 typedef enum bt_schedule_kind {
     BT_SCHEDULE_GPIPE = 0,  /* fill-drain: all forwards, then all backwards */
@@ -95,13 +97,13 @@ typedef struct bt_data_config {
 } bt_data_config;
 
 /* Defaults: devices "auto", stages 0, microbatches 1, 1F1B, partition params. */
-void bt_parallel_config_init(bt_parallel_config *cfg);
+BT_API void bt_parallel_config_init(bt_parallel_config *cfg);
 /* Defaults: disabled, batch 32, 1 epoch, AdamW lr 1e-3 wd 0.01 betas (0.9, 0.999) eps 1e-8,
  * constant lr, no clipping, f32. */
-void bt_train_config_init(bt_train_config *cfg);
-void bt_data_config_init(bt_data_config *cfg);
+BT_API void bt_train_config_init(bt_train_config *cfg);
+BT_API void bt_data_config_init(bt_data_config *cfg);
 
-const char *bt_schedule_name(bt_schedule_kind kind);
+BT_API const char *bt_schedule_name(bt_schedule_kind kind);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "baton/api.h"
 #include "baton/config.h"
 #include "baton/graph.h"
 #include "baton/status.h"
@@ -45,12 +46,12 @@ typedef struct bt_engine_params {
 } bt_engine_params;
 
 /* Defaults: one stage on cpu:0, 1 micro-batch, batch 32, seed 0, f32, training, AdamW. */
-void bt_engine_params_init(bt_engine_params *params);
+BT_API void bt_engine_params_init(bt_engine_params *params);
 
 /* Builds an engine for graph. The caller owns *out (free with bt_engine_destroy). */
-bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out);
+BT_API bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out);
 /* Stops the workers and frees everything; accepts NULL and half-built engines. */
-void bt_engine_destroy(bt_engine *engine);
+BT_API void bt_engine_destroy(bt_engine *engine);
 
 /* One model input for a step: batch samples of the input's per-sample shape, contiguous. */
 typedef struct bt_feed {
@@ -73,50 +74,50 @@ typedef struct bt_step_result {
 
 /* Forward and backward over one batch, gradients accumulated over its micro-batches; parameters
  * are left unchanged. Gradients are readable afterwards with bt_engine_read_grad. */
-bt_status bt_engine_compute_grads(bt_engine *engine, const bt_feed *feeds, int n_feeds,
-                                  bt_step_result *result);
+BT_API bt_status bt_engine_compute_grads(bt_engine *engine, const bt_feed *feeds, int n_feeds,
+                                         bt_step_result *result);
 /* bt_engine_compute_grads followed by the optimizer step on every stage. */
-bt_status bt_engine_train_step(bt_engine *engine, const bt_feed *feeds, int n_feeds,
-                               bt_step_result *result);
+BT_API bt_status bt_engine_train_step(bt_engine *engine, const bt_feed *feeds, int n_feeds,
+                                      bt_step_result *result);
 /* Forward only (inference schedule). output, if not NULL, receives batch times the last layer's
  * per-sample elements, in the engine's dtype. */
-bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds, void *output,
-                            bt_step_result *result);
+BT_API bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds, void *output,
+                                   bt_step_result *result);
 
 /* Forward only, copying the output of the named layer (batch times its per-sample elements) into
  * output: for example the logits before a loss, for accuracy. */
-bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds, int n_feeds,
-                                  const char *layer, void *output, bt_step_result *result);
+BT_API bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds, int n_feeds,
+                                         const char *layer, void *output, bt_step_result *result);
 
 /* Page-locked host memory for feeds, from the engine's devices (cudaHostAlloc when a stage is on a
  * GPU, ordinary aligned memory otherwise). Inputs fed from it reach a GPU by asynchronous copies;
  * fed from ordinary memory they are correct but the copy waits for the device. Free it with
  * bt_engine_host_free before destroying the engine. */
-bt_status bt_engine_host_alloc(bt_engine *engine, size_t bytes, void **out);
-void bt_engine_host_free(bt_engine *engine, void *ptr);
+BT_API bt_status bt_engine_host_alloc(bt_engine *engine, size_t bytes, void **out);
+BT_API void bt_engine_host_free(bt_engine *engine, void *ptr);
 
 /* Copy a parameter (or its gradient) by name in the engine's dtype; bytes must match exactly. */
-bt_status bt_engine_read_param(const bt_engine *engine, const char *name, void *dst, size_t bytes);
-bt_status bt_engine_write_param(bt_engine *engine, const char *name, const void *src, size_t bytes);
-bt_status bt_engine_read_grad(const bt_engine *engine, const char *name, void *dst, size_t bytes);
+BT_API bt_status bt_engine_read_param(const bt_engine *engine, const char *name, void *dst, size_t bytes);
+BT_API bt_status bt_engine_write_param(bt_engine *engine, const char *name, const void *src, size_t bytes);
+BT_API bt_status bt_engine_read_grad(const bt_engine *engine, const char *name, void *dst, size_t bytes);
 
 /* Optimizer state of a parameter: slot 0..bt_engine_optimizer_slots()-1 (AdamW: 0 = exp_avg,
  * 1 = exp_avg_sq; SGD with momentum: 0 = momentum_buffer), in the engine's dtype. */
-int bt_engine_optimizer_slots(const bt_engine *engine);
+BT_API int bt_engine_optimizer_slots(const bt_engine *engine);
 /* The PyTorch name of slot ("exp_avg", "exp_avg_sq", "momentum_buffer"). */
-const char *bt_engine_optimizer_slot_name(const bt_engine *engine, int slot);
-bt_status bt_engine_read_state(const bt_engine *engine, const char *name, int slot, void *dst,
-                               size_t bytes);
-bt_status bt_engine_write_state(bt_engine *engine, const char *name, int slot, const void *src,
-                                size_t bytes);
+BT_API const char *bt_engine_optimizer_slot_name(const bt_engine *engine, int slot);
+BT_API bt_status bt_engine_read_state(const bt_engine *engine, const char *name, int slot, void *dst,
+                                      size_t bytes);
+BT_API bt_status bt_engine_write_state(bt_engine *engine, const char *name, int slot, const void *src,
+                                       size_t bytes);
 /* Sets the optimizer step counter (resuming: bias correction, lr schedule and dropout seeds all
  * depend on it). */
-bt_status bt_engine_set_step(bt_engine *engine, int64_t step);
+BT_API bt_status bt_engine_set_step(bt_engine *engine, int64_t step);
 /* Sets the number of steps the run will take (the horizon of a cosine schedule). */
-bt_status bt_engine_set_total_steps(bt_engine *engine, int64_t total_steps);
+BT_API bt_status bt_engine_set_total_steps(bt_engine *engine, int64_t total_steps);
 /* The engine's compute dtype and samples per step. */
-bt_dtype bt_engine_dtype(const bt_engine *engine);
-int64_t bt_engine_batch(const bt_engine *engine);
+BT_API bt_dtype bt_engine_dtype(const bt_engine *engine);
+BT_API int64_t bt_engine_batch(const bt_engine *engine);
 
 typedef struct bt_memory_stats {
     size_t weights, gradients, optimizer, activations, workspace; /* bytes reserved per class */
@@ -142,7 +143,7 @@ typedef struct bt_time_stats {
     double idle_ms;           /* the rest: waiting for other stages */
 } bt_time_stats;
 
-bt_status bt_engine_time(const bt_engine *engine, int stage, bt_time_stats *out);
+BT_API bt_status bt_engine_time(const bt_engine *engine, int stage, bt_time_stats *out);
 
 /* The way a boundary's messages travel. */
 typedef enum bt_transfer_path {
@@ -153,27 +154,27 @@ typedef enum bt_transfer_path {
     BT_PATH_STAGED = 3        /* GPU to GPU through pinned host memory, double-buffered */
 } bt_transfer_path;
 
-const char *bt_transfer_path_name(bt_transfer_path path); /* "host", "local", "peer", "staged" */
+BT_API const char *bt_transfer_path_name(bt_transfer_path path); /* "host", "local", "peer", "staged" */
 
 /* One direction of one stage boundary, with what it has moved since the engine was created. */
 typedef struct bt_boundary_stats {
-    int from, to;             /* sending and receiving stage */
-    int grad;                 /* 0: activations going forward; 1: gradients going back */
-    bt_transfer_path path;
+           int from, to;             /* sending and receiving stage */
+           int grad;                 /* 0: activations going forward; 1: gradients going back */
+           bt_transfer_path path;
     size_t message_bytes;     /* one micro-batch's message */
     int64_t messages;         /* messages sent */
     double bytes;             /* bytes moved */
     double copy_ms;           /* time the copies took, from device events (host clock on a CPU) */
 } bt_boundary_stats;
 
-int bt_engine_num_boundaries(const bt_engine *engine);
-bt_status bt_engine_boundary(const bt_engine *engine, int index, bt_boundary_stats *out);
+BT_API int bt_engine_num_boundaries(const bt_engine *engine);
+BT_API bt_status bt_engine_boundary(const bt_engine *engine, int index, bt_boundary_stats *out);
 
-int bt_engine_num_stages(const bt_engine *engine);
-bt_status bt_engine_stage(const bt_engine *engine, int stage, bt_stage_info *out);
-bt_status bt_engine_memory(const bt_engine *engine, int stage, bt_memory_stats *out);
+BT_API int bt_engine_num_stages(const bt_engine *engine);
+BT_API bt_status bt_engine_stage(const bt_engine *engine, int stage, bt_stage_info *out);
+BT_API bt_status bt_engine_memory(const bt_engine *engine, int stage, bt_memory_stats *out);
 /* Step counter (optimizer steps taken). */
-int64_t bt_engine_step(const bt_engine *engine);
+BT_API int64_t bt_engine_step(const bt_engine *engine);
 
 #ifdef __cplusplus
 }

@@ -10,8 +10,10 @@
 
 #include <stdint.h>
 
+#include "baton/api.h"
 #include "baton/args.h"
 #include "baton/config.h"
+#include "baton/op.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
 
@@ -39,19 +41,19 @@ typedef struct bt_layer_desc {
 } bt_layer_desc;
 
 /* Fills desc with defaults (no inputs, no args, no act, stage -1). */
-void bt_layer_desc_init(bt_layer_desc *desc);
+BT_API void bt_layer_desc_init(bt_layer_desc *desc);
 
 /* Creates an empty graph owned by the caller (free with bt_graph_destroy). */
-bt_status bt_graph_create(bt_graph **out);
+BT_API bt_status bt_graph_create(bt_graph **out);
 /* Frees a graph; accepts NULL. */
-void bt_graph_destroy(bt_graph *graph);
+BT_API void bt_graph_destroy(bt_graph *graph);
 
 /* Declares a model input with its per-sample shape (ndim 0: one scalar per sample). */
-bt_status bt_graph_add_input(bt_graph *graph, const char *name, int ndim, const int64_t *dims,
-                             bt_dtype dtype);
+BT_API bt_status bt_graph_add_input(bt_graph *graph, const char *name, int ndim, const int64_t *dims,
+                                    bt_dtype dtype);
 /* Appends a layer, checks its arguments against the op's specification and infers its shape.
  * All strings are copied. On failure the graph is unchanged and bt_last_error() says why. */
-bt_status bt_graph_add_layer(bt_graph *graph, const bt_layer_desc *desc);
+BT_API bt_status bt_graph_add_layer(bt_graph *graph, const bt_layer_desc *desc);
 
 /* ---- queries (indices are stable; strings are owned by the graph) ---------------------------- */
 
@@ -64,7 +66,7 @@ typedef struct bt_layer_info {
     int64_t n_params;            /* parameter elements */
     int stage;                   /* pinned stage or -1 */
     int n_inputs;
-    const char *inputs[8];
+    const char *inputs[BT_MAX_INPUTS];
     bt_src_loc loc;
 } bt_layer_info;
 
@@ -80,18 +82,18 @@ typedef struct bt_input_info {
     bt_dtype dtype;
 } bt_input_info;
 
-int bt_graph_num_inputs(const bt_graph *graph);
-bt_status bt_graph_input(const bt_graph *graph, int i, bt_input_info *out);
-int bt_graph_num_layers(const bt_graph *graph);
-bt_status bt_graph_layer(const bt_graph *graph, int i, bt_layer_info *out);
+BT_API int bt_graph_num_inputs(const bt_graph *graph);
+BT_API bt_status bt_graph_input(const bt_graph *graph, int i, bt_input_info *out);
+BT_API int bt_graph_num_layers(const bt_graph *graph);
+BT_API bt_status bt_graph_layer(const bt_graph *graph, int i, bt_layer_info *out);
 /* Index of the layer with that name, or -1. */
-int bt_graph_find_layer(const bt_graph *graph, const char *name);
-int bt_graph_num_params(const bt_graph *graph);
-bt_status bt_graph_param(const bt_graph *graph, int i, bt_param_info *out);
+BT_API int bt_graph_find_layer(const bt_graph *graph, const char *name);
+BT_API int bt_graph_num_params(const bt_graph *graph);
+BT_API bt_status bt_graph_param(const bt_graph *graph, int i, bt_param_info *out);
 /* Total parameter elements. */
-int64_t bt_graph_total_params(const bt_graph *graph);
+BT_API int64_t bt_graph_total_params(const bt_graph *graph);
 /* 1 when the last layer produces one scalar per sample (a loss), so the graph can train. */
-int bt_graph_is_trainable(const bt_graph *graph);
+BT_API int bt_graph_is_trainable(const bt_graph *graph);
 
 #ifdef __cplusplus
 }

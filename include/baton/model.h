@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "baton/api.h"
 #include "baton/config.h"
 #include "baton/graph.h"
 #include "baton/status.h"
@@ -26,13 +27,13 @@ typedef struct bt_model {
 
 /* Loads path, applying n_overrides "dotted.key=value" strings. The caller owns *out (free with
  * bt_model_destroy). */
-bt_status bt_model_load(const char *path, const char *const *overrides, int n_overrides,
-                        bt_model **out);
+BT_API bt_status bt_model_load(const char *path, const char *const *overrides, int n_overrides,
+                               bt_model **out);
 /* The same from a string; name is used in messages in place of a file name. */
-bt_status bt_model_load_string(const char *text, size_t len, const char *name,
-                               const char *const *overrides, int n_overrides, bt_model **out);
+BT_API bt_status bt_model_load_string(const char *text, size_t len, const char *name,
+                                      const char *const *overrides, int n_overrides, bt_model **out);
 /* Frees a model and everything it owns; accepts NULL. */
-void bt_model_destroy(bt_model *model);
+BT_API void bt_model_destroy(bt_model *model);
 
 #ifdef __cplusplus
 }

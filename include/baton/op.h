@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "baton/api.h"
 #include "baton/args.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
@@ -40,38 +41,38 @@ typedef enum bt_init {
 
 typedef struct bt_infer_ctx bt_infer_ctx;
 
-int bt_infer_num_inputs(const bt_infer_ctx *ctx);
+BT_API int bt_infer_num_inputs(const bt_infer_ctx *ctx);
 /* Per-sample shape and dtype of input i. */
-const bt_shape *bt_infer_input_shape(const bt_infer_ctx *ctx, int i);
-bt_dtype bt_infer_input_dtype(const bt_infer_ctx *ctx, int i);
+BT_API const bt_shape *bt_infer_input_shape(const bt_infer_ctx *ctx, int i);
+BT_API bt_dtype bt_infer_input_dtype(const bt_infer_ctx *ctx, int i);
 /* Argument accessors: the value given, or dflt where the layer did not give it. */
-int64_t bt_infer_arg_int(const bt_infer_ctx *ctx, const char *name, int64_t dflt);
-double bt_infer_arg_float(const bt_infer_ctx *ctx, const char *name, double dflt);
-int bt_infer_arg_bool(const bt_infer_ctx *ctx, const char *name, int dflt);
+BT_API int64_t bt_infer_arg_int(const bt_infer_ctx *ctx, const char *name, int64_t dflt);
+BT_API double bt_infer_arg_float(const bt_infer_ctx *ctx, const char *name, double dflt);
+BT_API int bt_infer_arg_bool(const bt_infer_ctx *ctx, const char *name, int dflt);
 /* Copies up to max values into out and returns how many were given (0 if absent). */
-int bt_infer_arg_ints(const bt_infer_ctx *ctx, const char *name, int max, int64_t *out);
-const char *bt_infer_arg_string(const bt_infer_ctx *ctx, const char *name, const char *dflt);
+BT_API int bt_infer_arg_ints(const bt_infer_ctx *ctx, const char *name, int max, int64_t *out);
+BT_API const char *bt_infer_arg_string(const bt_infer_ctx *ctx, const char *name, const char *dflt);
 
 /* Declares the per-sample output shape and dtype. Must be called once. */
-bt_status bt_infer_set_output(bt_infer_ctx *ctx, const bt_shape *shape, bt_dtype dtype);
+BT_API bt_status bt_infer_set_output(bt_infer_ctx *ctx, const bt_shape *shape, bt_dtype dtype);
 /* Declares a parameter "<layer>.<suffix>" with its full shape; fan_in is used by
  * BT_INIT_UNIFORM_FAN_IN, init_arg by BT_INIT_NORMAL (std). Parameters keep declaration order. */
-bt_status bt_infer_add_param(bt_infer_ctx *ctx, const char *suffix, const bt_shape *shape,
-                             bt_init init, int64_t fan_in, double init_arg);
+BT_API bt_status bt_infer_add_param(bt_infer_ctx *ctx, const char *suffix, const bt_shape *shape,
+                                    bt_init init, int64_t fan_in, double init_arg);
 /* Bytes the forward keeps for the backward, per sample of the micro-batch (masks, statistics). */
-void bt_infer_set_saved(bt_infer_ctx *ctx, size_t bytes_per_sample);
+BT_API void bt_infer_set_saved(bt_infer_ctx *ctx, size_t bytes_per_sample);
 /* Scratch bytes one kernel call needs: per_sample * batch + fixed. Not kept between calls. */
-void bt_infer_set_workspace(bt_infer_ctx *ctx, size_t bytes_per_sample, size_t bytes_fixed);
+BT_API void bt_infer_set_workspace(bt_infer_ctx *ctx, size_t bytes_per_sample, size_t bytes_fixed);
 /* Private per-layer configuration the kernels read as call->config (copied, at most
  * BT_OP_CONFIG_MAX bytes). */
-bt_status bt_infer_set_config(bt_infer_ctx *ctx, const void *config, size_t size);
+BT_API bt_status bt_infer_set_config(bt_infer_ctx *ctx, const void *config, size_t size);
 /* Marks input i as one that never receives a gradient (an index, a label). */
-void bt_infer_no_grad(bt_infer_ctx *ctx, int i);
+BT_API void bt_infer_no_grad(bt_infer_ctx *ctx, int i);
 /* Declares that integer input i holds values in [0, hi) (hi >= 1): a vocabulary, a class count.
  * Kept per node; tools that make up data (`baton run` without a data section) draw from it. */
-bt_status bt_infer_int_range(bt_infer_ctx *ctx, int i, int64_t hi);
+BT_API bt_status bt_infer_int_range(bt_infer_ctx *ctx, int i, int64_t hi);
 /* Fails the shape rule with a message; the layer's name and source position are prefixed. */
-bt_status bt_infer_error(bt_infer_ctx *ctx, const char *fmt, ...)
+BT_API bt_status bt_infer_error(bt_infer_ctx *ctx, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
@@ -119,15 +120,15 @@ typedef struct bt_op_def {
 
 /* Registers a custom op for the whole process. The name must be new and contain a '.'; the
  * definition is copied (strings included). Thread-safe; typically called once at start-up. */
-bt_status bt_op_register(const bt_op_def *def);
+BT_API bt_status bt_op_register(const bt_op_def *def);
 /* Finds an op by name; NULL if unknown. The definition is owned by baton. */
-const bt_op_def *bt_op_find(const char *name);
+BT_API const bt_op_def *bt_op_find(const char *name);
 /* Number of known ops and the i-th of them (built-ins first), for listings. */
-int bt_op_count(void);
-const bt_op_def *bt_op_at(int i);
+BT_API int bt_op_count(void);
+BT_API const bt_op_def *bt_op_at(int i);
 
 /* Sets this thread's error message from a kernel and returns status. */
-bt_status bt_op_error(bt_status status, const char *fmt, ...)
+BT_API bt_status bt_op_error(bt_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

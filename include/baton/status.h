@@ -3,6 +3,8 @@
 #ifndef BATON_STATUS_H
 #define BATON_STATUS_H
 
+#include "baton/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,13 +25,13 @@ typedef enum bt_status {
 
 /* The detailed message of the last failing call on this thread ("" if none). The string is owned
  * by baton and valid until the next failing call on the same thread. */
-const char *bt_last_error(void);
+BT_API const char *bt_last_error(void);
 
 /* A short fixed name for a status code ("invalid argument", ...). Never NULL. */
-const char *bt_status_name(bt_status status);
+BT_API const char *bt_status_name(bt_status status);
 
 /* Clears this thread's last error message. */
-void bt_clear_error(void);
+BT_API void bt_clear_error(void);
 
 #ifdef __cplusplus
 }

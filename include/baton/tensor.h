@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "baton/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,15 +36,15 @@ typedef struct bt_tensor {
 } bt_tensor;
 
 /* Bytes of one element of dtype. */
-size_t bt_dtype_size(bt_dtype dtype);
+BT_API size_t bt_dtype_size(bt_dtype dtype);
 /* "f32", "f64", "i32", "bf16", "f16". */
-const char *bt_dtype_name(bt_dtype dtype);
+BT_API const char *bt_dtype_name(bt_dtype dtype);
 /* Product of the dims (1 for a scalar shape). */
-int64_t bt_shape_numel(const bt_shape *shape);
+BT_API int64_t bt_shape_numel(const bt_shape *shape);
 /* Product of a tensor's dims. */
-int64_t bt_tensor_numel(const bt_tensor *t);
+BT_API int64_t bt_tensor_numel(const bt_tensor *t);
 /* Writes "[784]" or "[32, 28, 28]" into buf (always NUL-terminated); returns buf. */
-char *bt_shape_format(const bt_shape *shape, char *buf, size_t size);
+BT_API char *bt_shape_format(const bt_shape *shape, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

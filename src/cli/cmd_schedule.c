@@ -19,7 +19,6 @@
 #include "sched/sched.h"
 
 #define CMD_NAME "baton schedule"
-#define MAX_MICROBATCHES 65536
 
 static void print_usage(FILE *to)
 {
@@ -39,7 +38,7 @@ static void print_usage(FILE *to)
             "  -s, --schedule KIND    gpipe, 1f1b (default) or stream (forward only)\n"
             "  -v, --validate         prove the schedule cannot hang and say so\n"
             "  -h, --help             show this help\n",
-            BT_MAX_STAGES, MAX_MICROBATCHES);
+            BT_MAX_STAGES, BT_MAX_MICROBATCHES);
 }
 
 static int usage_error(const char *fmt, ...)
@@ -136,9 +135,9 @@ int bt_cmd_schedule(int argc, char **argv)
                                    BT_MAX_STAGES, optarg);
             break;
         case 'm':
-            if (parse_int(optarg, 1, MAX_MICROBATCHES, &microbatches) != 0)
+            if (parse_int(optarg, 1, BT_MAX_MICROBATCHES, &microbatches) != 0)
                 return usage_error("--microbatches wants a whole number from 1 to %d, not '%s'",
-                                   MAX_MICROBATCHES, optarg);
+                                   BT_MAX_MICROBATCHES, optarg);
             break;
         case 's':
             if (parse_schedule_kind(optarg, &kind) != 0)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "baton/op.h" /* bt_op_error is declared there, exported */
 #include "core/error.h"
 
 #define BT_ERROR_MAX 2048

@@ -33,7 +33,6 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static sgemm_fn blas_sgemm;
 static dgemm_fn blas_dgemm;
 static set_threads_fn blas_set_threads;
-static int blas_thread_count = 1;
 static char blas_desc[256] = "builtin GEMM (OpenBLAS not loaded)";
 
 static const char *coretype_for_cpu(void)
@@ -91,11 +90,8 @@ void bt_blas_set_threads(int n)
 {
     bt_blas_init();
     if (n < 1) n = 1;
-    blas_thread_count = n;
     if (blas_set_threads) blas_set_threads(n);
 }
-
-int bt_blas_threads(void) { return blas_thread_count; }
 
 /* Plain C GEMM used without OpenBLAS: i-k-j order over a row-major C so the inner loop runs
  * contiguously over B's and C's rows. */

@@ -14,7 +14,6 @@ bt_status bt_blas_init(void);
 const char *bt_blas_describe(void);
 /* Threads OpenBLAS may use for one call (its count is global in OpenBLAS's pthreads build). */
 void bt_blas_set_threads(int n);
-int bt_blas_threads(void);
 
 /* C = alpha * op(A) * op(B) + beta * C, row-major. op(A) is M x K, op(B) is K x N, C is M x N.
  * lda, ldb, ldc are row strides of A, B, C as stored. */

@@ -86,8 +86,14 @@ static bt_status open_stage(bt_engine *e, int s)
         threads = cpus > e->stages ? (int)(cpus / e->stages) : 1;
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
-    int slots = e->train_sched ? bt_schedule_max_inflight(e->train_sched, s) : 1;
+    /* as many activation slots as the schedules this engine runs name (see sched.h) */
+    int slots = bt_schedule_max_inflight(e->infer_sched, s);
+    if (e->train_sched && bt_schedule_max_inflight(e->train_sched, s) > slots)
+        slots = bt_schedule_max_inflight(e->train_sched, s);
     st->n_slots = slots < 1 ? 1 : slots;
+    st->slot_of = malloc((size_t)e->params.parallel.microbatches * sizeof *st->slot_of);
+    st->slot_owner = malloc((size_t)st->n_slots * sizeof *st->slot_owner);
+    if (!st->slot_of || !st->slot_owner) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     return BT_OK;
 }
 

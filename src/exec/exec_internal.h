@@ -15,9 +15,10 @@
  * flight) each holding every value the stage reads or produces plus the nodes' saved state; one
  * set of value gradients; parameters, their gradients and optimizer state; the largest workspace
  * any node asks for; and per channel a buffer on the receiving device with room for every
- * micro-batch of a step. Micro-batch mb lives
- * in slot mb % n_slots, which is safe because every schedule retires micro-batches in the order it
- * admits them. A value received over a device-to-device channel is read in place from the
+ * micro-batch of a step. Each instruction
+ * names the slot its micro-batch lives in (the schedule assigns slots and the validator proves no
+ * micro-batch takes a slot another still holds); the worker records it in slot_of before running
+ * the instruction. A value received over a device-to-device channel is read in place from the
  * channel's buffer, so it takes no slot space.
  *
  * Ordering: a worker only queues work on its device's streams; the host waits for its device once
@@ -91,7 +92,10 @@ typedef struct bt_stage {
     bt_device *dev;
     char device_name[32];
     int device_index;          /* N of "kind:N": with shares_host_memory, which pool it draws from */
-    int n_slots;               /* training schedule's activation slots */
+    int n_slots;               /* activation slots: the most either schedule names */
+    int *slot_of;              /* [microbatches]: the slot each micro-batch's instructions name */
+    int *slot_owner;           /* [n_slots]: the micro-batch last forwarded into each slot this
+                                * job, -1: none yet */
     bt_stage_memory need;      /* the memory model's bytes; the fields below are laid out from it */
     int *value_offset;         /* [graph n_values] offset in a slot, or -1 if not local */
     size_t *node_saved_offset; /* [n_nodes] */
@@ -205,12 +209,12 @@ struct bt_engine {
 };
 
 /* Where value lives for micro-batch mb on stage st: in place in a device channel's buffer when it
- * arrived by one, else in the micro-batch's slot. */
+ * arrived by one, else in the micro-batch's slot (slot_of, set from the running instruction). */
 static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
 {
     const bt_channel *ch = st->recv_from ? st->recv_from[value] : NULL;
     if (ch) return ch->buf + (size_t)mb * ch->msg_bytes + st->recv_off[value];
-    return st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->value_offset[value];
+    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->value_offset[value];
 }
 
 /* param_init.c */

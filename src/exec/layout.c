@@ -256,4 +256,6 @@ void bt_layout_free_stage(bt_stage *st)
     free(st->value_offset);
     free(st->grad_offset);
     free(st->node_saved_offset);
+    free(st->slot_of);
+    free(st->slot_owner);
 }

@@ -46,7 +46,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward
         d.param[j] = ps->w_lp ? ps->w_lp : ps->w;
         d.param_grad[j] = ps->g;
     }
-    d.saved = st->slots + (size_t)(mb % st->n_slots) * st->slot_bytes + st->node_saved_offset[k];
+    d.saved = st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->node_saved_offset[k];
     d.workspace = st->workspace;
     if (backward) {
         d.out_grad = st->grads + st->grad_offset[n->out];
@@ -87,8 +87,9 @@ static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_va
  * micro-batch must be done (device paths copy on another stream). */
 static bt_status wait_slot_free(bt_stage *st, int mb)
 {
-    int prev = mb - st->n_slots;
-    if (prev < 0) return BT_OK;
+    int slot = st->slot_of[mb], prev = st->slot_owner[slot];
+    st->slot_owner[slot] = mb;
+    if (prev < 0 || prev == mb) return BT_OK;
     for (int c = 0; c < st->n_out_act; c++) {
         bt_channel *ch = st->out_act[c];
         if (ch->path != BT_PATH_HOST && ch->pending[prev])
@@ -328,6 +329,7 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
 
 static bt_status run_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_instr *ins, int instr)
 {
+    if (ins->slot >= 0) st->slot_of[ins->mb] = ins->slot; /* where mb's activations live */
     switch (ins->kind) {
     case BT_I_SEND_ACT: return send_instr(e, st, st->out_act, st->n_out_act, ins->mb, instr);
     case BT_I_SEND_GRAD: return send_instr(e, st, st->out_grad, st->n_out_grad, ins->mb, instr);
@@ -437,6 +439,7 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     w->step0_host_ms = bt_now_ms();
     reset_channels(st->out_act, st->n_out_act);
     reset_channels(st->out_grad, st->n_out_grad);
+    for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
     BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     for (int i = 0; i < st->n_params; i++)

@@ -360,7 +360,7 @@ bt_status bt_graph_layer(const bt_graph *g, int i, bt_layer_info *out)
     }
     const bt_node *first = &g->nodes[l->first_node];
     out->n_inputs = first->n_in;
-    for (int k = 0; k < first->n_in && k < 8; k++) out->inputs[k] = g->values[first->in[k]].name;
+    for (int k = 0; k < first->n_in && k < BT_MAX_INPUTS; k++) out->inputs[k] = g->values[first->in[k]].name;
     return BT_OK;
 }
 

@@ -24,8 +24,6 @@ static bt_atomic_write_hook write_hook;
 
 void bt_atomic_file_set_test_hook(bt_atomic_write_hook hook) { write_hook = hook; }
 
-const char *bt_atomic_file_tmp_path(const bt_atomic_file *f) { return f ? f->tmp_path : NULL; }
-
 bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
 {
     bt_status st = BT_OK;

@@ -34,7 +34,5 @@ bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
 bt_status bt_atomic_file_commit(bt_atomic_file *f);
 /* Closes and removes the temporary file and frees f; accepts NULL. */
 void bt_atomic_file_abort(bt_atomic_file *f);
-/* Path of the temporary file (valid until commit or abort). */
-const char *bt_atomic_file_tmp_path(const bt_atomic_file *f);
 
 #endif

@@ -169,7 +169,7 @@ bt_status bt_ld_int(const bt_ld *ld, const bt_ynode *node, const char *what, int
 bt_status bt_ld_int32(const bt_ld *ld, const bt_ynode *node, const char *what, int min, int max,
                       int *out)
 {
-    int64_t v;
+    int64_t v = 0; /* set on success; GCC cannot see that once bt_ld_int is inlined */
     BT_TRY(bt_ld_int(ld, node, what, min, max, &v));
     *out = (int)v;
     return BT_OK;

@@ -14,7 +14,6 @@
 #include "model/sections.h"
 
 #define BT_MAX_BATCH (INT64_C(1) << 30)
-#define BT_MAX_MICROBATCHES 65536
 
 /* ---- train: ---------------------------------------------------------------------------------- */
 

@@ -20,9 +20,11 @@
  * stage k: 1F1B min(p-k, m), GPipe m, streaming 1.
  * Stage time: sum cost[d][a..b) + (k < stages-1 ? xfer[b-1] : 0).
  *
- * Data flow: model/ and the engine call the simple partitions when the user names no plan;
- * `baton plan` feeds measured costs (profile) into bt_partition_optimal; both read sched/ only for
- * the in-flight counts. Nothing here sees the graph: layers are indices. */
+ * Data flow: plan.c (bt_plan_build) calls the simple partitions for `partition: uniform` and
+ * `partition: params`; placement.c (bt_placement_plan, bt_placement_quick_cut) feeds measured
+ * costs into bt_partition_optimal for `baton plan` and `partition: profile`, and `baton plan` also
+ * shows the uniform cut for comparison. The optimum reads sched/ only for the in-flight counts.
+ * Nothing here sees the graph: layers are indices. */
 #ifndef BT_PLAN_PARTITION_H
 #define BT_PLAN_PARTITION_H
 

@@ -9,7 +9,16 @@
  * earlier stage. Sends never block (channels hold up to m micro-batches), so the only waits are
  * receives: RECV_ACT(s, mb) waits for SEND_ACT(s-1, mb), RECV_GRAD(s, mb) for SEND_GRAD(s+1, mb),
  * and because each stage forwards before it sends, that order covers skip connections too.
- * Stage 0 takes its inputs from the feed; the last stage starts each backward from the loss. */
+ * Stage 0 takes its inputs from the feed; the last stage starts each backward from the loss.
+ *
+ * Activation slots: every instruction that touches a micro-batch's activations on its stage
+ * (RECV_ACT writes them, FWD writes them, SEND_ACT and BWD read them) names the slot they live in;
+ * a micro-batch holds its slot from the first such instruction to the last (training: its BWD;
+ * streaming: its SEND_ACT, or its FWD on the last stage) and keeps one slot throughout. The
+ * schedule states how many slots each stage has (slots[s]); the executor allocates that many and
+ * never computes a slot itself. The validator proves no micro-batch takes a slot another still
+ * holds. The model chunk is 0 in every schedule today (interleaved schedules will run several
+ * chunks of the model per stage). */
 #ifndef BT_SCHED_H
 #define BT_SCHED_H
 
@@ -32,37 +41,76 @@ typedef struct bt_instr {
     bt_instr_kind kind;
     int mb;             /* micro-batch, 0-based; -1 for STEP */
     int peer;           /* other stage for SEND/RECV, else -1 */
+    int slot;           /* activation slot (0..slots[s]-1) for RECV_ACT, FWD, SEND_ACT, BWD; else -1 */
+    int chunk;          /* model chunk on this stage, 0..chunks-1 (0 for STEP) */
 } bt_instr;
 
 typedef struct bt_schedule {
     bt_schedule_kind kind;
     int stages, microbatches;
     int training;       /* 0 for BT_SCHEDULE_STREAM */
+    int chunks;         /* model chunks per stage: 1 in every schedule kind today */
     int *len;           /* [stages] instructions per stage */
     bt_instr **list;    /* [stages][len[s]] */
+    int *slots;         /* [stages] activation slots each stage needs */
 } bt_schedule;
 
-/* Builds the schedule of kind for p stages and m micro-batches (p, m >= 1). Caller owns *out. */
+/* Whether instructions of this kind touch the micro-batch's activation slot (and so name it). */
+static inline int bt_instr_has_slot(bt_instr_kind kind)
+{
+    return kind == BT_I_RECV_ACT || kind == BT_I_FWD || kind == BT_I_SEND_ACT || kind == BT_I_BWD;
+}
+
+/* The most stages and micro-batches a schedule has (and the largest number the notation reads). */
+#define BT_SCHEDULE_MAX_SIZE (1 << 24)
+
+/* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each).
+ * Caller owns *out. */
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);
 /* An empty schedule with room for hand-made lists (tests, custom schedules): list[s] gets
- * capacity cap each, len[s] = 0. */
+ * capacity cap each, len[s] = 0, slots[s] = 0, chunks = 1. Fill the lists, then give the slots with
+ * bt_schedule_assign_slots (or set every slot and slots[s] by hand). */
 bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, int cap,
                             bt_schedule **out);
 void bt_schedule_destroy(bt_schedule *sched);
 
+/* Gives every instruction its slot, stage by stage in list order: a micro-batch takes the lowest
+ * free slot at its first slot instruction and frees it after its last, so slots are reused as soon
+ * as it is safe; instructions without a slot get -1. Sets slots[s] to the slots stage s used. The
+ * builders use it (GPipe: mb; 1F1B: mb mod min(p-s, m); streaming: 0). Instructions whose
+ * micro-batch is out of range are left for the validator to report. */
+bt_status bt_schedule_assign_slots(bt_schedule *sched);
+
 /* Proves the schedule can run: every mb has exactly one FWD per stage (and one BWD when training),
  * BWD after its FWD, every RECV pairs with exactly one SEND of the same kind and mb on the
- * neighbouring stage and vice versa, STEP after the stage's last BWD, and no cycle of waits
- * (an abstract run with non-blocking sends completes). On failure returns BT_ERR_SCHEDULE with a
- * message naming the stage, the index and the instruction ("stage 1, instruction 4 (1B3): ..."). */
+ * neighbouring stage and vice versa, STEP after the stage's last BWD, no cycle of waits (an
+ * abstract run with non-blocking sends completes), and slots are used safely (each within
+ * slots[s], one per micro-batch, never taken while another micro-batch still holds it). On
+ * failure returns BT_ERR_SCHEDULE with a message naming the stage, the index and the instruction
+ * ("stage 1, instruction 4 (1B3): ..."). */
 bt_status bt_schedule_validate(const bt_schedule *sched);
 
-/* The most micro-batches stage s holds at once: forwarded and not yet backwarded (training), or 1
- * per forward in flight (streaming). Sizes the activation slots. */
+/* The activation slots stage s needs (slots[s]): the most micro-batches it holds at once,
+ * forwarded and not yet backwarded (training), or 1 (streaming). Sizes the activation memory;
+ * 0 for a stage out of range. */
 int bt_schedule_max_inflight(const bt_schedule *sched, int stage);
 
-/* "1F3", "0B0", "2S3" (send act), "1R3" (recv act), "2s3"/"2r3" (send/recv grad), "1U" (step). */
+/* ---- text (notation.c) ---------------------------------------------------------------------- */
+
+/* "1F3", "0B0", "2S3" (send act), "1R3" (recv act), "2s3"/"2r3" (send/recv grad), "1U" (step):
+ * stage, kind letter, micro-batch. The slot and chunk are not written (slots follow from the
+ * order, see bt_schedule_assign_slots; chunks are 0). */
 void bt_instr_format(int stage, const bt_instr *ins, char *buf, size_t size);
+/* Parses one token of that notation at text (leading spaces skipped): *stage, and *ins with the
+ * peer its kind talks to, slot -1 and chunk 0; *end (if not NULL) points past the token, which
+ * must end at a space or the end of the text. Numbers are decimal digits (no sign), below 2^24.
+ * BT_ERR_INVALID_ARG with a message quoting the token when the text is malformed. */
+bt_status bt_instr_parse(const char *text, int *stage, bt_instr *ins, const char **end);
+/* A hand-made schedule from text: rows[s] is stage s's list, tokens separated by spaces, each
+ * naming stage s ("0F0 0S0 0r0 0B0 0U"). Training unless kind is BT_SCHEDULE_STREAM. Slots are
+ * assigned with bt_schedule_assign_slots; nothing is validated. Caller owns *out. */
+bt_status bt_schedule_parse(bt_schedule_kind kind, int p, int m, const char *const *rows,
+                            bt_schedule **out);
 /* The grid: one row per stage, one column per time slot of the simulated run with unit costs,
  * compute instructions only, in the notation above ("." for idle). Caller frees the string. */
 char *bt_schedule_format_grid(const bt_schedule *sched);

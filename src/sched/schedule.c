@@ -1,29 +1,28 @@
 /* sched/schedule.c: building the per-stage instruction lists of GPipe, 1F1B and forward-only
- * streaming, allocating and freeing schedules, the in-flight count that sizes activation slots,
- * and the text forms (the "1F3" notation and the grid).
+ * streaming, allocating and freeing schedules, and giving instructions their activation slots
+ * (the slot count per stage sizes the executor's activation memory). The text forms live in
+ * notation.c.
  *
  * Invariants of every built schedule (bt_schedule_validate proves them for any schedule):
  * - every FWD on stage s > 0 is directly preceded by RECV_ACT(mb, s-1), every FWD on s < p-1 is
  *   directly followed by SEND_ACT(mb, s+1);
  * - every BWD on s < p-1 is directly preceded by RECV_GRAD(mb, s+1), every BWD on s > 0 is directly
  *   followed by SEND_GRAD(mb, s-1);
- * - training schedules end with exactly one STEP per stage.
+ * - training schedules end with exactly one STEP per stage;
+ * - slots come from bt_schedule_assign_slots: a micro-batch takes the lowest free slot at its first
+ *   slot instruction and frees it after its last, which gives GPipe slot mb, 1F1B slot
+ *   mb mod min(p-s, m) (backwards retire micro-batches in the order forwards admit them) and
+ *   streaming slot 0 (a micro-batch is sent on before the next one is received).
  * GPipe runs its backwards in ascending micro-batch order (0, 1, ..., m-1), the order the forwards
  * ran in, so the oldest activations are released first (as torch.distributed.pipelining does).
  *
  * Data flow: plan/ and the executor call bt_schedule_build; the simulator (simulate.c) and the
  * validator (validate.c) read the lists; the grid is drawn from a unit-cost simulation. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "sched/sched.h"
-
-/* Unit costs the grid is drawn with: one time slot per FWD, BWD and STEP. */
-#define GRID_FWD_COST 1.0
-#define GRID_BWD_COST 1.0
-#define GRID_STEP_COST 1.0
 
 static int kind_is_valid(bt_schedule_kind kind)
 {
@@ -53,9 +52,11 @@ bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, i
     sched->stages = p;
     sched->microbatches = m;
     sched->training = training ? 1 : 0;
+    sched->chunks = 1;
     sched->len = calloc((size_t)p, sizeof *sched->len);
     sched->list = calloc((size_t)p, sizeof *sched->list);
-    if (!sched->len || !sched->list) goto nomem;
+    sched->slots = calloc((size_t)p, sizeof *sched->slots);
+    if (!sched->len || !sched->list || !sched->slots) goto nomem;
     for (int s = 0; s < p; s++) {
         sched->list[s] = calloc(cap > 0 ? (size_t)cap : 1, sizeof **sched->list);
         if (!sched->list[s]) goto nomem;
@@ -76,6 +77,7 @@ void bt_schedule_destroy(bt_schedule *sched)
         for (int s = 0; s < sched->stages; s++) free(sched->list[s]);
     free(sched->list);
     free(sched->len);
+    free(sched->slots);
     free(sched);
 }
 
@@ -85,6 +87,8 @@ static void push(bt_schedule *sched, int s, bt_instr_kind kind, int mb, int peer
     ins->kind = kind;
     ins->mb = mb;
     ins->peer = peer;
+    ins->slot = -1; /* bt_schedule_assign_slots gives them */
+    ins->chunk = 0;
 }
 
 /* RECV_ACT, FWD, SEND_ACT of mb on stage s, the receive and send only where a neighbour exists. */
@@ -143,11 +147,11 @@ bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **o
 
     if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_schedule_build: out is NULL");
     *out = NULL;
-    if (p < 1 || m < 1 || m > (1 << 24) || p > (1 << 24))
+    if (p < 1 || m < 1 || m > BT_SCHEDULE_MAX_SIZE || p > BT_SCHEDULE_MAX_SIZE)
         return bt_error(BT_ERR_INVALID_ARG,
-                        "a schedule needs 1 to 16777216 stages and micro-batches (got %d stages, "
-                        "%d micro-batches)",
-                        p, m);
+                        "a schedule needs 1 to %d stages and micro-batches (got %d stages, %d "
+                        "micro-batches)",
+                        BT_SCHEDULE_MAX_SIZE, p, m);
     /* Per stage: m forwards and m backwards with at most two transfers each, plus STEP. */
     long long cap = training ? 6LL * m + 1 : 3LL * m;
     if (cap > (1LL << 30))
@@ -158,138 +162,72 @@ bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **o
     case BT_SCHEDULE_1F1B: build_1f1b(sched); break;
     case BT_SCHEDULE_STREAM: build_stream(sched); break;
     }
+    bt_status st = bt_schedule_assign_slots(sched);
+    if (st != BT_OK) {
+        bt_schedule_destroy(sched);
+        return st;
+    }
     *out = sched;
     return BT_OK;
+}
+
+static int mb_in_range(const bt_schedule *sched, const bt_instr *ins)
+{
+    return ins->mb >= 0 && ins->mb < sched->microbatches;
+}
+
+/* Stage s: last[mb] is the index of mb's last slot instruction, slot_of[mb] its slot (-1: none
+ * yet); held[k] says slot k is taken. Arrays of m entries (a stage never needs more slots than
+ * micro-batches). */
+static void assign_stage_slots(bt_schedule *sched, int s, int *last, int *slot_of, char *held)
+{
+    int m = sched->microbatches, used = 0;
+    for (int mb = 0; mb < m; mb++) {
+        last[mb] = -1;
+        slot_of[mb] = -1;
+        held[mb] = 0;
+    }
+    for (int i = 0; i < sched->len[s]; i++) {
+        const bt_instr *ins = &sched->list[s][i];
+        if (bt_instr_has_slot(ins->kind) && mb_in_range(sched, ins)) last[ins->mb] = i;
+    }
+    for (int i = 0; i < sched->len[s]; i++) {
+        bt_instr *ins = &sched->list[s][i];
+        ins->slot = -1;
+        if (!bt_instr_has_slot(ins->kind) || !mb_in_range(sched, ins)) continue;
+        if (slot_of[ins->mb] < 0) {
+            int k = 0;
+            while (held[k]) k++; /* at most m - 1 others are held */
+            held[k] = 1;
+            slot_of[ins->mb] = k;
+            if (k + 1 > used) used = k + 1;
+        }
+        ins->slot = slot_of[ins->mb];
+        if (i == last[ins->mb]) held[ins->slot] = 0;
+    }
+    sched->slots[s] = used;
+}
+
+bt_status bt_schedule_assign_slots(bt_schedule *sched)
+{
+    bt_status st = BT_OK;
+    if (!sched || !sched->len || !sched->list || !sched->slots || sched->microbatches < 1)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_schedule_assign_slots: not an allocated schedule");
+    size_t m = (size_t)sched->microbatches;
+    int *last = malloc(m * sizeof *last), *slot_of = malloc(m * sizeof *slot_of);
+    char *held = malloc(m);
+    if (last && slot_of && held)
+        for (int s = 0; s < sched->stages; s++) assign_stage_slots(sched, s, last, slot_of, held);
+    else
+        st = bt_error(BT_ERR_NOMEM, "out of memory assigning activation slots");
+    free(held);
+    free(slot_of);
+    free(last);
+    return st;
 }
 
 int bt_schedule_max_inflight(const bt_schedule *sched, int stage)
 {
     if (!sched || stage < 0 || stage >= sched->stages) return 0;
-    if (!sched->training) return 1;
-    int held = 0, peak = 0;
-    for (int i = 0; i < sched->len[stage]; i++) {
-        bt_instr_kind kind = sched->list[stage][i].kind;
-        if (kind == BT_I_FWD) held++;
-        else if (kind == BT_I_BWD) held--;
-        if (held > peak) peak = held;
-    }
-    return peak;
-}
-
-void bt_instr_format(int stage, const bt_instr *ins, char *buf, size_t size)
-{
-    static const char letter[] = {
-        [BT_I_FWD] = 'F',      [BT_I_BWD] = 'B',       [BT_I_SEND_ACT] = 'S',
-        [BT_I_RECV_ACT] = 'R', [BT_I_SEND_GRAD] = 's', [BT_I_RECV_GRAD] = 'r',
-        [BT_I_STEP] = 'U',
-    };
-    if (!buf || size == 0) return;
-    if (!ins || (unsigned)ins->kind > BT_I_STEP) {
-        snprintf(buf, size, "%d?", stage);
-        return;
-    }
-    if (ins->kind == BT_I_STEP) snprintf(buf, size, "%dU", stage);
-    else snprintf(buf, size, "%d%c%d", stage, letter[ins->kind], ins->mb);
-}
-
-static int decimal_digits(long long v)
-{
-    int n = 1;
-    if (v < 0) {
-        n++;
-        v = -v;
-    }
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
-}
-
-static int is_compute(bt_instr_kind kind)
-{
-    return kind == BT_I_FWD || kind == BT_I_BWD || kind == BT_I_STEP;
-}
-
-/* Layout (columns are time slots of a run with F = B = STEP = 1 and instant transfers; every cell
- * is padded to one width and the last cell of a row is not padded):
- *   slot     0   1   2   3   4   5   6
- *   stage 0  0F0 0F1 .   0B0 .   0B1 0U
- *   stage 1  .   1F0 1B0 1F1 1B1 1U  . */
-char *bt_schedule_format_grid(const bt_schedule *sched)
-{
-    bt_sim_result sim = {0};
-    double *fwd = NULL, *bwd = NULL;
-    const bt_instr **cell = NULL;
-    char *text = NULL;
-    char token[48];
-
-    if (!sched) {
-        bt_error(BT_ERR_INVALID_ARG, "bt_schedule_format_grid: schedule is NULL");
-        return NULL;
-    }
-    int p = sched->stages;
-    fwd = malloc((size_t)p * sizeof *fwd);
-    bwd = malloc((size_t)p * sizeof *bwd);
-    if (!fwd || !bwd) goto nomem;
-    for (int s = 0; s < p; s++) {
-        fwd[s] = GRID_FWD_COST;
-        bwd[s] = GRID_BWD_COST;
-    }
-    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd, .step = GRID_STEP_COST};
-    if (bt_simulate(sched, &costs, &sim) != BT_OK) goto fail;
-
-    int slots = (int)(sim.step_time + 0.5);
-    int width = decimal_digits(slots > 0 ? slots - 1 : 0);
-    for (int s = 0; s < p; s++)
-        for (int i = 0; i < sched->len[s]; i++) {
-            bt_instr_format(s, &sched->list[s][i], token, sizeof token);
-            int n = (int)strlen(token);
-            if (is_compute(sched->list[s][i].kind) && n > width) width = n;
-        }
-
-    /* cell[s * slots + t]: the compute instruction stage s starts in slot t, or NULL. */
-    cell = calloc((size_t)p * (size_t)(slots > 0 ? slots : 1), sizeof *cell);
-    if (!cell) goto nomem;
-    for (int s = 0; s < p; s++)
-        for (int i = 0; i < sched->len[s]; i++) {
-            if (!is_compute(sched->list[s][i].kind)) continue;
-            int t = (int)(sim.start[s][i] + 0.5);
-            if (t >= 0 && t < slots) cell[(size_t)s * slots + t] = &sched->list[s][i];
-        }
-
-    int label = (int)strlen("stage ") + decimal_digits(p - 1);
-    size_t row_bytes = (size_t)label + 2 + (size_t)slots * (size_t)(width + 1) + 1;
-    text = malloc(row_bytes * (size_t)(p + 1) + 1);
-    if (!text) goto nomem;
-    char *at = text, *text_end = text + row_bytes * (size_t)(p + 1) + 1;
-    at += snprintf(at, (size_t)(text_end - at), "%-*s ", label, "slot");
-    for (int t = 0; t < slots; t++)
-        at += snprintf(at, (size_t)(text_end - at), " %-*d", t == slots - 1 ? 0 : width, t);
-    *at++ = '\n';
-    for (int s = 0; s < p; s++) {
-        int stage_digits = label - (int)strlen("stage ");
-        at += snprintf(at, (size_t)(text_end - at), "stage %-*d ", stage_digits, s);
-        for (int t = 0; t < slots; t++) {
-            const bt_instr *ins = cell[(size_t)s * slots + t];
-            if (ins) bt_instr_format(s, ins, token, sizeof token);
-            else strcpy(token, ".");
-            at += snprintf(at, (size_t)(text_end - at), " %-*s", t == slots - 1 ? 0 : width, token);
-        }
-        *at++ = '\n';
-    }
-    *at = '\0';
-    goto done;
-
-nomem:
-    bt_error(BT_ERR_NOMEM, "out of memory drawing a schedule grid");
-fail:
-    free(text);
-    text = NULL;
-done:
-    free(cell);
-    bt_sim_result_free(&sim);
-    free(fwd);
-    free(bwd);
-    return text;
+    return sched->slots[stage];
 }

@@ -1,9 +1,9 @@
 /* sched/validate.c: proving a schedule can run before anything runs it.
  *
- * The checks run in four passes and the first failure is reported:
+ * The checks run in five passes and the first failure is reported:
  *   1. each instruction alone: known kind, micro-batch in range (-1 for STEP), the peer a SEND or
- *      RECV names is the neighbour its kind talks to (and exists), no backward-pass instruction
- *      in a forward-only schedule;
+ *      RECV names is the neighbour its kind talks to (and exists), the model chunk in range, no
+ *      backward-pass instruction in a forward-only schedule;
  *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training), each
  *      send and receive occurs at most once per micro-batch, BWD after its FWD, RECV_ACT before the
  *      FWD that needs it, RECV_GRAD before the BWD that needs it, SEND_ACT after its FWD,
@@ -11,7 +11,14 @@
  *   3. between neighbours: every SEND pairs with exactly one RECV of the same kind and micro-batch
  *      on the stage it names, and every RECV with exactly one SEND;
  *   4. an abstract run (sends never block, a RECV waits for its SEND) completes; otherwise the
- *      stages that are stuck are named with the instruction each waits at, the wait cycle first.
+ *      stages that are stuck are named with the instruction each waits at, the wait cycle first;
+ *   5. activation slots: each stage states 0..m slots, the instructions that touch a slot
+ *      (RECV_ACT, FWD, SEND_ACT, BWD) name one in range and the others none (-1), a micro-batch
+ *      names the same slot throughout, and holds it from its first slot instruction to its last
+ *      (training: its BWD; streaming: the last read), during which no other micro-batch may take
+ *      it: "stage 0, instruction 4 (0F2): forward of micro-batch 2 takes slot 1 while micro-batch
+ *      1 holds it (until instruction 7, 0B1)". Together with pass 2 this proves no FWD overwrites
+ *      activations a BWD (or a later send) still reads.
  * Messages name the instruction in the bt_instr_format notation:
  *   "stage 1, instruction 4 (1R3): receive of activations for micro-batch 3 has no matching send
  *    on stage 0".
@@ -108,8 +115,11 @@ static bt_status check_shape(const bt_schedule *sched)
     if (sched->stages < 1 || sched->microbatches < 1)
         return bt_error(BT_ERR_SCHEDULE, "schedule has %d stages and %d micro-batches (need >= 1)",
                         sched->stages, sched->microbatches);
-    if (!sched->len || !sched->list)
+    if (!sched->len || !sched->list || !sched->slots)
         return bt_error(BT_ERR_SCHEDULE, "schedule has no instruction lists");
+    if (sched->chunks < 1)
+        return bt_error(BT_ERR_SCHEDULE, "schedule has %d model chunks per stage (need >= 1)",
+                        sched->chunks);
     for (int s = 0; s < sched->stages; s++) {
         if (sched->len[s] < 0)
             return bt_error(BT_ERR_SCHEDULE, "stage %d has a negative length %d", s, sched->len[s]);
@@ -141,6 +151,10 @@ static bt_status check_instructions(const bt_schedule *sched)
                                "micro-batch %d out of range (the schedule has %d: 0..%d)", ins->mb,
                                m, m - 1);
             }
+            if (ins->chunk < 0 || ins->chunk >= sched->chunks)
+                return fail_at(sched, s, i,
+                               "model chunk %d out of range (the schedule has %d per stage)",
+                               ins->chunk, sched->chunks);
             int want = expected_peer(ins->kind, s);
             if (is_transfer(ins->kind)) {
                 if (want < 0 || want >= p)
@@ -264,7 +278,7 @@ static void describe_wait(const bt_schedule *sched, const int *pos, int s, const
                           char *buf, size_t size)
 {
     const bt_instr *ins = &sched->list[s][pos[s]];
-    bt_instr partner = {partner_kind(ins->kind), ins->mb, s};
+    bt_instr partner = {partner_kind(ins->kind), ins->mb, s, -1, 0};
     char mine[48], theirs[48];
     bt_instr_format(s, ins, mine, sizeof mine);
     bt_instr_format(ins->peer, &partner, theirs, sizeof theirs);
@@ -367,6 +381,69 @@ out:
     return st;
 }
 
+/* Pass 5 on stage s. last[mb]: index of mb's last slot instruction; held_by[k]: the micro-batch
+ * holding slot k (-1: free); slot_of[mb]: the slot mb names (-1: not seen yet). */
+static bt_status check_stage_slots(const bt_schedule *sched, int s, int *last, int *held_by,
+                                   int *slot_of)
+{
+    int m = sched->microbatches, n = sched->slots[s];
+    if (n < 0 || n > m)
+        return bt_error(BT_ERR_SCHEDULE,
+                        "stage %d states %d activation slots (must be 0..%d, its micro-batches)", s,
+                        n, m);
+    for (int mb = 0; mb < m; mb++) last[mb] = slot_of[mb] = -1;
+    for (int k = 0; k < n; k++) held_by[k] = -1;
+    for (int i = 0; i < sched->len[s]; i++)
+        if (bt_instr_has_slot(sched->list[s][i].kind)) last[sched->list[s][i].mb] = i;
+
+    for (int i = 0; i < sched->len[s]; i++) {
+        const bt_instr *ins = &sched->list[s][i];
+        int k = ins->slot, mb = ins->mb;
+        if (!bt_instr_has_slot(ins->kind)) {
+            if (k != -1)
+                return fail_at(sched, s, i, "%s names slot %d (must be -1)",
+                               kind_phrase(ins->kind), k);
+            continue;
+        }
+        if (k < 0 || k >= n)
+            return fail_at(sched, s, i, "%s of micro-batch %d names slot %d (the stage has %d: "
+                           "0..%d)", kind_phrase(ins->kind), mb, k, n, n - 1);
+        if (slot_of[mb] >= 0 && slot_of[mb] != k)
+            return fail_at(sched, s, i, "%s of micro-batch %d names slot %d, but the micro-batch "
+                           "holds slot %d", kind_phrase(ins->kind), mb, k, slot_of[mb]);
+        if (slot_of[mb] < 0) { /* mb takes slot k */
+            int other = held_by[k];
+            if (other >= 0) {
+                char token[48];
+                bt_instr_format(s, &sched->list[s][last[other]], token, sizeof token);
+                return fail_at(sched, s, i, "%s of micro-batch %d takes slot %d while micro-batch "
+                               "%d holds it (until instruction %d, %s)", kind_phrase(ins->kind),
+                               mb, k, other, last[other], token);
+            }
+            slot_of[mb] = k;
+            held_by[k] = mb;
+        }
+        if (i == last[mb]) held_by[k] = -1;
+    }
+    return BT_OK;
+}
+
+/* Pass 5: activation slots, stage by stage (passes 1 and 2 hold: every mb is in range). */
+static bt_status check_slots(const bt_schedule *sched)
+{
+    bt_status st = BT_OK;
+    size_t m = (size_t)sched->microbatches;
+    int *last = malloc(m * sizeof *last), *held_by = malloc(m * sizeof *held_by);
+    int *slot_of = malloc(m * sizeof *slot_of);
+    if (!last || !held_by || !slot_of) st = bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
+    for (int s = 0; s < sched->stages && st == BT_OK; s++)
+        st = check_stage_slots(sched, s, last, held_by, slot_of);
+    free(slot_of);
+    free(held_by);
+    free(last);
+    return st;
+}
+
 bt_status bt_schedule_validate(const bt_schedule *sched)
 {
     stage_index idx = {0};
@@ -376,6 +453,7 @@ bt_status bt_schedule_validate(const bt_schedule *sched)
     BT_TRY_GOTO(st, check_stages(sched, &idx), out);
     BT_TRY_GOTO(st, check_pairing(sched, &idx), out);
     BT_TRY_GOTO(st, check_deadlock(sched), out);
+    BT_TRY_GOTO(st, check_slots(sched), out);
 out:
     stage_index_free(&idx);
     return st;
