@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define BT_MAX_STAGES 64
-#define BT_MAX_MICROBATCHES 65536 /* parallel.pipeline.microbatches */
+#define BT_MAX_MICROBATCHES 4096  /* parallel.pipeline.microbatches */
 
 typedef enum bt_schedule_kind {
     BT_SCHEDULE_GPIPE = 0,  /* fill-drain: all forwards, then all backwards */

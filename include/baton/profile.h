@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "baton/api.h"
 #include "baton/config.h"
 #include "baton/graph.h"
 #include "baton/status.h"
@@ -40,13 +41,13 @@ typedef struct bt_profile_params {
 
 /* Defaults: devices "cpu:0", batch 32, 1 micro-batch, training, AdamW, 10 repeats after 2
  * warm-ups, 1 thread, 8 MiB transfers, seed 0. */
-void bt_profile_params_init(bt_profile_params *params);
+BT_API void bt_profile_params_init(bt_profile_params *params);
 
 /* Measures graph (a model named model_name, may be NULL) on the devices of params: opens them,
  * runs every layer alone through the backend, closes them. The caller owns *out
  * (bt_profile_destroy). BT_ERR_INVALID_ARG for bad parameters (batch not divisible by
  * microbatches, training an untrainable graph); backend statuses pass through. */
-bt_status bt_profile_measure(const bt_graph *graph, const char *model_name,
+BT_API bt_status bt_profile_measure(const bt_graph *graph, const char *model_name,
                              const bt_profile_params *params, bt_profile **out);
 
 /* The quick measurement behind `partition: profile`: graph measured briefly (micro-batches of 32
@@ -54,18 +55,18 @@ bt_status bt_profile_measure(const bt_graph *graph, const char *model_name,
  * stream schedule or the graph has no loss) on the devices parallel names, one per stage. *out
  * is NULL when the plan needs no costs (another partition, layers pinned with stage:, or one
  * stage): the result can always be stored in parallel->profile. The caller owns *out. */
-bt_status bt_profile_measure_for_plan(const bt_graph *graph, const bt_parallel_config *parallel,
+BT_API bt_status bt_profile_measure_for_plan(const bt_graph *graph, const bt_parallel_config *parallel,
                                       bt_profile **out);
 
 /* Writes the profile as JSON to path (atomically: readers see the old file or the new). */
-bt_status bt_profile_save(const bt_profile *profile, const char *path);
+BT_API bt_status bt_profile_save(const bt_profile *profile, const char *path);
 /* Reads and validates a profile file. BT_ERR_IO naming the file and the offending field. */
-bt_status bt_profile_load(const char *path, bt_profile **out);
+BT_API bt_status bt_profile_load(const char *path, bt_profile **out);
 /* BT_ERR_MODEL unless the profile's layers are the graph's (same count, names and ops, in order);
  * the message names what differs and `what` (the profile's file name, or NULL). */
-bt_status bt_profile_check_graph(const bt_profile *profile, const bt_graph *graph, const char *what);
+BT_API bt_status bt_profile_check_graph(const bt_profile *profile, const bt_graph *graph, const char *what);
 /* Frees a profile; accepts NULL and half-built profiles. */
-void bt_profile_destroy(bt_profile *profile);
+BT_API void bt_profile_destroy(bt_profile *profile);
 
 #ifdef __cplusplus
 }

@@ -242,7 +242,7 @@ int bt_cmd_plan(int argc, char **argv)
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 'p': o.profile = optarg; break;
-        case 'm': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > 4096) goto bad; o.microbatches = (int)v; break;
+        case 'm': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > BT_MAX_MICROBATCHES) goto bad; o.microbatches = (int)v; break;
         case 'S': o.schedule = optarg; break;
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;

@@ -146,7 +146,7 @@ int bt_cmd_profile(int argc, char **argv)
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 'b': o.batch = strtoll(optarg, &end, 10); if (*end || o.batch < 1) goto bad; break;
-        case 'm': if (!parse_int(optarg, 1, 4096, &o.microbatches)) goto bad; break;
+        case 'm': if (!parse_int(optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches)) goto bad; break;
         case 'r': if (!parse_int(optarg, 1, 100000, &o.repeats)) goto bad; break;
         case 'w': if (!parse_int(optarg, 0, 100000, &o.warmup)) goto bad; break;
         case 't': if (!parse_int(optarg, 1, 256, &o.threads)) goto bad; break;

@@ -38,7 +38,8 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
     if (!g) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_create: graph is NULL");
     if (g->n_layers == 0) return bt_error(BT_ERR_MODEL, "the model has no layers");
     int m = p->parallel.microbatches;
-    if (m < 1 || m > 4096) return bt_error(BT_ERR_INVALID_ARG, "microbatches must be 1 to 4096, got %d", m);
+    if (m < 1 || m > BT_MAX_MICROBATCHES)
+        return bt_error(BT_ERR_INVALID_ARG, "microbatches must be 1 to %d, got %d", BT_MAX_MICROBATCHES, m);
     if (p->batch < 1) return bt_error(BT_ERR_INVALID_ARG, "batch must be >= 1, got %lld", (long long)p->batch);
     if (p->batch % m != 0)
         return bt_error(BT_ERR_INVALID_ARG,

@@ -91,12 +91,12 @@ static inline void bt_ops_valid_range(int64_t in, int64_t k, int64_t stride, int
 }
 
 /* Runs the statements `body` (which use the int64_t index i) for i in [0, n): a main loop whose
- * trip count is n rounded down to a multiple of 16, then the tail. GCC 12 at -O2 (autoconf's
- * default CFLAGS) vectorises only loops whose trip count it can prove a multiple of the vector
- * length ("very cheap" cost model); a plain loop over n stays scalar, 4-20x slower on
- * memory-bound elementwise kernels. Keep bodies branch-free (load every operand
- * unconditionally, select with ?:) and the arrays restrict parameters of the enclosing function
- * (see ops/vec_tmpl.h). Other compilers and -O3 vectorise either loop anyway. */
+ * trip count is n rounded down to a multiple of 16, then the tail. GCC 12 at -O2 (configure
+ * defaults to -O3, but a user's CFLAGS may choose -O2) vectorises only loops whose trip count it
+ * can prove a multiple of the vector length ("very cheap" cost model); a plain loop over n stays
+ * scalar, 4-20x slower on memory-bound elementwise kernels. Keep bodies branch-free (load every
+ * operand unconditionally, select with ?:) and the arrays restrict parameters of the enclosing
+ * function (see ops/vec_tmpl.h). Other compilers and -O3 vectorise either loop anyway. */
 #define BT_OPS_VLOOP(i, n, body)                                     \
     do {                                                             \
         const int64_t bt_vloop_n_ = (n);                             \

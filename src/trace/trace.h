@@ -38,8 +38,8 @@ void bt_trace_destroy(bt_trace *trace);
 
 /* Appends the engine's last step: its schedule, every stage's records, and the stage facts the
  * files show (device, layers, slot bytes, which stages each send reaches). The engine must have
- * tracing on and have completed a step. BT_ERR_INVALID_ARG otherwise, or when the stage count
- * differs from earlier steps'. */
+ * completed a step: BT_ERR_INVALID_ARG otherwise, or when the stage count differs from earlier
+ * steps'. */
 bt_status bt_trace_add_step(bt_trace *trace, const bt_engine *engine);
 int bt_trace_num_steps(const bt_trace *trace);
 
