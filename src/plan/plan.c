@@ -332,6 +332,16 @@ static void assert_invariants(const bt_graph *g, const bt_plan *plan)
     (void)g, (void)plan;
 }
 
+/* What every way of building a plan ends with: the user-facing stage checks, the crossings, then
+ * the invariants (our own bugs) asserted. */
+static bt_status finish(const bt_graph *g, bt_plan *plan)
+{
+    BT_TRY(check_stages(g, plan));
+    BT_TRY(find_crossings(g, plan));
+    assert_invariants(g, plan);
+    return BT_OK;
+}
+
 bt_status bt_plan_from_cuts(const bt_graph *g, int stages, const int *first_layer, bt_plan **out)
 {
     bt_status st = BT_OK;
@@ -355,9 +365,7 @@ bt_status bt_plan_from_cuts(const bt_graph *g, int stages, const int *first_laye
             goto fail;
         }
     first_to_stages(first_layer, stages, plan);
-    BT_TRY_GOTO(st, check_stages(g, plan), fail);
-    BT_TRY_GOTO(st, find_crossings(g, plan), fail);
-    assert_invariants(g, plan);
+    BT_TRY_GOTO(st, finish(g, plan), fail);
     *out = plan;
     return BT_OK;
 fail:
@@ -394,9 +402,7 @@ bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_pla
     case BT_PARTITION_PINNED: st = partition_pinned(g, plan); break;
     }
     if (st != BT_OK) goto fail;
-    BT_TRY_GOTO(st, check_stages(g, plan), fail);
-    BT_TRY_GOTO(st, find_crossings(g, plan), fail);
-    assert_invariants(g, plan);
+    BT_TRY_GOTO(st, finish(g, plan), fail);
     *out = plan;
     return BT_OK;
 fail:

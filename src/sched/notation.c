@@ -50,8 +50,7 @@ static int read_number(const char **at, int *v)
     return 1;
 }
 
-/* The neighbour an instruction of this kind on stage s talks to; -1 for compute. */
-static int peer_of(bt_instr_kind kind, int s)
+int bt_instr_peer(bt_instr_kind kind, int s)
 {
     switch (kind) {
     case BT_I_SEND_ACT:
@@ -90,7 +89,7 @@ bt_status bt_instr_parse(const char *text, int *stage, bt_instr *ins, const char
     if (*at && *at != ' ')
         return bt_error(BT_ERR_INVALID_ARG, "schedule text: \"%.*s\" has unexpected text after \"%.*s\"",
                         (int)token_len, text, (int)(at - text), text);
-    parsed.peer = peer_of(parsed.kind, s);
+    parsed.peer = bt_instr_peer(parsed.kind, s);
     *stage = s;
     *ins = parsed;
     if (end) *end = at;

@@ -97,6 +97,9 @@ int bt_schedule_max_inflight(const bt_schedule *sched, int stage);
 
 /* ---- text (notation.c) ---------------------------------------------------------------------- */
 
+/* The neighbour an instruction of kind on stage s talks to (SEND_ACT, RECV_GRAD: s + 1;
+ * RECV_ACT, SEND_GRAD: s - 1); -1 for compute and STEP. */
+int bt_instr_peer(bt_instr_kind kind, int stage);
 /* "1F3", "0B0", "2S3" (send act), "1R3" (recv act), "2s3"/"2r3" (send/recv grad), "1U" (step):
  * stage, kind letter, micro-batch. The slot and chunk are not written (slots follow from the
  * order, see bt_schedule_assign_slots; chunks are 0). */

@@ -55,18 +55,6 @@ static const char *kind_phrase(bt_instr_kind kind)
     return "unknown instruction";
 }
 
-/* The neighbour an instruction of this kind on stage s talks to; -1 for compute. */
-static int expected_peer(bt_instr_kind kind, int s)
-{
-    switch (kind) {
-    case BT_I_SEND_ACT:
-    case BT_I_RECV_GRAD: return s + 1;
-    case BT_I_RECV_ACT:
-    case BT_I_SEND_GRAD: return s - 1;
-    default: return -1;
-    }
-}
-
 /* The instruction kind on the peer that pairs with this one. */
 static bt_instr_kind partner_kind(bt_instr_kind kind)
 {
@@ -155,7 +143,7 @@ static bt_status check_instructions(const bt_schedule *sched)
                 return fail_at(sched, s, i,
                                "model chunk %d out of range (the schedule has %d per stage)",
                                ins->chunk, sched->chunks);
-            int want = expected_peer(ins->kind, s);
+            int want = bt_instr_peer(ins->kind, s);
             if (is_transfer(ins->kind)) {
                 if (want < 0 || want >= p)
                     return fail_at(sched, s, i, "%s on the %s stage, which has no %s neighbour",
