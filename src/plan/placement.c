@@ -416,10 +416,7 @@ bt_status bt_placement_cut(const bt_profile *prof, const bt_parallel_config *cfg
     first_layer[0] = 0;
     first_layer[n] = prof->n_layers;
     if (n == 1) return BT_OK;
-    for (int d = 0; d < n; d++) {
-        strcat(list, d ? "," : "");
-        strncat(list, devices[d], 32);
-    }
+    bt_plan_join_devices(devices, n, list, sizeof list);
     bt_placement_params lp;
     bt_placement_params_init(&lp);
     lp.devices = list;

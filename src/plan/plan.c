@@ -42,6 +42,18 @@ int bt_plan_split_devices(const char *list, char (*device)[32], int max)
     return n;
 }
 
+void bt_plan_join_devices(const char (*device)[32], int n, char *list, size_t size)
+{
+    size_t used = 0;
+    if (size == 0) return;
+    list[0] = '\0';
+    for (int d = 0; d < n && used < size; d++) {
+        int w = snprintf(list + used, size - used, "%s%.31s", d ? "," : "", device[d]);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
 bt_status bt_plan_resolve_devices(const bt_parallel_config *cfg, int n_layers, char (*device)[32],
                                   int *n_stages)
 {

@@ -48,6 +48,9 @@ int bt_plan_needs_profile(const bt_graph *graph, const bt_parallel_config *cfg);
 /* Splits "cpu:0, cpu:1" into device[] (names only: a kind's syntax is checked where devices are
  * opened); returns the count, or -1 for an empty or overlong entry or more than max. */
 int bt_plan_split_devices(const char *list, char (*device)[32], int max);
+/* The reverse: device[0..n) joined as "cpu:0,cpu:1" into list (BT_MAX_STAGES * 33 bytes hold
+ * any n <= BT_MAX_STAGES). */
+void bt_plan_join_devices(const char (*device)[32], int n, char *list, size_t size);
 /* The plan whose stage k holds layers [first_layer[k], first_layer[k+1]) (first_layer[0] = 0,
  * first_layer[stages] = the layer count, no stage empty), devices unnamed: how `baton plan`
  * prices a placement with the memory model. BT_ERR_INVALID_ARG for cuts that are not that. */

@@ -296,10 +296,7 @@ bt_status bt_profile_measure_for_plan(const bt_graph *g, const bt_parallel_confi
     *out = NULL;
     if (!bt_plan_needs_profile(g, cfg)) return BT_OK;
     BT_TRY(bt_plan_resolve_devices(cfg, g->n_layers, devices, &n));
-    for (int d = 0; d < n; d++) {
-        strcat(list, d ? "," : "");
-        strncat(list, devices[d], 32);
-    }
+    bt_plan_join_devices(devices, n, list, sizeof list);
     bt_profile_params pp;
     bt_profile_params_init(&pp);
     pp.devices = list;
