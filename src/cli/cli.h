@@ -3,6 +3,8 @@
 #ifndef BT_CLI_H
 #define BT_CLI_H
 
+#include <stdio.h>
+
 #include "baton.h"
 
 #define BT_EXIT_OK 0
@@ -33,6 +35,32 @@ void bt_cli_tracer_destroy(bt_cli_tracer *t);
 int bt_cli_exit_code(bt_status status);
 /* Prints "baton CMD: <bt_last_error()>" to stderr and returns the exit code for status. */
 int bt_cli_fail(const char *cmd, bt_status status);
+/* Prints "baton CMD: <bt_last_error()>" to stderr, control characters escaped. */
+void bt_cli_print_error(const char *cmd);
+
+/* Terminal output of strings a user or a file gave (names, paths, messages that quote them):
+ * control characters (below 0x20, and 0x7f) are written as \xNN, so no escape sequence or
+ * carriage return from a model file reaches the terminal. */
+void bt_cli_print_escaped(FILE *f, const char *s);
+/* The same into buf (truncated to size); returns buf, for printf's %s. */
+const char *bt_cli_escape(const char *s, char *buf, size_t size);
+
+/* Upper bounds of integer options (the model file's own limits where it has the same key). */
+#define BT_CLI_MAX_BATCH (1LL << 30)      /* train.batch */
+#define BT_CLI_MAX_EPOCHS 1000000         /* train.epochs */
+#define BT_CLI_MAX_STEPS 1000000000LL     /* one timing slot per step is kept */
+#define BT_CLI_MAX_THREADS 256
+#define BT_CLI_MAX_REPEATS 100000
+
+/* Integer options, parsed strictly: an optional '-' and decimal digits only, no overflow, within
+ * [lo, hi]. Otherwise prints "baton CMD: OPTION wants a whole number from LO to HI, not 'TEXT'"
+ * and returns BT_EXIT_USAGE; BT_EXIT_OK on success. Every integer option of every command goes
+ * through these. */
+int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long long lo, long long hi,
+                     long long *out);
+int bt_cli_parse_int32(const char *cmd, const char *option, const char *text, int lo, int hi, int *out);
+/* 0 to 2^64-1 (--seed). */
+int bt_cli_parse_u64(const char *cmd, const char *option, const char *text, unsigned long long *out);
 
 /* Options shared by check and run: model path, overrides and the flags that beat the file. */
 typedef struct bt_cli_model_opts {

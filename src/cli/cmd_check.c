@@ -124,13 +124,13 @@ int bt_cmd_check(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
     bt_cli_model_opts o;
     memset(&o, 0, sizeof o);
-    int c;
+    int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
-        case 's': o.stages = atoi(optarg); if (o.stages < 1) goto bad_number; break;
-        case 'm': o.microbatches = atoi(optarg); if (o.microbatches < 1) goto bad_number; break;
+        case 's': rc = bt_cli_parse_int32("check", "--stages", optarg, 1, BT_MAX_STAGES, &o.stages); if (rc != BT_EXIT_OK) return rc; break;
+        case 'm': rc = bt_cli_parse_int32("check", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.schedule = optarg; break;
         case 'P': o.partition = optarg; break;
         case 'B': o.balance = optarg; break;
@@ -142,13 +142,10 @@ int bt_cmd_check(int argc, char **argv)
     int prc = bt_cli_take_positional("check", argc, argv, optind, &o);
     if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
-    int rc = bt_cli_load_model("check", &o, &m);
+    rc = bt_cli_load_model("check", &o, &m);
     if (rc != BT_EXIT_OK) return rc;
     print_layers(m);
     rc = print_plan(m);
     bt_model_destroy(m);
     return rc;
-bad_number:
-    fprintf(stderr, "baton check: '%s' must be a positive integer\n", optarg);
-    return BT_EXIT_USAGE;
 }

@@ -85,7 +85,7 @@ static int get_profile(const plan_opts *o, const bt_model *m, const char *device
         if (st != BT_OK) {
             bt_profile_destroy(*out);
             *out = NULL;
-            fprintf(stderr, "baton plan: %s\n", bt_last_error());
+            bt_cli_print_error("plan");
             return BT_EXIT_USAGE;
         }
         return BT_EXIT_OK;
@@ -234,19 +234,17 @@ int bt_cmd_plan(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     plan_opts o;
     memset(&o, 0, sizeof o);
-    int c;
-    char *end;
-    long v;
+    int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 'p': o.profile = optarg; break;
-        case 'm': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > BT_MAX_MICROBATCHES) goto bad; o.microbatches = (int)v; break;
+        case 'm': rc = bt_cli_parse_int32("plan", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.schedule = optarg; break;
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
-        case 'r': v = strtol(optarg, &end, 10); if (*end || v < 1 || v > 100000) goto bad; o.repeats = (int)v; break;
+        case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;
         default: plan_usage(stderr); return BT_EXIT_USAGE;
         }
@@ -254,12 +252,12 @@ int bt_cmd_plan(int argc, char **argv)
     int prc = bt_cli_take_positional("plan", argc, argv, optind, &o.model);
     if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
-    int rc = bt_cli_load_model("plan", &o.model, &m);
+    rc = bt_cli_load_model("plan", &o.model, &m);
     if (rc != BT_EXIT_OK) return rc;
     rc = plan_model(&o, m);
     bt_model_destroy(m);
     return rc;
 bad:
-    fprintf(stderr, "baton plan: bad value '%s' for an option\n", optarg);
+    fprintf(stderr, "baton plan: --memory wants a byte count such as 512M or 2G, not '%s'\n", optarg);
     return BT_EXIT_USAGE;
 }

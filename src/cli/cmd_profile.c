@@ -111,20 +111,11 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     st = bt_profile_save(p, path);
     bt_profile_destroy(p);
     if (st != BT_OK) {
-        fprintf(stderr, "baton profile: %s\n", bt_last_error());
+        bt_cli_print_error("profile");
         return BT_EXIT_RUNTIME;
     }
     printf("\nwrote %s (use it with: baton plan %s --profile %s)\n", path, o->model.path, path);
     return BT_EXIT_OK;
-}
-
-static int parse_int(const char *s, int min, int max, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < min || v > max) return 0;
-    *out = (int)v;
-    return 1;
 }
 
 int bt_cmd_profile(int argc, char **argv)
@@ -139,17 +130,16 @@ int bt_cmd_profile(int argc, char **argv)
     memset(&o, 0, sizeof o);
     o.warmup = -1;
     o.threads = 1;
-    int c;
-    char *end;
+    int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
-        case 'b': o.batch = strtoll(optarg, &end, 10); if (*end || o.batch < 1) goto bad; break;
-        case 'm': if (!parse_int(optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches)) goto bad; break;
-        case 'r': if (!parse_int(optarg, 1, 100000, &o.repeats)) goto bad; break;
-        case 'w': if (!parse_int(optarg, 0, 100000, &o.warmup)) goto bad; break;
-        case 't': if (!parse_int(optarg, 1, 256, &o.threads)) goto bad; break;
+        case 'b': rc = bt_cli_parse_int("profile", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
+        case 'm': rc = bt_cli_parse_int32("profile", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches); if (rc != BT_EXIT_OK) return rc; break;
+        case 'r': rc = bt_cli_parse_int32("profile", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
+        case 'w': rc = bt_cli_parse_int32("profile", "--warmup", optarg, 0, BT_CLI_MAX_REPEATS, &o.warmup); if (rc != BT_EXIT_OK) return rc; break;
+        case 't': rc = bt_cli_parse_int32("profile", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'o': o.output = optarg; break;
         case 'h': profile_usage(stdout); return BT_EXIT_OK;
         default: profile_usage(stderr); return BT_EXIT_USAGE;
@@ -158,12 +148,9 @@ int bt_cmd_profile(int argc, char **argv)
     int prc = bt_cli_take_positional("profile", argc, argv, optind, &o.model);
     if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
-    int rc = bt_cli_load_model("profile", &o.model, &m);
+    rc = bt_cli_load_model("profile", &o.model, &m);
     if (rc != BT_EXIT_OK) return rc;
     rc = profile_model(&o, m);
     bt_model_destroy(m);
     return rc;
-bad:
-    fprintf(stderr, "baton profile: bad value '%s' for an option\n", optarg);
-    return BT_EXIT_USAGE;
 }

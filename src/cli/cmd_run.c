@@ -4,6 +4,7 @@
  * rule declares (bt_infer_int_range: a class count, a vocabulary). Prints one line per step
  * (or one JSON object per step with --log-format jsonl) and a per-stage summary at the end. */
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -324,31 +325,36 @@ int bt_cmd_run(int argc, char **argv)
     o.eval_every = -1;
     o.checkpoint_every = -1;
     o.progress = isatty(STDOUT_FILENO);
-    int c;
+    int c, rc;
     char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.model.devices = optarg; break;
-        case 's': o.model.stages = (int)strtol(optarg, &end, 10); if (*end || o.model.stages < 1) goto bad; break;
-        case 'm': o.model.microbatches = (int)strtol(optarg, &end, 10); if (*end || o.model.microbatches < 1) goto bad; break;
+        case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
+        case 'm': rc = bt_cli_parse_int32("run", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.model.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.model.schedule = optarg; break;
         case 'P': o.model.partition = optarg; break;
         case 'B': o.model.balance = optarg; break;
         case 'y': o.model.layout = optarg; break;
-        case 'n': o.steps = strtoll(optarg, &end, 10); if (*end || o.steps < 1) goto bad; break;
-        case 'r': o.seed = strtoull(optarg, &end, 10); if (*end) goto bad; break;
-        case 't': o.threads = (int)strtol(optarg, &end, 10); if (*end || o.threads < 1 || o.threads > 256) goto bad; break;
-        case 'b': o.batch = strtoll(optarg, &end, 10); if (*end || o.batch < 1) goto bad; break;
+        case 'n': rc = bt_cli_parse_int("run", "--steps", optarg, 1, BT_CLI_MAX_STEPS, &o.steps); if (rc != BT_EXIT_OK) return rc; break;
+        case 'r': rc = bt_cli_parse_u64("run", "--seed", optarg, &o.seed); if (rc != BT_EXIT_OK) return rc; break;
+        case 't': rc = bt_cli_parse_int32("run", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
+        case 'b': rc = bt_cli_parse_int("run", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
         case 'w': o.watchdog_s = strtod(optarg, &end); if (*end || !(o.watchdog_s > 0)) goto bad; break;
-        case 'E': o.epochs = (int)strtol(optarg, &end, 10); if (*end || o.epochs < 1) goto bad; break;
-        case 'v': o.eval_every = strtoll(optarg, &end, 10); if (*end || o.eval_every < 0) goto bad; break;
-        case 'k': o.checkpoint_every = strtoll(optarg, &end, 10); if (*end || o.checkpoint_every < 0) goto bad; break;
+        case 'E': rc = bt_cli_parse_int32("run", "--epochs", optarg, 1, BT_CLI_MAX_EPOCHS, &o.epochs); if (rc != BT_EXIT_OK) return rc; break;
+        case 'v': rc = bt_cli_parse_int("run", "--eval-every", optarg, 0, LLONG_MAX, &o.eval_every); if (rc != BT_EXIT_OK) return rc; break;
+        case 'k': rc = bt_cli_parse_int("run", "--checkpoint-every", optarg, 0, LLONG_MAX, &o.checkpoint_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'C': o.checkpoint_dir = optarg; break;
         case 'R': o.resume = optarg; break;
         case 'I': o.init = optarg; break;
         case 'Y': o.synthetic = 1; break;
-        case 'M': if (!bt_cli_parse_bytes(optarg, &o.device_memory)) goto bad; break;
+        case 'M':
+            if (!bt_cli_parse_bytes(optarg, &o.device_memory)) {
+                fprintf(stderr, "baton run: --memory wants a byte count such as 512M or 2G, not '%s'\n", optarg);
+                return BT_EXIT_USAGE;
+            }
+            break;
         case 'T': o.trace_path = optarg; break;
         case 'L': o.timeline_path = optarg; break;
         case 'X':
@@ -375,7 +381,7 @@ int bt_cmd_run(int argc, char **argv)
     int prc = bt_cli_take_positional("run", argc, argv, optind, &o.model);
     if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
-    int rc = bt_cli_load_model("run", &o.model, &m);
+    rc = bt_cli_load_model("run", &o.model, &m);
     if (rc != BT_EXIT_OK) return rc;
     rc = run_model(&o, m);
     bt_model_destroy(m);

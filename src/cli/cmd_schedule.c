@@ -15,6 +15,7 @@
 
 #include "baton/config.h"
 #include "baton/status.h"
+#include "cli/cli.h"
 #include "cli/cmd_schedule.h"
 #include "sched/sched.h"
 
@@ -59,16 +60,6 @@ static int usage_error(const char *fmt, ...)
     return 2;
 }
 
-/* Parses a whole decimal integer in [lo, hi]; 0 on success. */
-static int parse_int(const char *text, int lo, int hi, int *out)
-{
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end != '\0' || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 static int parse_schedule_kind(const char *text, bt_schedule_kind *out)
 {
     static const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B,
@@ -94,7 +85,7 @@ static int print_summary(const bt_schedule *sched)
     for (int s = 0; s < p; s++) unit[s] = 1.0;
     bt_sim_costs costs = {.fwd = unit, .bwd = unit, .step = 0.0};
     if (bt_simulate(sched, &costs, &sim) != BT_OK) {
-        fprintf(stderr, CMD_NAME ": %s\n", bt_last_error());
+        bt_cli_print_error("schedule");
         goto out;
     }
     printf("bubble %.4f with unit costs (F = B = 1, step 0, instant transfers); "
@@ -130,14 +121,13 @@ int bt_cmd_schedule(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, ":p:m:s:vh", options, NULL)) != -1) {
         switch (opt) {
         case 'p':
-            if (parse_int(optarg, 1, BT_MAX_STAGES, &stages) != 0)
-                return usage_error("--stages wants a whole number from 1 to %d, not '%s'",
-                                   BT_MAX_STAGES, optarg);
+            if (bt_cli_parse_int32("schedule", "--stages", optarg, 1, BT_MAX_STAGES, &stages) != BT_EXIT_OK)
+                return BT_EXIT_USAGE;
             break;
         case 'm':
-            if (parse_int(optarg, 1, BT_MAX_MICROBATCHES, &microbatches) != 0)
-                return usage_error("--microbatches wants a whole number from 1 to %d, not '%s'",
-                                   BT_MAX_MICROBATCHES, optarg);
+            if (bt_cli_parse_int32("schedule", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &microbatches) !=
+                BT_EXIT_OK)
+                return BT_EXIT_USAGE;
             break;
         case 's':
             if (parse_schedule_kind(optarg, &kind) != 0)
@@ -173,7 +163,7 @@ int bt_cmd_schedule(int argc, char **argv)
     goto out;
 
 fail:
-    fprintf(stderr, CMD_NAME ": %s\n", bt_last_error());
+    bt_cli_print_error("schedule");
     rc = 1;
 out:
     free(grid);

@@ -1,11 +1,15 @@
 /* cli/common.c: what the subcommands share: loading a model with command-line flags turned into
  * overrides (so flags are validated exactly like the file), error reporting and number formats. */
 #include <ctype.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/error.h"
+#include "core/strutil.h"
 
 int bt_cli_exit_code(bt_status status)
 {
@@ -19,10 +23,29 @@ int bt_cli_exit_code(bt_status status)
     }
 }
 
+void bt_cli_print_error(const char *cmd)
+{
+    fprintf(stderr, "baton %s: ", cmd);
+    bt_cli_print_escaped(stderr, bt_last_error());
+    fputc('\n', stderr);
+}
+
 int bt_cli_fail(const char *cmd, bt_status status)
 {
-    fprintf(stderr, "baton %s: %s\n", cmd, bt_last_error());
+    bt_cli_print_error(cmd);
     return bt_cli_exit_code(status);
+}
+
+const char *bt_cli_escape(const char *s, char *buf, size_t size)
+{
+    size_t o = 0;
+    if (!s) s = "";
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < size; p++) {
+        if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(buf + o, size - o, "\\x%02x", *p);
+        else buf[o++] = (char)*p;
+    }
+    if (size) buf[o < size ? o : size - 1] = '\0';
+    return buf;
 }
 
 int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt_cli_model_opts *o)
@@ -51,23 +74,104 @@ int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[96];
-    char flags[8][512];
+    char *flags[8] = {NULL};
     int n = 0, nf = 0;
-    if (o->devices) snprintf(flags[nf], sizeof flags[nf], "parallel.devices=%s", o->devices), ov[n++] = flags[nf++];
-    if (o->stages > 0) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.stages=%d", o->stages), ov[n++] = flags[nf++];
-    if (o->microbatches > 0)
-        snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.microbatches=%d", o->microbatches), ov[n++] = flags[nf++];
-    if (o->schedule) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.schedule=%s", o->schedule), ov[n++] = flags[nf++];
-    if (o->partition) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition=%s", o->partition), ov[n++] = flags[nf++];
-    if (o->balance) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition={balance: [%s]}", o->balance), ov[n++] = flags[nf++];
-    if (o->layout) snprintf(flags[nf], sizeof flags[nf], "parallel.pipeline.partition={layout: \"%s\"}", o->layout), ov[n++] = flags[nf++];
+    /* heap copies: a long --layout must never be cut short */
+    if (o->devices) flags[nf++] = bt_strfmt("parallel.devices=%s", o->devices);
+    if (o->stages > 0) flags[nf++] = bt_strfmt("parallel.pipeline.stages=%d", o->stages);
+    if (o->microbatches > 0) flags[nf++] = bt_strfmt("parallel.pipeline.microbatches=%d", o->microbatches);
+    if (o->schedule) flags[nf++] = bt_strfmt("parallel.pipeline.schedule=%s", o->schedule);
+    if (o->partition) flags[nf++] = bt_strfmt("parallel.pipeline.partition=%s", o->partition);
+    if (o->balance) flags[nf++] = bt_strfmt("parallel.pipeline.partition={balance: [%s]}", o->balance);
+    if (o->layout) flags[nf++] = bt_strfmt("parallel.pipeline.partition={layout: \"%s\"}", o->layout);
+    bt_status st = BT_OK;
+    for (int i = 0; i < nf; i++) {
+        if (!flags[i]) st = bt_error(BT_ERR_NOMEM, "out of memory");
+        ov[n++] = flags[i];
+    }
     for (int i = 0; i < o->n_overrides && n < 96; i++) ov[n++] = o->overrides[i];
-    bt_status st = bt_model_load(o->path, ov, n, out);
+    if (st == BT_OK) st = bt_model_load(o->path, ov, n, out);
+    for (int i = 0; i < nf; i++) free(flags[i]);
     if (st != BT_OK) {
-        fprintf(stderr, "baton %s: %s\n", cmd, bt_last_error());
+        bt_cli_print_error(cmd);
         return BT_EXIT_USAGE;
     }
     return BT_EXIT_OK;
+}
+
+/* Reads text as a whole decimal integer: an optional '-', then digits only (no spaces, no '+',
+ * nothing after them). *neg and *mag get the sign and magnitude; 0 when it is not one or the
+ * magnitude overflows 64 bits. */
+static int read_integer(const char *text, int *neg, uint64_t *mag)
+{
+    const char *p = text;
+    *neg = *p == '-';
+    if (*neg) p++;
+    if (!isdigit((unsigned char)*p)) return 0;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    *mag = v;
+    return *p == '\0';
+}
+
+static int bad_integer(const char *cmd, const char *option, const char *text, const char *range)
+{
+    fprintf(stderr, "baton %s: %s wants %s, not '", cmd, option, range);
+    bt_cli_print_escaped(stderr, text);
+    fprintf(stderr, "'\n");
+    return BT_EXIT_USAGE;
+}
+
+int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long long lo, long long hi,
+                     long long *out)
+{
+    char range[96];
+    if (hi == LLONG_MAX) snprintf(range, sizeof range, "a whole number of at least %lld", lo);
+    else snprintf(range, sizeof range, "a whole number from %lld to %lld", lo, hi);
+    int neg;
+    uint64_t mag;
+    if (!text || !read_integer(text, &neg, &mag)) return bad_integer(cmd, option, text ? text : "", range);
+    long long v;
+    if (neg) {
+        if (mag > (uint64_t)LLONG_MAX + 1) return bad_integer(cmd, option, text, range);
+        v = mag == (uint64_t)LLONG_MAX + 1 ? LLONG_MIN : -(long long)mag;
+    } else {
+        if (mag > (uint64_t)LLONG_MAX) return bad_integer(cmd, option, text, range);
+        v = (long long)mag;
+    }
+    if (v < lo || v > hi) return bad_integer(cmd, option, text, range);
+    *out = v;
+    return BT_EXIT_OK;
+}
+
+int bt_cli_parse_int32(const char *cmd, const char *option, const char *text, int lo, int hi, int *out)
+{
+    long long v;
+    int rc = bt_cli_parse_int(cmd, option, text, lo, hi, &v);
+    if (rc == BT_EXIT_OK) *out = (int)v;
+    return rc;
+}
+
+int bt_cli_parse_u64(const char *cmd, const char *option, const char *text, unsigned long long *out)
+{
+    int neg;
+    uint64_t mag;
+    if (!text || !read_integer(text, &neg, &mag) || (neg && mag != 0))
+        return bad_integer(cmd, option, text ? text : "", "a whole number from 0 to 18446744073709551615");
+    *out = mag;
+    return BT_EXIT_OK;
+}
+
+void bt_cli_print_escaped(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\x%02x", *p);
+        else fputc(*p, f);
+    }
 }
 
 int bt_cli_parse_bytes(const char *s, unsigned long long *out)

@@ -92,7 +92,7 @@ int bt_cli_tracer_write(bt_cli_tracer *t, int jsonl)
     if (t->json_path) st = bt_trace_write_json(t->trace, t->json_path);
     if (st == BT_OK && t->svg_path) st = bt_trace_write_svg(t->trace, t->svg_path);
     if (st != BT_OK) {
-        fprintf(stderr, "baton run: %s\n", bt_last_error());
+        bt_cli_print_error("run");
         return BT_EXIT_RUNTIME;
     }
     if (!jsonl) {

@@ -1,7 +1,12 @@
 /* io/idx.c: the IDX reader (through zlib's gz* calls, which read gzipped and plain files alike)
- * and the images + labels pair loader (see idx.h). */
+ * and the images + labels pair loader (see idx.h). A header's dims are never trusted with memory:
+ * a plain file must hold the bytes its dims promise before anything is allocated (checked with
+ * fstat), a gzip file must be big enough that it could (deflate expands at most 1032:1), and the
+ * data buffer grows with what is actually read, so a 22-byte header claiming 4 GB costs nothing
+ * but an error. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +53,44 @@ static bt_status gz_read_full(gzFile gz, const char *path, void *buf, uint64_t s
     return BT_OK;
 }
 
+/* deflate's largest expansion: a stream of n compressed bytes decompresses to at most about
+ * 1032 n bytes. Used only to refuse impossible headers early; the growing read below is the
+ * real guarantee. */
+#define BT_GZIP_MAX_RATIO 1100
+
+/* Reads numel data bytes into a buffer that grows (doubling, from 1 MiB) with what arrives, so
+ * memory follows the file, never the header. *data gets the buffer; *got the count read. */
+static bt_status read_data(gzFile gz, const char *path, uint64_t numel, unsigned char **data, uint64_t *got)
+{
+    uint64_t cap = numel < (1u << 20) ? numel : (1u << 20);
+    unsigned char *buf = malloc(cap ? (size_t)cap : 1);
+    *got = 0;
+    *data = NULL;
+    if (!buf) return bt_error(BT_ERR_NOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)cap);
+    while (*got < numel) {
+        if (*got == cap) {
+            uint64_t grown = cap * 2 < numel ? cap * 2 : numel;
+            unsigned char *b = realloc(buf, (size_t)grown);
+            if (!b) {
+                free(buf);
+                return bt_error(BT_ERR_NOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)grown);
+            }
+            buf = b;
+            cap = grown;
+        }
+        uint64_t want = cap - *got, n = 0;
+        bt_status st = gz_read_full(gz, path, buf + *got, want, &n);
+        if (st != BT_OK) {
+            free(buf);
+            return st;
+        }
+        *got += n;
+        if (n < want) break; /* end of file */
+    }
+    *data = buf;
+    return BT_OK;
+}
+
 static uint32_t be32(const unsigned char *b)
 {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
@@ -63,6 +106,12 @@ bt_status bt_idx_read(const char *path, bt_idx *out)
     if (!path) return bt_error(BT_ERR_INVALID_ARG, "idx: NULL path");
     int fd = open(path, O_RDONLY);
     if (fd < 0) return bt_error(BT_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = bt_error(BT_ERR_IO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
     gz = gzdopen(fd, "rb");
     if (!gz) {
         close(fd);
@@ -113,13 +162,23 @@ bt_status bt_idx_read(const char *path, bt_idx *out)
         }
     }
     out->numel = (int64_t)numel;
-    out->data = malloc(numel ? (size_t)numel : 1);
-    if (!out->data) {
-        st = bt_error(BT_ERR_NOMEM, "%s: cannot allocate %llu bytes", path,
-                      (unsigned long long)numel);
-        goto fail;
+    uint64_t header = 4 + 4 * (uint64_t)ndim;
+    if (S_ISREG(sb.st_mode)) {
+        uint64_t size = (uint64_t)sb.st_size;
+        if (gzdirect(gz) && size - header < numel) {
+            st = bt_error(BT_ERR_IO, "%s: truncated: the dims need %llu data bytes, the file has %llu",
+                          path, (unsigned long long)numel, (unsigned long long)(size - header));
+            goto fail;
+        }
+        if (!gzdirect(gz) && numel / BT_GZIP_MAX_RATIO > size) {
+            st = bt_error(BT_ERR_IO,
+                          "%s: truncated: the dims need %llu data bytes, more than %llu compressed "
+                          "bytes can hold",
+                          path, (unsigned long long)numel, (unsigned long long)size);
+            goto fail;
+        }
     }
-    BT_TRY_GOTO(st, gz_read_full(gz, path, out->data, numel, &got), fail);
+    BT_TRY_GOTO(st, read_data(gz, path, numel, &out->data, &got), fail);
     if (got < numel) {
         st = bt_error(BT_ERR_IO, "%s: truncated: the dims need %llu data bytes, the file has %llu",
                       path, (unsigned long long)numel, (unsigned long long)got);

@@ -120,7 +120,7 @@ bt_status bt_ld_error(const bt_ld *ld, const bt_ynode *at, bt_status status, con
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (at && at->line > 0) return bt_error(status, "%s:%d:%d: %s", ld->file, at->line, at->col, msg);
-    if (at && at->origin) return bt_error(status, "%s: override '%s': %s", ld->file, at->origin, msg);
+    if (at && at->origin) return bt_error(status, "%s: override '%s': %s", ld->file, at->origin->text, msg);
     return bt_error(status, "%s: %s", ld->file, msg);
 }
 

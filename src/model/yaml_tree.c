@@ -50,7 +50,7 @@ void bt_ynode_free(bt_ynode *node)
     for (int i = 0; i < node->n; i++) bt_ynode_free(node->kids[i]);
     free(node->kids);
     free(node->text);
-    free(node->origin);
+    bt_yorigin_release(node->origin);
     free(node);
 }
 
@@ -67,14 +67,35 @@ bt_status bt_ynode_append(bt_ynode *coll, bt_ynode *child)
     return BT_OK;
 }
 
-bt_status bt_ynode_set_origin(bt_ynode *node, const char *origin)
+bt_yorigin *bt_yorigin_new(const char *override)
 {
-    free(node->origin);
-    node->origin = bt_strdup(origin);
-    if (!node->origin) return bt_error(BT_ERR_NOMEM, "YAML tree: out of memory");
+    size_t len = strlen(override);
+    char shown[BT_YORIGIN_SHOWN + 64];
+    if (len > BT_YORIGIN_SHOWN)
+        snprintf(shown, sizeof shown, "%.*s... (%zu bytes)", BT_YORIGIN_SHOWN, override, len);
+    else
+        snprintf(shown, sizeof shown, "%s", override);
+    bt_yorigin *o = malloc(sizeof *o + strlen(shown) + 1);
+    if (!o) return NULL;
+    o->refs = 1;
+    memcpy(o->text, shown, strlen(shown) + 1);
+    return o;
+}
+
+void bt_yorigin_release(bt_yorigin *origin)
+{
+    if (origin && --origin->refs == 0) free(origin);
+}
+
+void bt_ynode_set_origin(bt_ynode *node, bt_yorigin *origin)
+{
+    if (node->origin != origin) {
+        bt_yorigin_release(node->origin);
+        origin->refs++;
+        node->origin = origin;
+    }
     node->line = node->col = 0;
-    for (int i = 0; i < node->n; i++) BT_TRY(bt_ynode_set_origin(node->kids[i], origin));
-    return BT_OK;
+    for (int i = 0; i < node->n; i++) bt_ynode_set_origin(node->kids[i], origin);
 }
 
 int bt_ymap_len(const bt_ynode *map)

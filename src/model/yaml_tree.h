@@ -19,10 +19,19 @@
 
 typedef enum bt_ykind { BT_Y_SCALAR = 0, BT_Y_SEQ = 1, BT_Y_MAP = 2 } bt_ykind;
 
+/* The override that created nodes, shared by all of them (one counted copy per override, so
+ * an override's cost stays linear in its length): text is what messages quote, the override
+ * itself, or its first BT_YORIGIN_SHOWN bytes and its length when it is longer. */
+#define BT_YORIGIN_SHOWN 80
+typedef struct bt_yorigin {
+    int refs;
+    char text[];
+} bt_yorigin;
+
 typedef struct bt_ynode {
     bt_ykind kind;
     int line, col;           /* 1-based; 0 for nodes an override created */
-    char *origin;            /* the override text ("a.b=1") for nodes it created, else NULL */
+    bt_yorigin *origin;      /* the override ("a.b=1") for nodes it created, else NULL */
     char *text;              /* scalar: NUL-terminated text (may hold NULs; see len) */
     size_t len;
     int plain;               /* scalar: written without quotes or block style */
@@ -43,8 +52,12 @@ void bt_ynode_free(bt_ynode *node);
 bt_ynode *bt_ynode_new(bt_ykind kind, const char *text);
 /* Appends child to a sequence, or a key/value pair to a mapping (takes ownership on success). */
 bt_status bt_ynode_append(bt_ynode *coll, bt_ynode *child);
-/* Marks node and its subtree as created by the override `origin` (copied). */
-bt_status bt_ynode_set_origin(bt_ynode *node, const char *origin);
+/* A new origin for the override text (refs 1); NULL when out of memory. */
+bt_yorigin *bt_yorigin_new(const char *override);
+/* Drops one reference; frees at zero. Accepts NULL. */
+void bt_yorigin_release(bt_yorigin *origin);
+/* Marks node and its subtree as created by origin (each node takes a reference). Never fails. */
+void bt_ynode_set_origin(bt_ynode *node, bt_yorigin *origin);
 
 /* Mapping access: number of pairs, i-th key / value, value of key (NULL if absent or not a map). */
 int bt_ymap_len(const bt_ynode *map);
