@@ -215,6 +215,24 @@ static void wrong_microbatch(json_t *r) { json_object_set_new(r, "microbatch_siz
 static void missing_kind(json_t *r) { json_object_del(json_object_get(layer1(r), "times"), "cpu"); }
 static void bad_format(json_t *r) { json_object_set_new(r, "format", json_string("chrome-trace")); }
 static void float_bytes(json_t *r) { json_object_set_new(layer1(r), "param_bytes", json_real(1.5)); }
+/* finite but absurd: 1e308 ms made `baton plan` print "inf ms" */
+static void huge_fwd(json_t *r)
+{
+    json_t *t = json_object_get(json_object_get(layer1(r), "times"), "cpu");
+    json_object_set_new(t, "bwd_ms", json_real(1e308));
+}
+static void tiny_rate(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "transfers"), 0), "gb_per_s", json_real(1e-300));
+}
+static void huge_rate(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "transfers"), 0), "gb_per_s", json_real(1e300));
+}
+static void huge_bytes(json_t *r)
+{
+    json_object_set_new(layer1(r), "activation_bytes_per_sample", json_integer(INT64_MAX));
+}
 
 static void test_corrupt_profiles_rejected(void)
 {
@@ -233,6 +251,10 @@ static void test_corrupt_profiles_rejected(void)
     expect_rejected(good, missing_kind, "layers[1].times.cpu");
     expect_rejected(good, bad_format, "'format'");
     expect_rejected(good, float_bytes, "layers[1].param_bytes");
+    expect_rejected(good, huge_fwd, "layers[1].times.cpu.bwd_ms");
+    expect_rejected(good, tiny_rate, "transfers[0].gb_per_s");
+    expect_rejected(good, huge_rate, "transfers[0].gb_per_s");
+    expect_rejected(good, huge_bytes, "layers[1].activation_bytes_per_sample");
 
     /* not JSON at all: file:line:col */
     tmp_path("syntax.json", path, sizeof path);

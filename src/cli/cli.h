@@ -52,6 +52,13 @@ const char *bt_cli_escape(const char *s, char *buf, size_t size);
 #define BT_CLI_MAX_THREADS 256
 #define BT_CLI_MAX_REPEATS 100000
 
+/* s as a JSON string literal, quotes included. */
+void bt_cli_print_json_string(FILE *f, const char *s);
+/* 1 when s can name a file in the working directory as it is: 1 to 200 bytes, no '/', '\\' or
+ * control character, not starting with '.' (so never "..", nor hidden). Default output names made
+ * from a model's name must pass (`name: ../../tmp/x` must not write outside the directory). */
+int bt_cli_plain_file_name(const char *s);
+
 /* Integer options, parsed strictly: an optional '-' and decimal digits only, no overflow, within
  * [lo, hi]. Otherwise prints "baton CMD: OPTION wants a whole number from LO to HI, not 'TEXT'"
  * and returns BT_EXIT_USAGE; BT_EXIT_OK on success. Every integer option of every command goes

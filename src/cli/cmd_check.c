@@ -34,8 +34,9 @@ static void check_usage(FILE *f)
 static void print_layers(const bt_model *m)
 {
     const bt_graph *g = m->graph;
-    char shape[64], num[32], opname[64];
-    printf("model %s (%s)\n\n", m->name ? m->name : "?", m->path ? m->path : "");
+    char shape[64], num[32], opname[64], name[256], path[1024];
+    printf("model %s (%s)\n\n", bt_cli_escape(m->name ? m->name : "?", name, sizeof name),
+           bt_cli_escape(m->path, path, sizeof path));
     printf("  %-3s %-20s %-20s %-18s %12s\n", "#", "layer", "op", "output", "params");
     for (int i = 0; i < bt_graph_num_layers(g); i++) {
         bt_layer_info info;

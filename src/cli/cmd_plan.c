@@ -153,9 +153,11 @@ static void print_plan(const plan_opts *o, const bt_model *m, const bt_profile *
                        const bt_placement *uniform)
 {
     int worst = 0;
+    char name[256];
     for (int k = 1; k < pl->stages; k++)
         if (pl->stage[k].stage_ms > pl->stage[worst].stage_ms) worst = k;
-    printf("plan for %s: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n", m->name ? m->name : "model",
+    printf("plan for %s: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n",
+           bt_cli_escape(m->name ? m->name : "model", name, sizeof name),
            pl->stages, pl->stages == 1 ? "" : "s", pl->microbatches, pl->microbatches == 1 ? "" : "es",
            (long long)pl->microbatch_size, bt_schedule_name(pl->schedule));
     print_costs_source(o, p, pl);

@@ -72,9 +72,10 @@ static void print_layers(const bt_profile *p, int k)
 
 static void print_profile(const bt_profile *p)
 {
+    char name[256];
     printf("profile of %s: batch %lld in %d micro-batch%s of %lld samples, %s, optimizer %s, "
            "%d repeats after %d warm-ups, %d thread%s\n",
-           p->model, (long long)p->batch, p->microbatches, p->microbatches == 1 ? "" : "es",
+           bt_cli_escape(p->model, name, sizeof name), (long long)p->batch, p->microbatches, p->microbatches == 1 ? "" : "es",
            (long long)p->microbatch_size, p->training ? "training" : "forward only", p->optimizer,
            p->repeats, p->warmup, p->threads, p->threads == 1 ? "" : "s");
     for (int k = 0; k < p->n_kinds; k++) print_layers(p, k);
@@ -91,6 +92,18 @@ static void print_profile(const bt_profile *p)
 
 static int profile_model(const profile_opts *o, const bt_model *m)
 {
+    char path[1024], shown[1024], model_path[1024];
+    if (o->output) {
+        snprintf(path, sizeof path, "%s", o->output);
+    } else if (!bt_cli_plain_file_name(m->name)) { /* refused before measuring, not after */
+        fprintf(stderr,
+                "baton profile: the model's name '%s' is not a plain file name (it has a '/', '\\', a control\n"
+                "character or a leading '.'), so it cannot name the profile file: give --output FILE\n",
+                bt_cli_escape(m->name, shown, sizeof shown));
+        return BT_EXIT_USAGE;
+    } else {
+        snprintf(path, sizeof path, "%s.profile.json", m->name);
+    }
     bt_profile_params pp;
     bt_profile_params_init(&pp);
     pp.devices = default_devices(o, m);
@@ -105,16 +118,15 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     bt_status st = bt_profile_measure(m->graph, m->name, &pp, &p);
     if (st != BT_OK) return bt_cli_fail("profile", st);
     print_profile(p);
-    char path[1024];
-    if (o->output) snprintf(path, sizeof path, "%s", o->output);
-    else snprintf(path, sizeof path, "%s.profile.json", m->name ? m->name : "model");
     st = bt_profile_save(p, path);
     bt_profile_destroy(p);
     if (st != BT_OK) {
         bt_cli_print_error("profile");
         return BT_EXIT_RUNTIME;
     }
-    printf("\nwrote %s (use it with: baton plan %s --profile %s)\n", path, o->model.path, path);
+    bt_cli_escape(path, shown, sizeof shown);
+    printf("\nwrote %s (use it with: baton plan %s --profile %s)\n", shown,
+           bt_cli_escape(o->model.path, model_path, sizeof model_path), shown);
     return BT_EXIT_OK;
 }
 

@@ -271,8 +271,9 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
         return BT_EXIT_RUNTIME;
     }
     if (!o->jsonl) {
+        char name[1024];
         printf("%s %s: %d stage%s, %d micro-batch%s, schedule %s, batch %lld, synthetic data\n",
-               training ? "training" : "inference", m->name ? m->name : o->model.path,
+               training ? "training" : "inference", bt_cli_escape(m->name ? m->name : o->model.path, name, sizeof name),
                bt_engine_num_stages(e), bt_engine_num_stages(e) == 1 ? "" : "s",
                p.parallel.microbatches, p.parallel.microbatches == 1 ? "" : "es",
                bt_schedule_name(p.parallel.schedule), (long long)p.batch);

@@ -174,6 +174,25 @@ void bt_cli_print_escaped(FILE *f, const char *s)
     }
 }
 
+void bt_cli_print_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+int bt_cli_plain_file_name(const char *s)
+{
+    if (!s || !*s || s[0] == '.') return 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p == '/' || *p == '\\' || *p < 0x20 || *p == 0x7f) return 0;
+    return strlen(s) <= 200;
+}
+
 int bt_cli_parse_bytes(const char *s, unsigned long long *out)
 {
     char *end;

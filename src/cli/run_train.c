@@ -51,15 +51,18 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
 {
     char buf[512], num[32];
     if (o->jsonl) {
-        printf("{\"config\": true, \"model\": \"%s\", \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
+        printf("{\"config\": true, \"model\": ");
+        bt_cli_print_json_string(stdout, m->name ? m->name : "");
+        printf(", \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
                "\"batch\": %lld, \"steps\": %lld, \"train_samples\": %lld, \"params\": %lld}\n",
-               m->name ? m->name : "", bt_engine_num_stages(e), p->parallel.microbatches,
+               bt_engine_num_stages(e), p->parallel.microbatches,
                bt_schedule_name(p->parallel.schedule), (long long)p->batch, (long long)bt_trainer_total_steps(t),
                (long long)bt_trainer_train_samples(t), (long long)bt_graph_total_params(m->graph));
         return;
     }
-    printf("baton run %s\n", m->path ? m->path : "");
-    printf("  model         %s, %d layers, %s parameters\n", m->name ? m->name : "?",
+    char name[256];
+    printf("baton run %s\n", bt_cli_escape(m->path, buf, sizeof buf));
+    printf("  model         %s, %d layers, %s parameters\n", bt_cli_escape(m->name ? m->name : "?", name, sizeof name),
            bt_graph_num_layers(m->graph), bt_cli_group(bt_graph_total_params(m->graph), num, sizeof num));
     for (int s = 0; s < bt_engine_num_stages(e); s++) {
         bt_stage_info si;

@@ -211,6 +211,10 @@ bt_status bt_ld_string(const bt_ld *ld, const bt_ynode *node, const char *what, 
         return type_error(ld, node, "a string", what);
     if (strlen(node->text) != node->len)
         return bt_ld_error(ld, node, BT_ERR_MODEL, "%s contains a NUL character", what);
+    /* names, paths and devices end up on terminals and in file names: no escape sequences */
+    for (const unsigned char *p = (const unsigned char *)node->text; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return bt_ld_error(ld, node, BT_ERR_MODEL, "%s contains the control character 0x%02x", what, *p);
     *out = node->text;
     return BT_OK;
 }

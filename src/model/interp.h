@@ -45,7 +45,8 @@ bt_status bt_ld_int32(const bt_ld *ld, const bt_ynode *node, const char *what, i
 bt_status bt_ld_float(const bt_ld *ld, const bt_ynode *node, const char *what, double min,
                       int min_open, double max, int max_open, double *out);
 bt_status bt_ld_bool(const bt_ld *ld, const bt_ynode *node, const char *what, int *out);
-/* Any non-null scalar as text without NUL bytes; *out points into the node. */
+/* Any non-null scalar as text without NUL bytes or control characters (below 0x20, 0x7f: a
+ * model's strings reach terminals and file names); *out points into the node. */
 bt_status bt_ld_string(const bt_ld *ld, const bt_ynode *node, const char *what, const char **out);
 /* A string that is one of names (NULL-terminated list); *out is its index. */
 bt_status bt_ld_enum(const bt_ld *ld, const bt_ynode *node, const char *what,

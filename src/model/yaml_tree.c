@@ -300,13 +300,36 @@ static bt_status on_event(builder *b, const yaml_event_t *ev)
     }
 }
 
-static bt_status syntax_error(const builder *b, const yaml_parser_t *p)
+/* The position of byte offset in text as libyaml marks count it (0-based line, and column in
+ * characters: UTF-8 continuation bytes do not start one), for reader errors, which libyaml
+ * reports as a byte offset only. */
+static yaml_mark_t mark_at_offset(const char *text, size_t len, size_t offset)
+{
+    yaml_mark_t m = {0};
+    const unsigned char *t = (const unsigned char *)text;
+    if (offset > len) offset = len;
+    for (size_t i = 0; i < offset; i++) {
+        if (t[i] == '\n' || (t[i] == '\r' && (i + 1 >= len || t[i + 1] != '\n'))) {
+            m.line++;
+            m.column = 0;
+        } else if ((t[i] & 0xc0) != 0x80 && t[i] != '\r') {
+            m.column++;
+        }
+    }
+    m.index = offset;
+    return m;
+}
+
+static bt_status syntax_error(const builder *b, const yaml_parser_t *p, const char *text, size_t len)
 {
     if (p->error == YAML_MEMORY_ERROR) return bt_error(BT_ERR_NOMEM, "%s: out of memory", b->name);
     const char *problem = p->problem ? p->problem : "unknown problem";
-    if (p->error == YAML_READER_ERROR)
-        return bt_error(BT_ERR_MODEL, "%s: invalid text at byte %zu: %s", b->name,
-                        p->problem_offset, problem);
+    if (p->error == YAML_READER_ERROR) {
+        if (p->problem_value >= 0 && p->problem_value <= 0xff)
+            return at_mark(b, mark_at_offset(text, len, p->problem_offset), "invalid text: %s (byte 0x%02x)",
+                           problem, (unsigned)p->problem_value);
+        return at_mark(b, mark_at_offset(text, len, p->problem_offset), "invalid text: %s", problem);
+    }
     if (p->context)
         return at_mark(b, p->problem_mark, "YAML syntax error: %s (%s at line %zu, column %zu)",
                        problem, p->context, p->context_mark.line + 1, p->context_mark.column + 1);
@@ -328,7 +351,7 @@ static bt_status parse(const char *text, size_t len, const char *name, int value
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     for (;;) {
         if (!yaml_parser_parse(&parser, &ev)) {
-            st = syntax_error(&b, &parser);
+            st = syntax_error(&b, &parser, text, len);
             goto fail;
         }
         yaml_event_type_t type = ev.type;

@@ -2,7 +2,11 @@
  * docs/profiling.md shows it). bt_profile_save writes atomically; bt_profile_load checks every
  * field's presence, type and range and rejects unknown keys with a message naming the file and
  * the field ("layers[2].times.cpu.fwd_ms"), so a profile that loads is one the planner can use
- * without further checks.
+ * without further checks. "Range" is a sane one, not merely a representable one: finite is not
+ * enough (1e308 ms per layer sums to inf ms in a plan), so times are at most BT_PROFILE_MAX_MS,
+ * rates within [BT_PROFILE_MIN_GBPS, BT_PROFILE_MAX_GBPS] and byte counts at most
+ * BT_PROFILE_MAX_BYTES: any sum or product the planner forms over 64 stages, 10000 layers and
+ * 4096 micro-batches stays finite and far inside 64 bits.
  *
  * Data flow: bt_profile (plan/profile.h) <-> file. Never prints, never opens a device. */
 #include <math.h>
@@ -186,24 +190,35 @@ static bt_status read_int(const reader *r, const json_t *obj, const char *prefix
     return BT_OK;
 }
 
+/* One layer on one device, per micro-batch: 1e9 ms is eleven days. */
+#define BT_PROFILE_MAX_MS 1e9
+/* A transfer rate: 1 kB/s to 1 PB/s. */
+#define BT_PROFILE_MIN_GBPS 1e-6
+#define BT_PROFILE_MAX_GBPS 1e6
+/* Bytes (and parameter counts) of one layer, or per sample: 1 PiB. */
+#define BT_PROFILE_MAX_BYTES (INT64_C(1) << 50)
+
 static bt_status read_bytes(const reader *r, const json_t *obj, const char *prefix, const char *key,
                             uint64_t *out)
 {
     int64_t v;
-    BT_TRY(read_int(r, obj, prefix, key, 0, INT64_MAX, &v));
+    BT_TRY(read_int(r, obj, prefix, key, 0, BT_PROFILE_MAX_BYTES, &v));
     *out = (uint64_t)v;
     return BT_OK;
 }
 
-/* A finite number >= min_value (> 0 when positive is set). */
+/* A finite number in [lo, hi]. */
 static bt_status read_real(const reader *r, const json_t *obj, const char *prefix, const char *key,
-                           int positive, double *out)
+                           double lo, double hi, double *out)
 {
     json_t *v;
+    char what[96];
     BT_TRY(member(r, obj, prefix, key, &v));
     double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!isfinite(x) || x < 0 || (positive && x == 0))
-        return bad_field(r, prefix, key, positive ? "expected a finite number > 0" : "expected a finite number >= 0");
+    if (!isfinite(x) || x < lo || x > hi) {
+        snprintf(what, sizeof what, "expected a number from %g to %g", lo, hi);
+        return bad_field(r, prefix, key, what);
+    }
     *out = x;
     return BT_OK;
 }
@@ -276,9 +291,9 @@ static bt_status read_times(const reader *r, const json_t *layer, const char *pr
         snprintf(kp, sizeof kp, "%s.%s", tp, p->kinds[k]);
         if (!json_is_object(tk)) return bad_field(r, tp, p->kinds[k], "expected an object {fwd_ms, bwd_ms, step_ms}");
         BT_TRY(only_keys(r, tk, kp, keys));
-        BT_TRY(read_real(r, tk, kp, "fwd_ms", 0, &t->fwd_ms));
-        BT_TRY(read_real(r, tk, kp, "bwd_ms", 0, &t->bwd_ms));
-        BT_TRY(read_real(r, tk, kp, "step_ms", 0, &t->step_ms));
+        BT_TRY(read_real(r, tk, kp, "fwd_ms", 0, BT_PROFILE_MAX_MS, &t->fwd_ms));
+        BT_TRY(read_real(r, tk, kp, "bwd_ms", 0, BT_PROFILE_MAX_MS, &t->bwd_ms));
+        BT_TRY(read_real(r, tk, kp, "step_ms", 0, BT_PROFILE_MAX_MS, &t->step_ms));
     }
     return BT_OK;
 }
@@ -300,7 +315,7 @@ static bt_status read_layer(const reader *r, json_t *o, int l, bt_profile *p)
     for (int k = 0; k < l; k++)
         if (strcmp(p->layers[k].name, name) == 0)
             return bad_field(r, prefix, "name", "repeats an earlier layer's name");
-    BT_TRY(read_int(r, o, prefix, "params", 0, INT64_MAX, &pl->params));
+    BT_TRY(read_int(r, o, prefix, "params", 0, BT_PROFILE_MAX_BYTES, &pl->params));
     BT_TRY(read_bytes(r, o, prefix, "param_bytes", &pl->param_bytes));
     BT_TRY(read_bytes(r, o, prefix, "grad_bytes", &pl->grad_bytes));
     BT_TRY(read_bytes(r, o, prefix, "optimizer_bytes", &pl->optimizer_bytes));
@@ -357,7 +372,7 @@ static bt_status read_transfers(const reader *r, const json_t *root, bt_profile 
         snprintf(t->from, sizeof t->from, "%s", from);
         snprintf(t->to, sizeof t->to, "%s", to);
         BT_TRY(read_bytes(r, o, prefix, "bytes", &t->bytes));
-        BT_TRY(read_real(r, o, prefix, "gb_per_s", 1, &t->gb_per_s));
+        BT_TRY(read_real(r, o, prefix, "gb_per_s", BT_PROFILE_MIN_GBPS, BT_PROFILE_MAX_GBPS, &t->gb_per_s));
         p->n_transfers++;
     }
     return BT_OK;
