@@ -114,5 +114,75 @@ if expect_rc 2 "loss_scale without f16" "$baton" check "$srcdir/models/mlp.yaml"
 fi
 expect_rc 0 "bf16 run" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 train.precision=bf16
 
+# hostile inputs (issue 16)
+# every integer option of every command: overflow, wrap-around, negative, trailing garbage and
+# spaces exit 2 naming the option and the value
+# (4294967298 wraps to 2 in 32 bits: refused by the options narrower than 64 bits)
+wide_opts=" run:--seed run:--eval-every run:--checkpoint-every "
+int_opts="run:--stages run:--microbatches run:--steps run:--seed run:--threads run:--batch run:--epochs
+  run:--eval-every run:--checkpoint-every check:--stages check:--microbatches schedule:--stages
+  schedule:--microbatches profile:--batch profile:--microbatches profile:--repeats profile:--warmup
+  profile:--threads plan:--microbatches plan:--repeats"
+for co in $int_opts; do
+  cmd=${co%%:*}; opt=${co#*:}
+  for v in 99999999999999999999 4294967298 -1 3x " 3" 0x10 ""; do
+    case "$wide_opts:$v" in *" $co "*:4294967298) continue ;; esac
+    model="$srcdir/models/mlp.yaml"; [ "$cmd" = schedule ] && model=--validate
+    if expect_rc 2 "$cmd $opt '$v'" "$baton" "$cmd" "$model" "$opt" "$v"; then
+      tests=$((tests + 1))
+      grep -q "^baton $cmd: $opt wants a whole number .*, not '$v'$" "$tmp/err" ||
+        fail "$cmd $opt '$v': message does not name the option and value: $(cat "$tmp/err")"
+    fi
+  done
+done
+expect_rc 0 "--seed at 2^64-1" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --seed 18446744073709551615
+
+# invalid UTF-8 is reported at its line and column
+if expect_rc 2 "bad UTF-8" "$baton" check "$srcdir/models/invalid/bad-utf8.yaml"; then
+  tests=$((tests + 1))
+  grep -q "^baton check: $srcdir/models/invalid/bad-utf8.yaml:7:14: invalid text" "$tmp/err" ||
+    fail "bad UTF-8: no line and column: $(cat "$tmp/err")"
+fi
+
+# a model named ../../x must not make `baton profile` write outside the working directory
+mkdir -p "$tmp/wd/a/b"
+sed 's|^name: .*|name: ../../escaped|' "$srcdir/models/mlp.yaml" >"$tmp/wd/a/b/m.yaml"
+if (cd "$tmp/wd/a/b" && expect_rc 2 "profile a traversal name" "$baton" profile m.yaml --repeats 1 --warmup 0); then
+  tests=$((tests + 1))
+  grep -q "is not a plain file name.*give --output FILE" "$tmp/err" || grep -q "give --output FILE" "$tmp/err" ||
+    fail "traversal name: message does not say what to do: $(cat "$tmp/err")"
+fi
+tests=$((tests + 1))
+[ ! -e "$tmp/wd/escaped.profile.json" ] || fail "traversal name: profile written outside the working directory"
+(cd "$tmp/wd/a/b" && expect_rc 0 "profile a traversal name with --output" "$baton" profile m.yaml --repeats 1 \
+   --warmup 0 -o here.json) && { tests=$((tests + 1)); [ -f "$tmp/wd/a/b/here.json" ] || fail "--output not written"; }
+
+# control characters from a model file or a path never reach the terminal raw
+esc=$(printf '\033')
+printf 'format: 1\nname: "x\\e]0;owned\\a"\n' >"$tmp/esc.yaml"
+if expect_rc 2 "control characters in a name" "$baton" check "$tmp/esc.yaml"; then
+  tests=$((tests + 1))
+  grep -q "$tmp/esc.yaml:2:7: name contains the control character 0x1b" "$tmp/err" ||
+    fail "control characters: $(cat "$tmp/err")"
+fi
+expect_rc 2 "control characters in a path" "$baton" check "$tmp/no${esc}[31mpe.yaml"
+tests=$((tests + 1))
+if grep -q "$esc" "$tmp/err"; then fail "a raw escape reached the terminal: $(od -c "$tmp/err" | head -3)"; fi
+grep -q 'no\\x1b\[31mpe.yaml' "$tmp/err" || fail "path not shown escaped: $(cat "$tmp/err")"
+
+# an 80 KB override costs linear memory and time (it took 6.5 GB): 1 GB of address space is plenty
+long_list=$(awk 'BEGIN { s = "["; for (i = 0; i < 40000; i++) s = s "1,"; print s "1]" }')
+long_key=$(awk 'BEGIN { s = "train"; for (i = 0; i < 40000; i++) s = s ".a"; print s "=1" }')
+if expect_rc 2 "an 80 KB override value" sh -c 'ulimit -v 1000000; exec timeout 20 "$@"' sh "$baton" check \
+     "$srcdir/models/mlp.yaml" "train.batch=$long_list"; then
+  tests=$((tests + 1))
+  grep -q "expected an integer for train.batch, got a sequence" "$tmp/err" || fail "long override: $(cut -c1-300 "$tmp/err")"
+fi
+if expect_rc 2 "an 80 KB override key" sh -c 'ulimit -v 1000000; exec timeout 20 "$@"' sh "$baton" check \
+     "$srcdir/models/mlp.yaml" "$long_key"; then
+  tests=$((tests + 1))
+  grep -q "the key has 40001 parts; at most 64" "$tmp/err" || fail "long override key: $(cut -c1-300 "$tmp/err")"
+fi
+
 echo "cli: $tests tests, $failed failed"
 [ "$failed" = 0 ]

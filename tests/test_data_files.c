@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -184,6 +186,98 @@ static void test_idx_errors(void)
     bt_idx idx;
     CU_ASSERT_EQUAL(bt_idx_read(path, &idx), BT_ERR_IO);
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), path));
+    remove_tmpdir();
+}
+
+/* bt_idx_read in a child whose address space may grow by at most 128 MiB beyond what it holds:
+ * a reader that believes a header's dims fails to allocate instead of failing on the data.
+ * Returns the status; msg gets the message. */
+static bt_status idx_read_limited(const char *path, char *msg, size_t size)
+{
+    int fds[2];
+    CU_ASSERT_FATAL(pipe(fds) == 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(99);
+        fclose(f);
+        struct rlimit rl = {.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (128u << 20)};
+        rl.rlim_max = rl.rlim_cur;
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(99);
+        bt_idx idx;
+        int st = (int)bt_idx_read(path, &idx);
+        if (st == BT_OK) bt_idx_free(&idx);
+        char out[1024];
+        int n = snprintf(out, sizeof out, "%d %s", st, st == BT_OK ? "" : bt_last_error());
+        if (write(fds[1], out, (size_t)n) != n) _exit(99);
+        _exit(0);
+    }
+    close(fds[1]);
+    char in[1024];
+    ssize_t n = read(fds[0], in, sizeof in - 1);
+    close(fds[0]);
+    int wst;
+    waitpid(pid, &wst, 0);
+    CU_ASSERT_FATAL(WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && n > 0);
+    in[n > 0 ? n : 0] = '\0';
+    int st = atoi(in);
+    const char *sp = strchr(in, ' ');
+    snprintf(msg, size, "%s", sp ? sp + 1 : "");
+    return (bt_status)st;
+}
+
+/* A 22-byte file whose header claims 1000 x 2048 x 2048 (4 GB) is refused as truncated, plain or
+ * gzipped, without the 4 GB allocation; a gzip file big enough to pass the expansion bound but
+ * short of its dims is read into a buffer that grows with the data; a 3 MiB file (the buffer
+ * grows past its first MiB) still reads exactly. */
+static void test_idx_header_lies(void)
+{
+    unsigned char head[22] = {0};
+    char path[512], msg[1024];
+    make_tmpdir();
+    put_be32(head, 0x00000803);
+    put_be32(head + 4, 1000);
+    put_be32(head + 8, 2048);
+    put_be32(head + 12, 2048);
+    for (int gzip = 0; gzip < 2; gzip++) {
+        write_bytes(tmp_path(gzip ? "lie.idx.gz" : "lie.idx", path, sizeof path), head, sizeof head, gzip);
+        CU_ASSERT_EQUAL(idx_read_limited(path, msg, sizeof msg), BT_ERR_IO);
+        if (!strstr(msg, "truncated")) printf("\n    unexpected message: %s\n", msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "truncated"));
+    }
+
+    /* 256 KiB of incompressible bytes claiming 200 MB: past the 1100:1 bound, short of the dims */
+    size_t n = 16 + (256u << 10);
+    unsigned char *buf = malloc(n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    put_be32(buf, 0x00000803);
+    put_be32(buf + 4, 200);
+    put_be32(buf + 8, 1000);
+    put_be32(buf + 12, 1000);
+    uint64_t x = 88172645463325252ULL;
+    for (size_t i = 16; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (unsigned char)x;
+    }
+    write_bytes(tmp_path("short.idx.gz", path, sizeof path), buf, n, 1);
+    CU_ASSERT_EQUAL(idx_read_limited(path, msg, sizeof msg), BT_ERR_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "truncated: the dims need 200000000 data bytes, the file has 262144"));
+    if (!strstr(msg, "the file has 262144")) printf("\n    unexpected message: %s\n", msg);
+    free(buf);
+
+    n = 16 + (size_t)3 * 1024 * 1024;
+    buf = malloc(n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    make_images(buf, 3, 1024, 1024);
+    write_bytes(tmp_path("big.idx.gz", path, sizeof path), buf, n, 1);
+    bt_idx idx;
+    CU_ASSERT_EQUAL_FATAL(bt_idx_read(path, &idx), BT_OK);
+    CU_ASSERT_EQUAL(idx.numel, 3 * 1024 * 1024);
+    CU_ASSERT_EQUAL(memcmp(idx.data, buf + 16, (size_t)idx.numel), 0);
+    bt_idx_free(&idx);
+    free(buf);
     remove_tmpdir();
 }
 
@@ -604,6 +698,7 @@ int main(void)
     static const bt_test_case cases[] = {
         {"idx read plain and gzipped", test_idx_read},
         {"idx errors", test_idx_errors},
+        {"idx header lies", test_idx_header_lies},
         {"idx images+labels pair", test_idx_pair},
         {"fashion-mnist files (when installed)", test_fashion_mnist},
         {"npy read hand-built v1/v2", test_npy_read_hand_built},
