@@ -3,7 +3,9 @@
 # `baton check` with exit 2 and "baton check: <file>:<line>:<col>: ..." (or "<file>: ...")
 # containing the file's "# expect:" text; every shipped model passes `baton check`; `baton run`
 # prints well-formed JSON records with --log-format jsonl; usage errors exit 2 and runtime
-# failures exit 1. Prints "cli: N tests, N failed" like the CUnit programs.
+# failures exit 1; a checkpoint directory takes one run at a time (a second exits 2 naming the
+# first's pid), a SIGTERM'd run leaves no temporary file behind, stale temporaries are removed,
+# and resuming with fewer steps than the checkpoint holds changes nothing. Prints "cli: N tests, N failed" like the CUnit programs.
 set -u
 builddir=${BT_BUILDDIR:-$(pwd)}
 srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -183,6 +185,42 @@ if expect_rc 2 "an 80 KB override key" sh -c 'ulimit -v 1000000; exec timeout 20
   tests=$((tests + 1))
   grep -q "the key has 40001 parts; at most 64" "$tmp/err" || fail "long override key: $(cut -c1-300 "$tmp/err")"
 fi
+
+# checkpoint directories: one run at a time; the first, killed by SIGTERM, dies of it cleanly
+ck="$tmp/ck"
+mkdir -p "$ck"
+: >"$ck/checkpoint.safetensors.tmp.Ab12Cd"   # a stale temporary of a killed run: removed
+: >"$ck/checkpoint.safetensors.tmp.keep"     # not baton's name pattern: kept
+"$baton" run "$srcdir/models/mlp.yaml" --steps 100000000 --checkpoint-dir "$ck" >/dev/null 2>&1 &
+bg=$!
+i=0
+while ! grep -q "^pid $bg " "$ck/.lock" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+if expect_rc 2 "second run on a busy checkpoint directory" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 \
+     --checkpoint-dir "$ck"; then
+  tests=$((tests + 1))
+  grep -q "the checkpoint directory is in use by another run (pid $bg on host " "$tmp/err" ||
+    fail "busy directory: message does not name pid $bg: $(cat "$tmp/err")"
+fi
+tests=$((tests + 1))
+[ ! -e "$ck/checkpoint.safetensors.tmp.Ab12Cd" ] && [ -e "$ck/checkpoint.safetensors.tmp.keep" ] ||
+  fail "stale temporaries: $(ls -a "$ck")"
+kill -TERM $bg; { wait $bg; } 2>/dev/null; rc=$?
+tests=$((tests + 1))
+[ "$rc" = 143 ] || fail "SIGTERM'd run: exit $rc, expected 143 (killed by SIGTERM)"
+rm -f "$ck/checkpoint.safetensors.tmp.keep"
+expect_rc 0 "run after the first ended" "$baton" run "$srcdir/models/mlp.yaml" --steps 4 --checkpoint-dir "$ck"
+before=$(cksum <"$ck/checkpoint.safetensors"; stat -c '%i %Y' "$ck/checkpoint.safetensors")
+if expect_rc 0 "resume with fewer steps" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --resume "$ck" \
+     --checkpoint-dir "$ck"; then
+  tests=$((tests + 1))
+  grep -q "nothing to do: $ck is at step 4 and this run has 2 steps; the checkpoint is left as it is" "$tmp/err" ||
+    fail "resume with fewer steps: $(cat "$tmp/err")"
+  tests=$((tests + 1))
+  [ "$before" = "$(cksum <"$ck/checkpoint.safetensors"; stat -c '%i %Y' "$ck/checkpoint.safetensors")" ] ||
+    fail "resume with fewer steps changed the checkpoint"
+fi
+tests=$((tests + 1))
+[ -z "$(find "$ck" -name '*.tmp.*')" ] || fail "temporaries left: $(ls -a "$ck")"
 
 echo "cli: $tests tests, $failed failed"
 [ "$failed" = 0 ]

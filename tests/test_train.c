@@ -1,10 +1,17 @@
 /* tests/test_train.c: training for real. Resuming from a checkpoint continues bit for bit (20
  * steps in one go equal 10, save, resume, 10), also on another placement (saved from 2 stages,
- * resumed on 3); a process killed while writing a checkpoint leaves the previous one loadable;
+ * resumed on 3); a process killed while writing a checkpoint leaves the previous one loadable,
+ * and its temporary file is removed: at once on SIGINT/SIGTERM, by the next run otherwise; two
+ * runs cannot share a checkpoint directory, and a killed run's lock blocks nobody; resuming with
+ * fewer steps than the checkpoint holds leaves the file untouched; a flipped bit in a tensor or
+ * the metadata, and inconsistent metadata, are refused; checkpoints without checksums still load;
  * mismatched checkpoints are rejected naming the tensor, before the engine is touched; weights
  * load from a safetensors file by PyTorch name; the loader visits every sample once per epoch in
  * a seeded order and seeks exactly; and a model learns the synthetic task. */
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +27,7 @@
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "core/crc32c.h"
 
 static const char model_yaml[] =
     "format: 1\n"
@@ -76,7 +84,8 @@ static bt_engine *make_engine(const bt_model *m, int stages, int microbatches)
     return e;
 }
 
-static void train(const bt_model *m, bt_engine *e, int64_t steps, const char *ckpt_dir, const char *resume)
+static bt_status create_trainer(const bt_model *m, bt_engine *e, int64_t steps, const char *ckpt_dir,
+                                const char *resume, bt_trainer **t)
 {
     bt_trainer_opts o;
     memset(&o, 0, sizeof o);
@@ -85,8 +94,13 @@ static void train(const bt_model *m, bt_engine *e, int64_t steps, const char *ck
     o.checkpoint_dir = ckpt_dir;
     o.resume = resume;
     o.seed = 9;
+    return bt_trainer_create(m, e, &o, t);
+}
+
+static void train(const bt_model *m, bt_engine *e, int64_t steps, const char *ckpt_dir, const char *resume)
+{
     bt_trainer *t = NULL;
-    bt_status st = bt_trainer_create(m, e, &o, &t);
+    bt_status st = create_trainer(m, e, steps, ckpt_dir, resume, &t);
     if (st != BT_OK) printf("\n  %s\n", bt_last_error());
     CU_ASSERT_FATAL(st == BT_OK);
     st = bt_trainer_run(t, NULL, NULL);
@@ -159,6 +173,26 @@ static void test_resume_on_another_placement(void)
     bt_model_destroy(m);
 }
 
+/* Files in dir named like a temporary checkpoint file (checkpoint.safetensors.tmp.XXXXXX). */
+static int count_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, BT_CHECKPOINT_FILE ".tmp.", sizeof BT_CHECKPOINT_FILE + 4) == 0 &&
+             strlen(e->d_name) == sizeof BT_CHECKPOINT_FILE + 4 + 6;
+    closedir(d);
+    return n;
+}
+
+static void touch(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fclose(f);
+}
+
 static void test_crash_while_writing_keeps_previous_checkpoint(void)
 {
     bt_model *m = load_model(NULL);
@@ -178,6 +212,20 @@ static void test_crash_while_writing_keeps_previous_checkpoint(void)
     int status = 0;
     waitpid(pid, &status, 0);
     CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    CU_ASSERT_EQUAL(count_temporaries(dir), 1); /* the crash left its temporary file */
+    /* the next run removes it, and only baton's own temporary names */
+    char keep1[400], keep2[400];
+    snprintf(keep1, sizeof keep1, "%s/%s.tmp.abc", dir, BT_CHECKPOINT_FILE);
+    snprintf(keep2, sizeof keep2, "%s/notes.tmp.ABC123", dir);
+    touch(keep1);
+    touch(keep2);
+    bt_dir_lock *lock = NULL;
+    CU_ASSERT_FATAL(bt_checkpoint_dir_open(dir, &lock) == BT_OK);
+    bt_dir_lock_release(lock);
+    CU_ASSERT_EQUAL(count_temporaries(dir), 0);
+    CU_ASSERT(access(keep1, F_OK) == 0 && access(keep2, F_OK) == 0);
+    unlink(keep1);
+    unlink(keep2);
     bt_engine *back = make_engine(m, 2, 2);
     bt_checkpoint_meta meta;
     bt_status st = bt_checkpoint_resume(back, m->graph, dir, &meta);
@@ -349,6 +397,302 @@ static void test_model_learns_synthetic_task(void)
     bt_model_destroy(m);
 }
 
+static int signal_pipe[2];
+
+/* Write hook of a child killed mid-write: past the limit, tell the parent and wait to be killed. */
+static size_t stall_hook(uint64_t written, size_t want)
+{
+    if (written < bt_test_write_limit) return written + want > bt_test_write_limit ? (size_t)(bt_test_write_limit - written) : want;
+    char c = 1;
+    if (write(signal_pipe[1], &c, 1) != 1) _exit(4);
+    for (;;) pause();
+}
+
+static void test_signal_while_writing_removes_the_temporary(void)
+{
+    bt_model *m = load_model(NULL);
+    char dir[300];
+    tmp_path("signal", dir, sizeof dir);
+    bt_engine *e = make_engine(m, 2, 2);
+    train(m, e, 5, dir, NULL); /* checkpoint at step 5 */
+    const int sigs[] = {SIGTERM, SIGINT};
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_FATAL(pipe(signal_pipe) == 0);
+        pid_t pid = fork();
+        CU_ASSERT_FATAL(pid >= 0);
+        if (pid == 0) {
+            close(signal_pipe[0]);
+            bt_atomic_file_remove_on_signals(); /* what the baton command's main does */
+            bt_test_write_limit = 2000;
+            bt_atomic_file_set_test_hook(stall_hook);
+            bt_engine *c = make_engine(m, 2, 2);
+            train(m, c, 7, dir, NULL); /* stalls while writing step 7's checkpoint */
+            _exit(0);
+        }
+        close(signal_pipe[1]);
+        char c = 0;
+        ssize_t got;
+        while ((got = read(signal_pipe[0], &c, 1)) < 0 && errno == EINTR) {}
+        close(signal_pipe[0]);
+        CU_ASSERT_EQUAL(got, 1);
+        CU_ASSERT_EQUAL(count_temporaries(dir), 1); /* the child is writing */
+        kill(pid, sigs[k]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CU_ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == sigs[k]); /* still dies of the signal */
+        CU_ASSERT_EQUAL(count_temporaries(dir), 0);                    /* but removed its temporary */
+    }
+    bt_engine *back = make_engine(m, 2, 2);
+    bt_checkpoint_meta meta;
+    CU_ASSERT(bt_checkpoint_resume(back, m->graph, dir, &meta) == BT_OK);
+    CU_ASSERT_EQUAL(meta.step, 5);
+    CU_ASSERT(same_params(m, e, back));
+    bt_engine_destroy(e);
+    bt_engine_destroy(back);
+    bt_model_destroy(m);
+}
+
+static void test_two_runs_on_one_directory(void)
+{
+    bt_model *m = load_model(NULL);
+    char dir[300], want[64];
+    tmp_path("shared", dir, sizeof dir);
+    bt_engine *a = make_engine(m, 1, 1), *b = make_engine(m, 1, 1);
+    bt_trainer *first = NULL, *second = NULL;
+    CU_ASSERT_FATAL(create_trainer(m, a, 3, dir, NULL, &first) == BT_OK);
+    CU_ASSERT_EQUAL(create_trainer(m, b, 3, dir, NULL, &second), BT_ERR_INVALID_ARG);
+    snprintf(want, sizeof want, "in use by another run (pid %lld on host ", (long long)getpid());
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), want));
+    if (!strstr(bt_last_error(), want)) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_PTR_NULL(second);
+    bt_trainer_destroy(first); /* releases the directory */
+    CU_ASSERT_FATAL(create_trainer(m, b, 3, dir, NULL, &second) == BT_OK);
+    bt_trainer_destroy(second);
+    /* a run killed outright (SIGKILL) leaves no lock behind */
+    int ready[2];
+    CU_ASSERT_FATAL(pipe(ready) == 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        bt_dir_lock *lock = NULL;
+        char c = bt_checkpoint_dir_open(dir, &lock) == BT_OK;
+        if (write(ready[1], &c, 1) != 1) _exit(4);
+        for (;;) pause();
+    }
+    close(ready[1]);
+    char c = 0;
+    CU_ASSERT(read(ready[0], &c, 1) == 1 && c == 1);
+    close(ready[0]);
+    snprintf(want, sizeof want, "(pid %lld on host ", (long long)pid);
+    CU_ASSERT_EQUAL(create_trainer(m, b, 3, dir, NULL, &second), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), want));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CU_ASSERT_FATAL(create_trainer(m, b, 3, dir, NULL, &second) == BT_OK);
+    bt_trainer_destroy(second);
+    bt_engine_destroy(a);
+    bt_engine_destroy(b);
+    bt_model_destroy(m);
+}
+
+static void test_resume_with_fewer_steps_leaves_the_checkpoint(void)
+{
+    bt_model *m = load_model(NULL);
+    char dir[300], file[400];
+    tmp_path("fewer", dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/%s", dir, BT_CHECKPOINT_FILE);
+    bt_engine *e = make_engine(m, 2, 2);
+    train(m, e, 10, dir, NULL);
+    struct stat before, after;
+    CU_ASSERT_FATAL(stat(file, &before) == 0);
+    char *bytes = malloc((size_t)before.st_size), *again = malloc((size_t)before.st_size);
+    FILE *f = fopen(file, "rb");
+    CU_ASSERT_FATAL(f && fread(bytes, 1, (size_t)before.st_size, f) == (size_t)before.st_size);
+    fclose(f);
+    for (int64_t steps = 5; steps <= 10; steps += 5) { /* fewer, and exactly as many */
+        bt_engine *r = make_engine(m, 2, 2);
+        bt_trainer *t = NULL;
+        CU_ASSERT_FATAL(create_trainer(m, r, steps, dir, dir, &t) == BT_OK);
+        CU_ASSERT(bt_trainer_nothing_to_do(t));
+        CU_ASSERT(bt_trainer_run(t, NULL, NULL) == BT_OK);
+        bt_trainer_destroy(t);
+        bt_engine_destroy(r);
+    }
+    CU_ASSERT_FATAL(stat(file, &after) == 0);
+    CU_ASSERT_EQUAL(after.st_ino, before.st_ino);
+    CU_ASSERT_EQUAL(after.st_size, before.st_size);
+    CU_ASSERT(after.st_mtim.tv_sec == before.st_mtim.tv_sec && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    f = fopen(file, "rb");
+    CU_ASSERT_FATAL(f && fread(again, 1, (size_t)after.st_size, f) == (size_t)after.st_size);
+    fclose(f);
+    CU_ASSERT(memcmp(bytes, again, (size_t)before.st_size) == 0);
+    /* and the checkpoint still continues exactly */
+    bt_engine *straight = make_engine(m, 2, 2), *resumed = make_engine(m, 2, 2);
+    train(m, straight, 14, NULL, NULL);
+    train(m, resumed, 14, NULL, dir);
+    CU_ASSERT(same_params(m, straight, resumed));
+    free(bytes);
+    free(again);
+    bt_engine_destroy(e);
+    bt_engine_destroy(straight);
+    bt_engine_destroy(resumed);
+    bt_model_destroy(m);
+}
+
+/* Copies the checkpoint in src_dir to dst with metadata key set to value (NULL: removed) and,
+ * when strip, every checksum removed (a checkpoint as written before checksums existed). */
+static void rewrite_checkpoint(const char *src_dir, const char *dst, const char *key, const char *value, int strip)
+{
+    char src[400];
+    snprintf(src, sizeof src, "%s/%s", src_dir, BT_CHECKPOINT_FILE);
+    bt_st_file *f = NULL;
+    bt_st_writer *w = NULL;
+    CU_ASSERT_FATAL(bt_st_open(src, &f) == BT_OK);
+    CU_ASSERT_FATAL(bt_st_writer_create(&w) == BT_OK);
+    for (int i = 0; i < bt_st_count(f); i++) {
+        const bt_st_tensor *t = bt_st_at(f, i);
+        CU_ASSERT(bt_st_writer_add(w, t->name, t->dtype, &t->shape, t->data) == BT_OK);
+    }
+    for (int i = 0; i < bt_st_metadata_count(f); i++) {
+        const char *k, *v;
+        bt_st_metadata_at(f, i, &k, &v);
+        if (strip && strncmp(k, "crc32c.", 7) == 0) continue;
+        if (key && strcmp(k, key) == 0) continue;
+        CU_ASSERT(bt_st_writer_add_metadata(w, k, v) == BT_OK);
+    }
+    if (key && value) CU_ASSERT(bt_st_writer_add_metadata(w, key, value) == BT_OK);
+    CU_ASSERT_FATAL(bt_st_writer_write(w, dst) == BT_OK);
+    bt_st_writer_destroy(w);
+    bt_st_close(f);
+}
+
+/* Flips bit `bit` of byte `at` of path. */
+static void flip_bit(const char *path, long at, int bit)
+{
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_FATAL(f != NULL);
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ (1 << bit), f);
+    fclose(f);
+}
+
+/* Expects resume from path to fail with BT_ERR_IO and a message containing want, leaving e's
+ * fc1.weight as it was. */
+static void expect_refused(const bt_model *m, bt_engine *e, const char *path, const char *want)
+{
+    float before[24 * 12], after[24 * 12];
+    bt_checkpoint_meta meta;
+    CU_ASSERT(bt_engine_read_param(e, "fc1.weight", before, sizeof before) == BT_OK);
+    CU_ASSERT_EQUAL(bt_checkpoint_resume(e, m->graph, path, &meta), BT_ERR_IO);
+    if (!strstr(bt_last_error(), want)) printf("\n  expected '%s' in: %s\n", want, bt_last_error());
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), want));
+    CU_ASSERT(bt_engine_read_param(e, "fc1.weight", after, sizeof after) == BT_OK);
+    CU_ASSERT(memcmp(before, after, sizeof before) == 0);
+}
+
+static void test_corrupt_checkpoints_refused(void)
+{
+    bt_model *m = load_model(NULL);
+    char dir[300], file[400], copy[400];
+    tmp_path("corrupt", dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/%s", dir, BT_CHECKPOINT_FILE);
+    tmp_path("copy.safetensors", copy, sizeof copy);
+    bt_engine *e = make_engine(m, 2, 2);
+    train(m, e, 3, dir, NULL);
+    bt_engine *o = make_engine(m, 1, 1);
+    /* one flipped bit in the data of fc2.weight */
+    rewrite_checkpoint(dir, copy, NULL, NULL, 0);
+    bt_st_file *f = NULL;
+    CU_ASSERT_FATAL(bt_st_open(copy, &f) == BT_OK);
+    const bt_st_tensor *t = bt_st_find(f, "fc2.weight");
+    long at = (long)((const char *)t->data - (const char *)bt_st_at(f, 0)->data) + (long)bt_st_at(f, 0)->offset;
+    uint64_t header;
+    FILE *raw = fopen(copy, "rb");
+    CU_ASSERT_FATAL(raw && fread(&header, 8, 1, raw) == 1);
+    fclose(raw);
+    bt_st_close(f);
+    flip_bit(copy, 8 + (long)header + at + 37, 3);
+    expect_refused(m, o, copy, "tensor 'fc2.weight' is corrupt: its data has CRC-32C");
+    CU_ASSERT_EQUAL(bt_checkpoint_load_weights(o, m->graph, copy), BT_ERR_IO);
+    /* one flipped bit in the metadata: "step": "3" becomes "2" */
+    rewrite_checkpoint(dir, copy, NULL, NULL, 0);
+    raw = fopen(copy, "rb");
+    char text[8192] = {0};
+    CU_ASSERT_FATAL(raw && fread(text, 1, sizeof text - 1, raw) > 8);
+    fclose(raw);
+    char *step = strstr(text + 8, "\"step\":\"3\"");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(step);
+    flip_bit(copy, (long)(step - text) + 8, 0);
+    expect_refused(m, o, copy, "the metadata is corrupt");
+    /* a checksum of a tensor that is not there, or a tensor without one */
+    rewrite_checkpoint(dir, copy, "crc32c.fc2.weight", NULL, 0);
+    expect_refused(m, o, copy, "the metadata is corrupt");
+    /* inconsistent metadata (no checksums, as an old checkpoint): step past the data position */
+    rewrite_checkpoint(dir, copy, "step", "4", 1);
+    expect_refused(m, o, copy, "inconsistent metadata: step 4 is past its data position (epoch 0, batch 3 of 12)");
+    rewrite_checkpoint(dir, copy, "batch_index", "12", 1);
+    expect_refused(m, o, copy, "batch_index 12 is past an epoch of 12 batches");
+    rewrite_checkpoint(dir, copy, "epoch", "99999999999999999999", 1);
+    expect_refused(m, o, copy, "metadata 'epoch' = '99999999999999999999' is not a count");
+    rewrite_checkpoint(dir, copy, "epoch", "-1", 1);
+    expect_refused(m, o, copy, "metadata 'epoch' = '-1' is not a count");
+    rewrite_checkpoint(dir, copy, "epoch", "768614336404564651", 1);
+    expect_refused(m, o, copy, "is past any run");
+    /* a checkpoint written before checksums (and batches_per_epoch) existed still loads */
+    rewrite_checkpoint(dir, copy, "batches_per_epoch", NULL, 1);
+    bt_checkpoint_meta meta;
+    CU_ASSERT(bt_checkpoint_resume(o, m->graph, copy, &meta) == BT_OK);
+    CU_ASSERT_EQUAL(meta.step, 3);
+    CU_ASSERT_EQUAL(meta.batches_per_epoch, 0);
+    CU_ASSERT(same_params(m, e, o));
+    bt_engine_destroy(e);
+    bt_engine_destroy(o);
+    bt_model_destroy(m);
+}
+
+static void test_resume_checks_the_run(void)
+{
+    bt_model *m = load_model(NULL);
+    char dir[300];
+    tmp_path("mismatched-run", dir, sizeof dir);
+    bt_engine *e = make_engine(m, 1, 1);
+    train(m, e, 3, dir, NULL);
+    bt_trainer *t = NULL;
+    /* another model with the same parameters */
+    const char *renamed[] = {"name=other"};
+    bt_model *other = NULL;
+    CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", renamed, 1, &other) == BT_OK);
+    bt_engine *o = make_engine(other, 1, 1);
+    CU_ASSERT_EQUAL(create_trainer(other, o, 6, NULL, dir, &t), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "was saved by model 'small', but this model is 'other'"));
+    bt_engine_destroy(o);
+    bt_model_destroy(other);
+    /* another batch size: the data position means something else */
+    const char *batch[] = {"train.batch=8"};
+    CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", batch, 1, &other) == BT_OK);
+    o = make_engine(other, 1, 1);
+    CU_ASSERT_EQUAL(create_trainer(other, o, 6, NULL, dir, &t), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "was saved by a run of 12 batches per epoch, but this run has 25"));
+    bt_engine_destroy(o);
+    bt_model_destroy(other);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
+static void test_crc32c(void)
+{
+    CU_ASSERT_EQUAL(bt_crc32c(0, "123456789", 9), 0xE3069283u); /* the standard check value */
+    CU_ASSERT_EQUAL(bt_crc32c(0, "", 0), 0u);
+    unsigned char zeros[32] = {0};
+    CU_ASSERT_EQUAL(bt_crc32c(0, zeros, 32), 0x8A9136AAu); /* RFC 3720 B.4 */
+    unsigned char ones[32];
+    memset(ones, 0xff, sizeof ones);
+    CU_ASSERT_EQUAL(bt_crc32c(0, ones, 32), 0x62A8AB43u);
+    CU_ASSERT_EQUAL(bt_crc32c(bt_crc32c(0, "12345", 5), "6789", 4), 0xE3069283u);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_train_XXXXXX");
@@ -357,6 +701,12 @@ int main(void)
         {"resume is bit-identical", test_resume_is_bit_identical},
         {"resume on another placement", test_resume_on_another_placement},
         {"a crash while writing keeps the previous checkpoint", test_crash_while_writing_keeps_previous_checkpoint},
+        {"a signal while writing removes the temporary", test_signal_while_writing_removes_the_temporary},
+        {"two runs cannot share a checkpoint directory", test_two_runs_on_one_directory},
+        {"resume with fewer steps leaves the checkpoint", test_resume_with_fewer_steps_leaves_the_checkpoint},
+        {"corrupt checkpoints are refused", test_corrupt_checkpoints_refused},
+        {"resume checks the run", test_resume_checks_the_run},
+        {"crc32c", test_crc32c},
         {"mismatched checkpoints are rejected", test_mismatched_checkpoint_rejected},
         {"init from a weights file", test_init_from_weights_file},
         {"loader order and seek", test_loader_order_and_seek},

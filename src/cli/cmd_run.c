@@ -39,7 +39,7 @@ static void run_usage(FILE *f)
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
             "  --eval-every N        evaluate every N steps (0: only at the end)\n"
-            "  --checkpoint-dir DIR  write DIR/checkpoint.safetensors (atomically)\n"
+            "  --checkpoint-dir DIR  write DIR/checkpoint.safetensors (atomically; one run per DIR)\n"
             "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
             "  --resume DIR          continue exactly from a checkpoint\n"
             "  --init FILE           start from weights in a safetensors file (PyTorch names)\n"

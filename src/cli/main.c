@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/cmd_schedule.h"
+#include "io/atomic_file.h"
 
 static void usage(FILE *f)
 {
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
         return BT_EXIT_USAGE;
     }
     const char *name = argv[1];
+    /* SIGINT, SIGTERM, SIGHUP still end the process, but remove a checkpoint being written first */
+    bt_atomic_file_remove_on_signals();
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || (strcmp(name, "help") == 0 && argc < 3)) {
         usage(stdout);
         return BT_EXIT_OK;

@@ -178,6 +178,15 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     bt_status st = bt_trainer_create(&local, e, &to, &t);
     if (st == BT_ERR_UNSUPPORTED) return -1;
     if (st != BT_OK) return bt_cli_fail("run", st);
+    if (bt_trainer_nothing_to_do(t)) {
+        fprintf(stderr,
+                "baton run: nothing to do: %s is at step %lld and this run has %lld steps; the checkpoint is "
+                "left as it is (pass --steps above %lld to train on)\n",
+                o->resume, (long long)bt_trainer_first_step(t), (long long)bt_trainer_total_steps(t),
+                (long long)bt_trainer_first_step(t));
+        bt_trainer_destroy(t);
+        return BT_EXIT_OK;
+    }
     bt_engine_set_total_steps(e, bt_trainer_total_steps(t));
     print_config(o, &local, e, p, t);
     display d = {.o = o, .first_step = bt_trainer_first_step(t)};

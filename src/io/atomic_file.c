@@ -1,8 +1,15 @@
 /* io/atomic_file.c: temporary file + fsync + rename + directory fsync (see atomic_file.h).
  * Invariant: while a bt_atomic_file is open, fd refers to tmp_path, which exists; the target path
- * is touched only by the rename in commit. */
+ * is touched only by the rename in commit. While it is open its tmp_path is also in pending[] (a
+ * slot is FREE, CLAIMED while its path is copied in, or READY), which a signal handler reads with
+ * atomics only. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +24,136 @@ struct bt_atomic_file {
     char *path;
     char *tmp_path;
     int fd;
+    int slot;  /* index in pending[], or -1 */
     uint64_t written;
 };
 
 static bt_atomic_write_hook write_hook;
 
 void bt_atomic_file_set_test_hook(bt_atomic_write_hook hook) { write_hook = hook; }
+
+/* ---- temporaries a signal handler may remove ---- */
+
+enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY };
+
+typedef struct pending_slot {
+    atomic_int state;
+    char path[PATH_MAX];
+} pending_slot;
+
+static pending_slot pending[BT_ATOMIC_MAX_PENDING];
+
+/* The slot now holding tmp_path, or -1 when the table is full or the path too long. */
+static int register_pending(const char *tmp_path)
+{
+    size_t len = strlen(tmp_path);
+    if (len >= PATH_MAX) return -1;
+    for (int i = 0; i < BT_ATOMIC_MAX_PENDING; i++) {
+        int expect = SLOT_FREE;
+        if (atomic_compare_exchange_strong(&pending[i].state, &expect, SLOT_CLAIMED)) {
+            memcpy(pending[i].path, tmp_path, len + 1);
+            atomic_store(&pending[i].state, SLOT_READY);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void unregister_pending(bt_atomic_file *f)
+{
+    if (f->slot >= 0) atomic_store(&pending[f->slot].state, SLOT_FREE);
+    f->slot = -1;
+}
+
+void bt_atomic_file_remove_temporaries(void)
+{
+    for (int i = 0; i < BT_ATOMIC_MAX_PENDING; i++)
+        if (atomic_load(&pending[i].state) == SLOT_READY) unlink(pending[i].path);
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    struct sigaction dfl;
+    bt_atomic_file_remove_temporaries();
+    dfl.sa_handler = SIG_DFL;
+    dfl.sa_flags = 0;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig); /* blocked until the handler returns, then the default action ends the process */
+    errno = saved;
+}
+
+void bt_atomic_file_remove_on_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* "<base>.tmp." followed by exactly six letters or digits. */
+static int is_stale_name(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return 0;
+    const char *x = name + n + 5;
+    for (int i = 0; i < 6; i++)
+        if (!isalnum((unsigned char)x[i])) return 0;
+    return x[6] == '\0';
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return bt_strdup(".");
+    if (slash == path) return bt_strdup("/");
+    return bt_strfmt("%.*s", (int)(slash - path), path);
+}
+
+bt_status bt_atomic_file_remove_stale(const char *path, int *removed)
+{
+    bt_status st = BT_OK;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char *dir = dir_of(path);
+    DIR *d = NULL;
+    int count = 0;
+    if (!dir) return bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
+    d = opendir(dir);
+    if (!d) {
+        st = bt_error(BT_ERR_IO, "%s: cannot list the directory: %s", dir, strerror(errno));
+        goto done;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (!is_stale_name(e->d_name, base)) continue;
+        char *full = bt_strfmt("%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (!full) {
+            st = bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
+            goto done;
+        }
+        if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            if (unlink(full) == 0) count++;
+            else if (errno != ENOENT)
+                st = bt_error(BT_ERR_IO, "%s: cannot remove a stale temporary file: %s", full, strerror(errno));
+        }
+        free(full);
+        if (st != BT_OK) goto done;
+    }
+done:
+    if (d) closedir(d);
+    free(dir);
+    if (removed) *removed = count;
+    return st;
+}
+
+/* ---- writing ---- */
 
 bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
 {
@@ -33,6 +164,7 @@ bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
     f = calloc(1, sizeof *f);
     if (!f) return bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
     f->fd = -1;
+    f->slot = -1;
     f->path = bt_strdup(path);
     f->tmp_path = bt_strfmt("%s.tmp.XXXXXX", path);
     if (!f->path || !f->tmp_path) {
@@ -45,6 +177,7 @@ bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
                       strerror(errno));
         goto fail;
     }
+    f->slot = register_pending(f->tmp_path);
     if (fchmod(f->fd, 0644) != 0) {
         st = bt_error(BT_ERR_IO, "%s: chmod: %s", f->tmp_path, strerror(errno));
         goto fail;
@@ -80,14 +213,6 @@ bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
     return BT_OK;
 }
 
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) return bt_strdup(".");
-    if (slash == path) return bt_strdup("/");
-    return bt_strfmt("%.*s", (int)(slash - path), path);
-}
-
 bt_status bt_atomic_file_commit(bt_atomic_file *f)
 {
     bt_status st = BT_OK;
@@ -107,6 +232,7 @@ bt_status bt_atomic_file_commit(bt_atomic_file *f)
         st = bt_error(BT_ERR_IO, "%s: rename from %s: %s", f->path, f->tmp_path, strerror(errno));
         goto fail;
     }
+    unregister_pending(f);
     dir = dir_of(f->path);
     if (!dir) {
         st = bt_error(BT_ERR_NOMEM, "%s: out of memory", f->path);
@@ -118,6 +244,7 @@ bt_status bt_atomic_file_commit(bt_atomic_file *f)
     goto done;
 fail:
     unlink(f->tmp_path);
+    unregister_pending(f);
 done:
     if (dfd >= 0) close(dfd);
     free(dir);
@@ -134,6 +261,7 @@ void bt_atomic_file_abort(bt_atomic_file *f)
         close(f->fd);
         unlink(f->tmp_path);
     }
+    unregister_pending(f);
     free(f->path);
     free(f->tmp_path);
     free(f);

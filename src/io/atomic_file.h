@@ -3,6 +3,15 @@
  * and fsyncs the directory; abort (or any failure) unlinks it. Used by the safetensors and npy
  * writers, so a checkpoint interrupted by a crash leaves the previous checkpoint in place.
  *
+ * Signals: every open temporary file is registered in a fixed table that an async-signal-safe
+ * function (bt_atomic_file_remove_temporaries) can walk; bt_atomic_file_remove_on_signals, called
+ * by a program's main (the baton command does), installs SIGINT/SIGTERM/SIGHUP handlers that remove
+ * them and then die of the signal as before. SIGKILL and power loss cannot be caught: the next
+ * writer of a directory removes the stale temporaries (bt_atomic_file_remove_stale), which is
+ * safe only while nothing else writes that file (the checkpoint directory lock guarantees it).
+ * The table holds BT_ATOMIC_MAX_PENDING files; a file opened while it is full is written all the
+ * same, and only the stale clean-up removes it after a signal.
+ *
  * Tests can install a write hook (bt_atomic_file_set_test_hook) to make writes fail part-way, as
  * a full disk would, or to end a forked child in the middle of a write, as a crash would; the
  * library itself never exits. */
@@ -21,6 +30,21 @@ typedef size_t (*bt_atomic_write_hook)(uint64_t written, size_t want);
 
 /* Installs hook for every atomic file of the process (NULL removes it). For tests only. */
 void bt_atomic_file_set_test_hook(bt_atomic_write_hook hook);
+
+#define BT_ATOMIC_MAX_PENDING 32
+
+/* Unlinks every temporary file now open in this process. Async-signal-safe (atomics and unlink
+ * only): for signal handlers. The files stay open and registered; their writers fail later. */
+void bt_atomic_file_remove_temporaries(void);
+/* Installs handlers for SIGINT, SIGTERM and SIGHUP that call bt_atomic_file_remove_temporaries,
+ * restore the default action and raise the signal again, so the process still dies of it. A
+ * signal the process ignores stays ignored. For a program's main: the library never calls it. */
+void bt_atomic_file_remove_on_signals(void);
+/* Removes the temporary files an earlier writer of path left behind when it was killed: regular
+ * files in path's directory named exactly "<basename of path>.tmp.XXXXXX" (six letters or
+ * digits, as mkstemp makes them); nothing else. Only safe while no other process writes path.
+ * *removed (may be NULL) gets how many were removed. */
+bt_status bt_atomic_file_remove_stale(const char *path, int *removed);
 
 typedef struct bt_atomic_file bt_atomic_file;
 

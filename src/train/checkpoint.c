@@ -1,6 +1,8 @@
 /* train/checkpoint.c: checkpoints as safetensors (see checkpoint.h). Loading checks the whole
- * file against the graph first and only then writes into the engine, so a rejected file leaves
- * the engine as it was. */
+ * file (checksums, metadata, then the tensors against the graph) first and only then writes into
+ * the engine, so a rejected file leaves the engine as it was. The format tag stays
+ * "baton-checkpoint-1": the checksum and batches_per_epoch keys are additions that older readers
+ * ignore. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,23 +10,71 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/crc32c.h"
 #include "core/error.h"
+#include "core/strutil.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 
 #define FORMAT_TAG "baton-checkpoint-1"
+#define CRC_PREFIX "crc32c."
+#define META_CRC_KEY CRC_PREFIX "__metadata__"
+#define MAX_OPTIMIZER_SLOTS 64
 
 static size_t param_bytes(const bt_engine *e, const bt_param_info *p)
 {
     return (size_t)bt_shape_numel(&p->shape) * bt_dtype_size(bt_engine_dtype(e));
 }
 
-static bt_status add_meta_i64(bt_st_writer *w, const char *key, int64_t v)
+/* ---- metadata pairs and their checksum ---- */
+
+typedef struct meta_pair {
+    char *key, *value;
+} meta_pair;
+
+typedef struct meta_list {
+    meta_pair *pairs;
+    int n, cap;
+} meta_list;
+
+/* Appends (key, value), taking both (malloc'ed; NULL means allocation failed). */
+static bt_status meta_add(meta_list *l, char *key, char *value)
 {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%" PRId64, v);
-    return bt_st_writer_add_metadata(w, key, buf);
+    if (key && value && l->n == l->cap) {
+        meta_pair *grown = realloc(l->pairs, sizeof *l->pairs * (size_t)(l->cap * 2 + 16));
+        if (grown) {
+            l->pairs = grown;
+            l->cap = l->cap * 2 + 16;
+        }
+    }
+    if (!key || !value || l->n == l->cap) {
+        free(key);
+        free(value);
+        return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    l->pairs[l->n++] = (meta_pair){key, value};
+    return BT_OK;
 }
+
+static void meta_free(meta_list *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->pairs[i].key), free(l->pairs[i].value);
+    free(l->pairs);
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    return strcmp(((const meta_pair *)a)->key, ((const meta_pair *)b)->key);
+}
+
+static uint32_t crc_pair(uint32_t crc, const char *key, const char *value)
+{
+    crc = bt_crc32c(crc, key, strlen(key) + 1);
+    return bt_crc32c(crc, value, strlen(value) + 1);
+}
+
+static char *crc_text(uint32_t crc) { return bt_strfmt("%08" PRIx32, crc); }
 
 static bt_status make_dir(const char *dir)
 {
@@ -32,11 +82,30 @@ static bt_status make_dir(const char *dir)
     return bt_error(BT_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
 }
 
+bt_status bt_checkpoint_dir_open(const char *dir, bt_dir_lock **lock)
+{
+    bt_dir_lock *l = NULL;
+    char *file = NULL;
+    *lock = NULL;
+    BT_TRY(make_dir(dir));
+    BT_TRY(bt_dir_lock_acquire(dir, "checkpoint directory", &l));
+    file = bt_strfmt("%s/%s", dir, BT_CHECKPOINT_FILE);
+    bt_status st = file ? bt_atomic_file_remove_stale(file, NULL) : bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    free(file);
+    if (st != BT_OK) {
+        bt_dir_lock_release(l);
+        return st;
+    }
+    *lock = l;
+    return BT_OK;
+}
+
 bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *dir,
                              const bt_checkpoint_meta *meta)
 {
     bt_status st = BT_OK;
     bt_st_writer *w = NULL;
+    meta_list ml = {0};
     int n = bt_graph_num_params(g), slots = bt_engine_optimizer_slots(e);
     void **bufs = calloc((size_t)n * (size_t)(slots + 1) + 1, sizeof *bufs);
     char **names = calloc((size_t)n * (size_t)slots + 1, sizeof *names);
@@ -53,42 +122,56 @@ bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *
         size_t bytes = param_bytes(e, &p);
         for (int s = 0; s <= slots; s++) {
             void *buf = bufs[i * (slots + 1) + s] = malloc(bytes ? bytes : 1);
+            const char *tensor = p.name;
             if (!buf) {
                 st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
                 goto done;
             }
             if (s == 0) {
                 BT_TRY_GOTO(st, bt_engine_read_param(e, p.name, buf, bytes), done);
-                BT_TRY_GOTO(st, bt_st_writer_add(w, p.name, bt_engine_dtype(e), &p.shape, buf), done);
             } else {
                 char *name = names[i * slots + s - 1] =
-                    malloc(strlen(p.name) + 64);
+                    bt_strfmt("optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s - 1));
                 if (!name) {
                     st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
                     goto done;
                 }
-                sprintf(name, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s - 1));
                 BT_TRY_GOTO(st, bt_engine_read_state(e, p.name, s - 1, buf, bytes), done);
-                BT_TRY_GOTO(st, bt_st_writer_add(w, name, bt_engine_dtype(e), &p.shape, buf), done);
+                tensor = name;
             }
+            BT_TRY_GOTO(st, bt_st_writer_add(w, tensor, bt_engine_dtype(e), &p.shape, buf), done);
+            BT_TRY_GOTO(st, meta_add(&ml, bt_strfmt(CRC_PREFIX "%s", tensor), crc_text(bt_crc32c(0, buf, bytes))),
+                        done);
         }
     }
-    BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, "format", FORMAT_TAG), done);
-    BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, "model", meta->model), done);
-    BT_TRY_GOTO(st, add_meta_i64(w, "step", meta->step), done);
-    BT_TRY_GOTO(st, add_meta_i64(w, "epoch", meta->epoch), done);
-    BT_TRY_GOTO(st, add_meta_i64(w, "batch_index", meta->batch_index), done);
-    BT_TRY_GOTO(st, add_meta_i64(w, "seed", (int64_t)meta->seed), done);
-    BT_TRY_GOTO(st, add_meta_i64(w, "optimizer_slots", slots), done);
-    path = malloc(strlen(dir) + sizeof BT_CHECKPOINT_FILE + 2);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("format"), bt_strdup(FORMAT_TAG)), done);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("model"), bt_strdup(meta->model)), done);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("step"), bt_strfmt("%" PRId64, meta->step)), done);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("epoch"), bt_strfmt("%" PRId64, meta->epoch)), done);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batch_index"), bt_strfmt("%" PRId64, meta->batch_index)), done);
+    if (meta->batches_per_epoch > 0)
+        BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batches_per_epoch"), bt_strfmt("%" PRId64, meta->batches_per_epoch)),
+                    done);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("seed"), bt_strfmt("%" PRIu64, meta->seed)), done);
+    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("optimizer_slots"), bt_strfmt("%d", slots)), done);
+    qsort(ml.pairs, (size_t)ml.n, sizeof *ml.pairs, cmp_pair);
+    uint32_t crc = 0;
+    for (int i = 0; i < ml.n; i++) {
+        crc = crc_pair(crc, ml.pairs[i].key, ml.pairs[i].value);
+        BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, ml.pairs[i].key, ml.pairs[i].value), done);
+    }
+    char crc_buf[16];
+    snprintf(crc_buf, sizeof crc_buf, "%08" PRIx32, crc);
+    BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, META_CRC_KEY, crc_buf), done);
+    path = bt_strfmt("%s/%s", dir, BT_CHECKPOINT_FILE);
     if (!path) {
         st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
         goto done;
     }
-    sprintf(path, "%s/%s", dir, BT_CHECKPOINT_FILE);
     st = bt_st_writer_write(w, path);
 done:
     bt_st_writer_destroy(w);
+    meta_free(&ml);
     for (int i = 0; bufs && i < n * (slots + 1); i++) free(bufs[i]);
     for (int i = 0; names && i < n * slots; i++) free(names[i]);
     free(bufs);
@@ -204,46 +287,170 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, i
     return BT_OK;
 }
 
-static bt_status meta_i64(const bt_st_file *f, const char *key, int64_t *out)
+/* A decimal count: digits only (no sign, no spaces), at most INT64_MAX. */
+static bt_status meta_count(const bt_st_file *f, const char *key, int optional, uint64_t max, uint64_t *out)
 {
     const char *v = bt_st_metadata(f, key);
-    char *end = NULL;
-    if (!v) return bt_error(BT_ERR_IO, "%s: metadata '%s' is missing", bt_st_path(f), key);
-    long long x = strtoll(v, &end, 10);
-    if (*v == '\0' || *end || x < 0)
-        return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%s' is not a count", bt_st_path(f), key, v);
+    uint64_t x = 0;
+    *out = 0;
+    if (!v) return optional ? BT_OK : bt_error(BT_ERR_IO, "%s: metadata '%s' is missing", bt_st_path(f), key);
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || __builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, (uint64_t)(*c - '0'), &x) ||
+            x > max)
+            return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a count from 0 to %llu", bt_st_path(f), key,
+                            v, (unsigned long long)max);
+    }
+    if (!*v) return bt_error(BT_ERR_IO, "%s: metadata '%s' is empty", bt_st_path(f), key);
     *out = x;
     return BT_OK;
+}
+
+/* 1 when the file carries checksums (any "crc32c." key). */
+static int has_checksums(const bt_st_file *f)
+{
+    for (int i = 0; i < bt_st_metadata_count(f); i++) {
+        const char *key, *value;
+        bt_st_metadata_at(f, i, &key, &value);
+        if (strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The stored checksum under key, which must be eight lowercase hex digits. */
+static bt_status stored_crc(const bt_st_file *f, const char *key, const char *what, uint32_t *out)
+{
+    const char *v = bt_st_metadata(f, key);
+    uint32_t x = 0;
+    if (!v)
+        return bt_error(BT_ERR_IO, "%s: %s has no checksum ('%s' is missing) though the file has others",
+                        bt_st_path(f), what, key);
+    for (int i = 0; i < 8; i++) {
+        char c = v[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a CRC-32C (8 hex digits)", bt_st_path(f), key, v);
+        x = x << 4 | (uint32_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    if (v[8]) return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a CRC-32C (8 hex digits)", bt_st_path(f), key, v);
+    *out = x;
+    return BT_OK;
+}
+
+static bt_status verify_meta_checksum(const bt_st_file *f)
+{
+    if (!has_checksums(f)) return BT_OK;
+    uint32_t want, crc = 0;
+    BT_TRY(stored_crc(f, META_CRC_KEY, "the metadata", &want));
+    for (int i = 0; i < bt_st_metadata_count(f); i++) { /* sorted by key */
+        const char *key, *value;
+        bt_st_metadata_at(f, i, &key, &value);
+        if (strcmp(key, META_CRC_KEY) != 0) crc = crc_pair(crc, key, value);
+    }
+    if (crc != want)
+        return bt_error(BT_ERR_IO, "%s: the metadata is corrupt (its CRC-32C is %08" PRIx32 ", the file records %08" PRIx32 ")",
+                        bt_st_path(f), crc, want);
+    return BT_OK;
+}
+
+bt_status bt_checkpoint_verify_tensors(const bt_st_file *f)
+{
+    if (!has_checksums(f)) return BT_OK;
+    BT_TRY(verify_meta_checksum(f));
+    for (int i = 0; i < bt_st_count(f); i++) {
+        const bt_st_tensor *t = bt_st_at(f, i);
+        char *key = bt_strfmt(CRC_PREFIX "%s", t->name), what[160];
+        uint32_t want;
+        if (!key) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+        snprintf(what, sizeof what, "tensor '%.100s'", t->name);
+        bt_status st = stored_crc(f, key, what, &want);
+        free(key);
+        BT_TRY(st);
+        uint32_t crc = bt_crc32c(0, t->data, t->nbytes);
+        if (crc != want)
+            return bt_error(BT_ERR_IO, "%s: tensor '%s' is corrupt: its data has CRC-32C %08" PRIx32 " but the file records %08" PRIx32,
+                            bt_st_path(f), t->name, crc, want);
+    }
+    for (int i = 0; i < bt_st_metadata_count(f); i++) {
+        const char *key, *value;
+        bt_st_metadata_at(f, i, &key, &value);
+        if (strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0 && strcmp(key, META_CRC_KEY) != 0 &&
+            !bt_st_find(f, key + strlen(CRC_PREFIX)))
+            return bt_error(BT_ERR_IO, "%s: metadata '%.100s' is the checksum of a tensor the file does not have",
+                            bt_st_path(f), key);
+    }
+    return BT_OK;
+}
+
+bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta)
+{
+    const char *tag = bt_st_metadata(f, "format"), *model = bt_st_metadata(f, "model");
+    uint64_t step, epoch, index, per_epoch, seed, slots;
+    memset(meta, 0, sizeof *meta);
+    if (!tag || strcmp(tag, FORMAT_TAG) != 0)
+        return bt_error(BT_ERR_IO, "%s: not a baton checkpoint (metadata format is '%.40s', expected '%s')",
+                        bt_st_path(f), tag ? tag : "(none)", FORMAT_TAG);
+    BT_TRY(verify_meta_checksum(f));
+    BT_TRY(meta_count(f, "step", 0, INT64_MAX, &step));
+    BT_TRY(meta_count(f, "epoch", 0, INT64_MAX, &epoch));
+    BT_TRY(meta_count(f, "batch_index", 0, INT64_MAX, &index));
+    BT_TRY(meta_count(f, "batches_per_epoch", 1, INT64_MAX, &per_epoch));
+    BT_TRY(meta_count(f, "seed", 0, UINT64_MAX, &seed));
+    BT_TRY(meta_count(f, "optimizer_slots", 0, MAX_OPTIMIZER_SLOTS, &slots));
+    if (model && strlen(model) >= sizeof meta->model)
+        return bt_error(BT_ERR_IO, "%s: metadata 'model' is longer than %d bytes", bt_st_path(f), (int)sizeof meta->model - 1);
+    if (bt_st_metadata(f, "batches_per_epoch")) {
+        uint64_t position;
+        if (per_epoch == 0)
+            return bt_error(BT_ERR_IO, "%s: metadata 'batches_per_epoch' is 0", bt_st_path(f));
+        if (index >= per_epoch)
+            return bt_error(BT_ERR_IO, "%s: inconsistent metadata: batch_index %llu is past an epoch of %llu batches",
+                            bt_st_path(f), (unsigned long long)index, (unsigned long long)per_epoch);
+        if (__builtin_mul_overflow(epoch, per_epoch, &position) || __builtin_add_overflow(position, index, &position) ||
+            position > INT64_MAX)
+            return bt_error(BT_ERR_IO, "%s: inconsistent metadata: epoch %llu of %llu batches is past any run",
+                            bt_st_path(f), (unsigned long long)epoch, (unsigned long long)per_epoch);
+        if (step > position)
+            return bt_error(BT_ERR_IO, "%s: inconsistent metadata: step %llu is past its data position (epoch %llu, "
+                            "batch %llu of %llu), though every step reads one batch",
+                            bt_st_path(f), (unsigned long long)step, (unsigned long long)epoch,
+                            (unsigned long long)index, (unsigned long long)per_epoch);
+    }
+    meta->step = (int64_t)step;
+    meta->epoch = (int64_t)epoch;
+    meta->batch_index = (int64_t)index;
+    meta->batches_per_epoch = (int64_t)per_epoch;
+    meta->seed = seed;
+    snprintf(meta->model, sizeof meta->model, "%s", model ? model : "");
+    return BT_OK;
+}
+
+bt_status bt_checkpoint_read_meta(const char *path, bt_checkpoint_meta *meta)
+{
+    bt_st_file *f = NULL;
+    BT_TRY(open_checkpoint(path, &f));
+    bt_status st = bt_checkpoint_parse_meta(f, meta);
+    bt_st_close(f);
+    return st;
 }
 
 bt_status bt_checkpoint_resume(bt_engine *e, const bt_graph *g, const char *path, bt_checkpoint_meta *meta)
 {
     bt_st_file *f = NULL;
+    memset(meta, 0, sizeof *meta);
     BT_TRY(open_checkpoint(path, &f));
     bt_status st = BT_OK;
-    int64_t seed = 0, slots = 0;
-    const char *tag = bt_st_metadata(f, "format");
-    memset(meta, 0, sizeof *meta);
-    if (!tag || strcmp(tag, FORMAT_TAG) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: not a baton checkpoint (metadata format is '%s', expected '%s')",
-                      bt_st_path(f), tag ? tag : "(none)", FORMAT_TAG);
-        goto done;
-    }
-    BT_TRY_GOTO(st, meta_i64(f, "step", &meta->step), done);
-    BT_TRY_GOTO(st, meta_i64(f, "epoch", &meta->epoch), done);
-    BT_TRY_GOTO(st, meta_i64(f, "batch_index", &meta->batch_index), done);
-    BT_TRY_GOTO(st, meta_i64(f, "seed", &seed), done);
-    BT_TRY_GOTO(st, meta_i64(f, "optimizer_slots", &slots), done);
-    meta->seed = (uint64_t)seed;
-    snprintf(meta->model, sizeof meta->model, "%s", bt_st_metadata(f, "model") ? bt_st_metadata(f, "model") : "");
+    bt_checkpoint_meta m;
+    BT_TRY_GOTO(st, bt_checkpoint_parse_meta(f, &m), done);
+    BT_TRY_GOTO(st, bt_checkpoint_verify_tensors(f), done);
+    int slots = atoi(bt_st_metadata(f, "optimizer_slots")); /* validated: 0..MAX_OPTIMIZER_SLOTS */
     if (slots != bt_engine_optimizer_slots(e)) {
-        st = bt_error(BT_ERR_IO, "%s: saved with %lld optimizer state tensors per parameter, but this "
+        st = bt_error(BT_ERR_IO, "%s: saved with %d optimizer state tensors per parameter, but this "
                       "optimizer keeps %d (was the optimizer changed?)",
-                      bt_st_path(f), (long long)slots, bt_engine_optimizer_slots(e));
+                      bt_st_path(f), slots, bt_engine_optimizer_slots(e));
         goto done;
     }
-    BT_TRY_GOTO(st, restore(e, g, f, (int)slots), done);
-    st = bt_engine_set_step(e, meta->step);
+    BT_TRY_GOTO(st, restore(e, g, f, slots), done);
+    BT_TRY_GOTO(st, bt_engine_set_step(e, m.step), done);
+    *meta = m;
 done:
     bt_st_close(f);
     return st;
@@ -253,7 +460,8 @@ bt_status bt_checkpoint_load_weights(bt_engine *e, const bt_graph *g, const char
 {
     bt_st_file *f = NULL;
     BT_TRY(bt_st_open(path, &f));
-    bt_status st = restore(e, g, f, 0);
+    bt_status st = bt_checkpoint_verify_tensors(f);
+    if (st == BT_OK) st = restore(e, g, f, 0);
     bt_st_close(f);
     return st;
 }

@@ -27,8 +27,9 @@ struct bt_trainer {
     bt_dataset train, eval;
     int has_eval;
     bt_loader *train_loader, *eval_loader;
+    bt_dir_lock *ckpt_lock;    /* held while checkpoint_dir is ours */
     bt_host_memory host_mem;   /* the loaders' buffers: the engine's page-locked memory */
-    int64_t total_steps, first_step;
+    int64_t total_steps, first_step; /* first_step: batches already consumed (the data position) */
     float *logits;             /* (batch, classes) */
     float *losses;             /* (batch) */
 };
@@ -99,6 +100,45 @@ static bt_status load_data(bt_trainer *t)
     return BT_OK;
 }
 
+/* Checks the checkpoint's metadata against this run (seed, model, data position) before loading
+ * it, then loads it and seeks the data. The run continues at the checkpoint's data position; its
+ * step counter (optimizer steps) may be smaller where f16 steps were skipped. */
+static bt_status resume(bt_trainer *t, int64_t per_epoch)
+{
+    const char *path = t->opts.resume;
+    bt_checkpoint_meta meta;
+    char model[sizeof meta.model];
+    int64_t position;
+    BT_TRY(bt_checkpoint_read_meta(path, &meta));
+    if (meta.seed != t->opts.seed)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to continue it exactly",
+                        path, (unsigned long long)meta.seed, (unsigned long long)t->opts.seed,
+                        (unsigned long long)meta.seed);
+    snprintf(model, sizeof model, "%s", t->model->name ? t->model->name : "");
+    if (meta.model[0] && model[0] && strcmp(meta.model, model) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta.model, model);
+    if (meta.batches_per_epoch && meta.batches_per_epoch != per_epoch)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved by a run of %lld batches per epoch, but this run has %lld (were the data or "
+                        "the batch size changed?): it cannot continue exactly",
+                        path, (long long)meta.batches_per_epoch, (long long)per_epoch);
+    if (meta.batch_index >= per_epoch)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: data position %lld is past an epoch of %lld batches", path,
+                        (long long)meta.batch_index, (long long)per_epoch);
+    if (__builtin_mul_overflow(meta.epoch, per_epoch, &position) || __builtin_add_overflow(position, meta.batch_index, &position))
+        return bt_error(BT_ERR_INVALID_ARG, "%s: data position epoch %lld is past any run", path, (long long)meta.epoch);
+    if (meta.step > position)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s: inconsistent checkpoint: step %lld is past its data position (epoch %lld, batch %lld of "
+                        "%lld), though every step reads one batch",
+                        path, (long long)meta.step, (long long)meta.epoch, (long long)meta.batch_index,
+                        (long long)per_epoch);
+    t->first_step = position;
+    BT_TRY(bt_checkpoint_resume(t->engine, t->model->graph, path, &meta));
+    return bt_loader_seek(t->train_loader, meta.epoch, meta.batch_index);
+}
+
 bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_trainer_opts *opts,
                             bt_trainer **out)
 {
@@ -109,6 +149,7 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->engine = engine;
     t->opts = *opts;
     BT_TRY_GOTO(st, inspect_graph(t), fail);
+    if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
     BT_TRY_GOTO(st, load_data(t), fail);
     int64_t batch = bt_engine_batch(engine);
     t->logits = malloc((size_t)batch * (size_t)t->n_classes * sizeof *t->logits);
@@ -122,25 +163,7 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     BT_TRY_GOTO(st, bt_lr_schedule_validate(&model->train.lr_schedule, model->train.optimizer.lr, t->total_steps),
                 fail);
     if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(engine, model->graph, opts->init), fail);
-    if (opts->resume) {
-        bt_checkpoint_meta meta;
-        BT_TRY_GOTO(st, bt_checkpoint_resume(engine, model->graph, opts->resume, &meta), fail);
-        if (meta.seed != opts->seed) {
-            st = bt_error(BT_ERR_INVALID_ARG,
-                          "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to "
-                          "continue it exactly",
-                          opts->resume, (unsigned long long)meta.seed, (unsigned long long)opts->seed,
-                          (unsigned long long)meta.seed);
-            goto fail;
-        }
-        if (meta.batch_index >= per_epoch) {
-            st = bt_error(BT_ERR_INVALID_ARG, "%s: data position %lld is past an epoch of %lld batches",
-                          opts->resume, (long long)meta.batch_index, (long long)per_epoch);
-            goto fail;
-        }
-        BT_TRY_GOTO(st, bt_loader_seek(t->train_loader, meta.epoch, meta.batch_index), fail);
-        t->first_step = meta.step;
-    }
+    if (opts->resume) BT_TRY_GOTO(st, resume(t, per_epoch), fail);
     *out = t;
     return BT_OK;
 fail:
@@ -153,6 +176,7 @@ void bt_trainer_destroy(bt_trainer *t)
     if (!t) return;
     bt_loader_destroy(t->train_loader);
     bt_loader_destroy(t->eval_loader);
+    bt_dir_lock_release(t->ckpt_lock);
     bt_dataset_free(&t->train);
     bt_dataset_free(&t->eval);
     free(t->logits);
@@ -162,6 +186,7 @@ void bt_trainer_destroy(bt_trainer *t)
 
 int64_t bt_trainer_total_steps(const bt_trainer *t) { return t->total_steps; }
 int64_t bt_trainer_first_step(const bt_trainer *t) { return t->first_step; }
+int bt_trainer_nothing_to_do(const bt_trainer *t) { return t->opts.resume && t->first_step >= t->total_steps; }
 int64_t bt_trainer_train_samples(const bt_trainer *t) { return t->train.n; }
 
 static void feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
@@ -217,6 +242,7 @@ static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *u
     meta.step = bt_engine_step(t->engine);
     meta.epoch = step / per_epoch;
     meta.batch_index = step % per_epoch;
+    meta.batches_per_epoch = per_epoch;
     meta.seed = t->opts.seed;
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name ? t->model->name : "");
     BT_TRY(bt_checkpoint_save(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta));
@@ -241,6 +267,7 @@ static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, v
 bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
 {
     int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
+    if (bt_trainer_nothing_to_do(t)) return BT_OK;
     for (int64_t step = t->first_step; step < t->total_steps; step++) {
         bt_batch b;
         BT_TRY(bt_loader_next(t->train_loader, &b));

@@ -39,8 +39,11 @@ typedef struct bt_train_event {
 
 typedef void (*bt_train_callback)(const bt_train_event *ev, void *user);
 
-/* Loads the data for model and prepares to drive engine (both must outlive the trainer). Applies
- * opts->init and opts->resume. */
+/* Loads the data for model and prepares to drive engine (both must outlive the trainer). Locks
+ * opts->checkpoint_dir for as long as the trainer lives (a directory another run writes is
+ * refused, BT_ERR_INVALID_ARG, naming its pid and host). Applies opts->init and opts->resume; a
+ * checkpoint whose seed, model, batches per epoch or data position do not fit this run is
+ * refused before the engine is changed. */
 bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_trainer_opts *opts,
                             bt_trainer **out);
 void bt_trainer_destroy(bt_trainer *trainer);
@@ -48,6 +51,10 @@ void bt_trainer_destroy(bt_trainer *trainer);
 int64_t bt_trainer_total_steps(const bt_trainer *trainer);
 int64_t bt_trainer_first_step(const bt_trainer *trainer);
 int64_t bt_trainer_train_samples(const bt_trainer *trainer);
+/* 1 when the resumed checkpoint is already at or past the last step (a run asked for fewer
+ * steps than it holds): bt_trainer_run then does nothing (no step, evaluation or checkpoint), so
+ * the checkpoint file is left exactly as it is, keeping its data position. */
+int bt_trainer_nothing_to_do(const bt_trainer *trainer);
 /* Runs the remaining steps, evaluations and checkpoints. */
 bt_status bt_trainer_run(bt_trainer *trainer, bt_train_callback cb, void *user);
 /* Evaluates once on the eval set (or the training set when there is none). */
