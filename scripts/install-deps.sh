@@ -10,4 +10,5 @@ $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool autoconf-archive pkgconf make \
   libyaml-dev libjansson-dev libcunit1-dev zlib1g-dev libopenblas-dev \
-  dataset-fashion-mnist librsvg2-bin python3 python3-numpy "$@"
+  libprotobuf-c-dev protobuf-c-compiler \
+  dataset-fashion-mnist librsvg2-bin python3 python3-numpy python3-pil python3-pip "$@"

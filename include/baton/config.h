@@ -79,6 +79,7 @@ typedef struct bt_train_config {
     int64_t eval_every;       /* steps; 0: only at the end */
     int64_t checkpoint_every; /* steps; 0: only at the end (when a checkpoint dir is set) */
     const char *checkpoint_dir;
+    const char *tensorboard;  /* TensorBoard event files go here (the baton command); NULL: none */
 } bt_train_config;
 
 typedef enum bt_data_kind { BT_DATA_NONE = 0, BT_DATA_SYNTHETIC = 1, BT_DATA_IDX = 2, BT_DATA_NPY = 3 } bt_data_kind;

@@ -55,6 +55,8 @@ static void run_usage(FILE *f)
             "                        staged forces the pinned-host path, host the synchronous one\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
             "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
+            "  --tensorboard DIR     write TensorBoard event files to DIR (beats\n"
+            "                        train.tensorboard): watch with tensorboard --logdir\n"
             "  --log-format F        text (default) | jsonl\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
@@ -106,15 +108,18 @@ static int synth_make(const bt_graph *g, int64_t batch, uint64_t seed, synth_dat
     return 0;
 }
 
-static void print_step(const run_opts *o, long long step, long long steps, const bt_step_result *r, int training)
+static void print_step(const run_opts *o, long long step, long long steps, const bt_step_result *r, int training,
+                       const bt_cli_metrics *mt)
 {
     if (o->jsonl) {
-        if (training)
-            printf("{\"step\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
-                   "\"samples_per_s\": %.1f, \"bubble\": %.4f, \"loss_scale\": %g, \"skipped\": %s}\n",
+        if (training) {
+            printf("{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
+                   "\"samples_per_s\": %.1f, \"bubble\": %.4f, \"loss_scale\": %g, \"skipped\": %s",
                    step, r->loss, r->lr, r->grad_norm, r->step_ms, r->samples_per_s, r->bubble, r->loss_scale,
                    r->skipped ? "true" : "false");
-        else
+            bt_cli_metrics_json_stages(mt);
+            printf("}\n");
+        } else
             printf("{\"step\": %lld, \"step_ms\": %.3f, \"latency_ms\": %.3f, \"samples_per_s\": %.1f, "
                    "\"bubble\": %.4f}\n",
                    step, r->step_ms, r->step_ms, r->samples_per_s, r->bubble);
@@ -263,11 +268,14 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
         if (rc >= 0) return rc;
     }
     synth_data data;
+    bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
+    int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
+    if (rc != BT_EXIT_OK) return rc;
     double *times = calloc((size_t)steps, sizeof *times);
-    int rc = BT_EXIT_OK;
     if (!times || synth_make(m->graph, p.batch, o->seed, &data) != 0) {
         fprintf(stderr, "baton run: out of memory for synthetic data\n");
         free(times);
+        bt_cli_metrics_close(mt);
         return BT_EXIT_RUNTIME;
     }
     if (!o->jsonl) {
@@ -293,11 +301,14 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
         }
         if ((rc = bt_cli_tracer_step(o->tracer)) != BT_EXIT_OK) break;
         times[i] = r.step_ms;
-        print_step(o, i + 1, steps, &r, training);
+        bt_cli_metrics_step(mt, e, i + 1, &r);
+        print_step(o, i + 1, steps, &r, training, mt);
     }
     if (rc == BT_EXIT_OK) {
         bt_cli_print_summary(o, e, bt_median(times, (int)steps), p.batch);
     }
+    int mrc = bt_cli_metrics_close(mt);
+    if (rc == BT_EXIT_OK) rc = mrc;
     synth_free(&data);
     free(times);
     return rc;
@@ -318,6 +329,7 @@ int bt_cmd_run(int argc, char **argv)
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
+        {"tensorboard", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
@@ -358,6 +370,7 @@ int bt_cmd_run(int argc, char **argv)
             break;
         case 'T': o.trace_path = optarg; break;
         case 'L': o.timeline_path = optarg; break;
+        case 'G': if (!*optarg) goto bad; o.tensorboard = optarg; break;
         case 'X':
             if (strcmp(optarg, "auto") == 0) o.transfer = BT_TRANSFER_AUTO;
             else if (strcmp(optarg, "staged") == 0) o.transfer = BT_TRANSFER_STAGED;
@@ -384,7 +397,13 @@ int bt_cmd_run(int argc, char **argv)
     bt_model *m = NULL;
     rc = bt_cli_load_model("run", &o.model, &m);
     if (rc != BT_EXIT_OK) return rc;
-    rc = run_model(&o, m);
+    if (bt_cli_tensorboard_dir(&o, m) && !m->train.enabled) {
+        fprintf(stderr, "baton run: --tensorboard records training; %s has no train: section\n", o.model.path);
+        rc = BT_EXIT_USAGE;
+    } else {
+        rc = bt_cli_tensorboard_check(&o, m);
+    }
+    if (rc == BT_EXIT_OK) rc = run_model(&o, m);
     bt_model_destroy(m);
     return rc;
 bad:

@@ -25,6 +25,7 @@ typedef struct bt_run_opts {
     const char *trace_path;      /* --trace FILE.json */
     const char *timeline_path;   /* --timeline FILE.svg */
     int transfer;                /* --transfer: bt_transfer_mode */
+    const char *tensorboard;     /* --tensorboard DIR (beats train.tensorboard) */
     bt_cli_tracer *tracer;       /* set while a traced run is under way */
 } bt_run_opts;
 
@@ -32,6 +33,32 @@ typedef struct bt_run_opts {
  * the model's inputs do not fit a (samples, labels) data source (the caller then falls back to
  * generic synthetic inputs). */
 int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p);
+/* Per-step measurements beyond bt_step_result, and the TensorBoard event file (run_metrics.c).
+ * Every function accepts a NULL bt_cli_metrics and does nothing. */
+typedef struct bt_cli_stage_step {
+    double busy, transfer, idle; /* shares of the stage's wall time in the step just done */
+    size_t peak_bytes;
+} bt_cli_stage_step;
+typedef struct bt_cli_metrics bt_cli_metrics;
+/* The event directory: --tensorboard, else the model's train.tensorboard, else NULL. */
+const char *bt_cli_tensorboard_dir(const bt_run_opts *o, const bt_model *m);
+/* BT_EXIT_USAGE (with a message naming protobuf-c) when an event directory is asked for and this
+ * build cannot write event files; BT_EXIT_OK otherwise. Called before anything runs. */
+int bt_cli_tensorboard_check(const bt_run_opts *o, const bt_model *m);
+/* Starts measuring (and opens the event file, writing the configuration, when asked). Exit code. */
+int bt_cli_metrics_open(const bt_run_opts *o, const bt_model *m, const bt_engine *e, const bt_engine_params *p,
+                        int64_t first_step, int64_t total_steps, bt_cli_metrics **out);
+/* After each training step: this step's stage shares; the step's scalars to the event file. A
+ * failed write is reported at once and makes close return BT_EXIT_RUNTIME. */
+void bt_cli_metrics_step(bt_cli_metrics *mt, const bt_engine *e, int64_t step, const bt_step_result *r);
+/* After an evaluation (accuracy NaN: loss only). */
+void bt_cli_metrics_eval(bt_cli_metrics *mt, const bt_engine *e, int64_t step, double loss, double accuracy);
+/* Prints ', "stages": [{"busy": .., "transfer": .., "idle": .., "peak_bytes": ..}, ...]' for the
+ * JSON step record. */
+void bt_cli_metrics_json_stages(const bt_cli_metrics *mt);
+/* Closes the event file; accepts NULL. Exit code. */
+int bt_cli_metrics_close(bt_cli_metrics *mt);
+
 /* The per-stage memory and throughput summary printed at the end of a run. */
 void bt_cli_print_summary(const bt_run_opts *o, const bt_engine *e, double median_ms, int64_t batch);
 

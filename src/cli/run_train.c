@@ -22,6 +22,8 @@ typedef struct display {
     int have_avg;
     double last_accuracy, last_eval_loss;
     int evaluated;
+    const bt_engine *e;
+    bt_cli_metrics *mt;   /* stage shares per step, and the TensorBoard file */
 } display;
 
 static const char *optimizer_text(const bt_optimizer_config *c, char *buf, size_t size)
@@ -104,15 +106,17 @@ static void on_event(const bt_train_event *ev, void *user)
         const bt_step_result *r = ev->result;
         char msg[160];
         bt_cli_tracer_step(o->tracer);
+        bt_cli_metrics_step(d->mt, d->e, ev->step, r);
         d->step_ms[d->n_steps++] = r->step_ms;
         d->loss_avg = d->have_avg ? 0.95 * d->loss_avg + 0.05 * r->loss : r->loss;
         d->have_avg = 1;
         if (o->jsonl) {
-            printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, "
+            printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, "
                    "\"step_ms\": %.3f, \"samples_per_s\": %.1f, \"bubble\": %.4f",
                    (long long)ev->step, (long long)ev->epoch, r->loss, r->lr, r->grad_norm, r->step_ms,
                    r->samples_per_s, r->bubble);
             if (r->loss_scale != 1) printf(", \"loss_scale\": %g, \"skipped\": %s", r->loss_scale, r->skipped ? "true" : "false");
+            bt_cli_metrics_json_stages(d->mt);
             printf("}\n");
         } else if (o->progress) {
             if (r->skipped) printf("\n%s\n", skip_text(ev->step, r, msg, sizeof msg));
@@ -134,8 +138,9 @@ static void on_event(const bt_train_event *ev, void *user)
         d->last_accuracy = ev->accuracy;
         d->last_eval_loss = ev->loss;
         d->evaluated = 1;
+        bt_cli_metrics_eval(d->mt, d->e, ev->step, ev->loss, ev->accuracy);
         if (o->jsonl) {
-            printf("{\"eval\": true, \"step\": %lld, \"loss\": %.6g", (long long)ev->step, ev->loss);
+            printf("{\"eval\": true, \"step\": %lld, \"loss\": %.9g", (long long)ev->step, ev->loss);
             if (!isnan(ev->accuracy)) printf(", \"accuracy\": %.6f", ev->accuracy);
             printf(", \"samples\": %lld, \"eval_ms\": %.1f}\n", (long long)ev->samples, ev->eval_ms);
         } else {
@@ -189,15 +194,20 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     }
     bt_engine_set_total_steps(e, bt_trainer_total_steps(t));
     print_config(o, &local, e, p, t);
-    display d = {.o = o, .first_step = bt_trainer_first_step(t)};
+    display d = {.o = o, .first_step = bt_trainer_first_step(t), .e = e};
     d.step_ms = calloc((size_t)(bt_trainer_total_steps(t) + 1), sizeof *d.step_ms);
     if (!d.step_ms) {
         bt_trainer_destroy(t);
         fprintf(stderr, "baton run: out of memory\n");
         return BT_EXIT_RUNTIME;
     }
+    int rc = bt_cli_metrics_open(o, &local, e, p, d.first_step, bt_trainer_total_steps(t), &d.mt);
+    if (rc != BT_EXIT_OK) {
+        free(d.step_ms);
+        bt_trainer_destroy(t);
+        return rc;
+    }
     st = bt_trainer_run(t, on_event, &d);
-    int rc = BT_EXIT_OK;
     if (st != BT_OK) {
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);
@@ -210,6 +220,8 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
         }
         bt_cli_print_summary(o, e, median, p->batch);
     }
+    int mrc = bt_cli_metrics_close(d.mt);
+    if (rc == BT_EXIT_OK) rc = mrc;
     free(d.step_ms);
     bt_trainer_destroy(t);
     return rc;

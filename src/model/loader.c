@@ -668,6 +668,7 @@ void bt_model_destroy(bt_model *m)
     free((char *)m->parallel.devices);
     free((char *)m->parallel.layout);
     free((char *)m->train.checkpoint_dir);
+    free((char *)m->train.tensorboard);
     free_source(&m->data.train);
     free_source(&m->data.eval);
     free(m);

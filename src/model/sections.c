@@ -107,7 +107,7 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 {
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
                                        "clip_grad_norm", "precision", "loss_scale", "eval_every",
-                                       "checkpoint_every", "checkpoint_dir", NULL};
+                                       "checkpoint_every", "checkpoint_dir", "tensorboard", NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
     const bt_ynode *map, *v;
@@ -147,6 +147,12 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
         const char *s;
         BT_TRY(bt_ld_string(ld, v, "train.checkpoint_dir", &s));
         if (!(cfg->checkpoint_dir = bt_strdup(s))) return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    if ((v = bt_ymap_get(map, "tensorboard"))) {
+        const char *s;
+        BT_TRY(bt_ld_string(ld, v, "train.tensorboard", &s));
+        if (!*s) return bt_ld_error(ld, v, BT_ERR_MODEL, "train.tensorboard: expected a directory, not an empty string");
+        if (!(cfg->tensorboard = bt_strdup(s))) return bt_error(BT_ERR_NOMEM, "out of memory");
     }
     if (!bt_graph_is_trainable(graph)) {
         bt_layer_info last;

@@ -6,15 +6,14 @@
  * light). Below: a time axis in ms and a legend. Colours are hex (no CSS3 functions) and every
  * piece of text is XML-escaped, so any SVG 1.1 renderer accepts the file.
  *
- * Data flow: bt_trace (trace.c) -> SVG text -> atomic file. Never prints. */
+ * Data flow: bt_trace (trace.c) -> SVG text (svg.h) -> atomic file. Never prints. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "io/atomic_file.h"
+#include "trace/svg.h"
 #include "trace/trace.h"
 
 #define SVG_WIDTH 1200.0
@@ -26,111 +25,32 @@
 #define MARK_GAP 3.0
 #define MARK_HEIGHT 7.0
 
-typedef struct svg_buf {
-    char *s;
-    size_t len, cap;
-    int failed;
-} svg_buf;
-
-static void out(svg_buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void out(svg_buf *b, const char *fmt, ...)
-{
-    if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = (b->cap ? b->cap * 2 : 16384) + (size_t)n;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->failed = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
-/* Appends text with &, <, >, " and ' escaped. */
-static void out_text(svg_buf *b, const char *text)
-{
-    for (const char *c = text; *c; c++) {
-        switch (*c) {
-        case '&': out(b, "&amp;"); break;
-        case '<': out(b, "&lt;"); break;
-        case '>': out(b, "&gt;"); break;
-        case '"': out(b, "&quot;"); break;
-        case '\'': out(b, "&apos;"); break;
-        default: out(b, "%c", *c); break;
-        }
-    }
-}
-
-/* "#rrggbb" of hue h (degrees), saturation s and lightness l (0..1). */
-static void hsl_hex(double h, double s, double l, char hex[8])
-{
-    double c = (1 - fabs(2 * l - 1)) * s, hp = fmod(h, 360.0) / 60.0;
-    double x = c * (1 - fabs(fmod(hp, 2.0) - 1)), m = l - c / 2, r = 0, g = 0, bl = 0;
-    if (hp < 1) r = c, g = x;
-    else if (hp < 2) r = x, g = c;
-    else if (hp < 3) g = c, bl = x;
-    else if (hp < 4) g = x, bl = c;
-    else if (hp < 5) r = x, bl = c;
-    else r = c, bl = x;
-    snprintf(hex, 8, "#%02x%02x%02x", (int)lround((r + m) * 255), (int)lround((g + m) * 255),
-             (int)lround((bl + m) * 255));
-}
-
 static double mb_hue(int mb) { return fmod((double)mb * 137.508, 360.0); }
 
-/* A tick step of 1, 2 or 5 x 10^k giving at most about 10 ticks over span. */
-static double tick_step(double span)
-{
-    double raw = span / 10.0, p = pow(10.0, floor(log10(raw > 0 ? raw : 1e-3)));
-    if (raw <= p) return p;
-    if (raw <= 2 * p) return 2 * p;
-    if (raw <= 5 * p) return 5 * p;
-    return 10 * p;
-}
-
-static void draw_compute(svg_buf *b, const bt_trace_ev *ev, int s, double x, double w, double y)
+static void draw_compute(bt_svg *b, const bt_trace_ev *ev, int s, double x, double w, double y)
 {
     char fill[8] = "#9a9a9a", label[32];
-    if (ev->ins.kind == BT_I_FWD) hsl_hex(mb_hue(ev->ins.mb), 0.65, 0.78, fill);
-    else if (ev->ins.kind == BT_I_BWD) hsl_hex(mb_hue(ev->ins.mb), 0.65, 0.40, fill);
+    if (ev->ins.kind == BT_I_FWD) bt_svg_hsl(mb_hue(ev->ins.mb), 0.65, 0.78, fill);
+    else if (ev->ins.kind == BT_I_BWD) bt_svg_hsl(mb_hue(ev->ins.mb), 0.65, 0.40, fill);
     bt_instr_format(s, &ev->ins, label, sizeof label);
-    out(b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#ffffff\" "
+    bt_svg_out(b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#ffffff\" "
            "stroke-width=\"0.5\"><title>%s %.3f ms</title></rect>\n",
         x, y, w, BOX_HEIGHT, fill, label, ev->end_ms - ev->start_ms);
     if (ev->ins.kind == BT_I_STEP || w < 9) return;
-    out(b, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n",
+    bt_svg_out(b, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" text-anchor=\"middle\" fill=\"%s\">%d</text>\n",
         x + w / 2, y + BOX_HEIGHT / 2 + 4, ev->ins.kind == BT_I_BWD ? "#ffffff" : "#222222", ev->ins.mb);
 }
 
-static void draw_row(svg_buf *b, const bt_trace *t, const bt_trace_step *step, int s, double scale)
+static void draw_row(bt_svg *b, const bt_trace *t, const bt_trace_step *step, int s, double scale)
 {
     double y = MARGIN_TOP + s * ROW_HEIGHT;
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">stage %d (", MARGIN_LEFT - 8,
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">stage %d (", MARGIN_LEFT - 8,
         y + BOX_HEIGHT / 2 + 4, s);
-    out_text(b, t->stage[s].device);
-    out(b, ")</text>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\" fill=\"#666666\">",
+    bt_svg_text(b, t->stage[s].device);
+    bt_svg_out(b, ")</text>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\" fill=\"#666666\">",
         MARGIN_LEFT - 8, y + BOX_HEIGHT + 8);
-    out_text(b, t->stage[s].layers);
-    out(b, "</text>\n<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", MARGIN_LEFT,
+    bt_svg_text(b, t->stage[s].layers);
+    bt_svg_out(b, "</text>\n<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", MARGIN_LEFT,
         y + BOX_HEIGHT / 2, SVG_WIDTH - MARGIN_RIGHT, y + BOX_HEIGHT / 2);
     for (int i = 0; i < step->n[s]; i++) {
         const bt_trace_ev *ev = &step->ev[s][i];
@@ -142,51 +62,51 @@ static void draw_row(svg_buf *b, const bt_trace *t, const bt_trace_step *step, i
         int send = ev->ins.kind == BT_I_SEND_ACT || ev->ins.kind == BT_I_SEND_GRAD;
         char label[32];
         bt_instr_format(s, &ev->ins, label, sizeof label);
-        out(b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%s %.3f ms, %zu "
+        bt_svg_out(b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%s %.3f ms, %zu "
                "bytes</title></rect>\n",
             x, y + BOX_HEIGHT + MARK_GAP, w > 1 ? w : 1, MARK_HEIGHT, send ? "#333333" : "#b0b0b0", label,
             ev->end_ms - ev->start_ms, ev->bytes);
     }
 }
 
-static void draw_axis(svg_buf *b, double wall, double scale, double y)
+static void draw_axis(bt_svg *b, double wall, double scale, double y)
 {
-    double step = tick_step(wall);
+    double step = bt_svg_tick_step(wall);
     int decimals = step >= 1 ? 0 : (int)ceil(-log10(step));
-    out(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000000\"/>\n", MARGIN_LEFT, y,
+    bt_svg_out(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000000\"/>\n", MARGIN_LEFT, y,
         MARGIN_LEFT + wall * scale, y);
     for (int k = 0; k * step <= wall * (1 + 1e-9); k++) {
         double x = MARGIN_LEFT + k * step * scale;
-        out(b, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000000\"/>\n", x, y, x, y + 5);
-        out(b, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">%.*f</text>\n", x, y + 17,
+        bt_svg_out(b, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000000\"/>\n", x, y, x, y + 5);
+        bt_svg_out(b, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">%.*f</text>\n", x, y + 17,
             decimals, k * step);
     }
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">ms</text>\n", MARGIN_LEFT - 8,
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">ms</text>\n", MARGIN_LEFT - 8,
         y + 17);
 }
 
-static void draw_legend(svg_buf *b, double y)
+static void draw_legend(bt_svg *b, double y)
 {
     char f[8], bw[8];
-    hsl_hex(mb_hue(0), 0.65, 0.78, f);
-    hsl_hex(mb_hue(0), 0.65, 0.40, bw);
+    bt_svg_hsl(mb_hue(0), 0.65, 0.78, f);
+    bt_svg_hsl(mb_hue(0), 0.65, 0.40, bw);
     double x = MARGIN_LEFT;
-    out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"/>\n", x, y, f);
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">forward (F)</text>\n", x + 18, y + 10);
+    bt_svg_out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"/>\n", x, y, f);
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">forward (F)</text>\n", x + 18, y + 10);
     x += 110;
-    out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"/>\n", x, y, bw);
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">backward (B)</text>\n", x + 18, y + 10);
+    bt_svg_out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"/>\n", x, y, bw);
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">backward (B)</text>\n", x + 18, y + 10);
     x += 120;
-    out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"#9a9a9a\"/>\n", x, y);
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">optimizer step</text>\n", x + 18, y + 10);
+    bt_svg_out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"#9a9a9a\"/>\n", x, y);
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">optimizer step</text>\n", x + 18, y + 10);
     x += 130;
-    out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"#333333\"/>\n", x, y + 3, MARK_HEIGHT);
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">send</text>\n", x + 18, y + 10);
+    bt_svg_out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"#333333\"/>\n", x, y + 3, MARK_HEIGHT);
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">send</text>\n", x + 18, y + 10);
     x += 70;
-    out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"#b0b0b0\"/>\n", x, y + 3, MARK_HEIGHT);
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">receive (waiting included)</text>\n", x + 18, y + 10);
+    bt_svg_out(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"#b0b0b0\"/>\n", x, y + 3, MARK_HEIGHT);
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">receive (waiting included)</text>\n", x + 18, y + 10);
     x += 200;
-    out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#444444\">colour and label: micro-batch</text>\n",
+    bt_svg_out(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#444444\">colour and label: micro-batch</text>\n",
         x, y + 10);
 }
 
@@ -199,30 +119,20 @@ bt_status bt_trace_write_svg(const bt_trace *t, const char *path)
     double scale = (SVG_WIDTH - MARGIN_LEFT - MARGIN_RIGHT) / wall;
     double axis_y = MARGIN_TOP + t->stages * ROW_HEIGHT + 4;
     double height = axis_y + 60;
-    svg_buf b = {NULL, 0, 0, 0};
-    out(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    bt_svg b = {NULL, 0, 0, 0};
+    bt_svg_out(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
         SVG_WIDTH, height, SVG_WIDTH, height);
-    out(&b, "<title>baton timeline</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n",
+    bt_svg_out(&b, "<title>baton timeline</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n",
         SVG_WIDTH, height);
-    out(&b, "<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\">step %d: %d stage%s, %d micro-batch%s, "
+    bt_svg_out(&b, "<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\">step %d: %d stage%s, %d micro-batch%s, "
             "%s, %.3f ms</text>\n",
         MARGIN_LEFT, t->n_steps, t->stages, t->stages == 1 ? "" : "s", step->microbatches,
         step->microbatches == 1 ? "" : "es", bt_schedule_name(step->kind), step->wall_ms);
     for (int s = 0; s < t->stages; s++) draw_row(&b, t, step, s, scale);
     draw_axis(&b, wall, scale, axis_y);
     draw_legend(&b, axis_y + 32);
-    out(&b, "</svg>\n");
-    if (b.failed) {
-        free(b.s);
-        return bt_error(BT_ERR_NOMEM, "timeline: out of memory");
-    }
-    bt_atomic_file *f = NULL;
-    bt_status st = bt_atomic_file_open(path, &f);
-    if (st == BT_OK) st = bt_atomic_file_write(f, b.s, b.len);
-    if (st == BT_OK) st = bt_atomic_file_commit(f);
-    else bt_atomic_file_abort(f);
-    free(b.s);
-    return st;
+    bt_svg_out(&b, "</svg>\n");
+    return bt_svg_write(&b, "timeline", path);
 }
