@@ -294,8 +294,8 @@ static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, v
     ev.eval_ms = bt_now_ms() - t0;
     if (cb) cb(&ev, user);
     if (!isfinite(ev.loss))
-        return bt_error(BT_ERR_NUMERIC, "step %lld: the eval loss is %g: the weights have diverged; stopping "
-                        "without a checkpoint", (long long)step, ev.loss);
+        return bt_error(BT_ERR_NUMERIC, "step %lld: the eval loss is %s: the weights have diverged; stopping "
+                        "without a checkpoint", (long long)step, isnan(ev.loss) ? "NaN" : "infinite");
     return BT_OK;
 }
 
@@ -313,8 +313,8 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
         if (st == BT_ERR_NUMERIC) return st; /* the engine's message names the step */
         if (st != BT_OK) return bt_error_context(st, "step %lld", (long long)step + 1);
         if (!isfinite(r.loss))
-            return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is %g; stopping (try a lower learning rate)",
-                            (long long)step + 1, r.loss);
+            return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is %s; stopping (try a lower learning rate)",
+                            (long long)step + 1, isnan(r.loss) ? "NaN" : "infinite");
         if (cb) {
             bt_train_event ev = {.kind = BT_EV_STEP, .step = step + 1, .total_steps = t->total_steps,
                                  .epoch = step / per_epoch, .result = &r};
