@@ -503,8 +503,29 @@ static bt_status flaky_backward(const bt_op_call *c)
     return BT_OK;
 }
 
-/* x -> fc1 -> flaky | fc2 -> head -> loss: the flaky layer ends stage 0, the update of the last
- * stage is what a failed step must not apply. */
+/* test.slow: the identity, whose forward pauses while armed (it holds the last stage back, so a
+ * receiver that does not wait for its message reads a stale buffer). */
+static int slow_armed;
+
+static bt_status slow_forward(const bt_op_call *c)
+{
+    if (slow_armed) {
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return flaky_forward(c);
+}
+
+static bt_status slow_backward(const bt_op_call *c)
+{
+    const float *dy = c->out_grad->data;
+    float *dx = c->in_grad[0].data;
+    for (int64_t i = 0; i < bt_tensor_numel(c->out_grad); i++) dx[i] += dy[i];
+    return BT_OK;
+}
+
+/* x -> fc1 -> flaky | fc2 -> slow -> head -> loss: the flaky layer ends stage 0, the update of the
+ * last stage is what a failed step must not apply. */
 static bt_graph *flaky_graph(void)
 {
     static int registered;
@@ -512,6 +533,9 @@ static bt_graph *flaky_graph(void)
         bt_op_def def = {.name = "test.flaky", .min_inputs = 1, .max_inputs = 1, .infer = flaky_infer,
                          .cpu_forward = flaky_forward, .cpu_backward = flaky_backward};
         CU_ASSERT_FATAL(bt_op_register(&def) == BT_OK);
+        bt_op_def slow = {.name = "test.slow", .min_inputs = 1, .max_inputs = 1, .infer = flaky_infer,
+                          .cpu_forward = slow_forward, .cpu_backward = slow_backward};
+        CU_ASSERT_FATAL(bt_op_register(&slow) == BT_OK);
         registered = 1;
     }
     bt_graph *g = NULL;
@@ -529,6 +553,8 @@ static bt_graph *flaky_graph(void)
     bt_layer_desc_init(&d), d.name = "flaky", d.op = "test.flaky";
     CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
     bt_layer_desc_init(&d), d.name = "fc2", d.op = "linear", d.args = a, d.act = "relu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "slow", d.op = "test.slow";
     CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
     bt_args_set_int(a, "out", CLASSES);
     bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
@@ -562,12 +588,14 @@ static int same_weights(const bt_graph *g, const bt_engine *a, const bt_engine *
 }
 
 /* A step that fails in one stage's backward applies no update anywhere, so retrying it gives the
- * weights (and optimizer state: one more step follows) of a run where it never failed, bit for bit.
- * Before, the last stage had already applied its update and the retry applied it twice. */
+ * weights (and optimizer state: more steps follow) of a run where it never failed, bit for bit.
+ * Before, the last stage had already applied its update and the retry applied it twice; and the
+ * gradient message the failed step posted but never received stayed flagged, so later steps could
+ * read a gradient buffer before it was rewritten. */
 static void test_failed_step_retried_is_a_clean_step(void)
 {
     bt_graph *g = flaky_graph();
-    const int balance[2] = {2, 3};
+    const int balance[2] = {2, 4};
     bt_engine_params p;
     engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
     p.parallel.balance[0] = balance[0], p.parallel.balance[1] = balance[1];
@@ -577,9 +605,10 @@ static void test_failed_step_retried_is_a_clean_step(void)
         CU_ASSERT_FATAL(bt_engine_create(g, &p, &clean) == BT_OK);
         CU_ASSERT_FATAL(bt_engine_create(g, &p, &retried) == BT_OK);
         bt_step_result rc, rr;
-        for (int step = 0; step < 3; step++) {
+        for (int step = 0; step < 6; step++) {
             batch_data b;
             make_batch(&b, 300 + (unsigned)step);
+            slow_armed = step == 1 || step == 2; /* the retry and the step after: the last stage lags */
             CU_ASSERT_FATAL(bt_engine_train_step(clean, b.feeds, 2, &rc) == BT_OK);
             if (step == 1) {
                 flaky_armed = 1;
@@ -591,7 +620,8 @@ static void test_failed_step_retried_is_a_clean_step(void)
             CU_ASSERT_FATAL(bt_engine_train_step(retried, b.feeds, 2, &rr) == BT_OK);
             CU_ASSERT(memcmp(&rc.loss, &rr.loss, sizeof rc.loss) == 0);
         }
-        CU_ASSERT_EQUAL(bt_engine_step(retried), 3);
+        slow_armed = 0;
+        CU_ASSERT_EQUAL(bt_engine_step(retried), 6);
         if (!same_weights(g, clean, retried)) printf("  (clip %d)\n", clip);
         CU_ASSERT(same_weights(g, clean, retried));
         bt_engine_destroy(clean);
