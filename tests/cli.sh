@@ -2,10 +2,12 @@
 # tests/cli.sh: the baton command as a user meets it. Every file in models/invalid/ fails
 # `baton check` with exit 2 and "baton check: <file>:<line>:<col>: ..." (or "<file>: ...")
 # containing the file's "# expect:" text; every shipped model passes `baton check`; `baton run`
-# prints well-formed JSON records with --log-format jsonl; usage errors exit 2 and runtime
-# failures exit 1; a checkpoint directory takes one run at a time (a second exits 2 naming the
-# first's pid), a SIGTERM'd run leaves no temporary file behind, stale temporaries are removed,
-# and resuming with fewer steps than the checkpoint holds changes nothing. Prints "cli: N tests, N failed" like the CUnit programs.
+# prints well-formed JSON records with --log-format jsonl (non-finite numbers as null); usage
+# errors exit 2 and runtime failures exit 1; non-finite data is refused and a diverged run fails;
+# a checkpoint directory takes one run at a time (a second exits 2 naming the first's pid), a
+# SIGTERM'd run leaves no temporary file behind, stale temporaries are removed, and resuming with
+# fewer steps than the checkpoint holds changes nothing. Prints "cli: N tests, N failed" like the
+# CUnit programs.
 set -u
 builddir=${BT_BUILDDIR:-$(pwd)}
 srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -221,6 +223,57 @@ if expect_rc 0 "resume with fewer steps" "$baton" run "$srcdir/models/mlp.yaml" 
 fi
 tests=$((tests + 1))
 [ -z "$(find "$ck" -name '*.tmp.*')" ] || fail "temporaries left: $(ls -a "$ck")"
+
+
+# non-finite numbers never pass silently: NaN in npy data is refused at load (exit 2, naming the
+# file, sample and element); a run whose update diverges fails (exit 1) on its non-finite eval
+# loss; JSON records write such numbers as null (strict JSON: no NaN, no Infinity)
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$tmp" <<'PY'
+import struct, sys
+def npy(path, descr, shape, fmt, values):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%s%s), }" % (
+        descr, ", ".join(map(str, shape)), "," if len(shape) == 1 else "")
+    h = d + " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() +
+                struct.pack("<%d%s" % (len(values), fmt), *values))
+x = [0.5] * 32
+x[3 * 4 + 1] = float("nan")
+npy(sys.argv[1] + "/x.npy", "<f4", (8, 4), "f", x)
+npy(sys.argv[1] + "/y.npy", "<i4", (8,), "i", [i % 2 for i in range(8)])
+PY
+  cat >"$tmp/nan.yaml" <<YAML
+format: 1
+name: nan-data
+inputs:
+  x: {shape: [4]}
+  label: {shape: [], dtype: i32}
+layers:
+  - {name: fc, op: linear, args: {out: 8}, act: relu}
+  - {name: head, op: linear, args: {out: 2}}
+  - {name: loss, op: cross_entropy, from: [head, label]}
+train: {batch: 4}
+data:
+  train: {type: npy, images: $tmp/x.npy, labels: $tmp/y.npy}
+YAML
+  if expect_rc 2 "NaN in npy data" "$baton" run "$tmp/nan.yaml" --steps 1; then
+    tests=$((tests + 1))
+    grep -q "x.npy: sample 3, element 1 is NaN" "$tmp/err" || fail "NaN data: $(cat "$tmp/err")"
+  fi
+  if expect_rc 1 "a diverged run fails" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --log-format jsonl \
+       train.optimizer.lr=1e39; then
+    tests=$((tests + 1))
+    grep -q "step 1: the eval loss is .*: the weights have diverged" "$tmp/err" || fail "diverged: $(cat "$tmp/err")"
+    tests=$((tests + 1))
+    grep -q '^{"eval": true, "step": 1, "loss": null, ' "$tmp/out" || fail "diverged: no null loss: $(cat "$tmp/out")"
+    tests=$((tests + 1))
+    python3 -c 'import json,sys
+def bad(c): raise ValueError("non-finite number " + c)
+[json.loads(l, parse_constant=bad) for l in open(sys.argv[1])]' "$tmp/out" 2>"$tmp/perr" ||
+      fail "diverged: not strict JSON: $(tail -1 "$tmp/perr")"
+  fi
+fi
 
 echo "cli: $tests tests, $failed failed"
 [ "$failed" = 0 ]

@@ -611,6 +611,27 @@ static void test_npy_pair(void)
     CU_ASSERT_EQUAL(ds.inputs[0], -1.0f);
     CU_ASSERT_EQUAL(ds.inputs[3], 7.0f);
     bt_dataset_free(&ds);
+    /* Non-finite inputs are refused at load, naming the file, the sample and the element
+     * (before, a NaN trained silently: ReLU hid it from the loss while it poisoned the weights). */
+    const struct {
+        float v;
+        const char *what;
+    } nonfinite[] = {{NAN, "sample 2, element 1 is NaN"}, {INFINITY, "sample 2, element 1 is +infinity"},
+                     {-INFINITY, "sample 2, element 1 is -infinity"}};
+    for (int k = 0; k < 3; k++) {
+        float bad[3][2] = {{-1, 2}, {0.25f, 7}, {3, 4}};
+        bad[2][1] = nonfinite[k].v;
+        CU_ASSERT_EQUAL_FATAL(bt_npy_write(x, BT_F32, 2, fd, bad), BT_OK);
+        CU_ASSERT_EQUAL(bt_npy_load_pair(x, y, 3, &ds), BT_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), x));
+        CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), nonfinite[k].what));
+        CU_ASSERT_PTR_NULL(ds.inputs);
+    }
+    double big[3][2] = {{-1, 2}, {1e300, 7}, {3, 4}}; /* finite in f8, not in f4 */
+    CU_ASSERT_EQUAL_FATAL(bt_npy_write(x, BT_F64, 2, fd, big), BT_OK);
+    CU_ASSERT_EQUAL(bt_npy_load_pair(x, y, 3, &ds), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "sample 1, element 0 is 1e+300, outside float32's range"));
+    CU_ASSERT_EQUAL_FATAL(bt_npy_write(x, BT_F32, 2, fd, fx), BT_OK);
     /* Count mismatch. */
     int64_t d2[1] = {2};
     CU_ASSERT_EQUAL_FATAL(bt_npy_write(y, BT_I32, 1, d2, lab), BT_OK);

@@ -5,7 +5,9 @@
  * through the C API and the same model from YAML must give bit-identical results; and the
  * engine's gradients must agree with finite differences of its own loss in f64. The admission check
  * counts exactly the bytes the engine then allocates (host-path scratch included), and a worker
- * whose thread cannot be bound to its device fails its jobs with the reason. */
+ * whose thread cannot be bound to its device fails its jobs with the reason. A step is all or
+ * nothing: one that fails in one stage's backward, retried, gives the weights of a clean run bit
+ * for bit, and a non-finite gradient stops the step before any update, naming its parameter. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +470,206 @@ static void test_bad_configurations_rejected(void)
     bt_graph_destroy(g);
 }
 
+/* ---- a step is all or nothing --------------------------------------------------------------- */
+
+/* test.flaky: the identity, whose backward fails once when armed, after a pause long enough for
+ * the last stage to have finished its own backward (and, before steps were all or nothing, to
+ * have applied its update). */
+static int flaky_armed;
+
+static bt_status flaky_infer(bt_infer_ctx *ctx)
+{
+    return bt_infer_set_output(ctx, bt_infer_input_shape(ctx, 0), bt_infer_input_dtype(ctx, 0));
+}
+
+static bt_status flaky_forward(const bt_op_call *c)
+{
+    memcpy(c->out->data, c->in[0].data, (size_t)bt_tensor_numel(c->out) * sizeof(float));
+    return BT_OK;
+}
+
+static bt_status flaky_backward(const bt_op_call *c)
+{
+    if (flaky_armed) {
+        flaky_armed = 0;
+        struct timespec pause = {0, 200 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        return bt_op_error(BT_ERR_BACKEND, "test.flaky: planned failure");
+    }
+    const float *dy = c->out_grad->data;
+    float *dx = c->in_grad[0].data;
+    if (dx)
+        for (int64_t i = 0; i < bt_tensor_numel(c->out_grad); i++) dx[i] += dy[i];
+    return BT_OK;
+}
+
+/* test.slow: the identity, whose forward pauses while armed (it holds the last stage back, so a
+ * receiver that does not wait for its message reads a stale buffer). */
+static int slow_armed;
+
+static bt_status slow_forward(const bt_op_call *c)
+{
+    if (slow_armed) {
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return flaky_forward(c);
+}
+
+static bt_status slow_backward(const bt_op_call *c)
+{
+    const float *dy = c->out_grad->data;
+    float *dx = c->in_grad[0].data;
+    for (int64_t i = 0; i < bt_tensor_numel(c->out_grad); i++) dx[i] += dy[i];
+    return BT_OK;
+}
+
+/* x -> fc1 -> flaky | fc2 -> slow -> head -> loss: the flaky layer ends stage 0, the update of the
+ * last stage is what a failed step must not apply. */
+static bt_graph *flaky_graph(void)
+{
+    static int registered;
+    if (!registered) {
+        bt_op_def def = {.name = "test.flaky", .min_inputs = 1, .max_inputs = 1, .infer = flaky_infer,
+                         .cpu_forward = flaky_forward, .cpu_backward = flaky_backward};
+        CU_ASSERT_FATAL(bt_op_register(&def) == BT_OK);
+        bt_op_def slow = {.name = "test.slow", .min_inputs = 1, .max_inputs = 1, .infer = flaky_infer,
+                          .cpu_forward = slow_forward, .cpu_backward = slow_backward};
+        CU_ASSERT_FATAL(bt_op_register(&slow) == BT_OK);
+        registered = 1;
+    }
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in = IN;
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, &in, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    bt_args_set_int(a, "out", HID);
+    const char *loss_in[] = {"head", "label"};
+    bt_layer_desc d;
+    bt_layer_desc_init(&d), d.name = "fc1", d.op = "linear", d.args = a, d.act = "tanh";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "flaky", d.op = "test.flaky";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "fc2", d.op = "linear", d.args = a, d.act = "relu";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "slow", d.op = "test.slow";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_set_int(a, "out", CLASSES);
+    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    return g;
+}
+
+/* 1 if every parameter of a and b is bit-identical. */
+static int same_weights(const bt_graph *g, const bt_engine *a, const bt_engine *b)
+{
+    int same = 1;
+    for (int i = 0; i < bt_graph_num_params(g); i++) {
+        bt_param_info info;
+        bt_graph_param(g, i, &info);
+        size_t bytes = (size_t)bt_shape_numel(&info.shape) * sizeof(float);
+        float *x = malloc(bytes), *y = malloc(bytes);
+        CU_ASSERT_FATAL(x && y);
+        CU_ASSERT(bt_engine_read_param(a, info.name, x, bytes) == BT_OK);
+        CU_ASSERT(bt_engine_read_param(b, info.name, y, bytes) == BT_OK);
+        if (memcmp(x, y, bytes) != 0) {
+            printf("\n  %s differs\n", info.name);
+            same = 0;
+        }
+        free(x);
+        free(y);
+    }
+    return same;
+}
+
+/* A step that fails in one stage's backward applies no update anywhere, so retrying it gives the
+ * weights (and optimizer state: more steps follow) of a run where it never failed, bit for bit.
+ * Before, the last stage had already applied its update and the retry applied it twice; and the
+ * gradient message the failed step posted but never received stayed flagged, so later steps could
+ * read a gradient buffer before it was rewritten. */
+static void test_failed_step_retried_is_a_clean_step(void)
+{
+    bt_graph *g = flaky_graph();
+    const int balance[2] = {2, 4};
+    bt_engine_params p;
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.parallel.balance[0] = balance[0], p.parallel.balance[1] = balance[1];
+    for (int clip = 0; clip < 2; clip++) {
+        p.clip_norm = clip ? 1e3 : 0;
+        bt_engine *clean = NULL, *retried = NULL;
+        CU_ASSERT_FATAL(bt_engine_create(g, &p, &clean) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_create(g, &p, &retried) == BT_OK);
+        bt_step_result rc, rr;
+        for (int step = 0; step < 6; step++) {
+            batch_data b;
+            make_batch(&b, 300 + (unsigned)step);
+            slow_armed = step == 1 || step == 2; /* the retry and the step after: the last stage lags */
+            CU_ASSERT_FATAL(bt_engine_train_step(clean, b.feeds, 2, &rc) == BT_OK);
+            if (step == 1) {
+                flaky_armed = 1;
+                bt_status st = bt_engine_train_step(retried, b.feeds, 2, &rr);
+                CU_ASSERT_EQUAL(st, BT_ERR_BACKEND);
+                CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "planned failure"));
+                CU_ASSERT_EQUAL(bt_engine_step(retried), 1);
+            }
+            CU_ASSERT_FATAL(bt_engine_train_step(retried, b.feeds, 2, &rr) == BT_OK);
+            CU_ASSERT(memcmp(&rc.loss, &rr.loss, sizeof rc.loss) == 0);
+        }
+        slow_armed = 0;
+        CU_ASSERT_EQUAL(bt_engine_step(retried), 6);
+        if (!same_weights(g, clean, retried)) printf("  (clip %d)\n", clip);
+        CU_ASSERT(same_weights(g, clean, retried));
+        bt_engine_destroy(clean);
+        bt_engine_destroy(retried);
+    }
+    bt_graph_destroy(g);
+}
+
+/* A NaN in the samples fed through the C API reaches the gradients: the step stops before any
+ * update, naming the step, the stage and the first parameter whose gradient is not finite, and
+ * every weight stays as it was. Before, the update went ahead and wrote NaN into the weights. */
+static void test_nonfinite_gradient_stops_the_step(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    bt_engine *e = NULL, *ref = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &ref) == BT_OK);
+    batch_data b;
+    make_batch(&b, 5);
+    CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, NULL) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_train_step(ref, b.feeds, 2, NULL) == BT_OK);
+    const float bad[] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        batch_data poisoned = b;
+        poisoned.feeds[0].data = poisoned.x, poisoned.feeds[1].data = poisoned.label;
+        poisoned.x[IN * 11 + 3] = bad[k]; /* sample 11: micro-batch 1 */
+        bt_step_result r;
+        bt_status st = bt_engine_train_step(e, poisoned.feeds, 2, &r);
+        CU_ASSERT_EQUAL(st, BT_ERR_NUMERIC);
+        const char *msg = bt_last_error();
+        if (!strstr(msg, "step 2, stage 0 (cpu:0): the gradient of 'fc1.weight' is not finite"))
+            printf("\n  %s\n", msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "step 2, stage 0 (cpu:0): the gradient of 'fc1.weight' is not finite"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "no stage applied the update"));
+        CU_ASSERT_EQUAL(bt_engine_step(e), 1);
+        CU_ASSERT(same_weights(g, e, ref));
+    }
+    /* the engine stays usable: a clean batch trains as if nothing had happened */
+    CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, NULL) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_train_step(ref, b.feeds, 2, NULL) == BT_OK);
+    CU_ASSERT(same_weights(g, e, ref));
+    bt_engine_destroy(e);
+    bt_engine_destroy(ref);
+    bt_graph_destroy(g);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -482,6 +684,8 @@ int main(void)
         {"bad configurations are rejected", test_bad_configurations_rejected},
         {"admission counts what is allocated", test_admission_counts_what_is_allocated},
         {"a failed thread binding is the worker's error", test_bind_failure_is_the_workers_error},
+        {"a failed step, retried, is a clean step", test_failed_step_retried_is_a_clean_step},
+        {"a non-finite gradient stops the step before any update", test_nonfinite_gradient_stops_the_step},
         {NULL, NULL}};
     return bt_test_main("engine", cases);
 }

@@ -641,11 +641,42 @@ static void test_plan_memory_is_engine_memory(void)
     check_plan_matches_engine("mlp-infer.yaml");    /* forward only, one slot */
 }
 
+/* A measurement that is not finite is written as JSON null, never bare NaN (and loading such a
+ * file is refused naming the field). Before, jansson refused the NaN and the save failed as "out
+ * of memory". */
+static void test_nonfinite_measurement_saved_as_null(void)
+{
+    bt_graph *g = lopsided_graph();
+    bt_profile *p = measure(g, "cpu:0", 1);
+    char path[256];
+    tmp_path("nan.json", path, sizeof path);
+    ((bt_profile_time *)bt_profile_time_at(p, 0, 0))->fwd_ms = NAN;
+    bt_status st = bt_profile_save(p, path);
+    if (st != BT_OK) printf("\n  save: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    char text[1 << 16];
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\"fwd_ms\": null"));
+    CU_ASSERT_PTR_NULL(strstr(text, "nan"));
+    CU_ASSERT_PTR_NULL(strstr(text, "NaN"));
+    bt_profile *q = NULL;
+    CU_ASSERT_NOT_EQUAL(bt_profile_load(path, &q), BT_OK);
+    bt_profile_destroy(q);
+    remove(path);
+    bt_profile_destroy(p);
+    bt_graph_destroy(g);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
         {"profile save/load round trip", test_save_load_round_trip},
         {"corrupt profiles rejected naming the field", test_corrupt_profiles_rejected},
+        {"a non-finite measurement is saved as null", test_nonfinite_measurement_saved_as_null},
         {"cut bytes count skip connections", test_cut_bytes_count_skips},
         {"planner balances measured costs", test_planner_balances_measured_costs},
         {"bubble for equal costs is (p-1)/(m+p-1)", test_bubble_for_equal_costs},

@@ -406,16 +406,17 @@ static void cleanup(void)
 /* ---- the STEP barrier comes from exec ---------------------------------------------------------- */
 
 /* Whether STEP was a barrier is exec's to say (bt_engine_step_view): the worker waits there for
- * every stage's sum of squares under clipping and under f16 loss scaling (an overflow anywhere
- * skips the step everywhere), so the trace must count that wait as idle in both cases. Before
- * the trace read it from exec it marked the barrier only under clipping. */
+ * every stage's sum of squares on every training step (a step is all or nothing, and the global
+ * gradient norm is checked before any update), so the trace must count that wait as idle with or
+ * without clipping and f16 loss scaling. Before the trace read it from exec it marked the
+ * barrier only under clipping. */
 static void test_step_barrier_from_exec(void)
 {
     static const struct {
         double clip;
         bt_dtype precision;
         int barrier;
-    } cases[] = {{0, BT_F32, 0}, {1.0, BT_F32, 1}, {0, BT_F16, 1}, {1.0, BT_F16, 1}};
+    } cases[] = {{0, BT_F32, 1}, {1.0, BT_F32, 1}, {0, BT_F16, 1}, {1.0, BT_F16, 1}};
     float x[BATCH * IN];
     int32_t label[BATCH];
     for (int i = 0; i < BATCH * IN; i++) x[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;

@@ -7,7 +7,9 @@
  * the metadata, and inconsistent metadata, are refused; checkpoints without checksums still load;
  * mismatched checkpoints are rejected naming the tensor, before the engine is touched; weights
  * load from a safetensors file by PyTorch name; the loader visits every sample once per epoch in
- * a seeded order and seeks exactly; and a model learns the synthetic task. */
+ * a seeded order and seeks exactly; and a model learns the synthetic task. A diverged update is
+ * never checkpointed (the last good checkpoint survives and resumes) and a non-finite eval loss
+ * fails the run. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -693,6 +695,93 @@ static void test_crc32c(void)
     CU_ASSERT_EQUAL(bt_crc32c(bt_crc32c(0, "12345", 5), "6789", 4), 0xE3069283u);
 }
 
+/* A model that diverges on its first update: the learning rate overflows f32. */
+static bt_model *load_diverging_model(void)
+{
+    const char *huge[] = {"train.optimizer.lr=1e39"};
+    bt_model *m = NULL;
+    bt_status st = bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", huge, 1, &m);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    return m;
+}
+
+/* An update that makes the weights non-finite is never checkpointed: the run stops naming the
+ * step and the tensor, the last good checkpoint (step 4) is left as it was, and a run resumed from
+ * it equals a straight run. Before, step 5's NaN weights overwrote it and every resume failed. */
+static void test_diverged_update_is_never_checkpointed(void)
+{
+    bt_model *m = load_model(NULL), *bad = load_diverging_model();
+    char dir[300];
+    tmp_path("diverged", dir, sizeof dir);
+    bt_engine *good = make_engine(m, 2, 2);
+    train(m, good, 4, dir, NULL);
+    bt_engine *e = make_engine(bad, 2, 2);
+    bt_trainer_opts o;
+    memset(&o, 0, sizeof o);
+    o.steps = 8;
+    o.eval_every = -1;
+    o.checkpoint_dir = dir;
+    o.checkpoint_every = 1;
+    o.resume = dir;
+    o.seed = 9;
+    bt_trainer *t = NULL;
+    CU_ASSERT_FATAL(bt_trainer_create(bad, e, &o, &t) == BT_OK);
+    bt_status st = bt_trainer_run(t, NULL, NULL);
+    CU_ASSERT_EQUAL(st, BT_ERR_NUMERIC);
+    const char *msg = bt_last_error();
+    if (!strstr(msg, "step 5: the weights of 'fc1.weight' are not finite")) printf("\n  %s\n", msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "step 5: the weights of 'fc1.weight' are not finite"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "was not written (it keeps step 4)"));
+    bt_trainer_destroy(t);
+    bt_engine *back = make_engine(m, 2, 2);
+    bt_checkpoint_meta meta;
+    st = bt_checkpoint_resume(back, m->graph, dir, &meta);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT(st == BT_OK);
+    CU_ASSERT_EQUAL(meta.step, 4);
+    CU_ASSERT(same_params(m, good, back));
+    bt_engine *straight = make_engine(m, 2, 2), *resumed = make_engine(m, 2, 2);
+    train(m, straight, 8, NULL, NULL);
+    train(m, resumed, 8, NULL, dir);
+    CU_ASSERT(same_params(m, straight, resumed));
+    bt_engine_destroy(good);
+    bt_engine_destroy(e);
+    bt_engine_destroy(back);
+    bt_engine_destroy(straight);
+    bt_engine_destroy(resumed);
+    bt_model_destroy(bad);
+    bt_model_destroy(m);
+}
+
+/* A final evaluation whose loss is not finite fails the run (and writes no checkpoint). Before,
+ * the run succeeded and reported the NaN. */
+static void test_nonfinite_eval_loss_fails_the_run(void)
+{
+    bt_model *bad = load_diverging_model();
+    char dir[300];
+    tmp_path("nan-eval", dir, sizeof dir);
+    bt_engine *e = make_engine(bad, 1, 1);
+    bt_trainer_opts o;
+    memset(&o, 0, sizeof o);
+    o.steps = 1;
+    o.eval_every = 0;
+    o.checkpoint_dir = dir;
+    o.seed = 9;
+    bt_trainer *t = NULL;
+    CU_ASSERT_FATAL(bt_trainer_create(bad, e, &o, &t) == BT_OK);
+    CU_ASSERT_EQUAL(bt_trainer_run(t, NULL, NULL), BT_ERR_NUMERIC);
+    if (!strstr(bt_last_error(), "step 1: the eval loss is")) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "step 1: the eval loss is"));
+    struct stat sb;
+    char file[400];
+    snprintf(file, sizeof file, "%s/checkpoint.safetensors", dir);
+    CU_ASSERT(stat(file, &sb) != 0);
+    bt_trainer_destroy(t);
+    bt_engine_destroy(e);
+    bt_model_destroy(bad);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/bt_test_train_XXXXXX");
@@ -711,6 +800,8 @@ int main(void)
         {"init from a weights file", test_init_from_weights_file},
         {"loader order and seek", test_loader_order_and_seek},
         {"a model learns the synthetic task", test_model_learns_synthetic_task},
+        {"a diverged update is never checkpointed", test_diverged_update_is_never_checkpointed},
+        {"a non-finite eval loss fails the run", test_nonfinite_eval_loss_fails_the_run},
         {NULL, NULL}};
     int rc = bt_test_main("train", cases);
     char cmd[300];

@@ -20,7 +20,8 @@ typedef enum bt_status {
     BT_ERR_UNSUPPORTED = 7, /* valid request this build or device cannot do */
     BT_ERR_TIMEOUT = 8,     /* the watchdog stopped a run that waited too long */
     BT_ERR_SCHEDULE = 9,    /* a schedule failed validation */
-    BT_ERR_INTERNAL = 10    /* a bug in baton */
+    BT_ERR_INTERNAL = 10,   /* a bug in baton */
+    BT_ERR_NUMERIC = 11     /* a number that must be finite is not: a gradient, a weight, a loss */
 } bt_status;
 
 /* The detailed message of the last failing call on this thread ("" if none). The string is owned

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "core/strutil.h"
 #include "core/util.h"
 #include "cli/run.h"
 #include "optim/loss_scale.h"
@@ -113,16 +114,19 @@ static void print_step(const run_opts *o, long long step, long long steps, const
 {
     if (o->jsonl) {
         if (training) {
-            printf("{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"step_ms\": %.3f, "
-                   "\"samples_per_s\": %.1f, \"bubble\": %.4f, \"loss_scale\": %g, \"skipped\": %s",
-                   step, r->loss, r->lr, r->grad_norm, r->step_ms, r->samples_per_s, r->bubble, r->loss_scale,
-                   r->skipped ? "true" : "false");
+            printf("{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"step_ms\": %s, "
+                   "\"samples_per_s\": %s, \"bubble\": %s, \"loss_scale\": %s, \"skipped\": %s",
+                   step, bt_json_num(r->loss, 'g', 9).s, bt_json_num(r->lr, 'g', 6).s,
+                   bt_json_num(r->grad_norm, 'g', 6).s, bt_json_num(r->step_ms, 'f', 3).s,
+                   bt_json_num(r->samples_per_s, 'f', 1).s, bt_json_num(r->bubble, 'f', 4).s,
+                   bt_json_num(r->loss_scale, 'g', 6).s, r->skipped ? "true" : "false");
             bt_cli_metrics_json_stages(mt);
             printf("}\n");
         } else
-            printf("{\"step\": %lld, \"step_ms\": %.3f, \"latency_ms\": %.3f, \"samples_per_s\": %.1f, "
-                   "\"bubble\": %.4f}\n",
-                   step, r->step_ms, r->step_ms, r->samples_per_s, r->bubble);
+            printf("{\"step\": %lld, \"step_ms\": %s, \"latency_ms\": %s, \"samples_per_s\": %s, "
+                   "\"bubble\": %s}\n",
+                   step, bt_json_num(r->step_ms, 'f', 3).s, bt_json_num(r->step_ms, 'f', 3).s,
+                   bt_json_num(r->samples_per_s, 'f', 1).s, bt_json_num(r->bubble, 'f', 4).s);
     } else if (training) {
         if (r->skipped) {
             char msg[160];
@@ -159,8 +163,9 @@ static void print_boundaries(const bt_engine *e)
 void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
 {
     if (o->jsonl) {
-        printf("{\"summary\": true, \"median_step_ms\": %.3f, \"samples_per_s\": %.1f, \"stages\": [", median_ms,
-               median_ms > 0 ? (double)batch * 1000 / median_ms : 0);
+        printf("{\"summary\": true, \"median_step_ms\": %s, \"samples_per_s\": %s, \"stages\": [",
+               bt_json_num(median_ms, 'f', 3).s,
+               bt_json_num(median_ms > 0 ? (double)batch * 1000 / median_ms : 0, 'f', 1).s);
         for (int s = 0; s < bt_engine_num_stages(e); s++) {
             bt_memory_stats m;
             bt_stage_info si;
@@ -170,18 +175,20 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
             bt_engine_time(e, s, &t);
             double wall = t.wall_ms > 0 ? t.wall_ms : 1;
             printf("%s{\"stage\": %d, \"device\": \"%s\", \"peak_bytes\": %zu, \"activation_peak_bytes\": %zu, "
-                   "\"peak_microbatches\": %d, \"busy\": %.4f, \"transfer\": %.4f, \"idle\": %.4f}",
-                   s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches, t.busy_ms / wall,
-                   t.transfer_ms / wall, t.idle_ms / wall);
+                   "\"peak_microbatches\": %d, \"busy\": %s, \"transfer\": %s, \"idle\": %s}",
+                   s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches,
+                   bt_json_num(t.busy_ms / wall, 'f', 4).s, bt_json_num(t.transfer_ms / wall, 'f', 4).s,
+                   bt_json_num(t.idle_ms / wall, 'f', 4).s);
         }
         printf("], \"boundaries\": [");
         for (int i = 0; i < bt_engine_num_boundaries(e); i++) {
             bt_boundary_stats b;
             bt_engine_boundary(e, i, &b);
             printf("%s{\"from\": %d, \"to\": %d, \"what\": \"%s\", \"path\": \"%s\", \"message_bytes\": %zu, "
-                   "\"messages\": %lld, \"gb_per_s\": %.3f}",
+                   "\"messages\": %lld, \"gb_per_s\": %s}",
                    i ? ", " : "", b.from, b.to, b.grad ? "gradients" : "activations", bt_transfer_path_name(b.path),
-                   b.message_bytes, (long long)b.messages, b.copy_ms > 0 ? b.bytes / b.copy_ms / 1e6 : 0.0);
+                   b.message_bytes, (long long)b.messages,
+                   bt_json_num(b.copy_ms > 0 ? b.bytes / b.copy_ms / 1e6 : 0.0, 'f', 3).s);
         }
         printf("]}\n");
         bt_cli_tracer_summary(o->tracer, 1, median_ms);

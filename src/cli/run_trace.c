@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
+#include "core/strutil.h"
 #include "trace/trace.h"
 
 struct bt_cli_tracer {
@@ -54,14 +55,15 @@ void bt_cli_tracer_summary(const bt_cli_tracer *t, int jsonl, double measured_ms
     int p = bt_trace_num_stages(t->trace);
     if (jsonl) {
         printf("{\"trace\": true, \"steps\": %d", bt_trace_num_steps(t->trace));
-        if (have_prediction) printf(", \"predicted_step_ms\": %.3f", predicted);
-        printf(", \"measured_step_ms\": %.3f, \"stages\": [", measured_ms);
+        if (have_prediction) printf(", \"predicted_step_ms\": %s", bt_json_num(predicted, 'f', 3).s);
+        printf(", \"measured_step_ms\": %s, \"stages\": [", bt_json_num(measured_ms, 'f', 3).s);
         for (int s = 0; s < p; s++) {
             bt_trace_stage_stats ss;
             if (bt_trace_stage_summary(t->trace, s, &ss) != BT_OK) continue;
-            printf("%s{\"stage\": %d, \"busy\": %.4f, \"transfer\": %.4f, \"idle\": %.4f, \"fwd_ms\": %.4f, "
-                   "\"bwd_ms\": %.4f}",
-                   s ? ", " : "", s, ss.busy, ss.transfer, ss.idle, ss.fwd_ms, ss.bwd_ms);
+            printf("%s{\"stage\": %d, \"busy\": %s, \"transfer\": %s, \"idle\": %s, \"fwd_ms\": %s, "
+                   "\"bwd_ms\": %s}",
+                   s ? ", " : "", s, bt_json_num(ss.busy, 'f', 4).s, bt_json_num(ss.transfer, 'f', 4).s,
+                   bt_json_num(ss.idle, 'f', 4).s, bt_json_num(ss.fwd_ms, 'f', 4).s, bt_json_num(ss.bwd_ms, 'f', 4).s);
         }
         printf("]}\n");
         return;

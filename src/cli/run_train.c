@@ -1,13 +1,15 @@
 /* cli/run_train.c: the display of `baton run` for training on data: a configuration table at the
  * start, a progress bar on a terminal or one plain line per step otherwise (loss, lr, step ms,
  * samples/s, bubble), evaluation and checkpoint lines, and a final summary with accuracy,
- * throughput and memory per stage. With --log-format jsonl every line is a JSON object instead. */
+ * throughput and memory per stage. With --log-format jsonl every line is a JSON object instead
+ * (a number that is not finite is written null). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/run.h"
+#include "core/strutil.h"
 #include "core/util.h"
 #include "cpu/blas.h"
 #include "optim/loss_scale.h"
@@ -111,11 +113,15 @@ static void on_event(const bt_train_event *ev, void *user)
         d->loss_avg = d->have_avg ? 0.95 * d->loss_avg + 0.05 * r->loss : r->loss;
         d->have_avg = 1;
         if (o->jsonl) {
-            printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                   "\"step_ms\": %.3f, \"samples_per_s\": %.1f, \"bubble\": %.4f",
-                   (long long)ev->step, (long long)ev->epoch, r->loss, r->lr, r->grad_norm, r->step_ms,
-                   r->samples_per_s, r->bubble);
-            if (r->loss_scale != 1) printf(", \"loss_scale\": %g, \"skipped\": %s", r->loss_scale, r->skipped ? "true" : "false");
+            printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
+                   "\"step_ms\": %s, \"samples_per_s\": %s, \"bubble\": %s",
+                   (long long)ev->step, (long long)ev->epoch, bt_json_num(r->loss, 'g', 9).s,
+                   bt_json_num(r->lr, 'g', 6).s, bt_json_num(r->grad_norm, 'g', 6).s,
+                   bt_json_num(r->step_ms, 'f', 3).s, bt_json_num(r->samples_per_s, 'f', 1).s,
+                   bt_json_num(r->bubble, 'f', 4).s);
+            if (r->loss_scale != 1)
+                printf(", \"loss_scale\": %s, \"skipped\": %s", bt_json_num(r->loss_scale, 'g', 6).s,
+                       r->skipped ? "true" : "false");
             bt_cli_metrics_json_stages(d->mt);
             printf("}\n");
         } else if (o->progress) {
@@ -140,9 +146,11 @@ static void on_event(const bt_train_event *ev, void *user)
         d->evaluated = 1;
         bt_cli_metrics_eval(d->mt, d->e, ev->step, ev->loss, ev->accuracy);
         if (o->jsonl) {
-            printf("{\"eval\": true, \"step\": %lld, \"loss\": %.9g", (long long)ev->step, ev->loss);
-            if (!isnan(ev->accuracy)) printf(", \"accuracy\": %.6f", ev->accuracy);
-            printf(", \"samples\": %lld, \"eval_ms\": %.1f}\n", (long long)ev->samples, ev->eval_ms);
+            printf("{\"eval\": true, \"step\": %lld, \"loss\": %s", (long long)ev->step,
+                   bt_json_num(ev->loss, 'g', 9).s);
+            if (!isnan(ev->accuracy)) printf(", \"accuracy\": %s", bt_json_num(ev->accuracy, 'f', 6).s);
+            printf(", \"samples\": %lld, \"eval_ms\": %s}\n", (long long)ev->samples,
+                   bt_json_num(ev->eval_ms, 'f', 1).s);
         } else {
             if (o->progress && ev->step != ev->total_steps) printf("\n");
             printf("eval  step %lld: ", (long long)ev->step);

@@ -64,6 +64,7 @@ const char *bt_status_name(bt_status status)
     case BT_ERR_TIMEOUT: return "timeout";
     case BT_ERR_SCHEDULE: return "invalid schedule";
     case BT_ERR_INTERNAL: return "internal error";
+    case BT_ERR_NUMERIC: return "not finite";
     }
     return "unknown status";
 }

@@ -1,4 +1,5 @@
-/* core/strutil.c: owned string copies. */
+/* core/strutil.c: owned string copies, and numbers as JSON text. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,4 +29,13 @@ char *bt_strfmt(const char *fmt, ...)
     vsnprintf(p, (size_t)n + 1, fmt, ap);
     va_end(ap);
     return p;
+}
+
+bt_json_text bt_json_num(double v, char conv, int digits)
+{
+    bt_json_text t;
+    if (!isfinite(v)) snprintf(t.s, sizeof t.s, "null");
+    else if (conv == 'f' && fabs(v) < 1e15) snprintf(t.s, sizeof t.s, "%.*f", digits, v);
+    else snprintf(t.s, sizeof t.s, "%.*g", conv == 'f' ? 17 : digits, v);
+    return t;
 }

@@ -1,4 +1,5 @@
-/* core/strutil.h: small string helpers shared across modules (owned copies, formatted copies). */
+/* core/strutil.h: small string helpers shared across modules (owned copies, formatted copies, and
+ * numbers as JSON text). */
 #ifndef BT_CORE_STRUTIL_H
 #define BT_CORE_STRUTIL_H
 
@@ -12,5 +13,14 @@ char *bt_strfmt(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+
+/* A number as JSON text: v printed "%.*g" (conv 'g') or "%.*f" (conv 'f', which turns to "%.17g"
+ * for magnitudes of 1e15 and more), or `null` when v is NaN or infinite: JSON has neither, and a
+ * bare `nan` makes the whole record unreadable. The text lives in the returned struct, so
+ * printf("%s", bt_json_num(x, 'g', 6).s) is valid until the end of the statement. */
+typedef struct bt_json_text {
+    char s[32];
+} bt_json_text;
+bt_json_text bt_json_num(double v, char conv, int digits);
 
 #endif

@@ -269,6 +269,17 @@ static bt_status collect_failure(bt_engine *e)
     return bt_error(status, "%s", msg);
 }
 
+/* Empties every mailbox before a job. After a successful job each is empty already; a failed job
+ * can leave a message posted that no stage received, and its flag would let the next job's
+ * receiver read the buffer before the sender rewrote it (a step retried after a failure then
+ * trained on the failed step's gradients). The workers are idle here. */
+static void clear_mailboxes(bt_engine *e)
+{
+    for (int c = 0; c < e->n_channels; c++)
+        for (int mb = 0; mb < e->channels[c].microbatches; mb++)
+            atomic_store_explicit(&e->channels[c].ready[mb], 0, memory_order_relaxed);
+}
+
 static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
                          int out_value, void *out, bt_step_result *result)
 {
@@ -282,6 +293,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
     e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
     atomic_store(&e->abort, 0);
+    clear_mailboxes(e);
     e->barrier_count = 0;
     e->grad_norm = 0;
     for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;

@@ -22,7 +22,7 @@
  * channel's buffer, so it takes no slot space.
  *
  * Ordering: a worker only queues work on its device's streams; the host waits for its device once
- * per step (and once more at STEP when the gradient norm is needed). Across stages, a channel's
+ * per step and once more at STEP, where every stage meets the others (all or nothing). Across stages, a channel's
  * host flag says a message was queued and an event says when it has arrived. */
 #ifndef BT_EXEC_INTERNAL_H
 #define BT_EXEC_INTERNAL_H
@@ -274,11 +274,6 @@ void bt_channel_post(bt_channel *ch, int mb);
 bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s);
 /* Wakes every waiter (abort). */
 void bt_channels_wake_all(bt_engine *e);
-
-/* step_view.c: 1 when the optimizer step of a training job waits for every stage (the global
- * gradient norm is needed: clipping, or f16 loss scaling where an overflow anywhere skips the
- * step everywhere). The worker branches on it; the step view reports it. */
-int bt_exec_step_is_barrier(const bt_engine_params *params);
 
 /* Test hook: stage skips its send of micro-batch mb (activations or gradients) in later steps. */
 void bt_engine_test_drop_send(bt_engine *engine, int stage, int mb);

@@ -1,15 +1,9 @@
-/* exec/step_view.c: the read-only view of the last step that exec exports (see step_view.h), and
- * the predicate that decides whether STEP is a barrier, shared by the worker and the view so the
- * trace cannot disagree with what ran. */
+/* exec/step_view.c: the read-only view of the last step that exec exports (see step_view.h). The
+ * STEP of every training step is a barrier across stages (worker.c: a step is all or nothing). */
 #include <string.h>
 
 #include "core/error.h"
 #include "exec/exec_internal.h"
-
-int bt_exec_step_is_barrier(const bt_engine_params *p)
-{
-    return p->clip_norm > 0 || p->precision == BT_F16;
-}
 
 bt_status bt_engine_step_view(const bt_engine *e, bt_step_view *out)
 {
@@ -21,7 +15,7 @@ bt_status bt_engine_step_view(const bt_engine *e, bt_step_view *out)
     out->schedule = sched;
     out->t0_ms = e->step_t0_ms;
     out->training = sched->training && e->job != BT_JOB_FORWARD;
-    out->step_barrier = e->job == BT_JOB_TRAIN && bt_exec_step_is_barrier(&e->params);
+    out->step_barrier = e->job == BT_JOB_TRAIN; /* every optimizer step waits for all stages */
     return BT_OK;
 }
 

@@ -5,7 +5,7 @@
  * bytes moved, micro-batches held), the schedule the job ran, the stage's device, layers and slot
  * bytes, the stages its sends reach (its boundary channels), and facts of the step that only
  * exec knows: whether backward ran and whether the STEP instruction was a barrier across stages
- * (the worker's own predicate, bt_exec_step_is_barrier: clipping or f16 loss scaling).
+ * (every training step's is: no stage updates before all have finished backward).
  *
  * Invariants: everything returned points into the engine and stays valid until its next step or
  * its destruction; nothing here changes the engine.
@@ -35,7 +35,7 @@ typedef struct bt_step_view {
     const bt_schedule *schedule; /* the schedule the job ran */
     double t0_ms;              /* CLOCK_MONOTONIC ms at the step's start */
     int training;              /* 1: backward ran (gradients or a training step) */
-    int step_barrier;          /* 1: STEP waited for every stage (clipping, f16 loss scaling) */
+    int step_barrier;          /* 1: STEP waited for every stage (every training step) */
 } bt_step_view;
 
 /* One stage of the engine. */

@@ -2,7 +2,8 @@
  * gradients, train, or forward), walks its stage's instruction list from the schedule, and
  * executes each instruction through the backend table: FWD/BWD run the stage's nodes on the
  * micro-batch's slot, SEND/RECV move activations and gradients through channels, STEP applies
- * the optimizer after a cross-stage reduction of the gradient norm. On any failure it records
+ * the optimizer once every stage has finished its backward and the global gradient norm is
+ * finite (a barrier: a step is all or nothing). On any failure it records
  * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting. */
 #include <math.h>
 #include <stdio.h>
@@ -271,28 +272,75 @@ bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p)
     return st->be->round_to(st->dev, e->params.precision, p->w_lp, p->numel);
 }
 
-/* The optimizer step of one stage. The global gradient norm is needed when clipping and under
- * f16 loss scaling (an overflow anywhere skips the step everywhere); only then do the stages meet
- * at a barrier to add their sums of squares. Otherwise each stage updates at once and the engine
- * adds the sums for the report after the step. The gradients are scaled by the loss scale, which
- * the update divides out (grad_scale). */
+/* The first of st's parameters whose gradient is not finite, or -1 when each is but their sum of
+ * squares overflowed. The failure path only: one wait for the device per parameter. */
+static int first_nonfinite_grad(bt_engine *e, bt_stage *st, double *sumsq)
+{
+    for (int i = 0; i < st->n_params; i++) {
+        double v = 0;
+        if (st->be->sum_squares(st->dev, e->dtype, &st->sq_ptr[i], &st->sq_n[i], 1, &v) != BT_OK) continue;
+        if (!isfinite(v)) {
+            *sumsq = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Every stage sees the same non-finite global sum and stops before its update. The stage whose own
+ * gradients are not finite names the first such parameter (collect_failure reports the lowest
+ * such stage: the first non-finite gradient in the graph's order); the others say why they stopped. */
+static bt_status nonfinite_grads(bt_engine *e, bt_stage *st)
+{
+    long long step = (long long)e->step + 1;
+    double own = e->sumsq[st->index];
+    int culprit = -1;
+    for (int s = 0; s < e->stages && culprit < 0; s++)
+        if (!isfinite(e->sumsq[s])) culprit = s;
+    if (culprit < 0) { /* every stage's sum is finite but not their total: stage 0 says so */
+        if (st->index != 0) return bt_error(BT_ERR_INTERNAL, "stopped at the optimizer step of step %lld", step);
+        return bt_error(BT_ERR_NUMERIC,
+                        "step %lld: the global gradient norm overflowed; no stage applied the update", step);
+    }
+    if (isfinite(own))
+        return bt_error(BT_ERR_INTERNAL, "stopped at the optimizer step of step %lld: stage %d's gradients are "
+                        "not finite", step, culprit);
+    double v = own;
+    int i = first_nonfinite_grad(e, st, &v);
+    const char *what = isnan(v) ? "NaN" : "infinite";
+    if (i < 0)
+        return bt_error(BT_ERR_NUMERIC, "step %lld, stage %d (%s): the gradients' sum of squares is %s; no stage "
+                        "applied the update", step, st->index, st->device_name, what);
+    return bt_error(BT_ERR_NUMERIC,
+                    "step %lld, stage %d (%s): the gradient of '%s' is not finite (%s); no stage applied the "
+                    "update (look for NaN or infinity in the data, or lower the learning rate)",
+                    step, st->index, st->device_name, e->graph->params[st->params[i].param].name, what);
+}
+
+/* The optimizer step of one stage. A step is all or nothing: each stage first waits for its
+ * device (so an error a kernel raised during backward surfaces here), adds up the squares of its
+ * gradients and meets the others at a barrier; no stage updates before every stage's backward
+ * has succeeded, so a step that fails anywhere changes no weights and can be retried. The total
+ * is the global gradient norm: when it is not finite, f16 loss scaling skips the step on every
+ * stage (and halves the scale); otherwise the step stops, naming the first parameter whose
+ * gradient is not finite. Clipping scales by it. The gradients are scaled by the loss scale,
+ * which the update divides out (grad_scale). */
 static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     double sumsq = 0;
+    BT_TRY(st->be->sync(st->dev));
     if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
-    int scaled = e->params.precision == BT_F16;
-    double unscale = 1.0 / e->loss_scale, scale = unscale;
-    if (bt_exec_step_is_barrier(&e->params)) {
-        BT_TRY(stage_barrier(e));
-        double total = 0;
-        for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
-        if (scaled && !isfinite(total)) { /* every stage sees the same total: all skip */
-            w->skipped = 1;
-            return BT_OK;
-        }
-        if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
+    BT_TRY(stage_barrier(e));
+    double total = 0;
+    for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
+    if (!isfinite(total)) {
+        if (e->params.precision != BT_F16) return nonfinite_grads(e, st);
+        w->skipped = 1; /* every stage sees the same total: all skip */
+        return BT_OK;
     }
+    double unscale = 1.0 / e->loss_scale, scale = unscale;
+    if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
     for (int i = 0; i < st->n_params; i++) {
         bt_param_store *p = &st->params[i];
         BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,

@@ -3,6 +3,7 @@
  * nbytes == numel * bt_npy_type_size(type) and data holds exactly that many bytes. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,12 +395,26 @@ bt_status bt_npy_load_pair(const char *inputs_path, const char *labels_path, int
         goto fail;
     }
     for (int64_t i = 0; i < x.numel; i++) {
+        double v;
         if (x.type == BT_NPY_U1)
             out->inputs[i] = (float)((const uint8_t *)x.data)[i] / 255.0f;
         else if (x.type == BT_NPY_F4)
             out->inputs[i] = ((const float *)x.data)[i];
         else
             out->inputs[i] = (float)((const double *)x.data)[i];
+        if (isfinite(out->inputs[i])) continue;
+        /* a NaN or an infinity would pass through the model unnoticed (ReLU hides it from the loss)
+         * and poison the weights: refuse it here, where the file and the sample are known */
+        v = x.type == BT_NPY_F4 ? ((const float *)x.data)[i] : ((const double *)x.data)[i];
+        int64_t numel = out->sample_numel ? out->sample_numel : 1;
+        if (isfinite(v))
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: sample %lld, element %lld is %g, outside float32's range",
+                          inputs_path, (long long)(i / numel), (long long)(i % numel), v);
+        else
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: sample %lld, element %lld is %s: data must be finite",
+                          inputs_path, (long long)(i / numel), (long long)(i % numel),
+                          isnan(v) ? "NaN" : v > 0 ? "+infinity" : "-infinity");
+        goto fail;
     }
     for (int64_t i = 0; i < out->n; i++) out->labels[i] = (int32_t)int_at(&y, i);
     bt_npy_free(&x);

@@ -57,8 +57,10 @@ bt_status bt_npy_write(const char *path, bt_dtype dtype, int ndim, const int64_t
                        const void *data);
 
 /* Loads inputs (n, ...) of '<f4', '<f8' or '|u1' (u1 is scaled by 1/255 like IDX images; floats
- * are taken as they are) and labels (n) of any integer dtype, each in [0, n_classes), into a
- * bt_dataset (see io/idx.h). Errors name the file, and for a bad label its index and value. */
+ * are taken as they are, and must be finite in float32: NaN, infinities and '<f8' values past
+ * float32's range are refused with BT_ERR_INVALID_ARG naming the file, the sample and the element)
+ * and labels (n) of any integer dtype, each in [0, n_classes), into a bt_dataset (see io/idx.h).
+ * Errors name the file, and for a bad label its index and value. */
 bt_status bt_npy_load_pair(const char *inputs_path, const char *labels_path, int n_classes,
                            bt_dataset *out);
 

@@ -36,6 +36,10 @@ static int append(json_t *arr, json_t *v)
     return !arr || !v || json_array_append_new(arr, v) != 0;
 }
 
+/* A measured number, or null when it is not finite (JSON has no NaN or infinity; jansson's
+ * json_real refuses them, which failed the whole save as "out of memory"). */
+static json_t *number(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
 static json_t *layer_to_json(const bt_profile *p, int l)
 {
     const bt_profile_layer *pl = &p->layers[l];
@@ -54,9 +58,9 @@ static json_t *layer_to_json(const bt_profile *p, int l)
     for (int k = 0; k < p->n_kinds; k++) {
         const bt_profile_time *t = bt_profile_time_at(p, l, k);
         json_t *tk = json_object();
-        bad |= put(tk, "fwd_ms", json_real(t->fwd_ms));
-        bad |= put(tk, "bwd_ms", json_real(t->bwd_ms));
-        bad |= put(tk, "step_ms", json_real(t->step_ms));
+        bad |= put(tk, "fwd_ms", number(t->fwd_ms));
+        bad |= put(tk, "bwd_ms", number(t->bwd_ms));
+        bad |= put(tk, "step_ms", number(t->step_ms));
         bad |= put(times, p->kinds[k], tk);
     }
     bad |= put(o, "times", times);
@@ -96,7 +100,7 @@ static json_t *profile_to_json(const bt_profile *p)
         bad |= put(o, "from", json_string(t->from));
         bad |= put(o, "to", json_string(t->to));
         bad |= put(o, "bytes", json_integer((json_int_t)t->bytes));
-        bad |= put(o, "gb_per_s", json_real(t->gb_per_s));
+        bad |= put(o, "gb_per_s", number(t->gb_per_s));
         bad |= append(transfers, o);
     }
     bad |= put(root, "transfers", transfers);

@@ -1,6 +1,9 @@
 /* train/trainer.c: the training loop (see trainer.h). The model must have one float input (the
  * samples) and one integer input (the labels) read by the loss layer; that is the shape of every
- * supervised data source baton reads. */
+ * supervised data source baton reads. Nothing non-finite passes silently: the engine stops a step
+ * whose gradients are not finite, the trainer a loss or an eval loss that is not, and no
+ * checkpoint is written unless every weight and optimizer buffer is finite, so a diverged run
+ * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,7 @@ struct bt_trainer {
     bt_dir_lock *ckpt_lock;    /* held while checkpoint_dir is ours */
     bt_host_memory host_mem;   /* the loaders' buffers: the engine's page-locked memory */
     int64_t total_steps, first_step; /* first_step: batches already consumed (the data position) */
+    int64_t saved_step;        /* the step of the last checkpoint this run wrote or resumed, -1: none */
     float *logits;             /* (batch, classes) */
     float *losses;             /* (batch) */
 };
@@ -136,6 +140,7 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
                         (long long)per_epoch);
     t->first_step = position;
     BT_TRY(bt_checkpoint_resume(t->engine, t->model->graph, path, &meta));
+    if (t->opts.checkpoint_dir && strcmp(t->opts.checkpoint_dir, path) == 0) t->saved_step = meta.step;
     return bt_loader_seek(t->train_loader, meta.epoch, meta.batch_index);
 }
 
@@ -148,6 +153,7 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->model = model;
     t->engine = engine;
     t->opts = *opts;
+    t->saved_step = -1;
     BT_TRY_GOTO(st, inspect_graph(t), fail);
     if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
     BT_TRY_GOTO(st, load_data(t), fail);
@@ -234,8 +240,59 @@ bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int
     return BT_OK;
 }
 
+/* 1 if every element of x (n of the engine's dtype) is finite. */
+static int all_finite(const void *x, size_t n, bt_dtype dtype)
+{
+    for (size_t i = 0; i < n; i++)
+        if (dtype == BT_F64 ? !isfinite(((const double *)x)[i]) : !isfinite(((const float *)x)[i])) return 0;
+    return 1;
+}
+
+/* A checkpoint must never hold a diverged state: every weight and optimizer buffer must be finite.
+ * The gradients were checked before the update (the engine stops on a non-finite norm), but an
+ * update can still overflow (a learning rate far too large). Names the first tensor that is not. */
+static bt_status check_state_finite(bt_trainer *t, int64_t step)
+{
+    const bt_graph *g = t->model->graph;
+    bt_dtype dtype = bt_engine_dtype(t->engine);
+    int slots = bt_engine_optimizer_slots(t->engine);
+    bt_status st = BT_OK;
+    void *buf = NULL;
+    for (int i = 0; i < bt_graph_num_params(g) && st == BT_OK; i++) {
+        bt_param_info info;
+        BT_TRY_GOTO(st, bt_graph_param(g, i, &info), done);
+        size_t n = (size_t)bt_shape_numel(&info.shape), bytes = n * bt_dtype_size(dtype);
+        void *grown = realloc(buf, bytes ? bytes : 1);
+        if (!grown) {
+            st = bt_error(BT_ERR_NOMEM, "trainer: out of memory");
+            goto done;
+        }
+        buf = grown;
+        for (int slot = -1; slot < slots; slot++) {
+            if (slot < 0) BT_TRY_GOTO(st, bt_engine_read_param(t->engine, info.name, buf, bytes), done);
+            else BT_TRY_GOTO(st, bt_engine_read_state(t->engine, info.name, slot, buf, bytes), done);
+            if (all_finite(buf, n, dtype)) continue;
+            char what[160];
+            if (slot < 0) snprintf(what, sizeof what, "the weights of '%s'", info.name);
+            else snprintf(what, sizeof what, "the optimizer's %s of '%s'",
+                          bt_engine_optimizer_slot_name(t->engine, slot), info.name);
+            char kept[96] = "";
+            if (t->saved_step >= 0) snprintf(kept, sizeof kept, " (it keeps step %lld)", (long long)t->saved_step);
+            st = bt_error(BT_ERR_NUMERIC,
+                          "step %lld: %s are not finite after the update: the training diverged (lower the "
+                          "learning rate); the checkpoint in %s was not written%s",
+                          (long long)step, what, t->opts.checkpoint_dir, kept);
+            goto done;
+        }
+    }
+done:
+    free(buf);
+    return st;
+}
+
 static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
 {
+    BT_TRY(check_state_finite(t, step));
     bt_checkpoint_meta meta;
     memset(&meta, 0, sizeof meta);
     int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
@@ -246,6 +303,7 @@ static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *u
     meta.seed = t->opts.seed;
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name ? t->model->name : "");
     BT_TRY(bt_checkpoint_save(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta));
+    t->saved_step = step;
     if (cb) {
         bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
                              .path = t->opts.checkpoint_dir};
@@ -261,6 +319,9 @@ static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, v
     BT_TRY(bt_trainer_evaluate(t, &ev.accuracy, &ev.loss, &ev.samples));
     ev.eval_ms = bt_now_ms() - t0;
     if (cb) cb(&ev, user);
+    if (!isfinite(ev.loss))
+        return bt_error(BT_ERR_NUMERIC, "step %lld: the eval loss is %s: the weights have diverged; stopping "
+                        "without a checkpoint", (long long)step, isnan(ev.loss) ? "NaN" : "infinite");
     return BT_OK;
 }
 
@@ -276,10 +337,11 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
         bt_step_result r;
         bt_status st = bt_engine_train_step(t->engine, feeds, 2, &r);
         bt_loader_release(t->train_loader);
+        if (st == BT_ERR_NUMERIC) return st; /* the engine's message names the step */
         if (st != BT_OK) return bt_error_context(st, "step %lld", (long long)step + 1);
         if (!isfinite(r.loss))
-            return bt_error(BT_ERR_BACKEND, "step %lld: the loss is %g; stopping (try a lower learning rate)",
-                            (long long)step + 1, r.loss);
+            return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is %s; stopping (try a lower learning rate)",
+                            (long long)step + 1, isnan(r.loss) ? "NaN" : "infinite");
         if (cb) {
             bt_train_event ev = {.kind = BT_EV_STEP, .step = step + 1, .total_steps = t->total_steps,
                                  .epoch = step / per_epoch, .result = &r};
