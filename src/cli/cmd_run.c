@@ -47,7 +47,8 @@ static void run_usage(FILE *f)
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
             "  --threads N           BLAS threads per device (default: the cores shared out\n"
             "                        among the stages)\n"
-            "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
+            "  --watchdog SECONDS    stop a run where a stage waits, or runs one instruction,\n"
+            "                        longer than this (default 60, at most 1e9)\n"
             "  --memory BYTES        memory each device may hold, e.g. 512M or 2G; a plan that\n"
             "                        needs more is refused before anything runs\n"
             "  --transfer MODE       auto (default) | staged | host: how stages hand messages on;\n"
@@ -340,7 +341,14 @@ int bt_cmd_run(int argc, char **argv)
         case 'r': o.seed = strtoull(optarg, &end, 10); if (*end) goto bad; break;
         case 't': o.threads = (int)strtol(optarg, &end, 10); if (*end || o.threads < 1 || o.threads > 256) goto bad; break;
         case 'b': o.batch = strtoll(optarg, &end, 10); if (*end || o.batch < 1) goto bad; break;
-        case 'w': o.watchdog_s = strtod(optarg, &end); if (*end || !(o.watchdog_s > 0)) goto bad; break;
+        case 'w':
+            o.watchdog_s = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S)) {
+                fprintf(stderr, "baton run: --watchdog must be seconds above 0 and at most %g, not '%s'\n",
+                        BT_WATCHDOG_MAX_S, optarg);
+                return BT_EXIT_USAGE;
+            }
+            break;
         case 'E': o.epochs = (int)strtol(optarg, &end, 10); if (*end || o.epochs < 1) goto bad; break;
         case 'v': o.eval_every = strtoll(optarg, &end, 10); if (*end || o.eval_every < 0) goto bad; break;
         case 'k': o.checkpoint_every = strtoll(optarg, &end, 10); if (*end || o.checkpoint_every < 0) goto bad; break;

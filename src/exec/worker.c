@@ -110,6 +110,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
         prepare_call(e, st, k, mb, 0, &call, &t);
         call.training = training;
         bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, forward of layer '%s' (micro-batch %d)",
@@ -158,6 +159,7 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
         bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
@@ -222,6 +224,7 @@ static bt_status wait_error(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel
     describe_wait(e, st, w, ch, mb, what, sizeof what);
     if (s == BT_ERR_TIMEOUT)
         return bt_error(BT_ERR_TIMEOUT, "watchdog: after %.1f s, %s", e->params.watchdog_s, what);
+    if (s != BT_ERR_INTERNAL) return bt_error_context(s, "%s", what); /* the wait itself failed */
     return bt_error(BT_ERR_INTERNAL, "stopped while %s", what);
 }
 
@@ -232,7 +235,9 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
                             int grad, int mb, int instr)
 {
     for (int c = 0; c < n; c++) {
+        atomic_store(&w->waiting, 1);
         bt_status s = bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
+        atomic_store(&w->waiting, 0);
         if (s != BT_OK) return wait_error(e, st, w, channels[c], mb, s);
     }
     BT_TRY(st->be->event_record(st->dev, st->ev_begin[instr], BT_STREAM_COMPUTE));
@@ -244,7 +249,7 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
 }
 
 /* Every stage arrives here at STEP; returns when all have, or on abort. */
-static bt_status stage_barrier(bt_engine *e)
+static bt_status stage_barrier(bt_engine *e, bt_worker *w)
 {
     bt_status st = BT_OK;
     pthread_mutex_lock(&e->mu);
@@ -254,7 +259,9 @@ static bt_status stage_barrier(bt_engine *e)
         e->barrier_generation++;
         pthread_cond_broadcast(&e->cv_barrier);
     } else {
+        atomic_store(&w->waiting, 1);
         while (gen == e->barrier_generation && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
+        atomic_store(&w->waiting, 0);
         if (gen == e->barrier_generation) st = BT_ERR_INTERNAL;
     }
     pthread_mutex_unlock(&e->mu);
@@ -284,7 +291,7 @@ static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     int scaled = e->params.precision == BT_F16;
     double unscale = 1.0 / e->loss_scale, scale = unscale;
     if (bt_exec_step_is_barrier(&e->params)) {
-        BT_TRY(stage_barrier(e));
+        BT_TRY(stage_barrier(e, w));
         double total = 0;
         for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
         if (scaled && !isfinite(total)) { /* every stage sees the same total: all skip */
@@ -483,14 +490,15 @@ static void run_job(bt_engine *e, bt_worker *w)
         r->bytes = instr_bytes(st, ins);
         r->live = w->live;
         atomic_store_explicit(&w->last_done, i, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
     }
+    w->cur_instr = -1; /* the host's watchdog: "stuck in its final device wait" */
     s = st->be->sync(st->dev);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
     if (w->status == BT_OK && !atomic_load(&e->abort)) {
         s = finish_job(e, w, st);
         if (s != BT_OK) fail_job(e, w, s);
     }
-    w->cur_instr = -1;
 }
 
 void *bt_worker_main(void *arg)
@@ -515,6 +523,7 @@ void *bt_worker_main(void *arg)
         if (bound != BT_OK) fail_job(e, w, bt_error(bound, "%s", bind_error));
         else run_job(e, w);
         pthread_mutex_lock(&e->mu);
+        w->job_done = 1;
         e->done_count++;
         pthread_cond_broadcast(&e->cv_done);
         pthread_mutex_unlock(&e->mu);
