@@ -76,6 +76,11 @@ typedef struct bt_backend {
     /* Milliseconds from one recorded event to another of the same device, once both completed
      * (after sync). */
     bt_status (*event_elapsed)(bt_device *dev, bt_event *from, bt_event *to, double *ms);
+    /* Optional: the host clock (bt_now_ms) at which a recorded event completed, for backends whose
+     * events are read from the host's clock (CPU). Timing anchors each device's events to the
+     * host with it: one clock read, so no preemption can fall between two. NULL: the executor
+     * reads the host clock right after recording (CUDA, where the event completes later). */
+    double (*event_host_ms)(bt_device *dev, bt_event *ev);
     /* Page-locked host memory for asynchronous copies (CPU: ordinary aligned memory). */
     bt_status (*host_alloc)(bt_device *dev, size_t bytes, void **out);
     void (*host_free)(bt_device *dev, void *ptr);

@@ -152,6 +152,8 @@ static bt_status cpu_event_elapsed(bt_device *dev, bt_event *from, bt_event *to,
     return BT_OK;
 }
 
+static double cpu_event_host_ms(bt_device *dev, bt_event *ev) { return ev->t_ms; }
+
 static bt_status cpu_copy_async(bt_device *dev, bt_stream_id stream, bt_copy_kind kind, void *dst,
                                 const void *src, size_t bytes)
 {
@@ -198,6 +200,7 @@ static const bt_backend cpu_backend = {
     .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait,
     .event_elapsed = cpu_event_elapsed,
+    .event_host_ms = cpu_event_host_ms,
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .copy_async = cpu_copy_async,

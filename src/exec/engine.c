@@ -150,6 +150,7 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     e->mb_size = params->batch / params->parallel.microbatches;
     e->loss_value = bt_graph_output_value(graph);
     e->drop_send_stage = -1;
+    e->test_start_delay_stage = -1;
     e->drop_send_mb = -1;
     e->staging_chunk = bt_transfer_default_chunk();
     bt_loss_scale_init(&e->scaler, params->loss_scale, 0);

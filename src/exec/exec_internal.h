@@ -203,6 +203,9 @@ struct bt_engine {
      * workers are abandoned (engine.c, "stuck workers") and never touch the graph again */
     atomic_bool abandoned;
     char unusable[2048];       /* why (the timeout's message), for every later call */
+    /* test hook: a stage whose job starts late, as if preempted (trace tests); -1: none */
+    int test_start_delay_stage;
+    double test_start_delay_ms;
     /* test hook: a stage that silently skips one send (watchdog tests) */
     int drop_send_stage, drop_send_mb;
     bt_transfer_path *paths;   /* [stages * stages]: the path from stage a to b at [a * stages + b] */

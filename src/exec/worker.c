@@ -441,13 +441,28 @@ static void reset_channels(bt_channel *const *channels, int n)
     }
 }
 
+/* The step's start event, and the host time it stands for: every record of the job is placed on
+ * the host's timeline from it (finish_job). Where the backend's events keep the host clock, that
+ * is the event's own time; two separate clock reads would shift the whole stage by whatever
+ * preempted the thread between them, and a receive could then seem to end before its send. */
+static bt_status record_step0(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    if (e->test_start_delay_stage == st->index) {
+        double ms = e->test_start_delay_ms;
+        struct timespec ts = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
+        nanosleep(&ts, NULL);
+    }
+    BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
+    w->step0_host_ms = st->be->event_host_ms ? st->be->event_host_ms(st->dev, st->ev_step0) : bt_now_ms();
+    return BT_OK;
+}
+
 static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
 {
-    w->step0_host_ms = bt_now_ms();
     reset_channels(st->out_act, st->n_out_act);
     reset_channels(st->out_grad, st->n_out_grad);
     for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
-    BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
+    BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     for (int i = 0; i < st->n_params; i++)
         BT_TRY(st->be->zero(st->dev, st->params[i].g, st->params[i].numel * bt_dtype_size(e->dtype)));
