@@ -4,7 +4,10 @@
  * is posted (it used to spin forever holding the mutex the sender needs); and a stage stuck
  * inside a kernel (a custom op that sleeps far longer than the watchdog) makes
  * bt_engine_train_step return BT_ERR_TIMEOUT within the watchdog plus one second, naming the
- * stage, after which the engine refuses every call and destroying it neither hangs nor crashes. */
+ * stage, after which the engine refuses every call and destroying it neither hangs nor crashes.
+ * Beside the watchdog, one concurrency rule of the CPU backend: OpenBLAS has one thread count per
+ * process, so CPU devices open at the same time must share it (a different count is refused,
+ * where it used to be overwritten by whichever worker thread started last). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -208,6 +211,7 @@ static void stuck_kernel_case(int stages)
     p.parallel.balance[1] = 2;
     const double watchdog = 0.5;
     p.watchdog_s = watchdog;
+    p.threads = 1; /* an abandoned engine keeps its claim on the BLAS thread count */
     CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
     batch_data b;
     make_batch(&b, 9);
@@ -258,11 +262,46 @@ static void test_stuck_kernel_two_stages(void) { stuck_kernel_case(2); }
 
 static void test_stuck_kernel_one_stage(void) { stuck_kernel_case(1); }
 
+/* ---- one BLAS thread count ------------------------------------------------------------------- */
+
+static void test_cpu_devices_share_one_blas_thread_count(void)
+{
+    bt_graph *g = small_graph();
+    bt_engine_params p;
+    bt_engine *a = NULL, *b = NULL, *c = NULL;
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.threads = 1;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &a) == BT_OK);
+    p.threads = 2;
+    bt_status st = bt_engine_create(g, &p, &b);
+    CU_ASSERT_EQUAL(st, BT_ERR_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(b);
+    if (st != BT_OK) {
+        const char *msg = bt_last_error();
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "OpenBLAS has one thread count per process"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "already open use 1: cannot open one with 2"));
+    }
+    bt_engine_destroy(b);
+    p.threads = 1; /* the same count is fine */
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &c), BT_OK);
+    batch_data d;
+    make_batch(&d, 4);
+    CU_ASSERT_EQUAL(bt_engine_train_step(a, d.feeds, 2, NULL), BT_OK);
+    CU_ASSERT_EQUAL(bt_engine_train_step(c, d.feeds, 2, NULL), BT_OK);
+    bt_engine_destroy(a);
+    bt_engine_destroy(c);
+    p.threads = 2; /* once no device holds it, the count may change */
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &b), BT_OK);
+    bt_engine_destroy(b);
+    bt_graph_destroy(g);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
         {"the watchdog's value is checked", test_watchdog_value_is_checked},
         {"a wait with an unrepresentable timeout still returns", test_unrepresentable_timeout_still_waits},
+        {"CPU devices share one BLAS thread count", test_cpu_devices_share_one_blas_thread_count},
         {"a kernel stuck on stage 0 of 2 ends the step", test_stuck_kernel_two_stages},
         {"a kernel stuck on the only stage ends the step", test_stuck_kernel_one_stage},
         {NULL, NULL}};

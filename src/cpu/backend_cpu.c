@@ -29,20 +29,26 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     if (!d) return bt_error(BT_ERR_NOMEM, "cpu:%d: out of memory", index);
     d->index = index;
     d->threads = threads < 1 ? 1 : threads;
-    bt_blas_init();
+    bt_status st = bt_blas_claim_threads(d->threads);
+    if (st != BT_OK) {
+        free(d);
+        return bt_error_context(st, "cpu:%d", index);
+    }
     snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s)", index, bt_blas_describe(),
              d->threads, d->threads == 1 ? "" : "s");
     *out = d;
     return BT_OK;
 }
 
-static void cpu_close(bt_device *dev) { free(dev); }
-
-static bt_status cpu_bind_thread(bt_device *dev)
+static void cpu_close(bt_device *dev)
 {
-    bt_blas_set_threads(dev->threads);
-    return BT_OK;
+    if (!dev) return;
+    bt_blas_release_threads();
+    free(dev);
 }
+
+/* The BLAS thread count was set when the device opened (blas.c: one count per process). */
+static bt_status cpu_bind_thread(bt_device *dev) { return BT_OK; }
 
 static bt_status cpu_alloc(bt_device *dev, size_t bytes, void **out)
 {
