@@ -215,7 +215,8 @@ static double parallel_efficiency(void)
         j[k].b = calloc((size_t)1024 * 1024, sizeof(float));
         j[k].c = calloc((size_t)BATCH * 1024, sizeof(float));
     }
-    if (bt_blas_claim_threads(1) != BT_OK) fprintf(stderr, "bench: %s\n", bt_last_error());
+    int one = 1;
+    if (bt_blas_claim_threads(&one, 1) != BT_OK) fprintf(stderr, "bench: %s\n", bt_last_error());
     gemm_loop(&j[0]);
     double alone = 1e30, together = 1e30;
     for (int r = 0; r < 3; r++) {

@@ -282,7 +282,9 @@ static void test_cpu_devices_share_one_blas_thread_count(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(msg, "already open use 1: cannot open one with 2"));
     }
     bt_engine_destroy(b);
-    p.threads = 1; /* the same count is fine */
+    p.threads = 0; /* automatic: takes the count in effect (alone, one stage would get every core) */
+    p.parallel.stages = 1, p.parallel.n_balance = 1, p.parallel.balance[0] = 7;
+    p.parallel.devices = "cpu:0";
     CU_ASSERT_EQUAL(bt_engine_create(g, &p, &c), BT_OK);
     batch_data d;
     make_batch(&d, 4);
@@ -290,6 +292,7 @@ static void test_cpu_devices_share_one_blas_thread_count(void)
     CU_ASSERT_EQUAL(bt_engine_train_step(c, d.feeds, 2, NULL), BT_OK);
     bt_engine_destroy(a);
     bt_engine_destroy(c);
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
     p.threads = 2; /* once no device holds it, the count may change */
     CU_ASSERT_EQUAL(bt_engine_create(g, &p, &b), BT_OK);
     bt_engine_destroy(b);

@@ -30,7 +30,9 @@ typedef struct bt_backend {
      * shared by the logical stages opened on it). The engine's admission check groups stages by
      * this, never by device name. */
     int shares_host_memory;
-    /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). */
+    /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). A
+     * negative count is a preference (-threads) the backend may replace by a count already in
+     * effect (CPU: OpenBLAS's one count per process); a positive one is required. */
     bt_status (*open)(int index, int threads, bt_device **out);
     void (*close)(bt_device *dev);
     /* Called once on the worker thread that will drive the device (thread binding, BLAS threads). */

@@ -28,8 +28,9 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     bt_device *d = calloc(1, sizeof *d);
     if (!d) return bt_error(BT_ERR_NOMEM, "cpu:%d: out of memory", index);
     d->index = index;
-    d->threads = threads < 1 ? 1 : threads;
-    bt_status st = bt_blas_claim_threads(d->threads);
+    int strict = threads > 0;
+    d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
+    bt_status st = bt_blas_claim_threads(&d->threads, strict);
     if (st != BT_OK) {
         free(d);
         return bt_error_context(st, "cpu:%d", index);

@@ -95,12 +95,14 @@ const char *bt_blas_describe(void)
  * must ask for the same count. Worker threads never write it: concurrent writes were a race, and
  * "threads per device" was whichever worker wrote last. */
 
-bt_status bt_blas_claim_threads(int n)
+bt_status bt_blas_claim_threads(int *threads, int strict)
 {
     bt_blas_init();
-    if (n < 1) n = 1;
+    int n = *threads < 1 ? 1 : *threads;
     bt_status st = BT_OK;
     pthread_mutex_lock(&threads_mu);
+    if (threads_users > 0 && !strict) n = threads_now;
+    *threads = n;
     if (threads_users > 0 && n != threads_now) {
         st = bt_error(BT_ERR_UNSUPPORTED,
                       "OpenBLAS has one thread count per process and the CPU devices already open use %d: "

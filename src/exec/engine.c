@@ -89,9 +89,9 @@ static bt_status open_stage(bt_engine *e, int s)
     st->be = bt_backend_find(kind);
     if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
     int threads = e->params.threads;
-    if (threads < 1) { /* auto: the machine's cores shared out among the stages */
+    if (threads < 1) { /* auto: the machine's cores shared out among the stages, a preference */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus > e->stages ? (int)(cpus / e->stages) : 1;
+        threads = -(cpus > e->stages ? (int)(cpus / e->stages) : 1);
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
     /* as many activation slots as the schedules this engine runs name (see sched.h) */
