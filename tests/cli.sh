@@ -117,6 +117,15 @@ if expect_rc 2 "loss_scale without f16" "$baton" check "$srcdir/models/mlp.yaml"
   grep -q 'train.loss_scale only applies to precision: f16' "$tmp/err" || fail "loss_scale: $(cat "$tmp/err")"
 fi
 expect_rc 0 "bf16 run" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 train.precision=bf16
+# the watchdog: a value no deadline can hold is a usage error naming it (inf used to hang the run)
+for w in inf nan 1e19 1.5e9 -1 0 "" 5s; do
+  if expect_rc 2 "--watchdog '$w'" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --watchdog "$w"; then
+    tests=$((tests + 1))
+    grep -q -- "--watchdog must be seconds above 0 and at most 1e+09, not '$w'" "$tmp/err" ||
+      fail "--watchdog '$w': $(cat "$tmp/err")"
+  fi
+done
+expect_rc 0 "--watchdog 1e9" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --watchdog 1e9
 
 # hostile inputs (issue 16)
 # every integer option of every command: overflow, wrap-around, negative, trailing garbage and

@@ -25,6 +25,9 @@ typedef enum bt_transfer_mode {
     BT_TRANSFER_HOST = 2      /* force the synchronous copy through host memory (debugging) */
 } bt_transfer_mode;
 
+/* The largest watchdog (about 31 years): in practice, no watchdog. */
+#define BT_WATCHDOG_MAX_S 1e9
+
 typedef struct bt_engine_params {
     bt_parallel_config parallel;
     bt_optimizer_config optimizer;
@@ -36,7 +39,9 @@ typedef struct bt_engine_params {
     bt_dtype dtype;           /* compute and parameter type on the CPU: BT_F32 or BT_F64 */
     int training;             /* 1: allocate gradients and optimizer state */
     int threads;              /* BLAS threads per device; 0: cores / devices */
-    double watchdog_s;        /* a worker waiting longer than this stops the run; 0: 60 s */
+    double watchdog_s;        /* seconds a stage may wait, or run one instruction, before the run
+                                 stops with BT_ERR_TIMEOUT; 0: 60 s; at most BT_WATCHDOG_MAX_S
+                                 (bt_engine_create refuses anything else, NaN included) */
     size_t device_memory;     /* bytes each device may hold; 0: what the device reports free.
                                  A plan that needs more is refused before anything is allocated */
     bt_dtype precision;       /* BT_F32 (default), BT_BF16 or BT_F16: compute precision with f32

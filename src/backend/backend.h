@@ -30,7 +30,9 @@ typedef struct bt_backend {
      * shared by the logical stages opened on it). The engine's admission check groups stages by
      * this, never by device name. */
     int shares_host_memory;
-    /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). */
+    /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). A
+     * negative count is a preference (-threads) the backend may replace by a count already in
+     * effect (CPU: OpenBLAS's one count per process); a positive one is required. */
     bt_status (*open)(int index, int threads, bt_device **out);
     void (*close)(bt_device *dev);
     /* Called once on the worker thread that will drive the device (thread binding, BLAS threads). */
@@ -76,6 +78,11 @@ typedef struct bt_backend {
     /* Milliseconds from one recorded event to another of the same device, once both completed
      * (after sync). */
     bt_status (*event_elapsed)(bt_device *dev, bt_event *from, bt_event *to, double *ms);
+    /* Optional: the host clock (bt_now_ms) at which a recorded event completed, for backends whose
+     * events are read from the host's clock (CPU). Timing anchors each device's events to the
+     * host with it: one clock read, so no preemption can fall between two. NULL: the executor
+     * reads the host clock right after recording (CUDA, where the event completes later). */
+    double (*event_host_ms)(bt_device *dev, bt_event *ev);
     /* Page-locked host memory for asynchronous copies (CPU: ordinary aligned memory). */
     bt_status (*host_alloc)(bt_device *dev, size_t bytes, void **out);
     void (*host_free)(bt_device *dev, void *ptr);

@@ -47,9 +47,11 @@ static void run_usage(FILE *f)
             "  --synthetic           train on synthetic data even if the model names data files\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
-            "  --threads N           BLAS threads per device (default: the cores shared out\n"
-            "                        among the stages)\n"
-            "  --watchdog SECONDS    stop a stage that waits longer than this (default 60)\n"
+            "  --threads N           BLAS threads of each CPU stage (default: the cores shared\n"
+            "                        out among the stages); one count for all CPU stages, as\n"
+            "                        OpenBLAS has one per process\n"
+            "  --watchdog SECONDS    stop a run where a stage waits, or runs one instruction,\n"
+            "                        longer than this (default 60, at most 1e9)\n"
             "  --memory BYTES        memory each device may hold, e.g. 512M or 2G; a plan that\n"
             "                        needs more is refused before anything runs\n"
             "  --transfer MODE       auto (default) | staged | host: how stages hand messages on;\n"
@@ -361,7 +363,15 @@ int bt_cmd_run(int argc, char **argv)
         case 'r': rc = bt_cli_parse_u64("run", "--seed", optarg, &o.seed); if (rc != BT_EXIT_OK) return rc; break;
         case 't': rc = bt_cli_parse_int32("run", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'b': rc = bt_cli_parse_int("run", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
-        case 'w': o.watchdog_s = strtod(optarg, &end); if (*end || !(o.watchdog_s > 0)) goto bad; break;
+        case 'w':
+            o.watchdog_s = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S)) {
+                char shown[64];
+                fprintf(stderr, "baton run: --watchdog must be seconds above 0 and at most %g, not '%s'\n",
+                        BT_WATCHDOG_MAX_S, bt_cli_escape(optarg, shown, sizeof shown));
+                return BT_EXIT_USAGE;
+            }
+            break;
         case 'E': rc = bt_cli_parse_int32("run", "--epochs", optarg, 1, BT_CLI_MAX_EPOCHS, &o.epochs); if (rc != BT_EXIT_OK) return rc; break;
         case 'v': rc = bt_cli_parse_int("run", "--eval-every", optarg, 0, LLONG_MAX, &o.eval_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'k': rc = bt_cli_parse_int("run", "--checkpoint-every", optarg, 0, LLONG_MAX, &o.checkpoint_every); if (rc != BT_EXIT_OK) return rc; break;

@@ -28,21 +28,28 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     bt_device *d = calloc(1, sizeof *d);
     if (!d) return bt_error(BT_ERR_NOMEM, "cpu:%d: out of memory", index);
     d->index = index;
-    d->threads = threads < 1 ? 1 : threads;
-    bt_blas_init();
+    int strict = threads > 0;
+    d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
+    bt_status st = bt_blas_claim_threads(&d->threads, strict);
+    if (st != BT_OK) {
+        free(d);
+        return bt_error_context(st, "cpu:%d", index);
+    }
     snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s)", index, bt_blas_describe(),
              d->threads, d->threads == 1 ? "" : "s");
     *out = d;
     return BT_OK;
 }
 
-static void cpu_close(bt_device *dev) { free(dev); }
-
-static bt_status cpu_bind_thread(bt_device *dev)
+static void cpu_close(bt_device *dev)
 {
-    bt_blas_set_threads(dev->threads);
-    return BT_OK;
+    if (!dev) return;
+    bt_blas_release_threads();
+    free(dev);
 }
+
+/* The BLAS thread count was set when the device opened (blas.c: one count per process). */
+static bt_status cpu_bind_thread(bt_device *dev) { return BT_OK; }
 
 static bt_status cpu_alloc(bt_device *dev, size_t bytes, void **out)
 {
@@ -152,6 +159,8 @@ static bt_status cpu_event_elapsed(bt_device *dev, bt_event *from, bt_event *to,
     return BT_OK;
 }
 
+static double cpu_event_host_ms(bt_device *dev, bt_event *ev) { return ev->t_ms; }
+
 static bt_status cpu_copy_async(bt_device *dev, bt_stream_id stream, bt_copy_kind kind, void *dst,
                                 const void *src, size_t bytes)
 {
@@ -198,6 +207,7 @@ static const bt_backend cpu_backend = {
     .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait,
     .event_elapsed = cpu_event_elapsed,
+    .event_host_ms = cpu_event_host_ms,
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .copy_async = cpu_copy_async,

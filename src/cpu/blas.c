@@ -34,6 +34,9 @@ static sgemm_fn blas_sgemm;
 static dgemm_fn blas_dgemm;
 static set_threads_fn blas_set_threads;
 static char blas_desc[256] = "builtin GEMM (OpenBLAS not loaded)";
+static pthread_mutex_t threads_mu = PTHREAD_MUTEX_INITIALIZER;
+static int threads_now;   /* OpenBLAS's count (set to 1 on load); fixed while threads_users > 0 */
+static int threads_users; /* open devices relying on it */
 
 static const char *coretype_for_cpu(void)
 {
@@ -70,6 +73,7 @@ static void blas_load(void)
         return;
     }
     if (blas_set_threads) blas_set_threads(1);
+    threads_now = 1; /* before any claim: pthread_once orders it */
     snprintf(blas_desc, sizeof blas_desc, "OpenBLAS (%s kernels%s)",
              corename ? corename() : "default", already ? ", loaded before baton" : "");
 }
@@ -86,11 +90,40 @@ const char *bt_blas_describe(void)
     return blas_desc;
 }
 
-void bt_blas_set_threads(int n)
+/* OpenBLAS's thread count is one number for the process (its pthreads build reads it on every
+ * call), so it is set here only, under a mutex, when the first CPU device claims it; later devices
+ * must ask for the same count. Worker threads never write it: concurrent writes were a race, and
+ * "threads per device" was whichever worker wrote last. */
+
+bt_status bt_blas_claim_threads(int *threads, int strict)
 {
     bt_blas_init();
-    if (n < 1) n = 1;
-    if (blas_set_threads) blas_set_threads(n);
+    int n = *threads < 1 ? 1 : *threads;
+    bt_status st = BT_OK;
+    pthread_mutex_lock(&threads_mu);
+    if (threads_users > 0 && !strict) n = threads_now;
+    *threads = n;
+    if (threads_users > 0 && n != threads_now) {
+        st = bt_error(BT_ERR_UNSUPPORTED,
+                      "OpenBLAS has one thread count per process and the CPU devices already open use %d: "
+                      "cannot open one with %d",
+                      threads_now, n);
+    } else {
+        if (threads_users == 0 && n != threads_now) {
+            if (blas_set_threads) blas_set_threads(n);
+            threads_now = n;
+        }
+        threads_users++;
+    }
+    pthread_mutex_unlock(&threads_mu);
+    return st;
+}
+
+void bt_blas_release_threads(void)
+{
+    pthread_mutex_lock(&threads_mu);
+    if (threads_users > 0) threads_users--;
+    pthread_mutex_unlock(&threads_mu);
 }
 
 /* Plain C GEMM used without OpenBLAS: i-k-j order over a row-major C so the inner loop runs

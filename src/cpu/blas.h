@@ -12,8 +12,12 @@
 bt_status bt_blas_init(void);
 /* "OpenBLAS 0.3.21 (SkylakeX kernels, 1 thread)" or "builtin GEMM". */
 const char *bt_blas_describe(void);
-/* Threads OpenBLAS may use for one call (its count is global in OpenBLAS's pthreads build). */
-void bt_blas_set_threads(int n);
+/* Claims OpenBLAS's thread count (one per process in its pthreads build) for one more CPU device:
+ * sets it to *threads (< 1: 1) when no device holds it; else a strict claim must ask for the
+ * count in effect (BT_ERR_UNSUPPORTED naming both) and a preference takes it. *threads is the
+ * count the device got. Each successful claim is released once. Thread-safe. */
+bt_status bt_blas_claim_threads(int *threads, int strict);
+void bt_blas_release_threads(void);
 
 /* C = alpha * op(A) * op(B) + beta * C, row-major. op(A) is M x K, op(B) is K x N, C is M x N.
  * lda, ldb, ldc are row strides of A, B, C as stored. */

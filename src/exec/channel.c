@@ -2,12 +2,14 @@
  * micro-batch (transfer.c) and posts it; the receiver waits for that micro-batch and clears it.
  * A slot per micro-batch means a send never blocks, which is the assumption the schedule
  * validator proves deadlock-freedom under. Waits are bounded: past the watchdog timeout the
- * receiver gives up with BT_ERR_TIMEOUT, and an abort wakes every waiter.
+ * receiver gives up with BT_ERR_TIMEOUT, and an abort wakes every waiter. A wait that fails
+ * for any other reason returns that error at once (BT_ERR_BACKEND): it is never retried.
  *
  * Threading: `ready[mb]` is a C11 atomic, stored with release order by the sender (under the
  * mutex, so a sleeping receiver cannot miss it) and loaded with acquire order by a spinning
  * receiver; the engine's abort flag is a C11 atomic too. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -75,28 +77,45 @@ static int spin_for(const bt_engine *e, const bt_channel *ch, int mb)
     }
 }
 
-bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s)
+/* The absolute CLOCK_MONOTONIC time timeout_s from now. The engine validates the watchdog
+ * (0 < timeout_s <= BT_WATCHDOG_MAX_S); the clamp keeps the arithmetic defined for any double, so
+ * the deadline is always a valid timespec (NaN and negative: now; beyond the maximum: the maximum). */
+static struct timespec deadline_after(double timeout_s)
 {
-    spin_for(e, ch, mb);
+    if (!(timeout_s > 0)) timeout_s = 0;
+    if (timeout_s > BT_WATCHDOG_MAX_S) timeout_s = BT_WATCHDOG_MAX_S;
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)timeout_s;
-    deadline.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
+    double whole = floor(timeout_s);
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
     if (deadline.tv_nsec >= 1000000000L) {
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
+    return deadline;
+}
+
+bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s)
+{
+    spin_for(e, ch, mb);
+    struct timespec deadline = deadline_after(timeout_s);
     bt_status st = BT_OK;
+    int rc = 0;
     pthread_mutex_lock(&ch->mu);
     while (!atomic_load(&ch->ready[mb]) && !atomic_load(&e->abort)) {
-        if (pthread_cond_timedwait(&ch->cv, &ch->mu, &deadline) == ETIMEDOUT && !atomic_load(&ch->ready[mb])) {
-            st = BT_ERR_TIMEOUT;
-            break;
-        }
+        rc = pthread_cond_timedwait(&ch->cv, &ch->mu, &deadline);
+        if (rc == 0) continue;
+        if (atomic_load(&ch->ready[mb])) break;
+        /* a timeout, or an error (never retried: a wait that fails at once would spin holding
+         * the mutex the sender needs) */
+        st = rc == ETIMEDOUT ? BT_ERR_TIMEOUT : BT_ERR_BACKEND;
+        break;
     }
     if (st == BT_OK && !atomic_load(&ch->ready[mb])) st = BT_ERR_INTERNAL; /* aborted by another stage */
     if (st == BT_OK) atomic_store(&ch->ready[mb], 0);
     pthread_mutex_unlock(&ch->mu);
+    if (st == BT_ERR_BACKEND) return bt_error(st, "pthread_cond_timedwait: %s", strerror(rc));
     return st;
 }
 

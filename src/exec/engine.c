@@ -31,6 +31,9 @@ void bt_engine_params_init(bt_engine_params *p)
     p->watchdog_s = 60;
 }
 
+/* The watchdog's default when watchdog_s is 0. */
+#define BT_WATCHDOG_DEFAULT_S 60.0
+
 /* ---- creation -------------------------------------------------------------------------------- */
 
 static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
@@ -59,6 +62,10 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
                         p->loss_scale);
     if (p->transfer != BT_TRANSFER_AUTO && p->transfer != BT_TRANSFER_STAGED && p->transfer != BT_TRANSFER_HOST)
         return bt_error(BT_ERR_INVALID_ARG, "unknown transfer mode %d", (int)p->transfer);
+    if (p->watchdog_s != 0 && !(p->watchdog_s > 0 && p->watchdog_s <= BT_WATCHDOG_MAX_S))
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "watchdog_s must be seconds above 0 and at most %g (0: the default %g s), not %g",
+                        BT_WATCHDOG_MAX_S, BT_WATCHDOG_DEFAULT_S, p->watchdog_s);
     if (p->training && !bt_graph_is_trainable(g))
         return bt_error(BT_ERR_MODEL,
                         "cannot train: the last layer must be a loss (one scalar per sample)");
@@ -82,9 +89,9 @@ static bt_status open_stage(bt_engine *e, int s)
     st->be = bt_backend_find(kind);
     if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
     int threads = e->params.threads;
-    if (threads < 1) { /* auto: the machine's cores shared out among the stages */
+    if (threads < 1) { /* auto: the machine's cores shared out among the stages, a preference */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus > e->stages ? (int)(cpus / e->stages) : 1;
+        threads = -(cpus > e->stages ? (int)(cpus / e->stages) : 1);
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
     /* as many activation slots as the schedules this engine runs name (see sched.h) */
@@ -100,16 +107,21 @@ static bt_status open_stage(bt_engine *e, int s)
 
 static bt_status start_workers(bt_engine *e)
 {
+    pthread_condattr_t attr; /* the host's wait for its workers has a CLOCK_MONOTONIC deadline */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv_job, NULL);
-    pthread_cond_init(&e->cv_done, NULL);
+    pthread_cond_init(&e->cv_done, &attr);
     pthread_cond_init(&e->cv_barrier, NULL);
+    pthread_condattr_destroy(&attr);
     e->mu_ready = 1;
     for (int s = 0; s < e->stages; s++) {
         bt_worker *w = &e->worker[s];
         w->engine = e;
         w->stage = s;
-        w->cur_instr = -1;
+        atomic_init(&w->cur_instr, -1);
+        atomic_init(&w->waiting, 0);
         atomic_init(&w->last_done, -1);
         int cap = 0;
         if (e->train_sched) cap = e->train_sched->len[s];
@@ -133,11 +145,12 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     if (!e) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     e->graph = graph;
     e->params = *params;
-    if (e->params.watchdog_s <= 0) e->params.watchdog_s = 60;
+    if (e->params.watchdog_s == 0) e->params.watchdog_s = BT_WATCHDOG_DEFAULT_S;
     e->dtype = params->dtype;
     e->mb_size = params->batch / params->parallel.microbatches;
     e->loss_value = bt_graph_output_value(graph);
     e->drop_send_stage = -1;
+    e->test_start_delay_stage = -1;
     e->drop_send_mb = -1;
     e->staging_chunk = bt_transfer_default_chunk();
     bt_loss_scale_init(&e->scaler, params->loss_scale, 0);
@@ -180,9 +193,15 @@ fail:
     return st;
 }
 
+static void release_abandoned(bt_engine *e);
+
 void bt_engine_destroy(bt_engine *e)
 {
     if (!e) return;
+    if (atomic_load(&e->abandoned)) {
+        release_abandoned(e);
+        return;
+    }
     if (e->mu_ready) {
         pthread_mutex_lock(&e->mu);
         e->job = BT_JOB_EXIT;
@@ -213,6 +232,120 @@ void bt_engine_destroy(bt_engine *e)
     bt_schedule_destroy(e->infer_sched);
     bt_plan_destroy(e->plan);
     free(e);
+}
+
+/* ---- stuck workers ---------------------------------------------------------------------------
+ * A stage stuck inside an instruction (a kernel that never returns, a device that hangs in its
+ * final wait) cannot be interrupted: threads are not cancelled. The host notices it (no
+ * instruction completed anywhere for longer than the watchdog while that worker is not waiting
+ * on another stage), stops the other workers, marks the engine unusable and returns
+ * BT_ERR_TIMEOUT. From then on every call on the engine fails with that message, and destroying
+ * it joins the workers that stopped, detaches the stuck ones and deliberately leaks everything
+ * they may still touch (the engine, its devices and memory): should the stuck call ever return,
+ * its worker sees the abandoned flag, leaves without reading the graph and exits. */
+
+/* After the channels' own watchdogs, which fire first when a stage merely waits. */
+#define BT_STUCK_MARGIN_S 0.25
+/* How often the host looks at the workers' progress while it waits for them. */
+#define BT_STUCK_POLL_S 0.1
+/* How long the host gives the other workers to stop once a stuck one was found. */
+#define BT_STUCK_STOP_S 0.5
+
+static struct timespec monotonic_after(double s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = ts.tv_nsec + (long)(s * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    return ts;
+}
+
+static void release_abandoned(bt_engine *e)
+{
+    int done[BT_MAX_STAGES];
+    pthread_mutex_lock(&e->mu);
+    e->job = BT_JOB_EXIT;
+    e->generation++;
+    pthread_cond_broadcast(&e->cv_job);
+    for (int s = 0; s < e->stages; s++) done[s] = e->worker[s].job_done;
+    pthread_mutex_unlock(&e->mu);
+    for (int s = 0; s < e->stages; s++) {
+        if (!e->worker[s].started) continue;
+        if (done[s]) pthread_join(e->worker[s].thread, NULL);
+        else pthread_detach(e->worker[s].thread);
+    }
+    /* everything else stays allocated: a stuck worker may still use it */
+}
+
+/* Waits until every worker finished the job. Returns 0, or 1 when a worker is stuck: then the
+ * engine is marked unusable, with a BT_ERR_TIMEOUT message naming the stuck stages. Called and
+ * returns with e->mu held. */
+static int wait_for_workers(bt_engine *e)
+{
+    double limit_ms = (e->params.watchdog_s + BT_STUCK_MARGIN_S) * 1000.0;
+    unsigned seen = atomic_load(&e->progress);
+    double since = bt_now_ms();
+    while (e->done_count < e->stages) {
+        struct timespec tick = monotonic_after(BT_STUCK_POLL_S);
+        pthread_cond_timedwait(&e->cv_done, &e->mu, &tick);
+        if (e->done_count == e->stages) break;
+        unsigned now_seen = atomic_load(&e->progress);
+        double now = bt_now_ms();
+        if (now_seen != seen) {
+            seen = now_seen;
+            since = now;
+            continue;
+        }
+        if (now - since <= limit_ms) continue;
+        int stuck = 0;
+        for (int s = 0; s < e->stages; s++)
+            if (!e->worker[s].job_done && !atomic_load(&e->worker[s].waiting)) stuck = 1;
+        if (stuck) break;
+    }
+    if (e->done_count == e->stages) return 0;
+    /* stop the others: they may wait at a channel or the barrier */
+    double stuck_s = (bt_now_ms() - since) / 1000.0;
+    atomic_store(&e->abandoned, 1);
+    atomic_store(&e->abort, 1);
+    pthread_cond_broadcast(&e->cv_barrier);
+    pthread_mutex_unlock(&e->mu);
+    bt_channels_wake_all(e);
+    pthread_mutex_lock(&e->mu);
+    struct timespec until = monotonic_after(BT_STUCK_STOP_S);
+    while (e->done_count < e->stages && pthread_cond_timedwait(&e->cv_done, &e->mu, &until) == 0) {
+    }
+    size_t used = (size_t)snprintf(e->unusable, sizeof e->unusable, "watchdog: after %.1f s without progress,",
+                                   stuck_s);
+    const char *sep = "";
+    for (int s = 0; s < e->stages && used < sizeof e->unusable; s++) {
+        const bt_worker *w = &e->worker[s];
+        if (w->job_done) continue;
+        char ins[32] = "";
+        int i = atomic_load(&w->cur_instr);
+        if (i >= 0) bt_instr_format(s, &e->job_sched->list[s][i], ins, sizeof ins);
+        if (i >= 0)
+            used += (size_t)snprintf(e->unusable + used, sizeof e->unusable - used,
+                                     "%s stage %d (%s) is stuck in instruction %d (%s)", sep, s,
+                                     e->stage[s].device_name, i, ins);
+        else
+            used += (size_t)snprintf(e->unusable + used, sizeof e->unusable - used,
+                                     "%s stage %d (%s) is stuck in its final wait for the device", sep, s,
+                                     e->stage[s].device_name);
+        sep = ";";
+    }
+    if (used < sizeof e->unusable)
+        snprintf(e->unusable + used, sizeof e->unusable - used,
+                 ": the engine is unusable (a stuck worker cannot be stopped); destroy it");
+    return 1;
+}
+
+bt_status bt_engine_check_usable(const bt_engine *e)
+{
+    if (!e) return bt_error(BT_ERR_INVALID_ARG, "engine is NULL");
+    if (atomic_load(&e->abandoned))
+        return bt_error(BT_ERR_TIMEOUT, "the engine is unusable since a stage got stuck: %s", e->unusable);
+    return BT_OK;
 }
 
 /* ---- steps ------------------------------------------------------------------------------------ */
@@ -283,7 +416,7 @@ static void clear_mailboxes(bt_engine *e)
 static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
                          int out_value, void *out, bt_step_result *result)
 {
-    if (!e) return bt_error(BT_ERR_INVALID_ARG, "engine is NULL");
+    BT_TRY(bt_engine_check_usable(e));
     if (job != BT_JOB_FORWARD && !e->train_sched)
         return bt_error(BT_ERR_INVALID_ARG, "this engine was created for inference (training = 0)");
     BT_TRY(bind_feeds(e, feeds, n_feeds));
@@ -303,10 +436,12 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     pthread_mutex_lock(&e->mu);
     e->job = job;
     e->done_count = 0;
+    for (int s = 0; s < e->stages; s++) e->worker[s].job_done = 0;
     e->generation++;
     pthread_cond_broadcast(&e->cv_job);
-    while (e->done_count < e->stages) pthread_cond_wait(&e->cv_done, &e->mu);
+    int stuck = wait_for_workers(e);
     pthread_mutex_unlock(&e->mu);
+    if (stuck) return bt_error(BT_ERR_TIMEOUT, "%s", e->unusable);
     double ms = bt_now_ms() - t0;
 
     BT_TRY(collect_failure(e));

@@ -2,7 +2,8 @@
  * optimizer state by name (checkpoints, tests), the step counter, per-stage placement, memory and
  * time statistics, boundaries, page-locked host memory for feeds, and the private views trace/
  * reads. Nothing here runs a job; every call is for the thread that owns the engine, between
- * steps. */
+ * steps. Once a stuck worker made the engine unusable (engine.c), the calls that touch its
+ * parameters, gradients, state or step fail with that reason; statistics stay readable. */
 #include <string.h>
 
 #include "core/error.h"
@@ -13,6 +14,7 @@
 static bt_status find_param(const bt_engine *e, const char *name, bt_stage **st, bt_param_store **ps)
 {
     if (!e || !name) return bt_error(BT_ERR_INVALID_ARG, "NULL engine or parameter name");
+    BT_TRY(bt_engine_check_usable(e)); /* a stuck worker may still be writing them */
     for (int s = 0; s < e->stages; s++)
         for (int i = 0; i < e->stage[s].n_params; i++)
             if (strcmp(e->graph->params[e->stage[s].params[i].param].name, name) == 0) {
@@ -104,6 +106,7 @@ bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const 
 bt_status bt_engine_set_step(bt_engine *e, int64_t step)
 {
     if (!e || step < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_step: bad engine or step");
+    BT_TRY(bt_engine_check_usable(e));
     e->step = step;
     return BT_OK;
 }

@@ -147,7 +147,9 @@ typedef struct bt_worker {
     double transfer_ms;
     double loss_sum;
     int live, peak_live;
-    int cur_instr;             /* instruction being executed, -1 when idle */
+    atomic_int cur_instr;      /* instruction being executed, -1 when idle (read by the host) */
+    atomic_int waiting;        /* 1 while waiting on another stage (a channel, the barrier) */
+    int job_done;              /* finished the current job (under the engine's mu) */
     atomic_int last_done;      /* index of the last completed instruction (read by the watchdog) */
     bt_status status;
     char error[2048];
@@ -195,6 +197,15 @@ struct bt_engine {
     double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
     /* failure: raised by the first failing worker, read by every waiter */
     atomic_bool abort;
+    /* instructions completed by all workers (the host's watchdog sees a stage stuck inside one) */
+    atomic_uint progress;
+    /* set when a worker stayed stuck past the watchdog: the engine is unusable, its stuck
+     * workers are abandoned (engine.c, "stuck workers") and never touch the graph again */
+    atomic_bool abandoned;
+    char unusable[2048];       /* why (the timeout's message), for every later call */
+    /* test hook: a stage whose job starts late, as if preempted (trace tests); -1: none */
+    int test_start_delay_stage;
+    double test_start_delay_ms;
     /* test hook: a stage that silently skips one send (watchdog tests) */
     int drop_send_stage, drop_send_mb;
     bt_transfer_path *paths;   /* [stages * stages]: the path from stage a to b at [a * stages + b] */
@@ -216,6 +227,10 @@ static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
     if (ch) return ch->buf + (size_t)mb * ch->msg_bytes + st->recv_off[value];
     return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->value_offset[value];
 }
+
+/* engine.c: BT_ERR_INVALID_ARG for NULL; BT_ERR_TIMEOUT, naming the stuck stage, once a worker
+ * got stuck past the watchdog (the engine is then unusable: every call but destroy fails). */
+bt_status bt_engine_check_usable(const bt_engine *e);
 
 /* param_init.c */
 /* Writes ps's initial values (from the seed and the parameter's name) into its master weights. */
@@ -270,7 +285,9 @@ bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microb
 void bt_channel_destroy(bt_channel *ch);
 /* Marks micro-batch mb as sent and wakes the receiver. */
 void bt_channel_post(bt_channel *ch, int mb);
-/* Waits for micro-batch mb; BT_ERR_TIMEOUT after timeout_s, BT_ERR_INTERNAL on abort. */
+/* Waits for micro-batch mb; BT_ERR_TIMEOUT after timeout_s (clamped to 0..BT_WATCHDOG_MAX_S),
+ * BT_ERR_INTERNAL on abort (no message), BT_ERR_BACKEND with a message when the wait itself
+ * failed. */
 bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s);
 /* Wakes every waiter (abort). */
 void bt_channels_wake_all(bt_engine *e);

@@ -111,6 +111,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
         prepare_call(e, st, k, mb, 0, &call, &t);
         call.training = training;
         bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, forward of layer '%s' (micro-batch %d)",
@@ -159,6 +160,7 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
         bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
@@ -223,6 +225,7 @@ static bt_status wait_error(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel
     describe_wait(e, st, w, ch, mb, what, sizeof what);
     if (s == BT_ERR_TIMEOUT)
         return bt_error(BT_ERR_TIMEOUT, "watchdog: after %.1f s, %s", e->params.watchdog_s, what);
+    if (s != BT_ERR_INTERNAL) return bt_error_context(s, "%s", what); /* the wait itself failed */
     return bt_error(BT_ERR_INTERNAL, "stopped while %s", what);
 }
 
@@ -233,7 +236,9 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
                             int grad, int mb, int instr)
 {
     for (int c = 0; c < n; c++) {
+        atomic_store(&w->waiting, 1);
         bt_status s = bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
+        atomic_store(&w->waiting, 0);
         if (s != BT_OK) return wait_error(e, st, w, channels[c], mb, s);
     }
     BT_TRY(st->be->event_record(st->dev, st->ev_begin[instr], BT_STREAM_COMPUTE));
@@ -245,7 +250,7 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
 }
 
 /* Every stage arrives here at STEP; returns when all have, or on abort. */
-static bt_status stage_barrier(bt_engine *e)
+static bt_status stage_barrier(bt_engine *e, bt_worker *w)
 {
     bt_status st = BT_OK;
     pthread_mutex_lock(&e->mu);
@@ -255,7 +260,9 @@ static bt_status stage_barrier(bt_engine *e)
         e->barrier_generation++;
         pthread_cond_broadcast(&e->cv_barrier);
     } else {
+        atomic_store(&w->waiting, 1);
         while (gen == e->barrier_generation && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
+        atomic_store(&w->waiting, 0);
         if (gen == e->barrier_generation) st = BT_ERR_INTERNAL;
     }
     pthread_mutex_unlock(&e->mu);
@@ -331,7 +338,7 @@ static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     BT_TRY(st->be->sync(st->dev));
     if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
-    BT_TRY(stage_barrier(e));
+    BT_TRY(stage_barrier(e, w));
     double total = 0;
     for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
     if (!isfinite(total)) {
@@ -482,13 +489,28 @@ static void reset_channels(bt_channel *const *channels, int n)
     }
 }
 
+/* The step's start event, and the host time it stands for: every record of the job is placed on
+ * the host's timeline from it (finish_job). Where the backend's events keep the host clock, that
+ * is the event's own time; two separate clock reads would shift the whole stage by whatever
+ * preempted the thread between them, and a receive could then seem to end before its send. */
+static bt_status record_step0(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    if (e->test_start_delay_stage == st->index) {
+        double ms = e->test_start_delay_ms;
+        struct timespec ts = {(time_t)(ms / 1000), (long)(fmod(ms, 1000.0) * 1e6)};
+        nanosleep(&ts, NULL);
+    }
+    BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
+    w->step0_host_ms = st->be->event_host_ms ? st->be->event_host_ms(st->dev, st->ev_step0) : bt_now_ms();
+    return BT_OK;
+}
+
 static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
 {
-    w->step0_host_ms = bt_now_ms();
     reset_channels(st->out_act, st->n_out_act);
     reset_channels(st->out_grad, st->n_out_grad);
     for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
-    BT_TRY(st->be->event_record(st->dev, st->ev_step0, BT_STREAM_COMPUTE));
+    BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     for (int i = 0; i < st->n_params; i++)
         BT_TRY(st->be->zero(st->dev, st->params[i].g, st->params[i].numel * bt_dtype_size(e->dtype)));
@@ -531,14 +553,15 @@ static void run_job(bt_engine *e, bt_worker *w)
         r->bytes = instr_bytes(st, ins);
         r->live = w->live;
         atomic_store_explicit(&w->last_done, i, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
     }
+    w->cur_instr = -1; /* the host's watchdog: "stuck in its final device wait" */
     s = st->be->sync(st->dev);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
     if (w->status == BT_OK && !atomic_load(&e->abort)) {
         s = finish_job(e, w, st);
         if (s != BT_OK) fail_job(e, w, s);
     }
-    w->cur_instr = -1;
 }
 
 void *bt_worker_main(void *arg)
@@ -563,6 +586,7 @@ void *bt_worker_main(void *arg)
         if (bound != BT_OK) fail_job(e, w, bt_error(bound, "%s", bind_error));
         else run_job(e, w);
         pthread_mutex_lock(&e->mu);
+        w->job_done = 1;
         e->done_count++;
         pthread_cond_broadcast(&e->cv_done);
         pthread_mutex_unlock(&e->mu);
