@@ -1,46 +1,162 @@
 #!/usr/bin/env bash
 # check.sh: the whole test suite from a fresh clone, exactly as CI runs it: installs the Debian
-# packages, builds baton out of tree in build/, runs `make check` (CUnit programs; GPU tests skip
-# with exit 77 where no GPU exists), and ends with one line: "N passed, N failed, N skipped",
-# counting CUnit test cases (a skipped program counts once). Exits non-zero if anything failed.
+# packages, then runs four jobs (docs/testing.md), each timed:
+#   tests  build/ (configure, make, make check: CUnit programs and scripts; GPU tests skip with
+#          exit 77 where no GPU exists)
+#   asan   build-asan/: the whole `make check` again under AddressSanitizer + UndefinedBehavior-
+#          Sanitizer (CPU only, -O1; every sanitizer report fails the job)
+#   tsan   build-tsan/: the executor tests under ThreadSanitizer (any report fails the job)
+#   fuzz   `make -C build fuzz`: each libFuzzer harness for BATON_FUZZ_TIME seconds (default 15)
+# and ends with one line, "N passed, N failed, N skipped", over all jobs: CUnit test cases (a
+# skipped program counts once), one per fuzz harness, one per sanitizer report (failed).
+# BATON_CHECK_QUICK=1 runs the tests job alone (for developers), BATON_CHECK_JOBS="asan fuzz"
+# the jobs named; CI runs everything. Exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
+passed=0; failed=0; skipped=0
+times=""
+
+finish() {
+  [ -n "$times" ] && printf 'job times:%b\n' "$times"
+  echo "$passed passed, $failed failed, $skipped skipped"
+  [ "$failed" -eq 0 ]
+  exit
+}
+
+# Adds up the CUnit results of the .trs/.log files in $1/tests (a program without a CUnit
+# summary line counts as one test); prints the log of anything that did not pass.
+count_tests() {
+  local dir=$1 trs log result line n f
+  for trs in "$dir"/tests/*.trs; do
+    [ -f "$trs" ] || continue
+    log="${trs%.trs}.log"
+    result=$(sed -n 's/^:test-result: //p' "$trs" | head -n1)
+    line=$(grep -E '^[a-z_0-9]+: [0-9]+ tests, [0-9]+ failed' "$log" 2>/dev/null | tail -n1)
+    if [ "$result" = SKIP ]; then
+      skipped=$((skipped + 1)); continue
+    fi
+    if [ -n "$line" ]; then
+      n=$(echo "$line" | sed -E 's/.*: ([0-9]+) tests, ([0-9]+) failed.*/\1/')
+      f=$(echo "$line" | sed -E 's/.*: ([0-9]+) tests, ([0-9]+) failed.*/\2/')
+      passed=$((passed + n - f)); failed=$((failed + f))
+      if [ "$result" != PASS ] && [ "$f" = 0 ]; then failed=$((failed + 1)); fi
+    elif [ "$result" = PASS ]; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+    fi
+    if [ "$result" != PASS ]; then echo "---- $log"; tail -40 "$log"; fi
+  done
+}
+
+# Every file in $1 is one sanitizer report (log_path=$1/<tool>, one file per process): each
+# counts as a failure and is printed.
+count_reports() {
+  local r
+  for r in "$1"/*; do
+    [ -f "$r" ] || continue
+    failed=$((failed + 1))
+    echo "---- sanitizer report $r"
+    head -n 60 "$r"
+  done
+}
+
+# configure_build DIR CONFIGURE-ARGS...: (re)configures an out-of-tree build in DIR.
+configure_build() {
+  local dir=$1; shift
+  mkdir -p "$dir" && (cd "$dir" && "$root/configure" --enable-silent-rules "$@" >configure.out 2>&1) ||
+    { cat "$dir/configure.out"; failed=$((failed + 1)); return 1; }
+}
+
+# run_job NAME FUNCTION: runs a job and records its wall time and counts.
+run_job() {
+  local name=$1 start p0=$passed f0=$failed s0=$skipped
+  start=$(date +%s)
+  echo "==== job $name"
+  "$2"
+  local took=$(( $(date +%s) - start ))
+  times="$times\n  $name: ${took}s, $((passed - p0)) passed, $((failed - f0)) failed, $((skipped - s0)) skipped"
+  echo "==== job $name: ${took}s"
+}
+
+job_tests() {
+  configure_build build || return
+  grep -A13 'configured' build/configure.out || true
+  rm -f build/tests/*.trs build/tests/*.log
+  make -C build -j"$jobs" >build/make.out 2>&1 || { tail -50 build/make.out; failed=$((failed + 1)); return; }
+  make -C build -j"$jobs" check >build/check.out 2>&1
+  local rc=$? f0=$failed
+  grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):|^# ' build/check.out || true
+  count_tests build
+  if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build/check.out; failed=$((failed + 1)); fi
+}
+
+# Sanitizer runtime options: reports go to files (so a report is seen even where a test discards
+# a child's stderr, and even where the test expected a non-zero exit), and the first one aborts.
+san_env() {
+  local reports=$1
+  rm -rf "$reports" && mkdir -p "$reports"
+  export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+  export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
+  # test_train forks a child that starts threads (a crash mid-checkpoint): allowed, and harmless here
+  export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:die_after_fork=0:second_deadlock_stack=1"
+}
+
+job_asan() {
+  local san='-fsanitize=address,undefined -fno-sanitize-recover=all'
+  configure_build build-asan --without-cuda CFLAGS="$san -g -O1" LDFLAGS="$san" || return
+  make -C build-asan -j"$jobs" >build-asan/make.out 2>&1 ||
+    { tail -50 build-asan/make.out; failed=$((failed + 1)); return; }
+  rm -f build-asan/tests/*.trs build-asan/tests/*.log
+  (san_env "$root/build-asan/sanitizer-reports" && make -C build-asan -j"$jobs" check >build-asan/check.out 2>&1)
+  local rc=$? f0=$failed
+  grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' build-asan/check.out || true
+  count_tests build-asan
+  count_reports build-asan/sanitizer-reports
+  if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build-asan/check.out; failed=$((failed + 1)); fi
+}
+
+# the executor's tests: worker threads, channels, transfers, the tracer's clocks, training
+TSAN_TESTS="tests/test_engine tests/test_transfer tests/test_trace tests/test_mixed_precision tests/test_train"
+
+job_tsan() {
+  configure_build build-tsan --without-cuda CFLAGS='-fsanitize=thread -g -O1' LDFLAGS='-fsanitize=thread' || return
+  # shellcheck disable=SC2086
+  make -C build-tsan -j"$jobs" $TSAN_TESTS >build-tsan/make.out 2>&1 ||
+    { tail -50 build-tsan/make.out; failed=$((failed + 1)); return; }
+  rm -f build-tsan/tests/*.trs build-tsan/tests/*.log
+  (san_env "$root/build-tsan/sanitizer-reports" &&
+    make -C build-tsan check TESTS="$TSAN_TESTS" check_PROGRAMS="$TSAN_TESTS" >build-tsan/check.out 2>&1)
+  local rc=$? f0=$failed
+  grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' build-tsan/check.out || true
+  count_tests build-tsan
+  count_reports build-tsan/sanitizer-reports
+  if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build-tsan/check.out; failed=$((failed + 1)); fi
+}
+
+job_fuzz() {
+  [ -f build/Makefile ] || configure_build build || return
+  rm -rf build/fuzz/fuzz-artifacts
+  make -C build fuzz FUZZ_TIME="${BATON_FUZZ_TIME:-15}" >build/fuzz.out 2>&1
+  local rc=$? f0=$failed
+  grep -E '^(PASS|FAIL): fuzz_|^  reproduce|^SUMMARY|ERROR' build/fuzz.out || true
+  passed=$((passed + $(grep -c '^PASS: fuzz_' build/fuzz.out)))
+  failed=$((failed + $(grep -c '^FAIL: fuzz_' build/fuzz.out)))
+  if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build/fuzz.out; failed=$((failed + 1)); fi
+}
 
 if [ "${BATON_SKIP_DEPS:-0}" != 1 ]; then
-  bash scripts/install-deps.sh || { echo "dependency installation failed"; echo "0 passed, 1 failed"; exit 1; }
+  bash scripts/install-deps.sh || { echo "dependency installation failed"; failed=1; finish; }
 fi
-./autogen.sh >/dev/null 2>&1 || { echo "autogen failed"; autoreconf -fi; echo "0 passed, 1 failed"; exit 1; }
-mkdir -p build && cd build
-"$root/configure" --enable-silent-rules >configure.out 2>&1 || { cat configure.out; echo "0 passed, 1 failed"; exit 1; }
-grep -A12 'configured' configure.out || true
-make -j"$jobs" >make.out 2>&1 || { tail -50 make.out; echo "0 passed, 1 failed"; exit 1; }
-make -j"$jobs" check >check.out 2>&1
-check_rc=$?
-grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):|^# ' check.out || true
+./autogen.sh >/dev/null 2>&1 || { echo "autogen failed"; autoreconf -fi; failed=1; finish; }
 
-passed=0; failed=0; skipped=0
-for trs in tests/*.trs; do
-  [ -f "$trs" ] || continue
-  log="${trs%.trs}.log"
-  result=$(sed -n 's/^:test-result: //p' "$trs" | head -n1)
-  line=$(grep -E '^[a-z_0-9]+: [0-9]+ tests, [0-9]+ failed' "$log" 2>/dev/null | tail -n1)
-  if [ "$result" = SKIP ]; then
-    skipped=$((skipped + 1)); continue
-  fi
-  if [ -n "$line" ]; then
-    n=$(echo "$line" | sed -E 's/.*: ([0-9]+) tests, ([0-9]+) failed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.*: ([0-9]+) tests, ([0-9]+) failed.*/\2/')
-    passed=$((passed + n - f)); failed=$((failed + f))
-    if [ "$result" != PASS ] && [ "$f" = 0 ]; then failed=$((failed + 1)); fi
-  elif [ "$result" = PASS ]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-  fi
-  if [ "$result" != PASS ]; then echo "---- $log"; tail -40 "$log"; fi
+if [ "${BATON_CHECK_QUICK:-0}" = 1 ]; then selected=tests; else selected=${BATON_CHECK_JOBS:-tests asan tsan fuzz}; fi
+for job in $selected; do
+  case $job in
+    tests|asan|tsan|fuzz) run_job "$job" "job_$job" ;;
+    *) echo "check.sh: unknown job '$job' in BATON_CHECK_JOBS (tests, asan, tsan, fuzz)"; failed=$((failed + 1)) ;;
+  esac
 done
-if [ $check_rc -ne 0 ] && [ $failed -eq 0 ]; then tail -30 check.out; failed=1; fi
-echo "$passed passed, $failed failed, $skipped skipped"
-[ $failed -eq 0 ] && [ $check_rc -eq 0 ]
+finish

@@ -15,5 +15,7 @@ PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$tmp/root"
 export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 flags=$(pkg-config --cflags --libs baton)
 echo "pkg-config --cflags --libs baton: $flags"
-${CC:-cc} -std=c11 -Wall -o "$tmp/custom_op" "$srcdir/docs/examples/custom_op.c" $flags -lm
+# the build's compiler and link flags (BT_CC, BT_LDFLAGS from make check): a sanitizer build's
+# library needs its runtime linked into the program, as a user of such a build would
+${BT_CC:-${CC:-cc}} -std=c11 -Wall -o "$tmp/custom_op" "$srcdir/docs/examples/custom_op.c" $flags ${BT_LDFLAGS:-} -lm
 LD_LIBRARY_PATH=$(dirname "$lib") "$tmp/custom_op"
