@@ -63,6 +63,10 @@ count_reports() {
   done
 }
 
+# No job's test run may hang CI: each make check is stopped after this many seconds (a hung test
+# then counts as a failure, with the partial log shown).
+check_limit=${BATON_CHECK_LIMIT:-900}
+
 # configure_build DIR CONFIGURE-ARGS...: (re)configures an out-of-tree build in DIR.
 configure_build() {
   local dir=$1; shift
@@ -86,7 +90,7 @@ job_tests() {
   grep -A13 'configured' build/configure.out || true
   rm -f build/tests/*.trs build/tests/*.log
   make -C build -j"$jobs" >build/make.out 2>&1 || { tail -50 build/make.out; failed=$((failed + 1)); return; }
-  make -C build -j"$jobs" check >build/check.out 2>&1
+  timeout "$check_limit" make -C build -j"$jobs" check >build/check.out 2>&1
   local rc=$? f0=$failed
   grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):|^# ' build/check.out || true
   count_tests build
@@ -110,7 +114,7 @@ job_asan() {
   make -C build-asan -j"$jobs" >build-asan/make.out 2>&1 ||
     { tail -50 build-asan/make.out; failed=$((failed + 1)); return; }
   rm -f build-asan/tests/*.trs build-asan/tests/*.log
-  (san_env "$root/build-asan/sanitizer-reports" && make -C build-asan -j"$jobs" check >build-asan/check.out 2>&1)
+  (san_env "$root/build-asan/sanitizer-reports" && timeout "$check_limit" make -C build-asan -j"$jobs" check >build-asan/check.out 2>&1)
   local rc=$? f0=$failed
   grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' build-asan/check.out || true
   count_tests build-asan
@@ -119,7 +123,7 @@ job_asan() {
 }
 
 # the executor's tests: worker threads, channels, transfers, the tracer's clocks, training
-TSAN_TESTS="tests/test_engine tests/test_transfer tests/test_trace tests/test_mixed_precision tests/test_train"
+TSAN_TESTS="tests/test_engine tests/test_transfer tests/test_trace tests/test_mixed_precision tests/test_train tests/test_watchdog"
 
 job_tsan() {
   configure_build build-tsan --without-cuda CFLAGS='-fsanitize=thread -g -O1' LDFLAGS='-fsanitize=thread' || return
@@ -128,7 +132,7 @@ job_tsan() {
     { tail -50 build-tsan/make.out; failed=$((failed + 1)); return; }
   rm -f build-tsan/tests/*.trs build-tsan/tests/*.log
   (san_env "$root/build-tsan/sanitizer-reports" &&
-    make -C build-tsan check TESTS="$TSAN_TESTS" check_PROGRAMS="$TSAN_TESTS" >build-tsan/check.out 2>&1)
+    timeout "$check_limit" make -C build-tsan check TESTS="$TSAN_TESTS" check_PROGRAMS="$TSAN_TESTS" >build-tsan/check.out 2>&1)
   local rc=$? f0=$failed
   grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' build-tsan/check.out || true
   count_tests build-tsan

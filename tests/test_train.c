@@ -412,6 +412,12 @@ static size_t stall_hook(uint64_t written, size_t want)
 
 static void test_signal_while_writing_removes_the_temporary(void)
 {
+#ifdef __SANITIZE_THREAD__
+    /* The child here starts worker threads after fork(), which ThreadSanitizer's runtime cannot
+     * survive (it deadlocks); the normal and AddressSanitizer jobs run this case. */
+    printf("(skipped under ThreadSanitizer: threads after fork) ");
+    return;
+#endif
     bt_model *m = load_model(NULL);
     char dir[300];
     tmp_path("signal", dir, sizeof dir);
