@@ -1,5 +1,6 @@
 /* tests/test_cuda.c: the CUDA backend against the CPU reference, on a GPU. Skips (exit 77,
- * saying why) where cudaGetDeviceCount fails or finds no device.
+ * saying why) where cudaGetDeviceCount fails or finds no device; fails instead where
+ * BT_REQUIRE_GPU is set (scripts/gpu-check.sh).
  *
  * What is compared, and how closely (err = |gpu - cpu| / max(1, |cpu|) per element):
  *   - every case of the shared table (tests/op_cases.c, the CPU tests' rows and larger ones),
@@ -562,15 +563,24 @@ static void test_optimizers(void)
                     BT_ERR_UNSUPPORTED);
 }
 
+/* No usable GPU: a skip (77), or a failure (1) where BT_REQUIRE_GPU is set to anything but "" or
+ * "0" (scripts/gpu-check.sh sets it: on a GPU machine a broken driver must not pass as a skip). */
+static int no_gpu(const char *test, cudaError_t err)
+{
+    const char *req = getenv("BT_REQUIRE_GPU");
+    const int required = req && *req && strcmp(req, "0") != 0;
+    printf("%s: %s: no usable GPU (cudaGetDeviceCount: %s)%s\n", test,
+           required ? "FAILED" : "SKIPPED",
+           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices",
+           required ? "; BT_REQUIRE_GPU is set, so a GPU must be here" : "");
+    return required ? 1 : BT_TEST_SKIP;
+}
+
 int main(void)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("test_cuda: SKIPPED: no usable GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return BT_TEST_SKIP;
-    }
+    if (e != cudaSuccess || n == 0) return no_gpu("test_cuda", e);
     be = bt_backend_find("cuda");
     if (!be || be->open(0, 1, &gpu) != BT_OK) {
         printf("test_cuda: cannot open cuda:0: %s\n", bt_last_error());

@@ -1,5 +1,6 @@
 /* tests/test_cuda_engine.c: the executor on a GPU, against the CPU reference. Skips (exit 77,
- * saying why) where there is no usable GPU. With one GPU, several logical stages share cuda:0:
+ * saying why) where there is no usable GPU (fails instead where BT_REQUIRE_GPU is set, as
+ * scripts/gpu-check.sh does). With one GPU, several logical stages share cuda:0:
  *   - a 3-stage 1F1B run on cuda:0,cuda:0,cuda:0 (residual skipping a stage) matches the one-stage
  *     CPU run after three steps: losses and every parameter within 1e-4 relative to the tensor's
  *     scale (the GPU sums in another order), on the local path and with the staged path forced
@@ -194,15 +195,24 @@ static void test_pinned_feeds(void)
     bt_graph_destroy(g);
 }
 
+/* No usable GPU: a skip (77), or a failure (1) where BT_REQUIRE_GPU is set to anything but "" or
+ * "0" (scripts/gpu-check.sh sets it: on a GPU machine a broken driver must not pass as a skip). */
+static int no_gpu(const char *test, cudaError_t err)
+{
+    const char *req = getenv("BT_REQUIRE_GPU");
+    const int required = req && *req && strcmp(req, "0") != 0;
+    printf("%s: %s: no usable GPU (cudaGetDeviceCount: %s)%s\n", test,
+           required ? "FAILED" : "SKIPPED",
+           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices",
+           required ? "; BT_REQUIRE_GPU is set, so a GPU must be here" : "");
+    return required ? 1 : BT_TEST_SKIP;
+}
+
 int main(void)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess || n == 0) {
-        printf("test_cuda_engine: SKIPPED: no usable GPU (cudaGetDeviceCount: %s)\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        return BT_TEST_SKIP;
-    }
+    if (err != cudaSuccess || n == 0) return no_gpu("test_cuda_engine", err);
     static const bt_test_case cases[] = {
         {"3 logical stages on cuda:0 = CPU (local and staged)", test_pipeline_matches_cpu},
         {"boundaries report their path", test_boundary_paths},
