@@ -23,7 +23,16 @@
  *     zero, copy, to_host/from_host, accumulate (exact), sum_squares (1e-10 relative), and
  *     optimizer_update against bt_optim_update for SGD (plain, momentum, Nesterov, weight decay)
  *     and AdamW over three steps with a gradient scale (1e-5 f32, 1e-12 f64, weights and state);
- *     run_op of an op without CUDA kernels fails with BT_ERR_UNSUPPORTED. */
+ *     run_op of an op without CUDA kernels fails with BT_ERR_UNSUPPORTED.
+ *   - mixed precision per op: the GEMM ops (linear; conv2d through cuDNN and through the GEMM
+ *     path) with call->precision bf16 and f16 (cublasGemmEx's tensor-core compute types) on
+ *     operands already rounded to that precision, as the executor guarantees, against the f32 CPU
+ *     kernel on the same rounded values: the conversions are exact and products exact in f32, so
+ *     the f32 tolerance holds.
+ *   - cuDNN that cannot start (BATON_CUDNN=broken acts as if cudnnCreate failed): the device still
+ *     opens, says so in its description and in bt_gpu_info, and conv2d takes the GEMM path.
+ *   - peer access between two GPUs (where there are two): asked twice, the same answer, and no
+ *     CUDA error left behind (enabled once per direction). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -36,6 +45,8 @@
 
 #include "backend/backend.h"
 #include "bt_test.h"
+#include "core/half.h"
+#include "cuda/devices.h"
 #include "cuda/ops_cuda.h"
 #include "op_cases.h"
 #include "op_check.h"
@@ -45,6 +56,7 @@
 #define TOL_F64 1e-10
 
 static const bt_backend *be;
+static bt_dtype precision = BT_F32; /* call->precision of the op runs (f32 cases only) */
 static bt_device *gpu;      /* cuda:0, with cuDNN where the build has it */
 static bt_device *gpu_gemm; /* cuda:0 again, without cuDNN (BATON_CUDNN=0) */
 
@@ -148,6 +160,7 @@ static bt_op_call gpu_call(const oc_layer *L, gpu_layer *G, int backward)
         .seed = L->seed,
         .training = L->training,
         .threads = 1,
+        .precision = precision,
     };
     return call;
 }
@@ -261,6 +274,20 @@ static int check_case(const op_case *c, bt_dtype real, int want, int training, b
              want & NO_PARAM_GRADS ? ", no param grads" : "", training ? "" : ", inference");
     if (setup_case(&L, c, real, want)) return -1;
     L.training = training;
+    if (precision != BT_F32) { /* the executor's guarantee: every float operand is rounded */
+        if (real != BT_F32) {
+            oc_free(&L);
+            return 0;
+        }
+        for (int i = 0; i < L.n_in; i++)
+            if (L.in[i].dtype == BT_F32)
+                bt_round_array(precision, L.in[i].data, (size_t)bt_tensor_numel(&L.in[i]));
+        for (int j = 0; j < L.n_params; j++)
+            bt_round_array(precision, L.param[j].data, (size_t)bt_tensor_numel(&L.param[j]));
+        bt_round_array(precision, L.out_grad.data, (size_t)bt_tensor_numel(&L.out_grad));
+        snprintf(label + strlen(label), sizeof label - strlen(label), " precision %s",
+                 bt_dtype_name(precision));
+    }
     gpu_setup(d, &L, &G);
     if (oc_forward(&L) != BT_OK || oc_backward(&L) != BT_OK) {
         printf("\n  %s: CPU kernel failed: %s\n", label, bt_last_error());
@@ -576,6 +603,71 @@ static int no_gpu(const char *test, cudaError_t err)
     return required ? 1 : BT_TEST_SKIP;
 }
 
+static void test_gemm_precisions(void)
+{
+    static const bt_dtype precs[] = {BT_BF16, BT_F16};
+    for (int k = 0; k < 2; k++) {
+        precision = precs[k];
+        run_cases("linear", gpu, WANT_ALL, 1);
+        run_cases("conv2d", gpu, WANT_ALL, 1);
+        run_cases("conv2d", gpu_gemm, WANT_ALL, 1);
+    }
+    precision = BT_F32;
+}
+
+static void test_cudnn_unusable(void)
+{
+#ifdef BATON_HAVE_CUDNN
+    bt_device *d = NULL;
+    setenv("BATON_CUDNN", "broken", 1);
+    bt_status st = be->open(0, 1, &d);
+    bt_gpu_info info;
+    bt_status ist = bt_gpu_info_get(0, &info);
+    unsetenv("BATON_CUDNN");
+    CU_ASSERT_EQUAL_FATAL(st, BT_OK);
+    be->bind_thread(d);
+    printf("\n  %s\n", be->describe(d));
+    CU_ASSERT_PTR_NOT_NULL(strstr(be->describe(d), "cuDNN unusable (cudnnCreate: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(be->describe(d), "conv2d takes the GEMM path"));
+    CU_ASSERT_EQUAL(ist, BT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(info.cudnn, "cuDNN unusable"));
+    CU_ASSERT_PTR_NULL(bt_cuda_device_exec(d)->cudnn);
+    run_cases("conv2d", d, WANT_ALL, 1);
+    CU_ASSERT_EQUAL(bt_cuda_device_exec(d)->cudnn_convs, 0);
+    be->close(d);
+    be->bind_thread(gpu);
+    CU_ASSERT_EQUAL(bt_gpu_info_get(0, &info), BT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(info.cudnn, "cuDNN "));
+    CU_ASSERT_PTR_NULL(strstr(info.cudnn, "unusable"));
+#else
+    printf("\n  (no cuDNN in this build: nothing to fall back from)\n");
+#endif
+}
+
+static void test_peer_access(void)
+{
+    int n = 0;
+    CU_ASSERT_EQUAL_FATAL(cudaGetDeviceCount(&n), cudaSuccess);
+    CU_ASSERT_EQUAL(be->peer_access(gpu, gpu_gemm), 2); /* two handles on one GPU */
+    if (n < 2) {
+        printf("\n  (one GPU: no peer pair to enable)\n");
+        return;
+    }
+    bt_device *other = NULL;
+    CU_ASSERT_EQUAL_FATAL(be->open(1, 1, &other), BT_OK);
+    int can01 = 0, can10 = 0;
+    CU_ASSERT_EQUAL(cudaDeviceCanAccessPeer(&can01, 0, 1), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaDeviceCanAccessPeer(&can10, 1, 0), cudaSuccess);
+    const int want = can01 && can10 ? 1 : 0;
+    for (int round = 0; round < 3; round++) {
+        CU_ASSERT_EQUAL(be->peer_access(gpu, other), want);
+        CU_ASSERT_EQUAL(be->peer_access(other, gpu), want);
+        CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+    }
+    be->close(other);
+    be->bind_thread(gpu);
+}
+
 int main(void)
 {
     int n = 0;
@@ -606,6 +698,9 @@ int main(void)
         {"alloc, zero, copy, to/from host", test_memory},
         {"accumulate and sum_squares", test_accumulate_and_sum_squares},
         {"optimizer updates = bt_optim_update", test_optimizers},
+        {"bf16/f16 GEMM ops (linear, conv2d both paths) = CPU", test_gemm_precisions},
+        {"cuDNN that cannot start: GEMM path, said so", test_cudnn_unusable},
+        {"peer access enabled once, asked any number of times", test_peer_access},
         {NULL, NULL},
     };
     int rc = bt_test_main("cuda", tests);
