@@ -150,8 +150,12 @@ cudaError_t bt_k_sgd(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *
 cudaError_t bt_k_adamw(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *m, void *v,
                        int64_t n, double lr, double weight_decay, double beta1, double beta2,
                        double eps, int64_t t, double grad_scale);
-/* *out (one double in device memory) += sum of x^2; the caller zeroes it before a reduction. */
-cudaError_t bt_k_sum_squares(cudaStream_t s, bt_dtype dt, const void *x, int64_t n, double *out);
+/* *out (one double in device memory) += sum of x^2; the caller zeroes it before a reduction.
+ * Deterministic (two ordered passes, no atomics): part is device scratch of BT_K_SUMSQ_PARTS
+ * doubles for the per-block partial sums (reusable by the next call on the same stream). */
+#define BT_K_SUMSQ_PARTS 1024
+cudaError_t bt_k_sum_squares(cudaStream_t s, bt_dtype dt, const void *x, int64_t n, double *part,
+                             double *out);
 
 /* ---- pool.cu: planes = batch * channels, each (h, w) -> (ho, wo) ---------------------------- */
 

@@ -31,6 +31,8 @@
  *     the f32 tolerance holds.
  *   - cuDNN that cannot start (BATON_CUDNN=broken acts as if cudnnCreate failed): the device still
  *     opens, says so in its description and in bt_gpu_info, and conv2d takes the GEMM path.
+ *   - determinism: sum_squares and bt_k_colsum_acc (linear's bias gradient) give the same bits
+ *     on every run (the emulator runs blocks in varying orders; atomics would differ).
  *   - peer access between two GPUs (where there are two): asked twice, the same answer, and no
  *     CUDA error left behind (enabled once per direction). */
 #ifdef HAVE_CONFIG_H
@@ -603,6 +605,40 @@ static int no_gpu(const char *test, cudaError_t err)
     return required ? 1 : BT_TEST_SKIP;
 }
 
+/* The reductions that used atomics give the same bits on every run (under the emulator, with
+ * blocks in any order): sum_squares, and linear's bias gradient (column sums over 5000 rows). */
+static void test_deterministic_reductions(void)
+{
+    enum { N = 300007, ROWS = 5000, COLS = 37 };
+    float *x = malloc(N * sizeof(float)), *dy = malloc(ROWS * COLS * sizeof(float));
+    CU_ASSERT_FATAL(x && dy);
+    for (int i = 0; i < N; i++) x[i] = (float)(sin(i * 0.37) * 1e3 + 1e-3 * cos(i * 1.1));
+    for (int i = 0; i < ROWS * COLS; i++) dy[i] = (float)(cos(i * 0.13) * 1e4 + 1e-2 * sin(i * 0.7));
+    void *dx = device_buffer(gpu, x, N * sizeof(float));
+    void *ddy = device_buffer(gpu, dy, ROWS * COLS * sizeof(float));
+    void *db = device_buffer(gpu, NULL, COLS * sizeof(float));
+    const void *arrays[1] = {dx};
+    size_t counts[1] = {N};
+    double first = 0, again = 0;
+    float b0[COLS], b1[COLS];
+    for (int round = 0; round < 4; round++) {
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, BT_F32, arrays, counts, 1, round ? &again : &first),
+                        BT_OK);
+        if (round) CU_ASSERT(memcmp(&first, &again, sizeof first) == 0);
+        CU_ASSERT_EQUAL(be->zero(gpu, db, sizeof b0), BT_OK);
+        CU_ASSERT_EQUAL(bt_k_colsum_acc(bt_cuda_device_exec(gpu)->stream, BT_F32, ddy, db, ROWS,
+                                        COLS),
+                        cudaSuccess);
+        CU_ASSERT_EQUAL(be->to_host(gpu, round ? b1 : b0, db, sizeof b0), BT_OK);
+        if (round) CU_ASSERT(memcmp(b0, b1, sizeof b0) == 0);
+    }
+    be->free(gpu, dx);
+    be->free(gpu, ddy);
+    be->free(gpu, db);
+    free(x);
+    free(dy);
+}
+
 static void test_gemm_precisions(void)
 {
     static const bt_dtype precs[] = {BT_BF16, BT_F16};
@@ -698,6 +734,7 @@ int main(void)
         {"alloc, zero, copy, to/from host", test_memory},
         {"accumulate and sum_squares", test_accumulate_and_sum_squares},
         {"optimizer updates = bt_optim_update", test_optimizers},
+        {"sum_squares and column sums are deterministic", test_deterministic_reductions},
         {"bf16/f16 GEMM ops (linear, conv2d both paths) = CPU", test_gemm_precisions},
         {"cuDNN that cannot start: GEMM path, said so", test_cudnn_unusable},
         {"peer access enabled once, asked any number of times", test_peer_access},

@@ -42,6 +42,7 @@
 typedef struct cuda_scratch {
     bt_k_fault fault;
     double sumsq;
+    double sumsq_parts[BT_K_SUMSQ_PARTS]; /* bt_k_sum_squares' partial sums (device only) */
 } cuda_scratch;
 
 struct bt_device {
@@ -326,7 +327,8 @@ static bt_status cuda_sum_squares(bt_device *dev, bt_dtype dtype, const void *co
     BT_TRY(use_device(dev));
     BT_CUDA_TRY(cudaMemsetAsync(&dev->scratch->sumsq, 0, sizeof(double), dev->exec.stream));
     for (int i = 0; i < count; i++)
-        BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x[i], (int64_t)n[i], &dev->scratch->sumsq);
+        BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x[i], (int64_t)n[i],
+                 dev->scratch->sumsq_parts, &dev->scratch->sumsq);
     BT_CUDA_TRY(cudaMemcpyAsync(&dev->host->sumsq, &dev->scratch->sumsq, sizeof(double),
                                 cudaMemcpyDeviceToHost, dev->exec.stream));
     BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
