@@ -122,7 +122,8 @@ cudaError_t bt_k_mse_backward(cudaStream_t s, bt_dtype dt, const void *p, const 
  * contributes nothing. */
 cudaError_t bt_k_cross_entropy_forward(cudaStream_t s, bt_dtype dt, const void *x,
                                        const int32_t *label, void *y, int64_t batch,
-                                       int64_t positions, int64_t classes, bt_k_fault *fault);
+                                       int64_t positions, int64_t classes, double *part,
+                                       int64_t part_n, bt_k_fault *fault);
 /* dx += dy[n] / positions * (softmax(x) - onehot(label)) */
 cudaError_t bt_k_cross_entropy_backward(cudaStream_t s, bt_dtype dt, const void *x,
                                         const int32_t *label, const void *dy, void *dx,

@@ -35,6 +35,9 @@
 #include "cuda/ops_cuda.h"
 #include "optim/optim.h"
 
+/* Doubles of scratch for the kernels' ordered reductions (exec.reduce): 512 KiB. */
+#define BT_REDUCE_SCRATCH ((int64_t)1 << 16)
+
 /* cuBLAS workspace per device (NVIDIA's recommendation for Hopper is 32 MiB). */
 #define BT_CUBLAS_WORKSPACE ((size_t)32 << 20)
 
@@ -138,6 +141,7 @@ static void cuda_close(bt_device *dev)
     if (dev->exec.cublas) cublasDestroy(dev->exec.cublas);
     if (dev->cublas_workspace) (void)cudaFree(dev->cublas_workspace);
     if (dev->scratch) (void)cudaFree(dev->scratch);
+    if (dev->exec.reduce) (void)cudaFree(dev->exec.reduce);
     if (dev->host) (void)cudaFreeHost(dev->host);
     if (dev->exec.stream) (void)cudaStreamDestroy(dev->exec.stream);
     if (dev->copy_stream) (void)cudaStreamDestroy(dev->copy_stream);
@@ -179,6 +183,11 @@ static bt_status cuda_open(int index, int threads, bt_device **out)
     if (cudnn_wanted()) open_cudnn(d);
     BT_CUDA_TRY_GOTO(st, cudaMalloc((void **)&d->scratch, sizeof *d->scratch), fail);
     BT_CUDA_TRY_GOTO(st, cudaMallocHost((void **)&d->host, sizeof *d->host), fail);
+    BT_CUDA_TRY_GOTO(st,
+                     cudaMalloc((void **)&d->exec.reduce,
+                                (size_t)BT_REDUCE_SCRATCH * sizeof *d->exec.reduce),
+                     fail);
+    d->exec.reduce_n = BT_REDUCE_SCRATCH;
     BT_CUDA_TRY_GOTO(st, cudaMemsetAsync(d->scratch, 0, sizeof *d->scratch, d->exec.stream), fail);
     BT_CUDA_TRY_GOTO(st, cudaStreamSynchronize(d->exec.stream), fail);
     d->exec.fault = &d->scratch->fault;
