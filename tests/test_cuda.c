@@ -31,8 +31,10 @@
  *     the f32 tolerance holds.
  *   - cuDNN that cannot start (BATON_CUDNN=broken acts as if cudnnCreate failed): the device still
  *     opens, says so in its description and in bt_gpu_info, and conv2d takes the GEMM path.
- *   - determinism: sum_squares and bt_k_colsum_acc (linear's bias gradient) give the same bits
- *     on every run (the emulator runs blocks in varying orders; atomics would differ).
+ *   - determinism: sum_squares, bt_k_colsum_acc (linear's bias gradient), and the embedding,
+ *     layernorm and cross-entropy kernels give the same bits on every run (the emulator runs
+ *     blocks in varying orders, so atomics would differ); embedding's weight gradient equals the
+ *     CPU's exactly (same order of additions).
  *   - peer access between two GPUs (where there are two): asked twice, the same answer, and no
  *     CUDA error left behind (enabled once per direction). */
 #ifdef HAVE_CONFIG_H
@@ -605,6 +607,45 @@ static int no_gpu(const char *test, cudaError_t err)
     return required ? 1 : BT_TEST_SKIP;
 }
 
+/* 1 when the device tensors a and b hold the same bytes (n bytes). */
+static int same_device_bytes(bt_device *d, const void *a, const void *b, size_t n)
+{
+    unsigned char *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    int same = x && y && be->to_host(d, x, a, n) == BT_OK && be->to_host(d, y, b, n) == BT_OK &&
+               memcmp(x, y, n) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Runs case `label` (f32) twice on the GPU from the same values; the outputs and every gradient
+ * must be the same bits. */
+static void check_repeatable(const char *label)
+{
+    oc_layer L;
+    gpu_layer A, B;
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, op_case_named(label), BT_F32, WANT_ALL), 0);
+    gpu_setup(gpu, &L, &A);
+    gpu_setup(gpu, &L, &B);
+    CU_ASSERT_EQUAL(gpu_run(&L, &A, 0), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &A, 1), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &B, 0), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &B, 1), BT_OK);
+    int same = same_device_bytes(gpu, A.out.data, B.out.data, tensor_bytes(&L.out));
+    for (int i = 0; i < L.n_in; i++)
+        if (L.in_grad[i].data)
+            same &= same_device_bytes(gpu, A.in_grad[i].data, B.in_grad[i].data,
+                                      tensor_bytes(&L.in_grad[i]));
+    for (int j = 0; j < L.n_params; j++)
+        same &= same_device_bytes(gpu, A.param_grad[j].data, B.param_grad[j].data,
+                                  tensor_bytes(&L.param_grad[j]));
+    if (!same) printf("\n  %s: two runs differ\n", label);
+    CU_ASSERT(same);
+    gpu_free(&A);
+    gpu_free(&B);
+    oc_free(&L);
+}
+
 /* The reductions that used atomics give the same bits on every run (under the emulator, with
  * blocks in any order): sum_squares, and linear's bias gradient (column sums over 5000 rows). */
 static void test_deterministic_reductions(void)
@@ -637,6 +678,25 @@ static void test_deterministic_reductions(void)
     be->free(gpu, db);
     free(x);
     free(dy);
+    /* and the ops whose kernels used atomics: every output and gradient, twice */
+    static const char *cases[] = {"linear many rows", "embedding repeats",
+                                  "layernorm d=777 600 rows", "cross_entropy C=1000",
+                                  "cross_entropy [T, C]"};
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) check_repeatable(cases[k]);
+    /* embedding's weight gradient adds in the CPU's order: the same bits as the CPU */
+    oc_layer L;
+    gpu_layer G;
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, op_case_named("embedding repeats"), BT_F32, WANT_ALL), 0);
+    gpu_setup(gpu, &L, &G);
+    CU_ASSERT_EQUAL(oc_forward(&L), BT_OK);
+    CU_ASSERT_EQUAL(oc_backward(&L), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &G, 0), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &G, 1), BT_OK);
+    CU_ASSERT_EQUAL(compare("embedding repeats", "exact weight gradient", &L.param_grad[0],
+                            &G.param_grad[0], gpu, 0.0),
+                    0);
+    gpu_free(&G);
+    oc_free(&L);
 }
 
 static void test_gemm_precisions(void)
