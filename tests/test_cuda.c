@@ -14,8 +14,8 @@
  *     block (rows of 1000, 5000-element samples, 1200-row column sums) to reach the multi-warp
  *     and multi-chunk paths. Dropout's mask and maxpool's argmax must match exactly.
  *   - conv2d both through cuDNN (where built) and through the im2col + cuBLAS path (a second
- *     device handle opened with BATON_CUDNN=0); the cuDNN one must actually have used cuDNN for
- *     f32.
+ *     device handle opened with BATON_CUDNN=0, chunks of samples per GEMM); the cuDNN one must
+ *     actually have used cuDNN for f32, and running the cases again makes no new cuDNN plan.
  *   - partial backwards (no input gradient, no parameter gradients) and inference dropout.
  *   - data errors: an embedding index or a label out of range is reported by the next sync /
  *     to_host as BT_ERR_INVALID_ARG with the CPU's wording, then cleared.
@@ -50,6 +50,7 @@
 #include "backend/backend.h"
 #include "bt_test.h"
 #include "core/half.h"
+#include "cuda/conv_cudnn.h"
 #include "cuda/devices.h"
 #include "cuda/ops_cuda.h"
 #include "op_cases.h"
@@ -364,6 +365,11 @@ static void test_conv_paths(void)
     CU_ASSERT_EQUAL(bt_cuda_device_exec(gpu_gemm)->cudnn_convs, 0);
 #ifdef BATON_HAVE_CUDNN
     CU_ASSERT(used > 0);
+    /* plans are made once per call shape: running every case again makes none */
+    const int64_t plans = bt_cudnn_plans_made(bt_cuda_device_exec(gpu));
+    run_cases("conv2d", gpu, WANT_ALL, 1);
+    CU_ASSERT(plans > 0);
+    CU_ASSERT_EQUAL(bt_cudnn_plans_made(bt_cuda_device_exec(gpu)), plans);
 #endif
 }
 

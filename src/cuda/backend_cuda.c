@@ -30,6 +30,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "backend/backend.h"
+#include "cuda/conv_cudnn.h"
 #include "cuda/cuda_check.h"
 #include "cuda/devices.h"
 #include "cuda/ops_cuda.h"
@@ -136,6 +137,7 @@ static void cuda_close(bt_device *dev)
     if (dev->exec.stream) (void)cudaStreamSynchronize(dev->exec.stream);
     if (dev->copy_stream) (void)cudaStreamSynchronize(dev->copy_stream);
 #ifdef BATON_HAVE_CUDNN
+    bt_cudnn_plans_free(&dev->exec);
     if (dev->exec.cudnn) cudnnDestroy((cudnnHandle_t)dev->exec.cudnn);
 #endif
     if (dev->exec.cublas) cublasDestroy(dev->exec.cublas);
