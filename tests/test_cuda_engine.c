@@ -14,8 +14,8 @@
  *   - feeds from bt_engine_host_alloc memory give the same result as ordinary memory;
  *   - forward only (the stream schedule) on cuda:0,cuda:0,cuda:0 with 4 micro-batches and fewer
  *     slots, so a slot is reused while the previous micro-batch's copy may still read it: the
- *     logits (layer head) of several batches equal the one-stage CPU forward's within 1e-4, in f32, bf16 and
- *     f16 (bf16/f16 feeds not representable in the precision: they are rounded on both). */
+ *     logits (layer head) of several batches equal the one-stage CPU forward's within 1e-4, in
+ *     f32, bf16 and f16 (with feeds the precision cannot hold: both backends round them). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
