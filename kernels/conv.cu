@@ -2,8 +2,9 @@
  * it can (src/cuda/conv_cudnn.c), otherwise the GEMM path here, a chunk of samples at a time (as
  * the CPU's src/ops/conv_tmpl.h): the column-matrix kernels below, then one cuBLAS GEMM per
  * product and chunk. The column matrix of S samples is (c kh kw, S ho wo), row (ci, ki, kj) and
- * column (s, oh, ow) holding x_s[ci, oh sh - ph + ki, ow sw - pw + kj] or 0 in the padding. col2im gathers, one thread per
- * input element summing the column entries that came from it (no atomics). */
+ * column (s, oh, ow) holding x_s[ci, oh sh - ph + ki, ow sw - pw + kj] or 0 in the padding.
+ * col2im gathers, one thread per input element summing the column entries that came from it (no
+ * atomics). */
 #include "kernel_util.cuh"
 
 #include "cuda/conv_cudnn.h"

@@ -111,7 +111,8 @@ extern "C" cudaError_t bt_k_layernorm_backward(cudaStream_t s, bt_dtype dt, cons
                                                 0, s>>>((const T *)x, (const T *)w, (const T *)dy,
                                                         stats, (T *)dx, rows, d););
     if (dw || db) {
-        const dim3 grid((unsigned)((d + BT_LN_TILE - 1) / BT_LN_TILE)), block(BT_LN_TILE, BT_LN_TILE);
+        const dim3 grid((unsigned)((d + BT_LN_TILE - 1) / BT_LN_TILE));
+        const dim3 block(BT_LN_TILE, BT_LN_TILE);
         BT_K_DISPATCH(dt, k_ln_backward_dwdb<T><<<grid, block, 0, s>>>(
                               (const T *)x, (const T *)dy, stats, (T *)dw, (T *)db, rows, d););
     }

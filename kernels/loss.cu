@@ -1,8 +1,8 @@
 /* kernels/loss.cu: mse and cross_entropy, one value per sample (src/ops/loss_tmpl.h). mse's
  * forward runs one block per sample; cross_entropy runs one block per row of logits (a sample
  * has `positions` rows) writing the row's loss to the device's reduction scratch, then sums each
- * sample's rows in position order (deterministic, no atomics). A label outside [0, classes) is recorded in the fault record (see
- * kernels.h) and the row is skipped. */
+ * sample's rows in position order (deterministic, no atomics). A label outside [0, classes) is
+ * recorded in the fault record (see kernels.h) and the row is skipped. */
 #include "kernel_util.cuh"
 
 #include "cuda/op_glue.h"

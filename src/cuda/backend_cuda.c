@@ -6,8 +6,9 @@
  * bt_device may share one GPU (logical stages on cuda:0): each has its own streams and handles. The device holds a cuBLAS handle (with its own workspace, so GEMMs never
  * allocate), a cuDNN handle where the build has cuDNN (BATON_CUDNN=0 in the environment at open
  * leaves it out, for tests and comparisons; where cudnnCreate fails the device opens without it,
- * with a warning, and conv2d takes the GEMM path), and a small device scratch block: the fault record
- * kernels write data errors into and the sum-of-squares accumulator.
+ * with a warning, and conv2d takes the GEMM path), a small device scratch block (the fault record
+ * kernels write data errors into, the sum-of-squares accumulator and its partial sums) and a
+ * reduction scratch for the kernels' ordered (deterministic) reductions.
  *
  * Data errors (an embedding index or a label out of range) cannot fail the op call that queued
  * the kernel without stalling the stream; they are reported, with the CPU kernel's message, by
@@ -110,7 +111,8 @@ static void open_cudnn(bt_device *dev)
     const char *call = "cudnnCreate";
     /* BATON_CUDNN=broken: behave as if cudnnCreate failed (tests of this fallback) */
     const char *v = getenv("BATON_CUDNN");
-    cudnnStatus_t e = v && strcmp(v, "broken") == 0 ? CUDNN_STATUS_NOT_INITIALIZED : cudnnCreate(&h);
+    cudnnStatus_t e =
+        v && strcmp(v, "broken") == 0 ? CUDNN_STATUS_NOT_INITIALIZED : cudnnCreate(&h);
     if (e == CUDNN_STATUS_SUCCESS) {
         e = cudnnSetStream(h, dev->exec.stream);
         call = "cudnnSetStream";

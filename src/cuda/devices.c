@@ -42,7 +42,8 @@ static void probe_cudnn(char *out, size_t size)
         return;
     }
     cudnnHandle_t h = NULL;
-    cudnnStatus_t e = v && strcmp(v, "broken") == 0 ? CUDNN_STATUS_NOT_INITIALIZED : cudnnCreate(&h);
+    cudnnStatus_t e =
+        v && strcmp(v, "broken") == 0 ? CUDNN_STATUS_NOT_INITIALIZED : cudnnCreate(&h);
     (void)cudaGetLastError();
     if (e != CUDNN_STATUS_SUCCESS) {
         snprintf(out, size, "cuDNN unusable (cudnnCreate: %s): conv2d takes the GEMM path",
