@@ -345,7 +345,8 @@ san_test_cuda() {
 
 san_run() {
   cd "$build" && ./libtool --mode=execute "$(sanitizer)" --tool "$1" --report-api-errors no \
-    --error-exitcode 97 --print-limit 30 --target-processes all ./baton run "$src/models/mlp.yaml" --steps 3 \
+    --error-exitcode 97 --print-limit 30 --target-processes all \
+    ./baton run "$src/models/mlp.yaml" --steps 3 \
     --devices cuda:0,cuda:0,cuda:0 --stages 3 --microbatches 4 --schedule 1f1b
 }
 

@@ -9,9 +9,9 @@
  *
  * Under mixed precision the executor has rounded every operand (fed inputs, activations,
  * gradients, weights) to bf16 or f16, and tensor cores may take them. f16:
- * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which converts the f32 tensors to f16 (exact for f16 values). bf16: CUDNN_TENSOR_OP_MATH, TF32 tensor cores on
- * sm_80 and later, whose 8-bit exponent and 10-bit fraction hold every bf16 value exactly; the
- * conversion mode is not allowed there, as its f16 would overflow or flush bf16's range. */
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which converts the f32 tensors to f16 (exact for f16
+ * values). bf16: CUDNN_TENSOR_OP_MATH, TF32 tensor cores on sm_80 and later, whose 8-bit exponent
+ * and 10-bit fraction hold every bf16 value exactly; the conversion mode is not allowed there, as its f16 would overflow or flush bf16's range. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif

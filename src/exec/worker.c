@@ -79,7 +79,8 @@ static bt_status check_f16_feed(const bt_engine *e, const bt_value *v, const flo
             return bt_error(BT_ERR_INVALID_ARG, "input '%s', sample %lld, element %zu is %g: "
                             "beyond f16's range (largest 65504), so precision f16 would make it "
                             "infinity (scale the data, or use bf16 or f32)", v->name,
-                            (long long)mb * e->mb_size + (long long)(i / per), i % per, (double)x[i]);
+                            (long long)mb * e->mb_size + (long long)(i / per), i % per,
+                            (double)x[i]);
     return BT_OK;
 }
 
