@@ -1,35 +1,41 @@
 /* kernels/conv.cu: conv2d (src/ops/conv.c) on the GPU: through cuDNN where the build has it and
- * it can (src/cuda/conv_cudnn.c), otherwise the GEMM path here, one sample at a time: the
- * column-matrix kernels below, then cuBLAS GEMMs. The column matrix of one sample is
- * (c kh kw, ho wo), row (ci, ki, kj) and column (oh, ow) holding x[ci, oh sh - ph + ki,
- * ow sw - pw + kj] or 0 in the padding, as in src/ops/conv_tmpl.h. col2im gathers, one thread per
- * input element summing the column entries that came from it (no atomics). */
+ * it can (src/cuda/conv_cudnn.c), otherwise the GEMM path here, a chunk of samples at a time (as
+ * the CPU's src/ops/conv_tmpl.h): the column-matrix kernels below, then one cuBLAS GEMM per
+ * product and chunk. The column matrix of S samples is (c kh kw, S ho wo), row (ci, ki, kj) and
+ * column (s, oh, ow) holding x_s[ci, oh sh - ph + ki, ow sw - pw + kj] or 0 in the padding.
+ * col2im gathers, one thread per input element summing the column entries that came from it (no
+ * atomics). */
 #include "kernel_util.cuh"
 
 #include "cuda/conv_cudnn.h"
 #include "cuda/op_glue.h"
 
+/* col (c kh kw, S ho wo) of S samples: entry (row, s ho wo + pos) is sample s's column entry. */
 template <typename T>
-__global__ void k_im2col(bt_k_window c, int64_t ch, const T *x, T *col)
+__global__ void k_im2col(bt_k_window c, int64_t ch, int64_t samples, const T *x, T *col)
 {
-    const int64_t howo = c.ho * c.wo;
-    BT_K_FOR(i, ch * c.kh * c.kw * howo) {
-        const int64_t row = i / howo, pos = i - row * howo;
+    const int64_t howo = c.ho * c.wo, cols = samples * howo, chw = ch * c.h * c.w;
+    BT_K_FOR(i, ch * c.kh * c.kw * cols) {
+        const int64_t row = i / cols, q = i - row * cols;
+        const int64_t sn = q / howo, pos = q - sn * howo;
         const int64_t ci = row / (c.kh * c.kw), kk = row - ci * c.kh * c.kw;
         const int64_t ki = kk / c.kw, kj = kk - ki * c.kw;
         const int64_t oh = pos / c.wo, ow = pos - oh * c.wo;
         const int64_t ih = oh * c.sh - c.ph + ki, iw = ow * c.sw - c.pw + kj;
-        col[i] = (ih >= 0 && ih < c.h && iw >= 0 && iw < c.w) ? x[(ci * c.h + ih) * c.w + iw]
-                                                               : (T)0;
+        col[i] = (ih >= 0 && ih < c.h && iw >= 0 && iw < c.w)
+                     ? x[sn * chw + (ci * c.h + ih) * c.w + iw]
+                     : (T)0;
     }
 }
 
+/* dx (S, c, h, w) += col (c kh kw, S ho wo) folded back, one thread per input element. */
 template <typename T>
-__global__ void k_col2im_acc(bt_k_window c, int64_t ch, const T *col, T *dx)
+__global__ void k_col2im_acc(bt_k_window c, int64_t ch, int64_t samples, const T *col, T *dx)
 {
-    const int64_t hw = c.h * c.w, howo = c.ho * c.wo;
-    BT_K_FOR(i, ch * hw) {
-        const int64_t ci = i / hw, idx = i - ci * hw;
+    const int64_t hw = c.h * c.w, howo = c.ho * c.wo, cols = samples * howo;
+    BT_K_FOR(i, samples * ch * hw) {
+        const int64_t sn = i / (ch * hw), rest = i - sn * ch * hw;
+        const int64_t ci = rest / hw, idx = rest - ci * hw;
         const int64_t ih = idx / c.w, iw = idx - ih * c.w;
         T sum = 0;
         for (int64_t ki = 0; ki < c.kh; ki++) {
@@ -40,10 +46,27 @@ __global__ void k_col2im_acc(bt_k_window c, int64_t ch, const T *col, T *dx)
                 const int64_t tw = iw + c.pw - kj; /* = ow sw */
                 if (tw < 0 || tw % c.sw != 0 || tw / c.sw >= c.wo) continue;
                 const int64_t ow = tw / c.sw;
-                sum += col[((ci * c.kh + ki) * c.kw + kj) * howo + oh * c.wo + ow];
+                sum += col[((ci * c.kh + ki) * c.kw + kj) * cols + sn * howo + oh * c.wo + ow];
             }
         }
         dx[i] += sum;
+    }
+}
+
+/* Between a chunk's (out, S plane) matrix and the samples' (S, out, plane) layout: to_chunk 1
+ * gathers m from y; to_chunk 0 scatters m into y, adding b[o] where b is not NULL. */
+template <typename T>
+__global__ void k_chunk_planes(T *y, T *m, const T *b, int64_t samples, int64_t out,
+                               int64_t plane, int to_chunk)
+{
+    BT_K_FOR(i, samples * out * plane) {
+        const int64_t sn = i / (out * plane), rest = i - sn * out * plane;
+        const int64_t o = rest / plane, p = rest - o * plane;
+        const int64_t j = o * samples * plane + sn * plane + p;
+        if (to_chunk)
+            m[j] = y[i];
+        else
+            y[i] = b ? m[j] + b[o] : m[j];
     }
 }
 
@@ -71,22 +94,33 @@ __global__ void k_channel_sum_acc(const T *dy, T *db, int64_t batch, int64_t cha
 }
 
 extern "C" cudaError_t bt_k_im2col(cudaStream_t s, bt_dtype dt, const bt_k_window *win,
-                                   int64_t c, const void *x, void *col)
+                                   int64_t c, int64_t samples, const void *x, void *col)
 {
-    const int64_t n = c * win->kh * win->kw * win->ho * win->wo;
+    const int64_t n = c * win->kh * win->kw * samples * win->ho * win->wo;
     if (n <= 0) return cudaSuccess;
-    BT_K_DISPATCH(dt, k_im2col<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(*win, c, (const T *)x,
-                                                                         (T *)col););
+    BT_K_DISPATCH(dt, k_im2col<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(*win, c, samples,
+                                                                         (const T *)x, (T *)col););
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t bt_k_col2im_acc(cudaStream_t s, bt_dtype dt, const bt_k_window *win,
-                                       int64_t c, const void *col, void *dx)
+                                       int64_t c, int64_t samples, const void *col, void *dx)
 {
-    const int64_t n = c * win->h * win->w;
+    const int64_t n = samples * c * win->h * win->w;
     if (n <= 0) return cudaSuccess;
     BT_K_DISPATCH(dt, k_col2im_acc<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
-                          *win, c, (const T *)col, (T *)dx););
+                          *win, c, samples, (const T *)col, (T *)dx););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_chunk_planes(cudaStream_t s, bt_dtype dt, void *y, void *m,
+                                         const void *b, int64_t samples, int64_t out,
+                                         int64_t plane, int to_chunk)
+{
+    const int64_t n = samples * out * plane;
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_chunk_planes<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (T *)y, (T *)m, (const T *)b, samples, out, plane, to_chunk););
     return cudaGetLastError();
 }
 
@@ -118,32 +152,44 @@ static bt_k_window conv_window(const bt_conv_config *cf)
     return win;
 }
 
-/* The GEMM path, one sample at a time as src/ops/conv_tmpl.h: im2col into the workspace, then
- * y_n (out, ho wo) = W (out, c kh kw) col (c kh kw, ho wo). A pointwise conv uses x_n as col. */
+/* The GEMM path. A pointwise conv is a GEMM per sample on x_n itself (it declares no
+ * workspace). Otherwise chunks of S = bt_conv_chunk_samples samples, as src/ops/conv_tmpl.h: the
+ * workspace holds col (c kh kw, S ho wo) and ycol (out, S ho wo), so a chunk takes one im2col, one
+ * GEMM per product and one layout kernel, not one of each per sample. */
 static bt_status conv_gemm_forward(bt_cuda_exec *x, const bt_op_call *call, bt_dtype dt)
 {
     const bt_conv_config *cf = (const bt_conv_config *)call->config;
     const bt_k_window win = conv_window(cf);
     const int64_t chw = cf->c * cf->h * cf->w, howo = cf->ho * cf->wo;
     const int64_t ckk = cf->c * cf->kh * cf->kw;
-    BT_TRY(bt_cuda_fits_int("conv2d", howo, cf->out, ckk));
     const void *b = cf->bias ? call->param[1].data : NULL;
-    if (b)
-        BT_K_TRY(bt_k_fill_planes, x->stream, dt, b, call->out->data, call->batch * cf->out,
-                 cf->out, howo);
-    for (int64_t n = 0; n < call->batch; n++) {
-        const void *xn = bt_cuda_at(call->in[0].data, n * chw, dt);
-        void *yn = bt_cuda_at(call->out->data, n * cf->out * howo, dt);
-        const void *col = xn;
-        if (!cf->pointwise) {
-            BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, xn, call->workspace);
-            col = call->workspace;
-        }
-        /* y_n^T (ho wo, out) = col^T W^T: col is column-major (ho wo, c kh kw), W^T
+    if (cf->pointwise) {
+        BT_TRY(bt_cuda_fits_int("conv2d", howo, cf->out, ckk));
+        if (b)
+            BT_K_TRY(bt_k_fill_planes, x->stream, dt, b, call->out->data, call->batch * cf->out,
+                     cf->out, howo);
+        for (int64_t n = 0; n < call->batch; n++) /* y_n^T (ho wo, out) = x_n^T W^T */
+            BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, (int)howo,
+                                (int)cf->out, (int)ckk, bt_cuda_at(call->in[0].data, n * chw, dt),
+                                (int)howo, call->param[0].data, (int)ckk, b ? 1.0 : 0.0,
+                                bt_cuda_at(call->out->data, n * cf->out * howo, dt), (int)howo));
+        return BT_OK;
+    }
+    const int64_t chunk = bt_conv_chunk_samples(cf);
+    BT_TRY(bt_cuda_fits_int("conv2d", chunk * howo, cf->out, ckk));
+    void *col = call->workspace, *ycol = bt_cuda_at(call->workspace, ckk * chunk * howo, dt);
+    for (int64_t n0 = 0; n0 < call->batch; n0 += chunk) {
+        const int64_t sn = call->batch - n0 < chunk ? call->batch - n0 : chunk;
+        const int cols = (int)(sn * howo);
+        BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, sn,
+                 bt_cuda_at(call->in[0].data, n0 * chw, dt), col);
+        /* ycol^T (S ho wo, out) = col^T W^T: col column-major (S ho wo, c kh kw), W^T
          * column-major (c kh kw, out) */
-        BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, (int)howo,
-                            (int)cf->out, (int)ckk, col, (int)howo, call->param[0].data, (int)ckk,
-                            b ? 1.0 : 0.0, yn, (int)howo));
+        BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, cols, (int)cf->out,
+                            (int)ckk, col, cols, call->param[0].data, (int)ckk, 0.0, ycol, cols));
+        BT_K_TRY(bt_k_chunk_planes, x->stream, dt,
+                 bt_cuda_at(call->out->data, n0 * cf->out * howo, dt), ycol, b, sn, cf->out, howo,
+                 0);
     }
     return BT_OK;
 }
@@ -155,37 +201,48 @@ static bt_status conv_gemm_backward(bt_cuda_exec *x, const bt_op_call *call, bt_
     const bt_k_window win = conv_window(cf);
     const int64_t chw = cf->c * cf->h * cf->w, howo = cf->ho * cf->wo;
     const int64_t ckk = cf->c * cf->kh * cf->kw;
-    BT_TRY(bt_cuda_fits_int("conv2d", howo, cf->out, ckk));
-    void *col = call->workspace;                                     /* (c kh kw, ho wo) */
-    void *dcol = cf->pointwise ? NULL : bt_cuda_at(call->workspace, ckk * howo, dt); /* same */
     if (db)
         BT_K_TRY(bt_k_channel_sum_acc, x->stream, dt, call->out_grad->data, db, call->batch,
                  cf->out, howo);
-    for (int64_t n = 0; n < call->batch; n++) {
-        const void *xn = bt_cuda_at(call->in[0].data, n * chw, dt);
-        const void *dyn = bt_cuda_at(call->out_grad->data, n * cf->out * howo, dt);
-        if (dw) { /* dW^T (c kh kw, out) += col dy_n^T */
-            const void *cn = xn;
-            if (!cf->pointwise) {
-                BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, xn, col);
-                cn = col;
-            }
-            BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_T, CUBLAS_OP_N, (int)ckk,
-                                (int)cf->out, (int)howo, cn, (int)howo, dyn, (int)howo, 1.0, dw,
-                                (int)ckk));
+    if (cf->pointwise) {
+        BT_TRY(bt_cuda_fits_int("conv2d", howo, cf->out, ckk));
+        for (int64_t n = 0; n < call->batch; n++) {
+            const void *xn = bt_cuda_at(call->in[0].data, n * chw, dt);
+            const void *dyn = bt_cuda_at(call->out_grad->data, n * cf->out * howo, dt);
+            if (dw) /* dW^T (c, out) += x_n dy_n^T */
+                BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_T, CUBLAS_OP_N, (int)ckk,
+                                    (int)cf->out, (int)howo, xn, (int)howo, dyn, (int)howo, 1.0,
+                                    dw, (int)ckk));
+            if (dx) /* dx_n^T (ho wo, c) += dy_n^T W */
+                BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo,
+                                    (int)ckk, (int)cf->out, dyn, (int)howo, call->param[0].data,
+                                    (int)ckk, 1.0, bt_cuda_at(dx, n * chw, dt), (int)howo));
         }
-        if (dx) { /* dcol^T (ho wo, c kh kw) = dy_n^T W, folded back into dx_n */
-            void *dxn = bt_cuda_at(dx, n * chw, dt);
-            if (cf->pointwise) {
-                BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo,
-                                    (int)ckk, (int)cf->out, dyn, (int)howo, call->param[0].data,
-                                    (int)ckk, 1.0, dxn, (int)howo));
-            } else {
-                BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, (int)howo,
-                                    (int)ckk, (int)cf->out, dyn, (int)howo, call->param[0].data,
-                                    (int)ckk, 0.0, dcol, (int)howo));
-                BT_K_TRY(bt_k_col2im_acc, x->stream, dt, &win, cf->c, dcol, dxn);
-            }
+        return BT_OK;
+    }
+    if (!dw && !dx) return BT_OK;
+    const int64_t chunk = bt_conv_chunk_samples(cf);
+    BT_TRY(bt_cuda_fits_int("conv2d", chunk * howo, cf->out, ckk));
+    /* col, then dcol in the same place once dW has read col; dycol after them */
+    void *col = call->workspace, *dycol = bt_cuda_at(call->workspace, ckk * chunk * howo, dt);
+    for (int64_t n0 = 0; n0 < call->batch; n0 += chunk) {
+        const int64_t sn = call->batch - n0 < chunk ? call->batch - n0 : chunk;
+        const int cols = (int)(sn * howo);
+        BT_K_TRY(bt_k_chunk_planes, x->stream, dt,
+                 bt_cuda_at(call->out_grad->data, n0 * cf->out * howo, dt), dycol, NULL, sn,
+                 cf->out, howo, 1);
+        if (dw) { /* dW^T (c kh kw, out) += col dycol^T */
+            BT_K_TRY(bt_k_im2col, x->stream, dt, &win, cf->c, sn,
+                     bt_cuda_at(call->in[0].data, n0 * chw, dt), col);
+            BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_T, CUBLAS_OP_N, (int)ckk,
+                                (int)cf->out, cols, col, cols, dycol, cols, 1.0, dw, (int)ckk));
+        }
+        if (dx) { /* dcol^T (S ho wo, c kh kw) = dycol^T W, folded back into the chunk's dx */
+            BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_T, cols, (int)ckk,
+                                (int)cf->out, dycol, cols, call->param[0].data, (int)ckk, 0.0, col,
+                                cols));
+            BT_K_TRY(bt_k_col2im_acc, x->stream, dt, &win, cf->c, sn, col,
+                     bt_cuda_at(dx, n0 * chw, dt));
         }
     }
     return BT_OK;

@@ -34,17 +34,27 @@ __global__ void k_fill_rows(const T *row, T *y, int64_t rows, int64_t cols)
     BT_K_FOR(i, rows * cols) y[i] = row[i % cols];
 }
 
-/* Thread j of block (bx, by) sums column bx * blockDim.x + j over the rows of chunk by. */
+/* y[j] += the sum of column j over all rows, deterministically: block bx owns columns bx * 32 ..
+ * + 31; thread (tx, ty) sums column bx * 32 + tx over rows ty, ty + 32, ... (reads coalesced across
+ * tx), and thread (tx, 0) adds the 32 partial sums in ty order. No atomics, so the result does not
+ * depend on which block or warp runs first. */
+#define BT_COLSUM_TILE 32
 template <typename T>
-__global__ void k_colsum_acc(const T *x, T *y, int64_t rows, int64_t cols, int64_t chunk)
+__global__ void k_colsum_acc(const T *x, T *y, int64_t rows, int64_t cols)
 {
-    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols) return;
-    const int64_t r0 = (int64_t)blockIdx.y * chunk;
-    const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    __shared__ double part[BT_COLSUM_TILE][BT_COLSUM_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * BT_COLSUM_TILE + tx;
     double s = 0;
-    for (int64_t r = r0; r < r1; r++) s += (double)x[r * cols + j];
-    bt_k_add_to(&y[j], (T)s, gridDim.y > 1);
+    if (j < cols)
+        for (int64_t r = ty; r < rows; r += BT_COLSUM_TILE) s += (double)x[r * cols + j];
+    part[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && j < cols) {
+        double t = 0;
+        for (int k = 0; k < BT_COLSUM_TILE; k++) t += part[k][tx];
+        y[j] += (T)t;
+    }
 }
 
 extern "C" cudaError_t bt_k_add(cudaStream_t s, bt_dtype dt, const void *a, const void *b,
@@ -94,14 +104,9 @@ extern "C" cudaError_t bt_k_colsum_acc(cudaStream_t s, bt_dtype dt, const void *
                                        int64_t rows, int64_t cols)
 {
     if (rows <= 0 || cols <= 0) return cudaSuccess;
-    /* about 256 rows per chunk, at most 1024 chunks */
-    int64_t chunks = (rows + 255) / 256;
-    if (chunks > 1024) chunks = 1024;
-    const int64_t chunk = (rows + chunks - 1) / chunks;
-    chunks = (rows + chunk - 1) / chunk;
-    const dim3 grid((unsigned)((cols + BT_K_THREADS - 1) / BT_K_THREADS), (unsigned)chunks);
-    BT_K_DISPATCH(dt, k_colsum_acc<T><<<grid, BT_K_THREADS, 0, s>>>((const T *)x, (T *)y, rows,
-                                                                    cols, chunk););
+    const dim3 grid((unsigned)((cols + BT_COLSUM_TILE - 1) / BT_COLSUM_TILE));
+    const dim3 block(BT_COLSUM_TILE, BT_COLSUM_TILE);
+    BT_K_DISPATCH(dt, k_colsum_acc<T><<<grid, block, 0, s>>>((const T *)x, (T *)y, rows, cols););
     return cudaGetLastError();
 }
 

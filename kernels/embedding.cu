@@ -1,6 +1,7 @@
 /* kernels/embedding.cu: table lookups by int32 index, one thread per output element. The
- * backward adds rows of dy into the table's gradient atomically (an index may repeat within a
- * micro-batch), so its sums are not bitwise reproducible; the forward is exact. An index outside
+ * backward gives each table row to one block (the first position holding its index), which adds
+ * the rows of dy in position order: no atomics, the CPU's sums bit for bit (up to 16384 positions
+ * per micro-batch; beyond, atomics in no fixed order); the forward is exact. An index outside
  * [0, num) is recorded in the fault record (see kernels.h) instead of failing the call. */
 #include "kernel_util.cuh"
 
@@ -22,9 +23,66 @@ __global__ void k_embedding_forward(const int32_t *ids, const T *w, T *y, int64_
     }
 }
 
+/* Deterministic backward by row ownership: block t handles position t; if t is the first position
+ * holding its index, the block owns that table row and thread j adds dy[t'][j] for every later
+ * position t' with the same index, in position order, just as the CPU kernel does (so the result
+ * is the CPU's, bit for bit). Other positions' blocks do nothing. The ownership test and the walk
+ * read the indices (the walk through shared memory): O(n^2) index reads in all against O(n dim)
+ * additions, cheap up to BT_K_EMB_DET_MAX positions per call. */
+#define BT_K_EMB_TILE 256
 template <typename T>
 __global__ void k_embedding_backward(const int32_t *ids, const T *dy, T *dw, int64_t n,
                                      int64_t num, int64_t dim, bt_k_fault *fault)
+{
+    __shared__ int32_t tile[BT_K_EMB_TILE];
+    __shared__ int owner;
+    BT_K_FOR_BLOCK(t, n) {
+        const int32_t id = ids[t];
+        if (id < 0 || id >= num) {
+            if (threadIdx.x == 0) bt_k_raise(fault, BT_K_FAULT_EMBEDDING_INDEX, id, t, num);
+            continue; /* uniform across the block: every thread read the same id */
+        }
+        if (threadIdx.x == 0) owner = 1;
+        __syncthreads();
+        for (int64_t u = threadIdx.x; u < t; u += blockDim.x)
+            if (ids[u] == id) owner = 0; /* a benign race: every writer writes 0 */
+        __syncthreads();
+        const int own = owner;
+        __syncthreads(); /* everyone read owner before the next position's thread 0 resets it */
+        if (!own) continue;
+        T acc[4];
+        for (int64_t base = 0; base < dim; base += (int64_t)blockDim.x * 4) {
+            for (int k = 0; k < 4; k++) {
+                const int64_t j = base + (int64_t)k * blockDim.x + threadIdx.x;
+                acc[k] = j < dim ? dw[(int64_t)id * dim + j] : (T)0;
+            }
+            for (int64_t u0 = t; u0 < n; u0 += BT_K_EMB_TILE) {
+                const int64_t m = n - u0 < BT_K_EMB_TILE ? n - u0 : BT_K_EMB_TILE;
+                __syncthreads();
+                for (int64_t q = threadIdx.x; q < m; q += blockDim.x) tile[q] = ids[u0 + q];
+                __syncthreads();
+                for (int64_t q = 0; q < m; q++) {
+                    if (tile[q] != id) continue;
+                    for (int k = 0; k < 4; k++) {
+                        const int64_t j = base + (int64_t)k * blockDim.x + threadIdx.x;
+                        if (j < dim) acc[k] += dy[(u0 + q) * dim + j];
+                    }
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                const int64_t j = base + (int64_t)k * blockDim.x + threadIdx.x;
+                if (j < dim) dw[(int64_t)id * dim + j] = acc[k];
+            }
+        }
+    }
+}
+
+/* Past BT_K_EMB_DET_MAX positions in one call the ownership walk would cost too much: each
+ * element adds atomically, in no fixed order (docs/gpu.md says so). */
+#define BT_K_EMB_DET_MAX 16384
+template <typename T>
+__global__ void k_embedding_backward_atomic(const int32_t *ids, const T *dy, T *dw, int64_t n,
+                                            int64_t num, int64_t dim, bt_k_fault *fault)
 {
     BT_K_FOR(i, n * dim) {
         const int64_t t = i / dim, j = i - t * dim;
@@ -52,8 +110,15 @@ extern "C" cudaError_t bt_k_embedding_backward(cudaStream_t s, bt_dtype dt, cons
                                                int64_t dim, bt_k_fault *fault)
 {
     if (n <= 0 || dim <= 0) return cudaSuccess;
-    BT_K_DISPATCH(dt, k_embedding_backward<T><<<bt_k_blocks(n * dim), BT_K_THREADS, 0, s>>>(
-                          ids, (const T *)dy, (T *)dw, n, num, dim, fault););
+    if (n > BT_K_EMB_DET_MAX) {
+        BT_K_DISPATCH(dt, k_embedding_backward_atomic<T><<<bt_k_blocks(n * dim), BT_K_THREADS, 0,
+                                                           s>>>(ids, (const T *)dy, (T *)dw, n,
+                                                                num, dim, fault););
+        return cudaGetLastError();
+    }
+    BT_K_DISPATCH(dt, k_embedding_backward<T><<<bt_k_blocks_per_item(n), bt_k_row_threads(dim),
+                                                0, s>>>(ids, (const T *)dy, (T *)dw, n, num, dim,
+                                                        fault););
     return cudaGetLastError();
 }
 

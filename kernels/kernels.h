@@ -122,7 +122,8 @@ cudaError_t bt_k_mse_backward(cudaStream_t s, bt_dtype dt, const void *p, const 
  * contributes nothing. */
 cudaError_t bt_k_cross_entropy_forward(cudaStream_t s, bt_dtype dt, const void *x,
                                        const int32_t *label, void *y, int64_t batch,
-                                       int64_t positions, int64_t classes, bt_k_fault *fault);
+                                       int64_t positions, int64_t classes, double *part,
+                                       int64_t part_n, bt_k_fault *fault);
 /* dx += dy[n] / positions * (softmax(x) - onehot(label)) */
 cudaError_t bt_k_cross_entropy_backward(cudaStream_t s, bt_dtype dt, const void *x,
                                         const int32_t *label, const void *dy, void *dx,
@@ -150,8 +151,12 @@ cudaError_t bt_k_sgd(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *
 cudaError_t bt_k_adamw(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *m, void *v,
                        int64_t n, double lr, double weight_decay, double beta1, double beta2,
                        double eps, int64_t t, double grad_scale);
-/* *out (one double in device memory) += sum of x^2; the caller zeroes it before a reduction. */
-cudaError_t bt_k_sum_squares(cudaStream_t s, bt_dtype dt, const void *x, int64_t n, double *out);
+/* *out (one double in device memory) += sum of x^2; the caller zeroes it before a reduction.
+ * Deterministic (two ordered passes, no atomics): part is device scratch of BT_K_SUMSQ_PARTS
+ * doubles for the per-block partial sums (reusable by the next call on the same stream). */
+#define BT_K_SUMSQ_PARTS 1024
+cudaError_t bt_k_sum_squares(cudaStream_t s, bt_dtype dt, const void *x, int64_t n, double *part,
+                             double *out);
 
 /* ---- pool.cu: planes = batch * channels, each (h, w) -> (ho, wo) ---------------------------- */
 
@@ -174,14 +179,18 @@ cudaError_t bt_k_avgpool_forward(cudaStream_t s, bt_dtype dt, const bt_k_window 
 cudaError_t bt_k_avgpool_backward(cudaStream_t s, bt_dtype dt, const bt_k_window *win,
                                   int64_t planes, const void *dy, void *dx);
 
-/* ---- conv.cu: helpers of the GEMM convolution (one sample at a time) ------------------------ */
+/* ---- conv.cu: helpers of the GEMM convolution (a chunk of S samples at a time) ------------- */
 
-/* col (c kh kw, ho wo) = unfolded x (c, h, w); zeros where the window falls in the padding. */
+/* col (c kh kw, S ho wo) = unfolded x (S, c, h, w); zeros where the window falls in the padding. */
 cudaError_t bt_k_im2col(cudaStream_t s, bt_dtype dt, const bt_k_window *win, int64_t c,
-                        const void *x, void *col);
-/* dx (c, h, w) += col (c kh kw, ho wo) folded back (padding positions dropped). */
+                        int64_t samples, const void *x, void *col);
+/* dx (S, c, h, w) += col (c kh kw, S ho wo) folded back (padding positions dropped). */
 cudaError_t bt_k_col2im_acc(cudaStream_t s, bt_dtype dt, const bt_k_window *win, int64_t c,
-                            const void *col, void *dx);
+                            int64_t samples, const void *col, void *dx);
+/* to_chunk 1: m (out, S plane) = y (S, out, plane) rearranged; to_chunk 0: y = m rearranged,
+ * plus b[o] per output channel where b is not NULL. */
+cudaError_t bt_k_chunk_planes(cudaStream_t s, bt_dtype dt, void *y, void *m, const void *b,
+                              int64_t samples, int64_t out, int64_t plane, int to_chunk);
 /* y (planes, plane) = b[p % channels] for plane p (the bias of a (batch, channels, ...) tensor) */
 cudaError_t bt_k_fill_planes(cudaStream_t s, bt_dtype dt, const void *b, void *y, int64_t planes,
                              int64_t channels, int64_t plane);

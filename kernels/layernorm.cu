@@ -1,8 +1,8 @@
 /* kernels/layernorm.cu: layer normalisation over rows of d elements. The forward runs one block
  * per row (mean, then the centred variance, both in double, as src/ops/layernorm_tmpl.h) and
  * saves (mean, rstd) per row as doubles. The backward's input gradient runs one block per row;
- * the weight and bias gradients are column sums over the rows, one thread per column and rows
- * split into chunks whose partial sums are added atomically when there is more than one. */
+ * the weight and bias gradients are column sums over the rows in a fixed order (a 32 x 32 tile
+ * per 32 columns, no atomics), so every result is the same from run to run. */
 #include "kernel_util.cuh"
 
 #include "cuda/op_glue.h"
@@ -57,25 +57,37 @@ __global__ void k_ln_backward_dx(const T *x, const T *w, const T *dy, const doub
     }
 }
 
-/* dw[j] += sum_r dy (x - m) s, db[j] += sum_r dy over the rows of chunk blockIdx.y */
+/* dw[j] += sum_r dy (x - m) s, db[j] += sum_r dy, deterministically (elementwise.cu's column-sum
+ * scheme): block bx owns columns bx * 32 .. + 31, thread (tx, ty) sums column bx * 32 + tx over
+ * rows ty, ty + 32, ..., and thread (tx, 0) adds the 32 partial sums in ty order. No atomics. */
+#define BT_LN_TILE 32
 template <typename T>
 __global__ void k_ln_backward_dwdb(const T *x, const T *dy, const double *stats, T *dw, T *db,
-                                   int64_t rows, int64_t d, int64_t chunk)
+                                   int64_t rows, int64_t d)
 {
-    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= d) return;
-    const int64_t r0 = (int64_t)blockIdx.y * chunk;
-    const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    __shared__ double pw[BT_LN_TILE][BT_LN_TILE + 1], pb[BT_LN_TILE][BT_LN_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * BT_LN_TILE + tx;
     double aw = 0, ab = 0;
-    for (int64_t r = r0; r < r1; r++) {
-        const T m = (T)stats[2 * r], s = (T)stats[2 * r + 1];
-        const T g = dy[r * d + j];
-        aw += (double)(g * (x[r * d + j] - m) * s);
-        ab += (double)g;
+    if (j < d)
+        for (int64_t r = ty; r < rows; r += BT_LN_TILE) {
+            const T m = (T)stats[2 * r], s = (T)stats[2 * r + 1];
+            const T g = dy[r * d + j];
+            aw += (double)(g * (x[r * d + j] - m) * s);
+            ab += (double)g;
+        }
+    pw[ty][tx] = aw;
+    pb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && j < d) {
+        double tw = 0, tb = 0;
+        for (int k = 0; k < BT_LN_TILE; k++) {
+            tw += pw[k][tx];
+            tb += pb[k][tx];
+        }
+        if (dw) dw[j] += (T)tw;
+        if (db) db[j] += (T)tb;
     }
-    const bool atomic = gridDim.y > 1;
-    if (dw) bt_k_add_to(&dw[j], (T)aw, atomic);
-    if (db) bt_k_add_to(&db[j], (T)ab, atomic);
 }
 
 extern "C" cudaError_t bt_k_layernorm_forward(cudaStream_t s, bt_dtype dt, const void *x,
@@ -99,14 +111,10 @@ extern "C" cudaError_t bt_k_layernorm_backward(cudaStream_t s, bt_dtype dt, cons
                                                 0, s>>>((const T *)x, (const T *)w, (const T *)dy,
                                                         stats, (T *)dx, rows, d););
     if (dw || db) {
-        int64_t chunks = (rows + 255) / 256;
-        if (chunks > 1024) chunks = 1024;
-        const int64_t chunk = (rows + chunks - 1) / chunks;
-        chunks = (rows + chunk - 1) / chunk;
-        const dim3 grid((unsigned)((d + BT_K_THREADS - 1) / BT_K_THREADS), (unsigned)chunks);
-        BT_K_DISPATCH(dt, k_ln_backward_dwdb<T><<<grid, BT_K_THREADS, 0, s>>>(
-                              (const T *)x, (const T *)dy, stats, (T *)dw, (T *)db, rows, d,
-                              chunk););
+        const dim3 grid((unsigned)((d + BT_LN_TILE - 1) / BT_LN_TILE));
+        const dim3 block(BT_LN_TILE, BT_LN_TILE);
+        BT_K_DISPATCH(dt, k_ln_backward_dwdb<T><<<grid, block, 0, s>>>(
+                              (const T *)x, (const T *)dy, stats, (T *)dw, (T *)db, rows, d););
     }
     return cudaGetLastError();
 }

@@ -1,7 +1,8 @@
 /* kernels/linear.cu: linear (src/ops/linear.c), y (rows, out) = x (rows, in) W^T + b with W
  * (out, in), as cuBLAS GEMMs (cuda/op_glue.h explains the row-major to column-major
- * transposition) plus elementwise.cu's bias rows and column sums. Under mixed precision the GEMMs
- * may use tensor cores (bt_cuda_gemm). No kernels of their own. */
+ * transposition) plus elementwise.cu's bias rows and (deterministic) column sums. Under mixed
+ * precision the GEMMs may use tensor cores (bt_cuda_gemm): every operand is already rounded to
+ * the precision, fed inputs included. No kernels of their own. */
 #include "cuda/op_glue.h"
 
 extern "C" bt_status bt_cuda_linear_forward(const bt_op_call *call)

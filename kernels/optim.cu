@@ -37,14 +37,26 @@ __global__ void k_adamw(T *w, const T *g, T *m, T *v, int64_t n, T b1, T b2, T o
     }
 }
 
+/* Sum of squares in two ordered passes (deterministic, no atomics): block b of a grid whose size
+ * depends on n only writes its partial sum to part[b]; one block then adds the partials in a
+ * fixed order to *out. */
 template <typename T>
-__global__ void k_sum_squares(const T *x, int64_t n, double *out)
+__global__ void k_sum_squares_part(const T *x, int64_t n, double *part)
 {
     __shared__ double shm[32];
     double s = 0;
     BT_K_FOR(i, n) s += (double)x[i] * (double)x[i];
     s = bt_k_block_sum(s, shm);
-    if (threadIdx.x == 0) atomicAdd(out, s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void k_sum_parts(const double *part, int n, double *out)
+{
+    __shared__ double shm[32];
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+    s = bt_k_block_sum(s, shm);
+    if (threadIdx.x == 0) *out += s;
 }
 
 extern "C" cudaError_t bt_k_sgd(cudaStream_t s, bt_dtype dt, void *w, const void *g, void *buf,
@@ -81,11 +93,14 @@ extern "C" cudaError_t bt_k_adamw(cudaStream_t s, bt_dtype dt, void *w, const vo
 }
 
 extern "C" cudaError_t bt_k_sum_squares(cudaStream_t s, bt_dtype dt, const void *x, int64_t n,
-                                        double *out)
+                                        double *part, double *out)
 {
     if (dt != BT_F32 && dt != BT_F64) return cudaErrorInvalidValue;
     if (n <= 0) return cudaSuccess;
-    BT_K_DISPATCH(dt, k_sum_squares<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>((const T *)x, n,
-                                                                              out););
+    unsigned blocks = bt_k_blocks(n);
+    if (blocks > BT_K_SUMSQ_PARTS) blocks = BT_K_SUMSQ_PARTS;
+    BT_K_DISPATCH(dt, k_sum_squares_part<T><<<blocks, BT_K_THREADS, 0, s>>>((const T *)x, n,
+                                                                           part););
+    k_sum_parts<<<1, BT_K_THREADS, 0, s>>>(part, (int)blocks, out);
     return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 /* tests/test_cuda.c: the CUDA backend against the CPU reference, on a GPU. Skips (exit 77,
- * saying why) where cudaGetDeviceCount fails or finds no device.
+ * saying why) where cudaGetDeviceCount fails or finds no device; fails instead where
+ * BT_REQUIRE_GPU is set (scripts/gpu-check.sh).
  *
  * What is compared, and how closely (err = |gpu - cpu| / max(1, |cpu|) per element):
  *   - every case of the shared table (tests/op_cases.c, the CPU tests' rows and larger ones),
@@ -13,8 +14,8 @@
  *     block (rows of 1000, 5000-element samples, 1200-row column sums) to reach the multi-warp
  *     and multi-chunk paths. Dropout's mask and maxpool's argmax must match exactly.
  *   - conv2d both through cuDNN (where built) and through the im2col + cuBLAS path (a second
- *     device handle opened with BATON_CUDNN=0); the cuDNN one must actually have used cuDNN for
- *     f32.
+ *     device handle opened with BATON_CUDNN=0, chunks of samples per GEMM); the cuDNN one must
+ *     actually have used cuDNN for f32, and running the cases again makes no new cuDNN plan.
  *   - partial backwards (no input gradient, no parameter gradients) and inference dropout.
  *   - data errors: an embedding index or a label out of range is reported by the next sync /
  *     to_host as BT_ERR_INVALID_ARG with the CPU's wording, then cleared.
@@ -22,7 +23,20 @@
  *     zero, copy, to_host/from_host, accumulate (exact), sum_squares (1e-10 relative), and
  *     optimizer_update against bt_optim_update for SGD (plain, momentum, Nesterov, weight decay)
  *     and AdamW over three steps with a gradient scale (1e-5 f32, 1e-12 f64, weights and state);
- *     run_op of an op without CUDA kernels fails with BT_ERR_UNSUPPORTED. */
+ *     run_op of an op without CUDA kernels fails with BT_ERR_UNSUPPORTED.
+ *   - mixed precision per op: the GEMM ops (linear; conv2d through cuDNN and through the GEMM
+ *     path) with call->precision bf16 and f16 (cublasGemmEx's tensor-core compute types) on
+ *     operands already rounded to that precision, as the executor guarantees, against the f32 CPU
+ *     kernel on the same rounded values: the conversions are exact and products exact in f32, so
+ *     the f32 tolerance holds.
+ *   - cuDNN that cannot start (BATON_CUDNN=broken acts as if cudnnCreate failed): the device still
+ *     opens, says so in its description and in bt_gpu_info, and conv2d takes the GEMM path.
+ *   - determinism: sum_squares, bt_k_colsum_acc (linear's bias gradient), and the embedding,
+ *     layernorm and cross-entropy kernels give the same bits on every run (the emulator runs
+ *     blocks in varying orders, so atomics would differ); embedding's weight gradient equals the
+ *     CPU's exactly (same order of additions).
+ *   - peer access between two GPUs (where there are two): asked twice, the same answer, and no
+ *     CUDA error left behind (enabled once per direction). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -35,6 +49,9 @@
 
 #include "backend/backend.h"
 #include "bt_test.h"
+#include "core/half.h"
+#include "cuda/conv_cudnn.h"
+#include "cuda/devices.h"
 #include "cuda/ops_cuda.h"
 #include "op_cases.h"
 #include "op_check.h"
@@ -44,6 +61,7 @@
 #define TOL_F64 1e-10
 
 static const bt_backend *be;
+static bt_dtype precision = BT_F32; /* call->precision of the op runs (f32 cases only) */
 static bt_device *gpu;      /* cuda:0, with cuDNN where the build has it */
 static bt_device *gpu_gemm; /* cuda:0 again, without cuDNN (BATON_CUDNN=0) */
 
@@ -147,6 +165,7 @@ static bt_op_call gpu_call(const oc_layer *L, gpu_layer *G, int backward)
         .seed = L->seed,
         .training = L->training,
         .threads = 1,
+        .precision = precision,
     };
     return call;
 }
@@ -260,6 +279,20 @@ static int check_case(const op_case *c, bt_dtype real, int want, int training, b
              want & NO_PARAM_GRADS ? ", no param grads" : "", training ? "" : ", inference");
     if (setup_case(&L, c, real, want)) return -1;
     L.training = training;
+    if (precision != BT_F32) { /* the executor's guarantee: every float operand is rounded */
+        if (real != BT_F32) {
+            oc_free(&L);
+            return 0;
+        }
+        for (int i = 0; i < L.n_in; i++)
+            if (L.in[i].dtype == BT_F32)
+                bt_round_array(precision, L.in[i].data, (size_t)bt_tensor_numel(&L.in[i]));
+        for (int j = 0; j < L.n_params; j++)
+            bt_round_array(precision, L.param[j].data, (size_t)bt_tensor_numel(&L.param[j]));
+        bt_round_array(precision, L.out_grad.data, (size_t)bt_tensor_numel(&L.out_grad));
+        snprintf(label + strlen(label), sizeof label - strlen(label), " precision %s",
+                 bt_dtype_name(precision));
+    }
     gpu_setup(d, &L, &G);
     if (oc_forward(&L) != BT_OK || oc_backward(&L) != BT_OK) {
         printf("\n  %s: CPU kernel failed: %s\n", label, bt_last_error());
@@ -332,6 +365,11 @@ static void test_conv_paths(void)
     CU_ASSERT_EQUAL(bt_cuda_device_exec(gpu_gemm)->cudnn_convs, 0);
 #ifdef BATON_HAVE_CUDNN
     CU_ASSERT(used > 0);
+    /* plans are made once per call shape: running every case again makes none */
+    const int64_t plans = bt_cudnn_plans_made(bt_cuda_device_exec(gpu));
+    run_cases("conv2d", gpu, WANT_ALL, 1);
+    CU_ASSERT(plans > 0);
+    CU_ASSERT_EQUAL(bt_cudnn_plans_made(bt_cuda_device_exec(gpu)), plans);
 #endif
 }
 
@@ -562,15 +600,181 @@ static void test_optimizers(void)
                     BT_ERR_UNSUPPORTED);
 }
 
+/* No usable GPU: a skip (77), or a failure (1) where BT_REQUIRE_GPU is set to anything but "" or
+ * "0" (scripts/gpu-check.sh sets it: on a GPU machine a broken driver must not pass as a skip). */
+static int no_gpu(const char *test, cudaError_t err)
+{
+    const char *req = getenv("BT_REQUIRE_GPU");
+    const int required = req && *req && strcmp(req, "0") != 0;
+    printf("%s: %s: no usable GPU (cudaGetDeviceCount: %s)%s\n", test,
+           required ? "FAILED" : "SKIPPED",
+           err != cudaSuccess ? cudaGetErrorString(err) : "0 devices",
+           required ? "; BT_REQUIRE_GPU is set, so a GPU must be here" : "");
+    return required ? 1 : BT_TEST_SKIP;
+}
+
+/* 1 when the device tensors a and b hold the same bytes (n bytes). */
+static int same_device_bytes(bt_device *d, const void *a, const void *b, size_t n)
+{
+    unsigned char *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+    int same = x && y && be->to_host(d, x, a, n) == BT_OK && be->to_host(d, y, b, n) == BT_OK &&
+               memcmp(x, y, n) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Runs case `label` (f32) twice on the GPU from the same values; the outputs and every gradient
+ * must be the same bits. */
+static void check_repeatable(const char *label)
+{
+    oc_layer L;
+    gpu_layer A, B;
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, op_case_named(label), BT_F32, WANT_ALL), 0);
+    gpu_setup(gpu, &L, &A);
+    gpu_setup(gpu, &L, &B);
+    CU_ASSERT_EQUAL(gpu_run(&L, &A, 0), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &A, 1), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &B, 0), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &B, 1), BT_OK);
+    int same = same_device_bytes(gpu, A.out.data, B.out.data, tensor_bytes(&L.out));
+    for (int i = 0; i < L.n_in; i++)
+        if (L.in_grad[i].data)
+            same &= same_device_bytes(gpu, A.in_grad[i].data, B.in_grad[i].data,
+                                      tensor_bytes(&L.in_grad[i]));
+    for (int j = 0; j < L.n_params; j++)
+        same &= same_device_bytes(gpu, A.param_grad[j].data, B.param_grad[j].data,
+                                  tensor_bytes(&L.param_grad[j]));
+    if (!same) printf("\n  %s: two runs differ\n", label);
+    CU_ASSERT(same);
+    gpu_free(&A);
+    gpu_free(&B);
+    oc_free(&L);
+}
+
+/* The reductions that used atomics give the same bits on every run (under the emulator, with
+ * blocks in any order): sum_squares, and linear's bias gradient (column sums over 5000 rows). */
+static void test_deterministic_reductions(void)
+{
+    enum { N = 300007, ROWS = 5000, COLS = 37 };
+    float *x = malloc(N * sizeof(float)), *dy = malloc(ROWS * COLS * sizeof(float));
+    CU_ASSERT_FATAL(x && dy);
+    for (int i = 0; i < N; i++) x[i] = (float)(sin(i * 0.37) * 1e3 + 1e-3 * cos(i * 1.1));
+    for (int i = 0; i < ROWS * COLS; i++) dy[i] = (float)(cos(i * 0.13) * 1e4 + 1e-2 * sin(i * 0.7));
+    void *dx = device_buffer(gpu, x, N * sizeof(float));
+    void *ddy = device_buffer(gpu, dy, ROWS * COLS * sizeof(float));
+    void *db = device_buffer(gpu, NULL, COLS * sizeof(float));
+    const void *arrays[1] = {dx};
+    size_t counts[1] = {N};
+    double first = 0, again = 0;
+    float b0[COLS], b1[COLS];
+    for (int round = 0; round < 4; round++) {
+        CU_ASSERT_EQUAL(be->sum_squares(gpu, BT_F32, arrays, counts, 1, round ? &again : &first),
+                        BT_OK);
+        if (round) CU_ASSERT(memcmp(&first, &again, sizeof first) == 0);
+        CU_ASSERT_EQUAL(be->zero(gpu, db, sizeof b0), BT_OK);
+        CU_ASSERT_EQUAL(bt_k_colsum_acc(bt_cuda_device_exec(gpu)->stream, BT_F32, ddy, db, ROWS,
+                                        COLS),
+                        cudaSuccess);
+        CU_ASSERT_EQUAL(be->to_host(gpu, round ? b1 : b0, db, sizeof b0), BT_OK);
+        if (round) CU_ASSERT(memcmp(b0, b1, sizeof b0) == 0);
+    }
+    be->free(gpu, dx);
+    be->free(gpu, ddy);
+    be->free(gpu, db);
+    free(x);
+    free(dy);
+    /* and the ops whose kernels used atomics: every output and gradient, twice */
+    static const char *cases[] = {"linear many rows", "embedding repeats",
+                                  "layernorm d=777 600 rows", "cross_entropy C=1000",
+                                  "cross_entropy [T, C]"};
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) check_repeatable(cases[k]);
+    /* embedding's weight gradient adds in the CPU's order: the same bits as the CPU */
+    oc_layer L;
+    gpu_layer G;
+    CU_ASSERT_EQUAL_FATAL(setup_case(&L, op_case_named("embedding repeats"), BT_F32, WANT_ALL), 0);
+    gpu_setup(gpu, &L, &G);
+    CU_ASSERT_EQUAL(oc_forward(&L), BT_OK);
+    CU_ASSERT_EQUAL(oc_backward(&L), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &G, 0), BT_OK);
+    CU_ASSERT_EQUAL(gpu_run(&L, &G, 1), BT_OK);
+    CU_ASSERT_EQUAL(compare("embedding repeats", "exact weight gradient", &L.param_grad[0],
+                            &G.param_grad[0], gpu, 0.0),
+                    0);
+    gpu_free(&G);
+    oc_free(&L);
+}
+
+static void test_gemm_precisions(void)
+{
+    static const bt_dtype precs[] = {BT_BF16, BT_F16};
+    for (int k = 0; k < 2; k++) {
+        precision = precs[k];
+        run_cases("linear", gpu, WANT_ALL, 1);
+        run_cases("conv2d", gpu, WANT_ALL, 1);
+        run_cases("conv2d", gpu_gemm, WANT_ALL, 1);
+    }
+    precision = BT_F32;
+}
+
+static void test_cudnn_unusable(void)
+{
+#ifdef BATON_HAVE_CUDNN
+    bt_device *d = NULL;
+    setenv("BATON_CUDNN", "broken", 1);
+    bt_status st = be->open(0, 1, &d);
+    bt_gpu_info info;
+    bt_status ist = bt_gpu_info_get(0, &info);
+    unsetenv("BATON_CUDNN");
+    CU_ASSERT_EQUAL_FATAL(st, BT_OK);
+    be->bind_thread(d);
+    printf("\n  %s\n", be->describe(d));
+    CU_ASSERT_PTR_NOT_NULL(strstr(be->describe(d), "cuDNN unusable (cudnnCreate: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(be->describe(d), "conv2d takes the GEMM path"));
+    CU_ASSERT_EQUAL(ist, BT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(info.cudnn, "cuDNN unusable"));
+    CU_ASSERT_PTR_NULL(bt_cuda_device_exec(d)->cudnn);
+    run_cases("conv2d", d, WANT_ALL, 1);
+    CU_ASSERT_EQUAL(bt_cuda_device_exec(d)->cudnn_convs, 0);
+    be->close(d);
+    be->bind_thread(gpu);
+    CU_ASSERT_EQUAL(bt_gpu_info_get(0, &info), BT_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(info.cudnn, "cuDNN "));
+    CU_ASSERT_PTR_NULL(strstr(info.cudnn, "unusable"));
+#else
+    printf("\n  (no cuDNN in this build: nothing to fall back from)\n");
+#endif
+}
+
+static void test_peer_access(void)
+{
+    int n = 0;
+    CU_ASSERT_EQUAL_FATAL(cudaGetDeviceCount(&n), cudaSuccess);
+    CU_ASSERT_EQUAL(be->peer_access(gpu, gpu_gemm), 2); /* two handles on one GPU */
+    if (n < 2) {
+        printf("\n  (one GPU: no peer pair to enable)\n");
+        return;
+    }
+    bt_device *other = NULL;
+    CU_ASSERT_EQUAL_FATAL(be->open(1, 1, &other), BT_OK);
+    int can01 = 0, can10 = 0;
+    CU_ASSERT_EQUAL(cudaDeviceCanAccessPeer(&can01, 0, 1), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaDeviceCanAccessPeer(&can10, 1, 0), cudaSuccess);
+    const int want = can01 && can10 ? 1 : 0;
+    for (int round = 0; round < 3; round++) {
+        CU_ASSERT_EQUAL(be->peer_access(gpu, other), want);
+        CU_ASSERT_EQUAL(be->peer_access(other, gpu), want);
+        CU_ASSERT_EQUAL(cudaGetLastError(), cudaSuccess);
+    }
+    be->close(other);
+    be->bind_thread(gpu);
+}
+
 int main(void)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        printf("test_cuda: SKIPPED: no usable GPU (cudaGetDeviceCount: %s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return BT_TEST_SKIP;
-    }
+    if (e != cudaSuccess || n == 0) return no_gpu("test_cuda", e);
     be = bt_backend_find("cuda");
     if (!be || be->open(0, 1, &gpu) != BT_OK) {
         printf("test_cuda: cannot open cuda:0: %s\n", bt_last_error());
@@ -596,6 +800,10 @@ int main(void)
         {"alloc, zero, copy, to/from host", test_memory},
         {"accumulate and sum_squares", test_accumulate_and_sum_squares},
         {"optimizer updates = bt_optim_update", test_optimizers},
+        {"sum_squares and column sums are deterministic", test_deterministic_reductions},
+        {"bf16/f16 GEMM ops (linear, conv2d both paths) = CPU", test_gemm_precisions},
+        {"cuDNN that cannot start: GEMM path, said so", test_cudnn_unusable},
+        {"peer access enabled once, asked any number of times", test_peer_access},
         {NULL, NULL},
     };
     int rc = bt_test_main("cuda", tests);

@@ -6,6 +6,10 @@
  *     counter and learning-rate position unchanged), the scale halves on every skipped step, and
  *     training resumes once the scale is small enough; the reported gradient norm is unscaled;
  *   - a pipelined bf16 run equals the one-stage bf16 run (rounding happens per op, not per stage);
+ *   - fed inputs are rounded like every other operand: a bf16/f16 run fed values neither can hold
+ *     equals the run fed those values pre-rounded (three training steps and a forward); under f16
+ *     a fed value that would round to infinity (|x| >= 65520) is refused naming input, sample and
+ *     value, while 65519 (which rounds to 65504) is taken;
  *   - bad settings are refused: a precision that is not a float type, mixed precision with f64
  *     master weights, a negative loss scale. */
 #include <math.h>
@@ -151,6 +155,92 @@ static void test_scale_cancels_out(void)
     bt_graph_destroy(g);
 }
 
+/* Three steps and a forward of g under p, fed x (scaled by `scale`) either as generated or
+ * pre-rounded to p's precision; the losses, the weights and the logits. */
+static void run_fed(const bt_graph *g, const bt_engine_params *p, int pre_round, run_result *r,
+                    float *logits)
+{
+    bt_engine *e = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(g, p, &e) == BT_OK);
+    batch_data b;
+    for (int step = 0; step < 4; step++) {
+        make_batch(&b, 200 + (unsigned)step);
+        for (int i = 0; i < BATCH * IN; i++) {
+            b.x[i] = b.x[i] * 3.0f + 1e-3f; /* 24 significant bits: neither bf16 nor f16 */
+            if (pre_round) b.x[i] = p->precision == BT_BF16 ? bt_round_bf16(b.x[i]) : bt_round_f16(b.x[i]);
+        }
+        if (step == 3) break;
+        bt_step_result res;
+        CU_ASSERT_FATAL(bt_engine_train_step(e, b.feeds, 2, &res) == BT_OK);
+        r->loss[step] = res.loss;
+    }
+    CU_ASSERT_FATAL(bt_engine_forward_layer(e, b.feeds, 2, "head", logits, NULL) == BT_OK);
+    r->n = bt_graph_num_params(g);
+    for (int i = 0; i < r->n; i++) {
+        bt_param_info info;
+        bt_graph_param(g, i, &info);
+        r->sizes[i] = (size_t)bt_shape_numel(&info.shape) * sizeof(float);
+        r->params[i] = malloc(r->sizes[i]);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, info.name, r->params[i], r->sizes[i]) == BT_OK);
+    }
+    bt_engine_destroy(e);
+}
+
+static void test_feeds_are_rounded(void)
+{
+    bt_graph *g = residual_graph();
+    const bt_dtype precisions[] = {BT_BF16, BT_F16};
+    for (int k = 0; k < 2; k++) {
+        for (int stages = 1; stages <= 2; stages++) {
+            bt_engine_params p;
+            engine_params(&p, stages, 2, BT_SCHEDULE_1F1B);
+            p.precision = precisions[k];
+            p.loss_scale = 1024;
+            run_result raw, rounded;
+            float l_raw[BATCH * CLASSES], l_rounded[BATCH * CLASSES];
+            run_fed(g, &p, 0, &raw, l_raw);
+            run_fed(g, &p, 1, &rounded, l_rounded);
+            CU_ASSERT(identical(&raw, &rounded));
+            CU_ASSERT(memcmp(l_raw, l_rounded, sizeof l_raw) == 0);
+            free_result(&raw);
+            free_result(&rounded);
+        }
+    }
+    bt_graph_destroy(g);
+}
+
+static void test_f16_feed_overflow_refused(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.precision = BT_F16;
+    p.loss_scale = 1;
+    bt_engine *e = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    batch_data b;
+    make_batch(&b, 7);
+    b.x[0] = 65519.0f; /* rounds to 65504: taken */
+    bt_step_result r;
+    CU_ASSERT_EQUAL(bt_engine_train_step(e, b.feeds, 2, &r), BT_OK);
+    CU_ASSERT_EQUAL(bt_engine_step(e), 1);
+    b.x[(BATCH / 2 + 1) * IN + 3] = -70000.0f; /* sample 9, in the second micro-batch */
+    CU_ASSERT_EQUAL(bt_engine_train_step(e, b.feeds, 2, &r), BT_ERR_INVALID_ARG);
+    printf("\n  %s\n", bt_last_error());
+    CU_ASSERT(strstr(bt_last_error(), "input 'x', sample 9, element 3 is -70000") != NULL);
+    CU_ASSERT(strstr(bt_last_error(), "f16") != NULL);
+    CU_ASSERT_EQUAL(bt_engine_step(e), 1); /* nothing applied */
+    float logits[BATCH * CLASSES];
+    CU_ASSERT_EQUAL(bt_engine_forward_layer(e, b.feeds, 2, "head", logits, NULL), BT_ERR_INVALID_ARG);
+    bt_engine_destroy(e);
+    /* bf16 holds f32's range: the same feed is taken */
+    p.precision = BT_BF16;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
+    CU_ASSERT_EQUAL(bt_engine_train_step(e, b.feeds, 2, &r), BT_OK);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+}
+
 static void test_bad_settings_refused(void)
 {
     bt_graph *g = residual_graph();
@@ -180,6 +270,8 @@ int main(void)
         {"bf16 pipeline = one stage", test_bf16_pipeline_matches_single_stage},
         {"f16 overflow skips steps and halves the scale", test_f16_overflow_skips_steps},
         {"the loss scale cancels out", test_scale_cancels_out},
+        {"fed inputs are rounded: raw feed = pre-rounded feed", test_feeds_are_rounded},
+        {"an f16 feed that would overflow is refused", test_f16_feed_overflow_refused},
         {"bad precision settings are refused", test_bad_settings_refused},
         {NULL, NULL}};
     return bt_test_main("mixed_precision", cases);

@@ -65,10 +65,11 @@ static int print_gpus(void)
         bt_gpu_info info;
         char total[32], free_now[32];
         if ((st = bt_gpu_info_get(i, &info)) != BT_OK) return bt_cli_fail("devices", st);
-        printf("cuda:%-3d %s, sm_%d%d, %d SMs, %s (%s free), PCI %s\n", i, info.name,
+        printf("cuda:%-3d %s, sm_%d%d, %d SMs, %s (%s free), PCI %s, %s\n", i, info.name,
                info.cc_major, info.cc_minor, info.multiprocessors,
                bt_cli_bytes((double)info.total_bytes, total, sizeof total),
-               bt_cli_bytes((double)info.free_bytes, free_now, sizeof free_now), info.pci_bus_id);
+               bt_cli_bytes((double)info.free_bytes, free_now, sizeof free_now), info.pci_bus_id,
+               info.cudnn);
     }
     return n > 1 ? print_peers(n) : BT_EXIT_OK;
 }

@@ -5,8 +5,10 @@
  * returns at once; to_host, from_host, sum_squares and sync wait for the device. Several
  * bt_device may share one GPU (logical stages on cuda:0): each has its own streams and handles. The device holds a cuBLAS handle (with its own workspace, so GEMMs never
  * allocate), a cuDNN handle where the build has cuDNN (BATON_CUDNN=0 in the environment at open
- * leaves it out, for tests and comparisons), and a small device scratch block: the fault record
- * kernels write data errors into and the sum-of-squares accumulator.
+ * leaves it out, for tests and comparisons; where cudnnCreate fails the device opens without it,
+ * with a warning, and conv2d takes the GEMM path), a small device scratch block (the fault record
+ * kernels write data errors into, the sum-of-squares accumulator and its partial sums) and a
+ * reduction scratch for the kernels' ordered (deterministic) reductions.
  *
  * Data errors (an embedding index or a label out of range) cannot fail the op call that queued
  * the kernel without stalling the stream; they are reported, with the CPU kernel's message, by
@@ -20,6 +22,8 @@
 #include "config.h"
 #endif
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +31,14 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "backend/backend.h"
+#include "cuda/conv_cudnn.h"
 #include "cuda/cuda_check.h"
 #include "cuda/devices.h"
 #include "cuda/ops_cuda.h"
 #include "optim/optim.h"
+
+/* Doubles of scratch for the kernels' ordered reductions (exec.reduce): 512 KiB. */
+#define BT_REDUCE_SCRATCH ((int64_t)1 << 16)
 
 /* cuBLAS workspace per device (NVIDIA's recommendation for Hopper is 32 MiB). */
 #define BT_CUBLAS_WORKSPACE ((size_t)32 << 20)
@@ -39,6 +47,7 @@
 typedef struct cuda_scratch {
     bt_k_fault fault;
     double sumsq;
+    double sumsq_parts[BT_K_SUMSQ_PARTS]; /* bt_k_sum_squares' partial sums (device only) */
 } cuda_scratch;
 
 struct bt_device {
@@ -48,7 +57,8 @@ struct bt_device {
     void *cublas_workspace;
     cuda_scratch *scratch;      /* device */
     cuda_scratch *host;         /* pinned host */
-    char desc[300];
+    char cudnn_note[160];       /* why cuDNN is not used although wanted; "" otherwise */
+    char desc[460];
 };
 
 const bt_backend *bt_cuda_backend(void);
@@ -77,7 +87,8 @@ static bt_status check_index(int index)
     return BT_OK;
 }
 
-/* Whether to create a cuDNN handle: the build has cuDNN and BATON_CUDNN is not "0". */
+/* Whether to create a cuDNN handle: the build has cuDNN and BATON_CUDNN is not "0" (BATON_CUDNN=
+ * broken makes open_cudnn act as if cudnnCreate failed, for tests). */
 static int cudnn_wanted(void)
 {
 #ifdef BATON_HAVE_CUDNN
@@ -88,6 +99,39 @@ static int cudnn_wanted(void)
 #endif
 }
 
+/* Creates dev's cuDNN handle. Where cuDNN cannot start (cudnnCreate fails: a missing or
+ * mismatched library, no memory), the device stays usable without it: conv2d takes the im2col +
+ * cuBLAS path, a warning says so on stderr (once per process) and the device's description
+ * carries it (dev->cudnn_note). Never a silent change. */
+static void open_cudnn(bt_device *dev)
+{
+#ifdef BATON_HAVE_CUDNN
+    static atomic_int warned;
+    cudnnHandle_t h = NULL;
+    const char *call = "cudnnCreate";
+    /* BATON_CUDNN=broken: behave as if cudnnCreate failed (tests of this fallback) */
+    const char *v = getenv("BATON_CUDNN");
+    cudnnStatus_t e =
+        v && strcmp(v, "broken") == 0 ? CUDNN_STATUS_NOT_INITIALIZED : cudnnCreate(&h);
+    if (e == CUDNN_STATUS_SUCCESS) {
+        e = cudnnSetStream(h, dev->exec.stream);
+        call = "cudnnSetStream";
+        if (e != CUDNN_STATUS_SUCCESS) cudnnDestroy(h);
+    }
+    (void)cudaGetLastError();
+    if (e == CUDNN_STATUS_SUCCESS) {
+        dev->exec.cudnn = h;
+        return;
+    }
+    snprintf(dev->cudnn_note, sizeof dev->cudnn_note,
+             "cuDNN unusable (%s: %s): conv2d takes the GEMM path", call, cudnnGetErrorString(e));
+    if (!atomic_exchange(&warned, 1))
+        fprintf(stderr, "baton: warning: cuda:%d: %s\n", dev->index, dev->cudnn_note);
+#else
+    (void)dev;
+#endif
+}
+
 static void cuda_close(bt_device *dev)
 {
     if (!dev) return;
@@ -95,11 +139,13 @@ static void cuda_close(bt_device *dev)
     if (dev->exec.stream) (void)cudaStreamSynchronize(dev->exec.stream);
     if (dev->copy_stream) (void)cudaStreamSynchronize(dev->copy_stream);
 #ifdef BATON_HAVE_CUDNN
+    bt_cudnn_plans_free(&dev->exec);
     if (dev->exec.cudnn) cudnnDestroy((cudnnHandle_t)dev->exec.cudnn);
 #endif
     if (dev->exec.cublas) cublasDestroy(dev->exec.cublas);
     if (dev->cublas_workspace) (void)cudaFree(dev->cublas_workspace);
     if (dev->scratch) (void)cudaFree(dev->scratch);
+    if (dev->exec.reduce) (void)cudaFree(dev->exec.reduce);
     if (dev->host) (void)cudaFreeHost(dev->host);
     if (dev->exec.stream) (void)cudaStreamDestroy(dev->exec.stream);
     if (dev->copy_stream) (void)cudaStreamDestroy(dev->copy_stream);
@@ -111,8 +157,9 @@ static bt_status describe_device(bt_device *d)
 {
     struct cudaDeviceProp prop;
     BT_CUDA_TRY(cudaGetDeviceProperties(&prop, d->index));
-    snprintf(d->desc, sizeof d->desc, "cuda:%d (%s, sm_%d%d, %.1f GiB)", d->index, prop.name,
-             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    snprintf(d->desc, sizeof d->desc, "cuda:%d (%s, sm_%d%d, %.1f GiB%s%s)", d->index, prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             d->cudnn_note[0] ? "; " : "", d->cudnn_note);
     return BT_OK;
 }
 
@@ -137,16 +184,14 @@ static bt_status cuda_open(int index, int threads, bt_device **out)
                        cublasSetWorkspace(d->exec.cublas, d->cublas_workspace,
                                           BT_CUBLAS_WORKSPACE),
                        fail);
-#ifdef BATON_HAVE_CUDNN
-    if (cudnn_wanted()) {
-        cudnnHandle_t h = NULL;
-        BT_CUDNN_TRY_GOTO(st, cudnnCreate(&h), fail);
-        d->exec.cudnn = h;
-        BT_CUDNN_TRY_GOTO(st, cudnnSetStream(h, d->exec.stream), fail);
-    }
-#endif
+    if (cudnn_wanted()) open_cudnn(d);
     BT_CUDA_TRY_GOTO(st, cudaMalloc((void **)&d->scratch, sizeof *d->scratch), fail);
     BT_CUDA_TRY_GOTO(st, cudaMallocHost((void **)&d->host, sizeof *d->host), fail);
+    BT_CUDA_TRY_GOTO(st,
+                     cudaMalloc((void **)&d->exec.reduce,
+                                (size_t)BT_REDUCE_SCRATCH * sizeof *d->exec.reduce),
+                     fail);
+    d->exec.reduce_n = BT_REDUCE_SCRATCH;
     BT_CUDA_TRY_GOTO(st, cudaMemsetAsync(d->scratch, 0, sizeof *d->scratch, d->exec.stream), fail);
     BT_CUDA_TRY_GOTO(st, cudaStreamSynchronize(d->exec.stream), fail);
     d->exec.fault = &d->scratch->fault;
@@ -295,7 +340,8 @@ static bt_status cuda_sum_squares(bt_device *dev, bt_dtype dtype, const void *co
     BT_TRY(use_device(dev));
     BT_CUDA_TRY(cudaMemsetAsync(&dev->scratch->sumsq, 0, sizeof(double), dev->exec.stream));
     for (int i = 0; i < count; i++)
-        BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x[i], (int64_t)n[i], &dev->scratch->sumsq);
+        BT_K_TRY(bt_k_sum_squares, dev->exec.stream, dtype, x[i], (int64_t)n[i],
+                 dev->scratch->sumsq_parts, &dev->scratch->sumsq);
     BT_CUDA_TRY(cudaMemcpyAsync(&dev->host->sumsq, &dev->scratch->sumsq, sizeof(double),
                                 cudaMemcpyDeviceToHost, dev->exec.stream));
     BT_CUDA_TRY(cudaStreamSynchronize(dev->exec.stream));
@@ -447,8 +493,35 @@ static bt_status cuda_copy_peer(bt_device *dst_dev, void *dst, bt_device *src_de
     return BT_OK;
 }
 
+/* Peer access enabled by this process, per direction (from, to): cudaDeviceEnablePeerAccess is
+ * called once per direction, since a repeat is an API error (cudaErrorPeerAccessAlreadyEnabled,
+ * which compute-sanitizer reports). GPUs past BT_PEER_MAX are enabled every time. */
+#define BT_PEER_MAX 64
+static pthread_mutex_t peer_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char peer_enabled[BT_PEER_MAX][BT_PEER_MAX];
+
+/* Lets GPU `from` map GPU `to`'s memory; 1 on success (or where it already could), 0 otherwise.
+ * Leaves `from` current. */
+static int enable_peer(int from, int to)
+{
+    const int tracked = from < BT_PEER_MAX && to < BT_PEER_MAX;
+    int ok = 0;
+    pthread_mutex_lock(&peer_lock);
+    if (tracked && peer_enabled[from][to]) {
+        ok = 1;
+    } else if (cudaSetDevice(from) == cudaSuccess) {
+        cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+        /* already enabled (by someone else in this process) is not an error */
+        ok = e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled;
+        if (ok && tracked) peer_enabled[from][to] = 1;
+    }
+    (void)cudaGetLastError();
+    pthread_mutex_unlock(&peer_lock);
+    return ok;
+}
+
 /* Same GPU: 2. Different GPUs: 1 when each can map the other's memory (enabled here, once per
- * direction for the process), else 0. */
+ * direction for the process), else 0; also 0 where switching to either GPU fails. */
 static int cuda_peer_access(bt_device *a, bt_device *b)
 {
     if (a->index == b->index) return 2;
@@ -458,16 +531,7 @@ static int cuda_peer_access(bt_device *a, bt_device *b)
         (void)cudaGetLastError();
         return 0;
     }
-    for (int dir = 0; dir < 2; dir++) {
-        if (cudaSetDevice(dir ? b->index : a->index) != cudaSuccess) break;
-        cudaError_t e = cudaDeviceEnablePeerAccess(dir ? a->index : b->index, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
-            (void)cudaGetLastError();
-            return 0;
-        }
-        (void)cudaGetLastError();
-    }
-    return 1;
+    return enable_peer(a->index, b->index) && enable_peer(b->index, a->index) ? 1 : 0;
 }
 
 static bt_status cuda_round_to(bt_device *dev, bt_dtype precision, float *x, size_t n)

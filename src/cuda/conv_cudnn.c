@@ -1,21 +1,24 @@
 /* cuda/conv_cudnn.c: conv2d through cuDNN (descriptors, algorithm choice, the calls), for the
  * conv2d glue in kernels/conv.cu. cuDNN runs f32 convolutions (f64 takes the GEMM path) with FMA
- * math only (no TF32), choosing by cuDNN's heuristics the first algorithm whose workspace fits the
- * one the shape rule declared.
+ * math only (no TF32), choosing by cuDNN's heuristics the first DETERMINISTIC algorithm
+ * (CUDNN_DETERMINISTIC: the same bits every run) whose workspace fits the one the shape rule
+ * declared. Descriptors and choices are made once per call shape (config, batch, precision) and
+ * kept in the device context (a plan), so steps after the first make none.
  * Where none fits, or a size exceeds cuDNN's int range, the GEMM path runs instead: the
  * bt_cudnn_conv_* functions set *done to 0 before queueing anything.
  *
- * Under mixed precision the executor has rounded activations, gradients and weights to bf16 or
- * f16, and tensor cores may take them. f16: CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which converts
- * the f32 tensors to f16 (exact for f16 values). bf16: CUDNN_TENSOR_OP_MATH, TF32 tensor cores on
- * sm_80 and later, whose 8-bit exponent and 10-bit fraction hold every bf16 value exactly; the
- * conversion mode is not allowed there, as its f16 would overflow or flush bf16's range. */
+ * Under mixed precision the executor has rounded every operand (fed inputs, activations,
+ * gradients, weights) to bf16 or f16, and tensor cores may take them. f16:
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which converts the f32 tensors to f16 (exact for f16
+ * values). bf16: CUDNN_TENSOR_OP_MATH, TF32 tensor cores on sm_80 and later, whose 8-bit exponent
+ * and 10-bit fraction hold every bf16 value exactly; the conversion mode is not allowed there, as its f16 would overflow or flush bf16's range. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #ifdef BATON_HAVE_CUDNN
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/conv_cudnn.h"
@@ -111,7 +114,8 @@ static bt_status pick_forward(cudnnHandle_t h, const conv_descs *d, bt_dtype pre
         h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n && !*found; i++) {
         size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec))
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec) ||
+            perf[i].determinism != CUDNN_DETERMINISTIC)
             continue;
         if (cudnnSetConvolutionMathType(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
             continue;
@@ -138,7 +142,8 @@ static bt_status pick_backward_data(cudnnHandle_t h, const conv_descs *d, bt_dty
         h, d->w, d->y, d->conv, d->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n && !*found; i++) {
         size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec))
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec) ||
+            perf[i].determinism != CUDNN_DETERMINISTIC)
             continue;
         /* FFT data gradients of strided convolutions have been wrong in some cuDNN versions
          * (PyTorch blocks them too) */
@@ -172,7 +177,8 @@ static bt_status pick_backward_filter(cudnnHandle_t h, const conv_descs *d, bt_d
         h, d->x, d->y, d->conv, d->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
     for (int i = 0; i < n && !*found; i++) {
         size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec))
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || !conv_math_ok(perf[i].mathType, prec) ||
+            perf[i].determinism != CUDNN_DETERMINISTIC)
             continue;
         if (cudnnSetConvolutionMathType(d->conv, perf[i].mathType) != CUDNN_STATUS_SUCCESS)
             continue;
@@ -188,91 +194,149 @@ static bt_status pick_backward_filter(cudnnHandle_t h, const conv_descs *d, bt_d
     return BT_OK;
 }
 
+/* A plan: the descriptors and chosen algorithms of one call shape (config, batch, precision),
+ * made on the first call of that shape and reused by every later one, so a step makes no
+ * descriptors and asks no heuristics. Each direction is picked the first time it is needed. */
+typedef struct conv_plan {
+    int used;
+    bt_conv_config cf;
+    int64_t batch;
+    bt_dtype prec;
+    conv_descs d;
+    int fwd_picked, fwd_found, data_picked, data_found, filter_picked, filter_found;
+    cudnnConvolutionFwdAlgo_t fwd_algo;
+    cudnnConvolutionBwdDataAlgo_t data_algo;
+    cudnnConvolutionBwdFilterAlgo_t filter_algo;
+    cudnnMathType_t fwd_math, data_math, filter_math;
+} conv_plan;
+
+/* Plans per device context, replaced round-robin once full (a model has few conv shapes; the last
+ * micro-batch of an epoch may add one). */
+#define BT_CONV_PLANS 32
+struct bt_cudnn_plans {
+    conv_plan plan[BT_CONV_PLANS];
+    int next;
+    int64_t made; /* plans created (for tests) */
+};
+
+static int same_shape(const bt_conv_config *a, const bt_conv_config *b)
+{
+    return a->c == b->c && a->h == b->h && a->w == b->w && a->out == b->out && a->ho == b->ho &&
+           a->wo == b->wo && a->kh == b->kh && a->kw == b->kw && a->sh == b->sh &&
+           a->sw == b->sw && a->ph == b->ph && a->pw == b->pw && a->bias == b->bias &&
+           a->pointwise == b->pointwise;
+}
+
+void bt_cudnn_plans_free(bt_cuda_exec *x)
+{
+    bt_cudnn_plans *p = x->conv_plans;
+    if (!p) return;
+    for (int i = 0; i < BT_CONV_PLANS; i++)
+        if (p->plan[i].used) conv_descs_destroy(&p->plan[i].d);
+    free(p);
+    x->conv_plans = NULL;
+}
+
+int64_t bt_cudnn_plans_made(const bt_cuda_exec *x)
+{
+    return x->conv_plans ? x->conv_plans->made : 0;
+}
+
+/* The plan of call's shape, made (descriptors only) where there is none yet. */
+static bt_status plan_for(bt_cuda_exec *x, const bt_op_call *call, conv_plan **out)
+{
+    const bt_conv_config *cf = call->config;
+    if (!x->conv_plans && !(x->conv_plans = calloc(1, sizeof *x->conv_plans)))
+        return bt_error(BT_ERR_NOMEM, "cuda:%d: out of memory for convolution plans", x->device);
+    bt_cudnn_plans *p = x->conv_plans;
+    for (int i = 0; i < BT_CONV_PLANS; i++) {
+        conv_plan *c = &p->plan[i];
+        if (c->used && c->batch == call->batch && c->prec == call->precision &&
+            same_shape(&c->cf, cf)) {
+            *out = c;
+            return BT_OK;
+        }
+    }
+    conv_plan *c = &p->plan[p->next];
+    p->next = (p->next + 1) % BT_CONV_PLANS;
+    if (c->used) conv_descs_destroy(&c->d);
+    memset(c, 0, sizeof *c);
+    BT_TRY(conv_descs_create(cf, call->batch, call->precision, &c->d));
+    c->used = 1;
+    c->cf = *cf;
+    c->batch = call->batch;
+    c->prec = call->precision;
+    p->made++;
+    *out = c;
+    return BT_OK;
+}
+
 bt_status bt_cudnn_conv_forward(bt_cuda_exec *x, const bt_op_call *call, int *done)
 {
     const bt_conv_config *cf = call->config;
     const size_t ws = bt_conv_workspace_bytes(cf);
     const float one = 1, beta = cf->bias ? 1.0f : 0.0f;
     cudnnHandle_t h = x->cudnn;
-    cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    cudnnMathType_t math = CUDNN_FMA_MATH;
-    conv_descs d;
-    int found = 0;
+    conv_plan *p = NULL;
     *done = 0;
-    BT_TRY(conv_descs_create(cf, call->batch, call->precision, &d));
-    bt_status st = pick_forward(h, &d, call->precision, ws, &found, &algo, &math);
-    if (st != BT_OK || !found) goto out;
-    BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d.conv, math), out);
+    BT_TRY(plan_for(x, call, &p));
+    if (!p->fwd_picked) {
+        BT_TRY(pick_forward(h, &p->d, p->prec, ws, &p->fwd_found, &p->fwd_algo, &p->fwd_math));
+        p->fwd_picked = 1;
+    }
+    if (!p->fwd_found) return BT_OK;
+    BT_CUDNN_TRY(cudnnSetConvolutionMathType(p->d.conv, p->fwd_math));
     if (cf->bias)
-        BT_TRY_GOTO(st,
-                    BT_K_CHECK(bt_k_fill_planes, x->stream, BT_F32, call->param[1].data,
-                               call->out->data, call->batch * cf->out, cf->out, cf->ho * cf->wo),
-                    out);
-    BT_CUDNN_TRY_GOTO(st,
-                      cudnnConvolutionForward(h, &one, d.x, call->in[0].data, d.w,
-                                              call->param[0].data, d.conv, algo,
-                                              ws ? call->workspace : NULL, ws, &beta, d.y,
-                                              call->out->data),
-                      out);
+        BT_K_TRY(bt_k_fill_planes, x->stream, BT_F32, call->param[1].data, call->out->data,
+                 call->batch * cf->out, cf->out, cf->ho * cf->wo);
+    BT_CUDNN_TRY(cudnnConvolutionForward(h, &one, p->d.x, call->in[0].data, p->d.w,
+                                         call->param[0].data, p->d.conv, p->fwd_algo,
+                                         ws ? call->workspace : NULL, ws, &beta, p->d.y,
+                                         call->out->data));
     x->cudnn_convs++;
     *done = 1;
-out:
-    conv_descs_destroy(&d);
-    return st;
+    return BT_OK;
 }
 
 bt_status bt_cudnn_conv_backward(bt_cuda_exec *x, const bt_op_call *call, void *dx, void *dw,
-                                     void *db, int *done)
+                                 void *db, int *done)
 {
     const bt_conv_config *cf = call->config;
     const size_t ws = bt_conv_workspace_bytes(cf);
     void *work = ws ? call->workspace : NULL;
     const float one = 1;
     cudnnHandle_t h = x->cudnn;
-    cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-    cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
-    cudnnMathType_t data_math = CUDNN_FMA_MATH, filter_math = CUDNN_FMA_MATH;
-    const bt_dtype prec = call->precision;
-    conv_descs d;
-    int data_found = 1, filter_found = 1;
+    conv_plan *p = NULL;
     *done = 0;
-    BT_TRY(conv_descs_create(cf, call->batch, prec, &d));
-    bt_status st = BT_OK;
-    if (dx)
-        BT_TRY_GOTO(st,
-                    pick_backward_data(h, &d, prec, cf, ws, &data_found, &data_algo, &data_math),
-                    out);
-    if (dw)
-        BT_TRY_GOTO(st,
-                    pick_backward_filter(h, &d, prec, ws, &filter_found, &filter_algo,
-                                         &filter_math),
-                    out);
-    if (!data_found || !filter_found) goto out;
+    BT_TRY(plan_for(x, call, &p));
+    if (dx && !p->data_picked) {
+        BT_TRY(pick_backward_data(h, &p->d, p->prec, cf, ws, &p->data_found, &p->data_algo,
+                                  &p->data_math));
+        p->data_picked = 1;
+    }
+    if (dw && !p->filter_picked) {
+        BT_TRY(pick_backward_filter(h, &p->d, p->prec, ws, &p->filter_found, &p->filter_algo,
+                                    &p->filter_math));
+        p->filter_picked = 1;
+    }
+    if ((dx && !p->data_found) || (dw && !p->filter_found)) return BT_OK;
     if (db)
-        BT_TRY_GOTO(st,
-                    BT_K_CHECK(bt_k_channel_sum_acc, x->stream, BT_F32, call->out_grad->data, db,
-                               call->batch, cf->out, cf->ho * cf->wo),
-                    out);
+        BT_K_TRY(bt_k_channel_sum_acc, x->stream, BT_F32, call->out_grad->data, db, call->batch,
+                 cf->out, cf->ho * cf->wo);
     if (dw) {
-        BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d.conv, filter_math), out);
-        BT_CUDNN_TRY_GOTO(st,
-                          cudnnConvolutionBackwardFilter(h, &one, d.x, call->in[0].data, d.y,
-                                                         call->out_grad->data, d.conv,
-                                                         filter_algo, work, ws, &one, d.w, dw),
-                          out);
+        BT_CUDNN_TRY(cudnnSetConvolutionMathType(p->d.conv, p->filter_math));
+        BT_CUDNN_TRY(cudnnConvolutionBackwardFilter(h, &one, p->d.x, call->in[0].data, p->d.y,
+                                                    call->out_grad->data, p->d.conv,
+                                                    p->filter_algo, work, ws, &one, p->d.w, dw));
     }
     if (dx) {
-        BT_CUDNN_TRY_GOTO(st, cudnnSetConvolutionMathType(d.conv, data_math), out);
-        BT_CUDNN_TRY_GOTO(st,
-                          cudnnConvolutionBackwardData(h, &one, d.w, call->param[0].data, d.y,
-                                                       call->out_grad->data, d.conv, data_algo,
-                                                       work, ws, &one, d.x, dx),
-                          out);
+        BT_CUDNN_TRY(cudnnSetConvolutionMathType(p->d.conv, p->data_math));
+        BT_CUDNN_TRY(cudnnConvolutionBackwardData(h, &one, p->d.w, call->param[0].data, p->d.y,
+                                                  call->out_grad->data, p->d.conv, p->data_algo,
+                                                  work, ws, &one, p->d.x, dx));
     }
     x->cudnn_convs++;
     *done = 1;
-out:
-    conv_descs_destroy(&d);
-    return st;
+    return BT_OK;
 }
 #endif /* BATON_HAVE_CUDNN */

@@ -20,6 +20,10 @@ bt_status bt_cudnn_conv_forward(bt_cuda_exec *x, const bt_op_call *call, int *do
 /* dx, dw, db += their gradients (any may be NULL); *done 1 where cuDNN ran them. */
 bt_status bt_cudnn_conv_backward(bt_cuda_exec *x, const bt_op_call *call, void *dx, void *dw,
                                  void *db, int *done);
+/* Frees x's cached plans (the backend's close). */
+void bt_cudnn_plans_free(bt_cuda_exec *x);
+/* Plans made so far on x (a test sees that repeated calls of one shape make one). */
+int64_t bt_cudnn_plans_made(const bt_cuda_exec *x);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #endif
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_check.h"
@@ -28,6 +29,33 @@ bt_status bt_gpu_count(int *n)
     }
     if (*n == 0) return bt_error(BT_ERR_UNSUPPORTED, "no CUDA GPU on this machine");
     return BT_OK;
+}
+
+/* Whether cuDNN starts on the current device (a handle created and destroyed), in words; the
+ * backend falls back to the GEMM convolution path with the same words (cuda/backend_cuda.c). */
+static void probe_cudnn(char *out, size_t size)
+{
+#ifdef BATON_HAVE_CUDNN
+    const char *v = getenv("BATON_CUDNN");
+    if (v && strcmp(v, "0") == 0) {
+        snprintf(out, size, "cuDNN off (BATON_CUDNN=0): conv2d takes the GEMM path");
+        return;
+    }
+    cudnnHandle_t h = NULL;
+    cudnnStatus_t e =
+        v && strcmp(v, "broken") == 0 ? CUDNN_STATUS_NOT_INITIALIZED : cudnnCreate(&h);
+    (void)cudaGetLastError();
+    if (e != CUDNN_STATUS_SUCCESS) {
+        snprintf(out, size, "cuDNN unusable (cudnnCreate: %s): conv2d takes the GEMM path",
+                 cudnnGetErrorString(e));
+        return;
+    }
+    const size_t ver = cudnnGetVersion();
+    cudnnDestroy(h);
+    snprintf(out, size, "cuDNN %zu.%zu.%zu", ver / 10000, ver / 100 % 100, ver % 100);
+#else
+    snprintf(out, size, "no cuDNN in this build: conv2d takes the GEMM path");
+#endif
 }
 
 bt_status bt_gpu_info_get(int index, bt_gpu_info *out)
@@ -53,6 +81,7 @@ bt_status bt_gpu_info_get(int index, bt_gpu_info *out)
     BT_CUDA_TRY_GOTO(st, cudaSetDevice(index), restore);
     BT_CUDA_TRY_GOTO(st, cudaMemGetInfo(&free_bytes, &total_bytes), restore);
     out->free_bytes = free_bytes;
+    probe_cudnn(out->cudnn, sizeof out->cudnn);
 restore:
     if (st == BT_OK)
         st = BT_CUDA_CHECK(cudaSetDevice(previous));

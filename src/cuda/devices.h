@@ -18,6 +18,8 @@ typedef struct bt_gpu_info {
     size_t total_bytes;     /* device memory */
     size_t free_bytes;      /* free now (cudaMemGetInfo) */
     char pci_bus_id[32];    /* "0000:1b:00.0" */
+    char cudnn[160];        /* "cuDNN 9.1.0", "cuDNN unusable (...): conv2d takes the GEMM path",
+                             * or "no cuDNN in this build": what conv2d will use there */
 } bt_gpu_info;
 
 /* Number of usable GPUs in *n. Without any (no driver, no device: CUDA errors 35 and 100)

@@ -31,7 +31,8 @@ bt_status bt_cuda_fits_int(const char *op, int64_t a, int64_t b, int64_t c);
 /* Column-major C (m, n) = op(A) op(B) + beta C, alpha 1. Under mixed precision (prec BT_BF16 or
  * BT_F16, dt BT_F32) the f32 matrices go to the tensor cores as bf16 or f16 with f32
  * accumulation (cuBLAS's 32F_FAST_16BF / 32F_FAST_16F compute types); the executor has already
- * rounded activations, gradients and weights to prec, so that conversion is exact for them. */
+ * rounded every operand to prec (fed inputs when they are copied in, activations, gradients and
+ * weight copies; exec/worker.c), so that conversion is exact, and the GPU and CPU agree. */
 bt_status bt_cuda_gemm(bt_cuda_exec *x, bt_dtype dt, bt_dtype prec, cublasOperation_t ta,
                        cublasOperation_t tb, int m, int n, int k, const void *a, int lda,
                        const void *b, int ldb, double beta, void *c, int ldc);

@@ -21,6 +21,8 @@
 extern "C" {
 #endif
 
+typedef struct bt_cudnn_plans bt_cudnn_plans; /* cuda/conv_cudnn.c */
+
 typedef struct bt_cuda_exec {
     int device;             /* the CUDA device index */
     cudaStream_t stream;    /* everything is queued here, in order */
@@ -30,6 +32,9 @@ typedef struct bt_cuda_exec {
     int fault_armed;        /* set by a kernel that may record a fault; the backend then reads
                              * the record back at its next sync or copy to the host */
     int64_t cudnn_convs;    /* conv2d calls cuDNN ran (the rest took the im2col + cuBLAS path) */
+    double *reduce;         /* device scratch for ordered (deterministic) reductions, reduce_n */
+    int64_t reduce_n;       /* doubles; used in stream order by one kernel pair at a time */
+    bt_cudnn_plans *conv_plans; /* cuDNN convolution plans by call shape (NULL until one) */
 } bt_cuda_exec;
 
 /* bt_cuda_linear_forward, bt_cuda_linear_backward, ...: one pair per built-in op. */

@@ -4,7 +4,8 @@
  * micro-batch's slot, SEND/RECV move activations and gradients through channels, STEP applies
  * the optimizer once every stage has finished its backward and the global gradient norm is
  * finite (a barrier: a step is all or nothing). On any failure it records
- * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting. */
+ * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting.
+ * (A little over 600 lines: feeding inputs, rounded under mixed precision, stays beside FWD.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,6 +62,31 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward
                                                         (uint64_t)(st->first_node + k)));
 }
 
+/* Mixed precision: rounds a float value (an activation an op just wrote, a complete gradient, or
+ * a fed input) to the compute precision. */
+static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_value *v)
+{
+    if (e->params.precision == BT_F32 || v->dtype == BT_I32 || !data) return BT_OK;
+    size_t n = (size_t)e->mb_size * (size_t)bt_shape_numel(&v->shape);
+    return st->be->round_to(st->dev, e->params.precision, data, n);
+}
+
+/* f16: a finite fed value that would round to infinity (|x| >= 65520) is refused, not spread. */
+static bt_status check_f16_feed(const bt_engine *e, const bt_value *v, const float *x, int mb)
+{
+    const size_t per = (size_t)bt_shape_numel(&v->shape), n = (size_t)e->mb_size * per;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && fabsf(x[i]) >= 65520.0f)
+            return bt_error(BT_ERR_INVALID_ARG, "input '%s', sample %lld, element %zu is %g: "
+                            "beyond f16's range (largest 65504), so precision f16 would make it "
+                            "infinity (scale the data, or use bf16 or f32)", v->name,
+                            (long long)mb * e->mb_size + (long long)(i / per), i % per,
+                            (double)x[i]);
+    return BT_OK;
+}
+
+/* Copies micro-batch mb of each fed input into its slot, rounded under mixed precision like every
+ * other operand (so the GPU's bf16/f16 GEMM conversions are exact for feeds too). */
 static bt_status feed_inputs(bt_engine *e, bt_stage *st, int mb)
 {
     for (int c = 0; c < e->plan->n_crossings; c++) {
@@ -68,20 +94,16 @@ static bt_status feed_inputs(bt_engine *e, bt_stage *st, int mb)
         if (x->dst != st->index || x->src != -1) continue;
         const bt_value *v = &e->graph->values[x->value];
         size_t row = value_row_bytes(e, v);
-        const unsigned char *src = e->feed_ptr[v->input_index];
-        BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_H2D, bt_slot_value(st, mb, x->value),
-                                  src + (size_t)mb * (size_t)e->mb_size * row, (size_t)e->mb_size * row));
+        const unsigned char *src =
+            e->feed_ptr[v->input_index] + (size_t)mb * (size_t)e->mb_size * row;
+        void *slot = bt_slot_value(st, mb, x->value);
+        if (e->params.precision == BT_F16 && v->dtype != BT_I32)
+            BT_TRY(check_f16_feed(e, v, (const float *)src, mb));
+        BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_H2D, slot, src,
+                                  (size_t)e->mb_size * row));
+        BT_TRY(round_value(e, st, slot, v));
     }
     return BT_OK;
-}
-
-/* Mixed precision: rounds a float value (an activation an op just wrote, or a complete gradient)
- * to the compute precision. */
-static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_value *v)
-{
-    if (e->params.precision == BT_F32 || v->dtype == BT_I32 || !data) return BT_OK;
-    size_t n = (size_t)e->mb_size * (size_t)bt_shape_numel(&v->shape);
-    return st->be->round_to(st->dev, e->params.precision, data, n);
 }
 
 /* Before micro-batch mb overwrites its slot, the copies that still read the slot's previous
