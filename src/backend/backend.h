@@ -69,6 +69,10 @@ typedef struct bt_backend {
 
     /* ---- asynchronous work, for the executor's transfers and timing ---- */
     bt_status (*event_create)(bt_device *dev, bt_event **out);
+    /* Optional (NULL: event_create): an event only ever recorded and waited on, never timed (the
+     * executor's transfer ordering). The CUDA backend creates it with cudaEventDisableTiming, which
+     * makes recording and waiting cheaper; event_elapsed on it is an error there. */
+    bt_status (*event_create_untimed)(bt_device *dev, bt_event **out);
     void (*event_destroy)(bt_device *dev, bt_event *ev);
     /* Marks the current end of a stream of dev; a later wait or elapsed time refers to it. */
     bt_status (*event_record)(bt_device *dev, bt_event *ev, bt_stream_id stream);

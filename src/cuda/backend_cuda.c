@@ -406,13 +406,13 @@ static cudaStream_t stream_of(bt_device *dev, bt_stream_id stream)
     return stream == BT_STREAM_COPY ? dev->copy_stream : dev->exec.stream;
 }
 
-static bt_status cuda_event_create(bt_device *dev, bt_event **out)
+static bt_status event_create_flags(bt_device *dev, unsigned flags, bt_event **out)
 {
     *out = NULL;
     BT_TRY(use_device(dev));
     bt_event *e = calloc(1, sizeof *e);
     if (!e) return bt_error(BT_ERR_NOMEM, "cuda:%d: out of memory for an event", dev->index);
-    cudaError_t err = cudaEventCreateWithFlags(&e->ev, cudaEventDefault);
+    cudaError_t err = cudaEventCreateWithFlags(&e->ev, flags);
     if (err != cudaSuccess) {
         free(e);
         return bt_cuda_status(err, "cudaEventCreateWithFlags", __FILE__, __LINE__);
@@ -420,6 +420,16 @@ static bt_status cuda_event_create(bt_device *dev, bt_event **out)
     e->device = dev->index;
     *out = e;
     return BT_OK;
+}
+
+static bt_status cuda_event_create(bt_device *dev, bt_event **out)
+{
+    return event_create_flags(dev, cudaEventDefault, out);
+}
+
+static bt_status cuda_event_create_untimed(bt_device *dev, bt_event **out)
+{
+    return event_create_flags(dev, cudaEventDisableTiming, out);
 }
 
 static void cuda_event_destroy(bt_device *dev, bt_event *ev)
@@ -565,6 +575,7 @@ static const bt_backend cuda_backend = {
     .range_begin = cuda_range_begin,
     .range_end = cuda_range_end,
     .event_create = cuda_event_create,
+    .event_create_untimed = cuda_event_create_untimed,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait = cuda_stream_wait,

@@ -295,4 +295,10 @@ void bt_channels_wake_all(bt_engine *e);
 /* Test hook: stage skips its send of micro-batch mb (activations or gradients) in later steps. */
 void bt_engine_test_drop_send(bt_engine *engine, int stage, int mb);
 
+/* An event that only orders streams (never timed): the backend's untimed kind where it has one. */
+static inline bt_status bt_exec_ordering_event(const bt_backend *be, bt_device *dev, bt_event **out)
+{
+    return be->event_create_untimed ? be->event_create_untimed(dev, out) : be->event_create(dev, out);
+}
+
 #endif

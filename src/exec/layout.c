@@ -134,7 +134,7 @@ static bt_status alloc_events(bt_engine *e, bt_stage *st)
         BT_TRY(st->be->event_create(st->dev, &st->ev_end[i]));
     }
     BT_TRY(st->be->event_create(st->dev, &st->ev_step0));
-    return st->be->event_create(st->dev, &st->ev_ready);
+    return bt_exec_ordering_event(st->be, st->dev, &st->ev_ready);
 }
 
 /* Parameters of the stage: master weights (initialised), compute copies, gradients, state. */

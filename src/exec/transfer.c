@@ -84,8 +84,8 @@ bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch)
         if (ch->chunk_bytes == 0) ch->chunk_bytes = 64;
         for (int k = 0; k < 2; k++) {
             BT_TRY(from->be->host_alloc(from->dev, ch->chunk_bytes, &ch->stage_buf[k]));
-            BT_TRY(from->be->event_create(from->dev, &ch->filled[k]));
-            BT_TRY(to->be->event_create(to->dev, &ch->drained[k]));
+            BT_TRY(bt_exec_ordering_event(from->be, from->dev, &ch->filled[k]));
+            BT_TRY(bt_exec_ordering_event(to->be, to->dev, &ch->drained[k]));
         }
     }
     return BT_OK;
