@@ -6,7 +6,8 @@
  * use is shown passing with correct results. Started without BT_EMU_MODE, the program runs itself
  * twice, synchronously and asynchronously (two pretend GPUs, random delays), and the asynchronous
  * run shows stream ordering: a copy on stream B that does not wait for stream A's event sees stale
- * data, one that waits sees the new data, and pageable/pinned host memory follow CUDA's rules. */
+ * data, one that waits sees the new data, and pageable/pinned host memory follow CUDA's rules.
+ * Injected failures (bt_emu_fail_call) are shown too. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -490,6 +491,31 @@ static void test_dgemm(void)
 }
 
 /* Stream A is held up by a slow kernel, then writes buf; stream B copies buf. */
+static void test_injected_failures(void)
+{
+    void *p = NULL;
+    cublasHandle_t h;
+    bt_emu_fail_call("cudaSetDevice", 2);
+    CU_ASSERT_EQUAL(cudaSetDevice(0), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaSetDevice(0), cudaErrorInvalidDevice);
+    CU_ASSERT_EQUAL(cudaGetLastError(), cudaErrorInvalidDevice);
+    CU_ASSERT_EQUAL(cudaSetDevice(0), cudaSuccess);
+    bt_emu_fail_call("cudaMalloc", 1);
+    CU_ASSERT_EQUAL(cudaMalloc(&p, 64), cudaErrorMemoryAllocation);
+    CU_ASSERT_PTR_NULL(p);
+    CU_ASSERT_EQUAL(cudaMalloc(&p, 64), cudaSuccess);
+    CU_ASSERT_EQUAL(cudaFree(p), cudaSuccess);
+    bt_emu_fail_call("cublasCreate", 1);
+    CU_ASSERT_EQUAL(cublasCreate(&h), CUBLAS_STATUS_NOT_INITIALIZED);
+    bt_emu_fail_call("cudaHostAlloc", 1);
+    CU_ASSERT_EQUAL(cudaMallocHost(&p, 64), cudaErrorMemoryAllocation);
+    bt_emu_fail_call("cudaStreamSynchronize", 1);
+    bt_emu_fail_call(NULL, 0); /* cancelled */
+    CU_ASSERT_EQUAL(cudaStreamSynchronize(0), cudaSuccess);
+    (void)cudaGetLastError();
+    EXPECT_NO_FAULT(); /* injected failures are not faults */
+}
+
 static void test_stream_ordering(void)
 {
     cudaStream_t a, b;
@@ -598,6 +624,7 @@ int main(int argc, char **argv)
         {"cuBLAS: results, bf16/f16 rounding, leading dimensions, pointers", test_cublas},
         {"cuBLAS: Dgemm on the default stream", test_dgemm},
         {"streams: ordering and pageable/pinned rules", test_stream_ordering},
+        {"injected failures", test_injected_failures},
         {NULL, NULL},
     };
     return bt_test_main("cuda_emu_rt", cases);

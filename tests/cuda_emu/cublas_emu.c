@@ -52,6 +52,7 @@ static cublasStatus_t handle_check(cublasHandle_t h, const char *api)
 cublasStatus_t cublasCreate(cublasHandle_t *handle)
 {
     if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+    if (bt_emu_injected("cublasCreate")) return CUBLAS_STATUS_NOT_INITIALIZED;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
     struct cublasContext *h = calloc(1, sizeof *h);
@@ -271,6 +272,7 @@ static cublasStatus_t gemm_common(const char *api, cublasHandle_t h, int f64, in
 {
     cublasStatus_t st = handle_check(h, api);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (bt_emu_injected(api)) return CUBLAS_STATUS_EXECUTION_FAILED;
     const cublasStatus_t inv = CUBLAS_STATUS_INVALID_VALUE;
     if (!op_ok(ta) || !op_ok(tb))
         return BAD(inv, api, "unsupported operation codes (%d, %d)", (int)ta, (int)tb);

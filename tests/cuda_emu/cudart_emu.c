@@ -58,6 +58,8 @@ static char g_fault_msg[1024];
 static _Thread_local int t_dev;
 static _Thread_local cudaError_t t_last = cudaSuccess;
 
+static void inject_from_env(void);
+
 static void exit_check(void)
 {
     unsigned n = atomic_load(&g_faults);
@@ -91,6 +93,7 @@ static void emu_init_once(void)
     int mb = env_int("BT_EMU_MEM_MB", 4096);
     if (mb > 0) g_mem_total = (size_t)mb << 20;
     g_fatal = env_int("BT_EMU_FAULTS_FATAL", 1) != 0;
+    inject_from_env();
     atexit(exit_check);
 }
 
@@ -147,9 +150,61 @@ static cudaError_t ret(cudaError_t e)
 
 static int take_pending(void) { return atomic_exchange(&g_pending, 0); }
 
+/* ---- injected failures (bt_emu_fail_call, BT_EMU_FAIL=api:n) ---------------------------- */
+
+static pthread_mutex_t g_inject_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_inject_api[64];
+static int g_inject_left;
+
+void bt_emu_fail_call(const char *api, int nth)
+{
+    pthread_mutex_lock(&g_inject_mu);
+    snprintf(g_inject_api, sizeof g_inject_api, "%s", api ? api : "");
+    g_inject_left = api && nth > 0 ? nth : 0;
+    pthread_mutex_unlock(&g_inject_mu);
+}
+
+int bt_emu_injected(const char *api)
+{
+    int hit = 0;
+    pthread_mutex_lock(&g_inject_mu);
+    if (g_inject_left > 0 && strcmp(api, g_inject_api) == 0 && --g_inject_left == 0) {
+        hit = 1;
+        g_inject_api[0] = 0;
+    }
+    pthread_mutex_unlock(&g_inject_mu);
+    return hit;
+}
+
+static void inject_from_env(void)
+{
+    const char *v = getenv("BT_EMU_FAIL");
+    if (!v || !*v) return;
+    char api[64];
+    const char *colon = strchr(v, ':');
+    size_t len = colon ? (size_t)(colon - v) : strlen(v);
+    if (len >= sizeof api) len = sizeof api - 1;
+    memcpy(api, v, len);
+    api[len] = 0;
+    bt_emu_fail_call(api, colon ? atoi(colon + 1) : 1);
+}
+
+/* The error an injected failure of api returns: what CUDA would say for the likely cause. */
+static cudaError_t injected_error(const char *api)
+{
+    if (strcmp(api, "cudaSetDevice") == 0) return cudaErrorInvalidDevice;
+    if (strcmp(api, "cudaGetDeviceCount") == 0) return cudaErrorNoDevice;
+    if (strcmp(api, "cudaMalloc") == 0 || strcmp(api, "cudaHostAlloc") == 0)
+        return cudaErrorMemoryAllocation;
+    return cudaErrorUnknown;
+}
+
+/* At the start of every runtime call that reports errors: an injected failure, else a fault left
+ * pending by a kernel or a stream thread. */
 #define ENTER()                                                                                   \
     do {                                                                                          \
         emu_init();                                                                               \
+        if (bt_emu_injected(__func__)) return ret(injected_error(__func__));                      \
         if (take_pending()) return ret(cudaErrorLaunchFailure);                                   \
     } while (0)
 
@@ -674,6 +729,7 @@ static const struct {
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
      "invalid configuration argument"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error (injected by the baton CUDA emulator)"},
     {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
      "invalid copy direction for memcpy"},
 };
@@ -742,7 +798,8 @@ cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
     ENTER();
     if (!ptr) return ret(cudaErrorInvalidValue);
     *ptr = NULL;
-    if (flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+    const unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+    if (flags & ~known)
         return ret(cudaErrorInvalidValue);
     if (size == 0) return cudaSuccess;
     if (size > ((size_t)1 << 40)) return ret(cudaErrorMemoryAllocation);
@@ -1060,8 +1117,8 @@ static struct CUevent_st *event_get(cudaEvent_t h)
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
     ENTER();
-    if (!event ||
-        (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess)))
+    const unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+    if (!event || (flags & ~known))
         return ret(cudaErrorInvalidValue);
     if (!dev_ok(t_dev)) return ret(cudaErrorInvalidDevice);
     struct CUevent_st *e = calloc(1, sizeof *e);

@@ -48,6 +48,16 @@ void bt_emu_fault(const char *fmt, ...)
  * last message, into msg when msg_size > 0); clears them, including the pending error. */
 unsigned bt_emu_faults_take(char *msg, size_t msg_size);
 
+/* Failure injection, for tests of error paths: the nth call from now (1: the next) to the runtime
+ * or cuBLAS function named api (e.g. "cudaSetDevice", "cudaMalloc", "cublasCreate") fails with
+ * the error CUDA would give for the likely cause (cudaSetDevice: cudaErrorInvalidDevice,
+ * cudaMalloc and cudaHostAlloc: cudaErrorMemoryAllocation, cudaGetDeviceCount: cudaErrorNoDevice,
+ * cuBLAS: CUBLAS_STATUS_NOT_INITIALIZED or _EXECUTION_FAILED, others: cudaErrorUnknown); not a
+ * fault. One injection at a time; api NULL or nth <= 0 cancels it. BT_EMU_FAIL=api:n in the
+ * environment sets one at start-up. bt_emu_injected is the check each stand-in makes (1: fail). */
+void bt_emu_fail_call(const char *api, int nth);
+int bt_emu_injected(const char *api);
+
 /* Helpers shared by the stand-ins. The device a stream belongs to (stream 0: the current device),
  * or -1 for an invalid or destroyed stream. */
 int bt_emu_stream_device(cudaStream_t stream);
