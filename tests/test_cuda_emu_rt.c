@@ -362,6 +362,15 @@ static float bf16(float x)
     return x;
 }
 
+static float tf32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 static void test_cublas(void)
 {
     enum { M = 5, N = 3, K = 4 };
@@ -411,6 +420,15 @@ static void test_cublas(void)
         differs |= fabsf(c[i] - exact[i]) > 1e-4f;
     }
     CU_ASSERT(differs);
+    /* Sgemm under CUBLAS_TF32_TENSOR_OP_MATH rounds its inputs to tf32 */
+    CU_ASSERT_EQUAL(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+    CU_ASSERT_EQUAL(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, da, M, db, K, &zero,
+                                dc, M),
+                    CUBLAS_STATUS_SUCCESS);
+    CU_ASSERT_EQUAL(cudaMemcpyAsync(c, dc, sizeof c, cudaMemcpyDeviceToHost, s), cudaSuccess);
+    ref_gemm(0, 0, M, N, K, a, M, b, K, ref, M, tf32);
+    for (int i = 0; i < M * N; i++) CU_ASSERT_DOUBLE_EQUAL(c[i], ref[i], 1e-6);
+    CU_ASSERT_EQUAL(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), CUBLAS_STATUS_SUCCESS);
     /* f16 compute: above 65504 an input becomes infinity */
     float big = 70000.0f;
     CU_ASSERT_EQUAL(cudaMemcpyAsync(da, &big, sizeof big, cudaMemcpyHostToDevice, s), cudaSuccess);

@@ -1,9 +1,10 @@
 /* tests/cuda_emu/cublas_emu.c: a stand-in for cuBLAS, compiled against the real cublas_v2.h, for
  * emulated test builds (see cudart_emu.c). It has the calls baton makes: handles bound to the
- * device current at creation, streams, math mode, workspace, and column-major GEMM in f32 (Sgemm),
- * f64 (Dgemm) and f32 with reduced-precision compute (GemmEx with CUBLAS_COMPUTE_32F_FAST_16BF /
- * _FAST_16F / _FAST_TF32: the inputs are rounded to bf16 / f16 / tf32 with round-to-nearest-even,
- * products accumulate in f32, so the precision path really loses precision).
+ * device current at creation, streams, math mode, workspace, and column-major GEMM in f32 (Sgemm,
+ * rounding its inputs to tf32 under CUBLAS_TF32_TENSOR_OP_MATH), f64 (Dgemm) and f32 with
+ * reduced-precision compute (GemmEx with CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F / _FAST_TF32:
+ * the inputs are rounded to bf16 / f16 / tf32 with round-to-nearest-even, and the products
+ * accumulate in f32, so the precision path really loses precision).
  *
  * Each call checks what cuBLAS checks (dimensions, lda >= max(1, rows of op(A)), ldb, ldc, the
  * operation codes; CUBLAS_STATUS_INVALID_VALUE) and what a desk-check cannot (that A, B and C are
@@ -70,10 +71,12 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle)
         bt_emu_fault("cublasDestroy: %p is not a live cuBLAS handle", (void *)handle);
         return CUBLAS_STATUS_NOT_INITIALIZED;
     }
-    /* cuBLAS synchronises the handle's work before releasing it */
+    /* cuBLAS synchronises the handle's work before releasing it (a stream destroyed already has
+     * run its work: nothing to wait for) */
     int prev = bt_emu_current_device();
-    (void)cudaSetDevice(handle->device);
-    (void)cudaStreamSynchronize(handle->stream);
+    if (cudaSetDevice(handle->device) == cudaSuccess &&
+        bt_emu_stream_device(handle->stream) == handle->device)
+        (void)cudaStreamSynchronize(handle->stream);
     (void)cudaSetDevice(prev);
     handle->magic = 0;
     free(handle);
@@ -330,8 +333,11 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                            float *C, int ldc)
 {
     if (!scalar_ok("cublasSgemm", alpha, beta)) return CUBLAS_STATUS_INVALID_VALUE;
-    return gemm_common("cublasSgemm", handle, 0, RND_NONE, transa, transb, m, n, k, *alpha, A,
-                       lda, B, ldb, *beta, C, ldc);
+    /* CUBLAS_TF32_TENSOR_OP_MATH lets Sgemm round its inputs to tf32 */
+    const int tf32 = handle && handle->magic == HANDLE_MAGIC &&
+                     (handle->math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
+    return gemm_common("cublasSgemm", handle, 0, tf32 ? RND_TF32 : RND_NONE, transa, transb, m, n,
+                       k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
 
 cublasStatus_t cublasDgemm(cublasHandle_t handle, cublasOperation_t transa,
