@@ -36,6 +36,24 @@
 
 #include "emu_runtime.h"
 
+/* Under AddressSanitizer the guard zones are poisoned too, so an out-of-bounds read or write is
+ * reported at once with its stack; the guard check still covers builds without it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#define GUARD_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define GUARD_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define GUARD_POISON(p, n) ((void)(p), (void)(n))
+#define GUARD_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define EMU_MAX_GPUS 8
 #define EMU_GUARD 256       /* bytes of guard zone before each allocation (and at least after) */
 #define EMU_POISON 0xFF     /* fresh memory: NaN in f32, f64, bf16 and f16 */
@@ -284,6 +302,8 @@ static void *mem_new(size_t bytes, int kind, int dev)
     }
     g_allocs[i] = (emu_alloc){block, block + EMU_GUARD, bytes, total, kind, dev};
     g_nallocs++;
+    GUARD_POISON(block, EMU_GUARD);
+    GUARD_POISON(block + EMU_GUARD + bytes, total - EMU_GUARD - bytes);
     pthread_mutex_unlock(&g_mem_mu);
     return block + EMU_GUARD;
 }
@@ -295,6 +315,7 @@ static int guard_check(emu_alloc *a, const char *when)
     for (int side = 0; side < 2; side++) {
         char *g = side ? a->base + a->bytes : a->block;
         size_t n = side ? (size_t)(a->block + a->total - g) : EMU_GUARD;
+        GUARD_UNPOISON(g, n);
         for (size_t i = 0; i < n; i++)
             if ((unsigned char)g[i] != EMU_GUARD_BYTE) {
                 bt_emu_fault("%s: out-of-bounds write %s the %s allocation of %zu bytes at %p "
@@ -306,6 +327,7 @@ static int guard_check(emu_alloc *a, const char *when)
                 bad = 1;
                 break;
             }
+        GUARD_POISON(g, n);
     }
     return bad;
 }
@@ -330,6 +352,7 @@ static int mem_delete(void *p, int kind, const char *api, int *dev_out, size_t *
     guard_check(&a, api);
     memmove(&g_allocs[i], &g_allocs[i + 1], (g_nallocs - (size_t)i - 1) * sizeof *g_allocs);
     g_nallocs--;
+    GUARD_UNPOISON(a.block, a.total);
     pthread_mutex_unlock(&g_mem_mu);
     *dev_out = a.dev;
     *bytes_out = a.bytes;

@@ -8,7 +8,8 @@
  * GPUs (default 1, at most 8), BT_EMU_SEED=S (random delays in async mode), BT_EMU_DELAY_US=D (the
  * longest random delay before a task in async mode, default 200; 0 for none), BT_EMU_MEM_MB=M
  * (memory of each pretend GPU, default 4096), BT_EMU_FAULTS_FATAL=0 (do not end the process with
- * status 1 at exit when faults were recorded and never taken). */
+ * status 1 at exit when faults were recorded and never taken). Under AddressSanitizer the guard
+ * zones are also poisoned, so ASan reports an out-of-bounds access where it happens. */
 #ifndef BT_EMU_RUNTIME_H
 #define BT_EMU_RUNTIME_H
 
