@@ -104,7 +104,7 @@ async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda"
 EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda tests/test_cuda_engine tests/test_cuda_build"
 
 job_emu() {
-  configure_build build-emu --enable-cuda-emulator --without-protobuf-c || return
+  configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return
   # shellcheck disable=SC2086
   make -C build-emu -j"$jobs" $EMU_PROGRAMS >build-emu/make.out 2>&1 ||
     { tail -50 build-emu/make.out; failed=$((failed + 1)); return; }
