@@ -28,6 +28,17 @@
 
 #include "emu_runtime.h"
 
+/* Under AddressSanitizer every switch between stacks is announced, or ASan takes a fiber's
+ * frames for overflows of the host thread's stack. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define ASAN_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define ASAN_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define ASAN_START(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define ASAN_FINISH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#endif
+
 __thread uint3 bt_emu_thread_idx;
 __thread uint3 bt_emu_block_idx;
 __thread dim3 bt_emu_block_dim;
@@ -48,6 +59,7 @@ typedef struct fiber {
     int kind, arg, width;
     size_t size;
     void *val;
+    void *asan_fake; /* ASan's fake stack of the fiber while it is switched out */
 } fiber;
 
 typedef struct warp_state {
@@ -65,6 +77,9 @@ static struct {
     char *stacks;
     unsigned cap; /* fibers (and stacks) allocated */
     ucontext_t sched;
+    const void *sched_bottom; /* the scheduler's stack, for ASan */
+    size_t sched_size;
+    void *sched_fake;
     unsigned n, cur, lo, hi; /* threads of the block, running fiber, runnable hints */
     unsigned long rng;
     int aborted;
@@ -160,8 +175,10 @@ static unsigned long long gcd(unsigned long long a, unsigned long long b)
 
 static void fiber_main(void)
 {
+    ASAN_FINISH(NULL, &S.sched_bottom, &S.sched_size);
     S.body(S.ctx);
     S.f[S.cur].state = F_DONE;
+    ASAN_START(NULL, S.sched_bottom, S.sched_size); /* this fiber's stack is done with */
     /* returns to S.sched through uc_link */
 }
 
@@ -169,7 +186,10 @@ static void fiber_main(void)
  * fault: the grid is abandoned and the fiber's stack reused). */
 static void yield(void)
 {
-    swapcontext(&S.f[S.cur].ctx, &S.sched);
+    fiber *me = &S.f[S.cur];
+    ASAN_START(&me->asan_fake, S.sched_bottom, S.sched_size);
+    swapcontext(&me->ctx, &S.sched);
+    ASAN_FINISH(me->asan_fake, &S.sched_bottom, &S.sched_size);
 }
 
 static void fault_here(const char *what, const char *file, int line)
@@ -390,26 +410,31 @@ static void stuck(void)
     S.aborted = 1;
 }
 
-static void run_block(dim3 block)
+/* A fresh fiber for thread i of the block (getcontext in a function of its own: -Wclobbered). */
+static __attribute__((noinline)) void init_fiber(unsigned i, dim3 block)
 {
     const size_t slot = S.stack_size + S.page;
+    fiber *f = &S.f[i];
+    f->tid.x = i % block.x;
+    f->tid.y = i / block.x % block.y;
+    f->tid.z = i / (block.x * block.y);
+    f->state = F_RUN;
+    f->asan_fake = NULL;
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = S.stacks + i * slot + S.page;
+    f->ctx.uc_stack.ss_size = S.stack_size;
+    f->ctx.uc_link = &S.sched;
+    makecontext(&f->ctx, fiber_main, 0);
+}
+
+static void run_block(dim3 block)
+{
     if (S.dyn) memset(S.dyn, 0xff, S.dyn_size);
     S.bar_count = 0;
     S.bar_file = NULL;
     S.bar_line = 0;
     memset(S.warps, 0, sizeof S.warps);
-    for (unsigned i = 0; i < S.n; i++) {
-        fiber *f = &S.f[i];
-        f->tid.x = i % block.x;
-        f->tid.y = i / block.x % block.y;
-        f->tid.z = i / (block.x * block.y);
-        f->state = F_RUN;
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = S.stacks + i * slot + S.page;
-        f->ctx.uc_stack.ss_size = S.stack_size;
-        f->ctx.uc_link = &S.sched;
-        makecontext(&f->ctx, fiber_main, 0);
-    }
+    for (unsigned i = 0; i < S.n; i++) init_fiber(i, block);
     S.lo = 0;
     S.hi = S.n - 1;
     for (;;) {
@@ -420,7 +445,9 @@ static void run_block(dim3 block)
         }
         S.cur = (unsigned)i;
         bt_emu_thread_idx = S.f[i].tid;
+        ASAN_START(&S.sched_fake, S.f[i].ctx.uc_stack.ss_sp, S.f[i].ctx.uc_stack.ss_size);
         swapcontext(&S.sched, &S.f[i].ctx);
+        ASAN_FINISH(S.sched_fake, NULL, NULL);
         if (S.aborted) return;
     }
 }
