@@ -7,7 +7,7 @@
 #          Sanitizer (CPU only, -O1; every sanitizer report fails the job)
 #   tsan   build-tsan/: the executor tests under ThreadSanitizer (any report fails the job)
 #   fuzz   `make -C build fuzz`: each libFuzzer harness for BATON_FUZZ_TIME seconds (default 15)
-#   emu    build-emu/ (--enable-cuda-emulator, docs/gpu.md): the emulator's self-test, test_cuda
+#   emu    build-emu/ (--enable-cuda-emulator, docs/gpu.md): the emulator's self-tests, test_cuda
 #          and test_cuda_engine on the CPU emulator of the CUDA execution model (synchronous), then
 #          test_cuda_engine again asynchronously with two pretend GPUs and random delays, and
 #          test_cuda in reverse and random thread order; none of them may skip
@@ -101,9 +101,9 @@ job_tests() {
 
 # The CUDA tests under the emulator: each run is one automake test run (TESTS=...), so a skip
 # (exit 77) shows as SKIP; here a skip is a failure, since the emulator always has a device.
-EMU_RUNS="sync:tests/test_cuda_emu sync:tests/test_cuda sync:tests/test_cuda_engine
+EMU_RUNS="sync:tests/test_cuda_emu sync:tests/test_cuda_emu_rt sync:tests/test_cuda sync:tests/test_cuda_engine
 async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda"
-EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda tests/test_cuda_engine tests/test_cuda_build"
+EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build"
 
 job_emu() {
   configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return

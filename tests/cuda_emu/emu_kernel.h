@@ -254,7 +254,7 @@ static inline void bt_emu_launch_grid(bt_emu_launch_t<P...> l, bt_emu_argpack_t<
     typedef bt_emu_grid_task<P...> task_t;
     static_assert((std::is_trivially_copyable<typename std::decay<P>::type>::value && ...),
                   "kernel parameters must be trivially copyable");
-    char where[64];
+    char where[512];
     snprintf(where, sizeof where, "the kernel launched at %s:%d", l.cfg.file, l.cfg.line);
     if (bt_emu_check_launch(l.cfg.grid, l.cfg.block, l.cfg.smem, where)) return;
     void *mem = malloc(sizeof(task_t));
