@@ -212,8 +212,12 @@ static void test_memory_faults(void)
     CHECK(cudaMalloc((void **)&p, 100 * sizeof(int)) == cudaSuccess);
     k_write<<<1, 128>>>(p, 99); /* writes p[0..99]: in bounds */
     CHECK(faults(NULL, NULL) == 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    /* under AddressSanitizer the guard zones are poisoned for ASan, which aborts on this write
+     * itself (the emu_asan job): planted only without it */
     k_write<<<1, 128>>>(p, 100); /* writes p[100]: one past the end */
     CHECK(faults(NULL, NULL) >= 1);
+#endif
     k_nothing<<<1, 32>>>(host);
     CHECK(faults("not device memory", &m) >= 1 && m);
     cudaFree(p);
