@@ -1,7 +1,10 @@
 # baton_cuda.m4: BATON_CUDA finds the CUDA toolkit, cuBLAS and cuDNN (none of them Debian packages
 # here, and none ship .pc files). --with-cuda=DIR picks the toolkit (default /usr/local/cuda),
 # --without-cuda builds a CPU-only baton, --with-cuda-arch="80 90" picks the GPU targets (SASS for
-# each plus PTX for the newest). Sets have_cuda, have_cublas, have_cudnn, NVCC, NVCCFLAGS,
+# each plus PTX for the newest). --enable-cuda-emulator builds the CUDA backend for the emulator
+# of tests/cuda_emu (docs/gpu.md): the CUDA headers only (no nvcc, libraries or GPU needed),
+# kernels compiled by $CXX, cuDNN off, the runtime and cuBLAS stand-ins linked in; sets
+# enable_cuda_emulator and defines BATON_CUDA_EMULATOR. Sets have_cuda, have_cublas, have_cudnn, NVCC, NVCCFLAGS,
 # CUDA_CPPFLAGS, CUDA_LDFLAGS, CUDA_LIBS and CUDA_ARCH_LIST, and defines BATON_HAVE_CUDA.
 AC_DEFUN([BATON_CUDA], [
   AC_ARG_WITH([cuda],
@@ -10,6 +13,9 @@ AC_DEFUN([BATON_CUDA], [
   AC_ARG_WITH([cuda-arch],
     [AS_HELP_STRING([--with-cuda-arch=LIST], [compute capabilities to build for @<:@"80 90"@:>@])],
     [CUDA_ARCH_LIST="$withval"], [CUDA_ARCH_LIST="80 90"])
+  AC_ARG_ENABLE([cuda-emulator],
+    [AS_HELP_STRING([--enable-cuda-emulator], [test build: run the CUDA backend and kernels on the CPU under tests/cuda_emu (needs the CUDA headers, not a GPU)])],
+    [], [enable_cuda_emulator=no])
   have_cuda=no
   have_cublas=no
   have_cudnn=no
@@ -18,7 +24,24 @@ AC_DEFUN([BATON_CUDA], [
     [no], [],
     [yes|check], [CUDA_HOME=/usr/local/cuda],
     [CUDA_HOME="$with_cuda"])
-  AS_IF([test -n "$CUDA_HOME"], [
+  AS_IF([test "x$enable_cuda_emulator" = xyes], [
+    AS_IF([test -z "$CUDA_HOME"], [AC_MSG_ERROR([--enable-cuda-emulator needs the CUDA headers: drop --without-cuda])])
+    baton_save_CPPFLAGS="$CPPFLAGS"
+    CUDA_CPPFLAGS="-I$CUDA_HOME/include"
+    CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS"
+    AC_CHECK_HEADER([cuda_runtime.h], [have_cuda=yes])
+    AC_CHECK_HEADER([cublas_v2.h], [have_cublas=yes])
+    CPPFLAGS="$baton_save_CPPFLAGS"
+    AS_IF([test "x$have_cuda" != xyes || test "x$have_cublas" != xyes],
+      [AC_MSG_ERROR([--enable-cuda-emulator: cuda_runtime.h and cublas_v2.h not found under $CUDA_HOME/include])])
+    NVCC=:
+    NVCCFLAGS=
+    CUDA_LDFLAGS=
+    CUDA_LIBS=
+    CUDA_ARCH_LIST="(emulated)"
+    AC_DEFINE([BATON_HAVE_CUDA], [1], [the CUDA backend is built])
+    AC_DEFINE([BATON_CUDA_EMULATOR], [1], [the CUDA backend runs on the CPU emulator of tests/cuda_emu])
+  ], [test -n "$CUDA_HOME"], [
     AC_PATH_PROG([NVCC], [nvcc], [no], [$CUDA_HOME/bin])
     AS_IF([test "x$NVCC" != xno], [
       baton_save_CPPFLAGS="$CPPFLAGS"
@@ -41,6 +64,7 @@ AC_DEFUN([BATON_CUDA], [
       LIBS="$baton_save_LIBS"
     ])
   ])
+  AS_IF([test "x$enable_cuda_emulator" = xyes], [], [
   AS_IF([test "x$with_cuda" != xno && test "x$with_cuda" != xcheck && test "x$have_cuda" != xyes],
     [AC_MSG_ERROR([--with-cuda was given but no usable CUDA toolkit was found under $CUDA_HOME])])
   AS_IF([test "x$have_cuda" = xyes && test "x$have_cublas" != xyes],
@@ -61,6 +85,7 @@ AC_DEFUN([BATON_CUDA], [
   ], [
     CUDA_HOME=
     CUDA_ARCH_LIST="(none)"
+  ])
   ])
   AC_SUBST([NVCC])
   AC_SUBST([NVCCFLAGS])

@@ -7,6 +7,12 @@
 #          Sanitizer (CPU only, -O1; every sanitizer report fails the job)
 #   tsan   build-tsan/: the executor tests under ThreadSanitizer (any report fails the job)
 #   fuzz   `make -C build fuzz`: each libFuzzer harness for BATON_FUZZ_TIME seconds (default 15)
+#   emu    build-emu/ (--enable-cuda-emulator, docs/gpu.md): the emulator's self-tests, test_cuda
+#          and test_cuda_engine on the CPU emulator of the CUDA execution model (synchronous), then
+#          test_cuda_engine again asynchronously with two pretend GPUs and random delays, and
+#          test_cuda in reverse and random thread order; none of them may skip
+#   emu_asan  build-emu-asan/: the emulator's self-test, test_cuda and test_cuda_engine (sync)
+#          under AddressSanitizer + UndefinedBehaviorSanitizer (slower; not in the default list)
 # and ends with one line, "N passed, N failed, N skipped", over all jobs: CUnit test cases (a
 # skipped program counts once), one per fuzz harness, one per sanitizer report (failed).
 # BATON_CHECK_QUICK=1 runs the tests job alone (for developers), BATON_CHECK_JOBS="asan fuzz"
@@ -97,6 +103,64 @@ job_tests() {
   if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build/check.out; failed=$((failed + 1)); fi
 }
 
+# The CUDA tests under the emulator: each run is one automake test run (TESTS=...), so a skip
+# (exit 77) shows as SKIP; here a skip is a failure, since the emulator always has a device.
+EMU_RUNS="sync:tests/test_cuda_emu sync:tests/test_cuda_emu_rt sync:tests/test_cuda sync:tests/test_cuda_engine
+async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda"
+EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build"
+
+job_emu() {
+  configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return
+  # shellcheck disable=SC2086
+  make -C build-emu -j"$jobs" $EMU_PROGRAMS >build-emu/make.out 2>&1 ||
+    { tail -50 build-emu/make.out; failed=$((failed + 1)); return; }
+  local run mode prog env rc f0=$failed
+  for run in $EMU_RUNS; do
+    mode=${run%%:*}; prog=${run#*:}
+    case $mode in
+      sync) env="BT_EMU_MODE=sync" ;;
+      async) env="BT_EMU_MODE=async BT_EMU_GPUS=2 BT_EMU_SEED=11" ;;
+      *) env="BT_EMU_MODE=sync BT_EMU_ORDER=$mode BT_EMU_SEED=7" ;;
+    esac
+    rm -f build-emu/tests/*.trs build-emu/tests/*.log
+    # shellcheck disable=SC2086
+    env $env make -C build-emu check TESTS="$prog" check_PROGRAMS="$EMU_PROGRAMS" \
+      >build-emu/check-$mode.out 2>&1
+    rc=$?
+    echo "emu $env: $(grep -E '^(PASS|FAIL|SKIP|ERROR):' build-emu/check-$mode.out | tr '\n' ' ')"
+    if grep -q '^SKIP:' build-emu/check-$mode.out; then
+      echo "emulator run of $prog skipped: the emulator always has a device"
+      tail -20 build-emu/"$prog".log; failed=$((failed + 1)); continue
+    fi
+    count_tests build-emu
+    if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build-emu/check-$mode.out; failed=$((failed + 1)); fi
+  done
+}
+
+job_emu_asan() {
+  local san='-fsanitize=address,undefined -fno-sanitize-recover=all' r
+  configure_build build-emu-asan --enable-cuda-emulator --without-protobuf-c --disable-shared \
+    CFLAGS="$san -g -O1" CXXFLAGS="$san -g -O1" LDFLAGS="$san" || return
+  # shellcheck disable=SC2086
+  make -C build-emu-asan -j"$jobs" $EMU_PROGRAMS >build-emu-asan/make.out 2>&1 ||
+    { tail -50 build-emu-asan/make.out; failed=$((failed + 1)); return; }
+  rm -f build-emu-asan/tests/*.trs build-emu-asan/tests/*.log
+  (san_env "$root/build-emu-asan/sanitizer-reports" && BT_EMU_MODE=sync make -C build-emu-asan check \
+    TESTS="tests/test_cuda_emu tests/test_cuda tests/test_cuda_engine" check_PROGRAMS="$EMU_PROGRAMS" \
+    >build-emu-asan/check.out 2>&1)
+  local rc=$? f0=$failed
+  grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' build-emu-asan/check.out || true
+  if grep -q '^SKIP:' build-emu-asan/check.out; then echo "an emulator run skipped"; failed=$((failed + 1)); fi
+  # ASan's one-line notice that it sees swapcontext (the emulator's fibers, annotated) is no report
+  for r in build-emu-asan/sanitizer-reports/*; do
+    [ -f "$r" ] || continue
+    grep -qv "doesn't fully support makecontext/swapcontext" "$r" || rm -f "$r"
+  done
+  count_tests build-emu-asan
+  count_reports build-emu-asan/sanitizer-reports
+  if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build-emu-asan/check.out; failed=$((failed + 1)); fi
+}
+
 # Sanitizer runtime options: reports go to files (so a report is seen even where a test discards
 # a child's stderr, and even where the test expected a non-zero exit), and the first one aborts.
 san_env() {
@@ -156,11 +220,11 @@ if [ "${BATON_SKIP_DEPS:-0}" != 1 ]; then
 fi
 ./autogen.sh >/dev/null 2>&1 || { echo "autogen failed"; autoreconf -fi; failed=1; finish; }
 
-if [ "${BATON_CHECK_QUICK:-0}" = 1 ]; then selected=tests; else selected=${BATON_CHECK_JOBS:-tests asan tsan fuzz}; fi
+if [ "${BATON_CHECK_QUICK:-0}" = 1 ]; then selected=tests; else selected=${BATON_CHECK_JOBS:-tests emu asan tsan fuzz}; fi
 for job in $selected; do
   case $job in
-    tests|asan|tsan|fuzz) run_job "$job" "job_$job" ;;
-    *) echo "check.sh: unknown job '$job' in BATON_CHECK_JOBS (tests, asan, tsan, fuzz)"; failed=$((failed + 1)) ;;
+    tests|emu|emu_asan|asan|tsan|fuzz) run_job "$job" "job_$job" ;;
+    *) echo "check.sh: unknown job '$job' in BATON_CHECK_JOBS (tests, emu, emu_asan, asan, tsan, fuzz)"; failed=$((failed + 1)) ;;
   esac
 done
 finish
