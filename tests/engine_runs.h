@@ -19,6 +19,39 @@
 
 static inline bt_graph *residual_graph(void) { return bt_test_residual_graph(IN, HID, CLASSES); }
 
+/* One layer of chain_graph: a linear layer of `out` features (with an optional act), or a
+ * one-input op (a custom op under test) when out is 0. */
+typedef struct chain_layer {
+    const char *name, *op, *act;
+    int64_t out;
+} chain_layer;
+
+/* x (IN) -> layers[0..n) -> head (linear, CLASSES) -> loss = cross_entropy(head, label). */
+static inline bt_graph *chain_graph(const chain_layer *layers, int n)
+{
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in = IN;
+    const char *loss_in[] = {"head", "label"};
+    bt_layer_desc d;
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, &in, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    for (int i = 0; i < n; i++) {
+        bt_layer_desc_init(&d), d.name = layers[i].name, d.op = layers[i].op, d.act = layers[i].act;
+        if (layers[i].out > 0) bt_args_set_int(a, "out", layers[i].out), d.args = a;
+        CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    }
+    bt_args_set_int(a, "out", CLASSES);
+    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    return g;
+}
+
 #define BATCH 16
 
 typedef struct batch_data {

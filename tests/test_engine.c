@@ -538,31 +538,9 @@ static bt_graph *flaky_graph(void)
         CU_ASSERT_FATAL(bt_op_register(&slow) == BT_OK);
         registered = 1;
     }
-    bt_graph *g = NULL;
-    bt_args *a = NULL;
-    int64_t in = IN;
-    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
-    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, &in, BT_F32) == BT_OK);
-    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
-    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
-    bt_args_set_int(a, "out", HID);
-    const char *loss_in[] = {"head", "label"};
-    bt_layer_desc d;
-    bt_layer_desc_init(&d), d.name = "fc1", d.op = "linear", d.args = a, d.act = "tanh";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "flaky", d.op = "test.flaky";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "fc2", d.op = "linear", d.args = a, d.act = "relu";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "slow", d.op = "test.slow";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_args_set_int(a, "out", CLASSES);
-    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_args_destroy(a);
-    return g;
+    const chain_layer layers[] = {{"fc1", "linear", "tanh", HID}, {"flaky", "test.flaky", NULL, 0},
+                                  {"fc2", "linear", "relu", HID}, {"slow", "test.slow", NULL, 0}};
+    return chain_graph(layers, 4);
 }
 
 /* 1 if every parameter of a and b is bit-identical. */

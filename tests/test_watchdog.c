@@ -176,28 +176,9 @@ static void register_stall(void)
 /* x -> fc1 -> stall -> head -> loss(head, label) */
 static bt_graph *stall_graph(void)
 {
-    bt_graph *g = NULL;
-    bt_args *a = NULL;
-    int64_t in = IN;
     register_stall();
-    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
-    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, &in, BT_F32) == BT_OK);
-    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
-    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
-    const char *loss_in[] = {"head", "label"};
-    bt_layer_desc d;
-    bt_args_set_int(a, "out", 8);
-    bt_layer_desc_init(&d), d.name = "fc1", d.op = "linear", d.args = a, d.act = "tanh";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "stall", d.op = "test.stall";
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_args_set_int(a, "out", CLASSES);
-    bt_layer_desc_init(&d), d.name = "head", d.op = "linear", d.args = a;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_layer_desc_init(&d), d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
-    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
-    bt_args_destroy(a);
-    return g;
+    const chain_layer layers[] = {{"fc1", "linear", "tanh", 8}, {"stall", "test.stall", NULL, 0}};
+    return chain_graph(layers, 2);
 }
 
 /* LeakSanitizer's switch (weak: absent outside sanitizer builds). An abandoned engine is leaked
