@@ -1,5 +1,5 @@
-/* cli/cmd_devices.c: `baton devices`: lists what a run can be placed on: the CPU (cores and the
- * BLAS baton loaded) and every CUDA GPU with its name, compute capability, memory and the
+/* cli/cmd_devices.c: `baton devices`: lists what a run can be placed on: the CPU (cores, the
+ * BLAS baton loaded, how `precision: bf16` multiplies: AMX, AVX512-BF16 or f32) and every CUDA GPU with its name, compute capability, memory and the
  * peer-access matrix between GPUs. A machine without a GPU, or a baton built without CUDA, is
  * said so and is not an error (exit 0); only a failing CUDA query is (exit 1). */
 #ifdef HAVE_CONFIG_H
@@ -24,6 +24,7 @@ static void print_cpu(void)
     const bt_status st = bt_blas_init();
     printf("cpu      %ld core%s, BLAS: %s%s\n", cores, cores == 1 ? "" : "s", bt_blas_describe(),
            st == BT_OK ? "" : " (OpenBLAS failed to load)");
+    printf("         precision bf16: %s\n", bt_cpu_bf16_describe());
 }
 
 #ifdef BATON_HAVE_CUDA

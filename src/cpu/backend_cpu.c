@@ -1,6 +1,7 @@
 /* cpu/backend_cpu.c: the CPU implementation of the backend table. A cpu:N device is a worker
  * thread's view of host memory: allocation is aligned malloc, copies are memcpy, ops run their
- * cpu_forward/cpu_backward kernels on the calling thread with the device's BLAS thread count, and
+ * cpu_forward/cpu_backward kernels on the calling thread with the device's thread count (OpenBLAS
+ * has one per process; bf16 GEMMs on oneDNN use it per call, see gemm_bf16.c), and
  * sync has nothing to wait for (every call completes before it returns). Both streams are the
  * calling thread, so an event is complete when recorded: it keeps the host clock's time, which is
  * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
@@ -20,7 +21,7 @@
 struct bt_device {
     int index;
     int threads;
-    char desc[160];
+    char desc[400];
 };
 
 static bt_status cpu_open(int index, int threads, bt_device **out)
@@ -30,13 +31,18 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     d->index = index;
     int strict = threads > 0;
     d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
-    bt_status st = bt_blas_claim_threads(&d->threads, strict);
+    bt_status st = bt_cpu_bf16_init();
     if (st != BT_OK) {
         free(d);
         return bt_error_context(st, "cpu:%d", index);
     }
-    snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s)", index, bt_blas_describe(),
-             d->threads, d->threads == 1 ? "" : "s");
+    st = bt_blas_claim_threads(&d->threads, strict);
+    if (st != BT_OK) {
+        free(d);
+        return bt_error_context(st, "cpu:%d", index);
+    }
+    snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index, bt_blas_describe(),
+             d->threads, d->threads == 1 ? "" : "s", bt_cpu_bf16_describe());
     *out = d;
     return BT_OK;
 }
@@ -95,7 +101,9 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
 {
     call->threads = dev->threads;
     call->stream = NULL;
-    return backward ? op->cpu_backward(call) : op->cpu_forward(call);
+    bt_status st = backward ? op->cpu_backward(call) : op->cpu_forward(call);
+    bt_status gemm = bt_gemm_take_error(); /* a bf16 GEMM on oneDNN failed inside the op */
+    return st != BT_OK ? st : gemm;
 }
 
 static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
