@@ -360,8 +360,9 @@ void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m
         gemm_tls *t = tls_get();
         if (threads < 1) threads = 1;
         if (t && omp_get_max_threads() != threads) omp_set_num_threads(threads);
+        const int used = omp_get_max_threads(); /* what oneDNN will run this call with */
         int seen = atomic_load(&threads_seen);
-        while (threads > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, threads)) {}
+        while (used > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, used)) {}
         const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta};
         if (t && gemm_dnnl(t, &key, a, lda, b, ldb, c) == 0) return;
         if (!t) {
