@@ -27,7 +27,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cor
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 baton() { # model precision -> median step ms
   env -u OPENBLAS_CORETYPE "$build/baton" run "$models/fashion-$1.yaml" --synthetic --stages 1 \
-    --microbatches 1 --threads "$threads" --steps "$steps" train.precision="$2" 2>&1 |
+    --partition params --microbatches 1 --threads "$threads" --steps "$steps" train.precision="$2" 2>&1 |
     awk '/^median step/ {print $3}'
 }
 torch() { # model precision torch_threads openblas_threads -> median step ms
@@ -35,7 +35,7 @@ torch() { # model precision torch_threads openblas_threads -> median step ms
     $python "$here/torch_train.py" "$1" "$2" "$3" "$steps" | awk '{print $2}'
 }
 for r in $(seq "$rounds"); do
-  "$build/bench/bench_cpu" gemm --steps 5 --threads "$threads" | awk -v r="$r" '/gemm/ {print "gemm", r, $2, $3, $7}' >>"$out"
+  "$build/bench/bench_cpu" gemm --steps 5 --threads "$threads" | awk -v r="$r" '/gemm/ {print "gemm", r, $2, $3, $8}' >>"$out"
   for model in mlp cnn; do
     for prec in f32 bf16; do
       b=$(baton $model $prec); echo "baton $r $model $prec $b" >>"$out"

@@ -11,7 +11,9 @@
  *     bf16 GEMMs with exactly that many threads (native paths);
  *   - a bf16 training run stays within bf16 tolerances of the f32 run (losses within 2%,
  *     logits of the trained model within 3% of their scale), and the pipelined bf16 run equals
- *     the one-stage bf16 run bit for bit (same GEMM shapes on each stage). */
+ *     the one-stage bf16 run bit for bit (same GEMM shapes on each stage);
+ *   - weights are converted to bf16 once per update (4 weights, 3 steps: 12 conversions, with 4
+ *     micro-batches on 2 stages), and the run equals one that converts them at every GEMM. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -225,6 +227,31 @@ static void test_training_bf16_against_f32(void)
     bt_graph_destroy(g);
 }
 
+/* Weights are converted to bf16 once per update, not once per micro-batch and GEMM, and the kept
+ * conversions never outlive a change of the weights: the run equals one that converts every time. */
+static void test_weights_converted_once_per_update(void)
+{
+    if (bt_cpu_bf16_init() != BT_OK) return;
+    bt_graph *g = wide_graph();
+    bt_engine_params p;
+    run_result kept, fresh;
+    engine_params(&p, 2, 4, BT_SCHEDULE_1F1B);
+    p.precision = BT_BF16;
+    const long long before = bt_gemm_bf16_conversions();
+    run_three_steps(g, &p, &kept);
+    const long long made = bt_gemm_bf16_conversions() - before;
+    printf("\n  3 steps of 4 micro-batches: %lld weight conversions", made);
+    CU_ASSERT(made == (bt_cpu_bf16_native() ? 4 * 3 : 0)); /* fc1, fc2, fc3, head once a step */
+    bt_gemm_bf16_param_cache(0);
+    run_three_steps(g, &p, &fresh);
+    bt_gemm_bf16_param_cache(1);
+    CU_ASSERT(bt_gemm_bf16_conversions() - before == made);
+    CU_ASSERT(identical(&kept, &fresh));
+    free_result(&kept);
+    free_result(&fresh);
+    bt_graph_destroy(g);
+}
+
 int main(void)
 {
     const bt_test_case cases[] = {
@@ -232,6 +259,7 @@ int main(void)
         {"bf16 GEMM = double reference within f32 accumulation", test_gemm_against_reference},
         {"bf16 GEMMs use each device's thread count", test_threads_per_device},
         {"bf16 training within bf16 tolerance of f32; pipelined = one stage", test_training_bf16_against_f32},
+        {"bf16 weights converted once per update, never stale", test_weights_converted_once_per_update},
         {NULL, NULL},
     };
     return bt_test_main("cpu_bf16", cases);

@@ -5,6 +5,7 @@
  * sync has nothing to wait for (every call completes before it returns). Both streams are the
  * calling thread, so an event is complete when recorded: it keeps the host clock's time, which is
  * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,16 +67,24 @@ static bt_status cpu_alloc(bt_device *dev, size_t bytes, void **out)
     return BT_OK;
 }
 
-static void cpu_free(bt_device *dev, void *ptr) { free(ptr); }
+/* Every call that writes or frees memory tells gemm_bf16.c, which keeps bf16 conversions of
+ * parameters until their memory changes (bt_gemm_bf16_forget). */
+static void cpu_free(bt_device *dev, void *ptr)
+{
+    if (ptr) bt_gemm_bf16_forget(ptr, malloc_usable_size(ptr));
+    free(ptr);
+}
 
 static bt_status cpu_zero(bt_device *dev, void *ptr, size_t bytes)
 {
+    bt_gemm_bf16_forget(ptr, bytes);
     if (bytes) memset(ptr, 0, bytes);
     return BT_OK;
 }
 
 static bt_status cpu_copy(bt_device *dev, void *dst, const void *src, size_t bytes)
 {
+    bt_gemm_bf16_forget(dst, bytes);
     if (bytes && dst != src) memcpy(dst, src, bytes);
     return BT_OK;
 }
@@ -83,6 +92,7 @@ static bt_status cpu_copy(bt_device *dev, void *dst, const void *src, size_t byt
 static bt_status cpu_accumulate(bt_device *dev, bt_dtype dtype, void *dst, const void *src,
                                 size_t n)
 {
+    bt_gemm_bf16_forget(dst, n * bt_dtype_size(dtype));
     if (dtype == BT_F32) {
         float *restrict d = dst;
         const float *restrict s = src;
@@ -123,6 +133,7 @@ static bt_status cpu_optimizer_update(bt_device *dev, const bt_optimizer_config 
                                       bt_dtype dtype, void *w, const void *g, void *const *state,
                                       size_t n, double lr, int64_t step, double grad_scale)
 {
+    bt_gemm_bf16_forget(w, n * bt_dtype_size(dtype));
     return bt_optim_update(cfg, dtype, w, g, state, n, lr, step, grad_scale);
 }
 
@@ -187,6 +198,7 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
 {
     if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
         return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
+    bt_gemm_bf16_forget(x, n * sizeof *x);
     bt_round_array(precision, x, n);
     return BT_OK;
 }

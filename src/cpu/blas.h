@@ -44,6 +44,21 @@ int bt_cpu_bf16_native(void);
 void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m, int n, int k,
                 float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc);
+/* bt_gemm_at where operand A (param & BT_GEMM_PARAM_A) or B (BT_GEMM_PARAM_B) is a parameter's
+ * compute copy: memory that only backend calls write (the engine's refresh after an update). Its
+ * bf16 conversion is kept until bt_gemm_bf16_forget is told of a write to that memory. */
+#define BT_GEMM_PARAM_A 1
+#define BT_GEMM_PARAM_B 2
+void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
+                   int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc);
+/* Drops the kept bf16 conversions of parameters overlapping [ptr, ptr + bytes): every CPU backend
+ * call that writes or frees memory calls it. Cheap when nothing is kept. Thread-safe. */
+void bt_gemm_bf16_forget(const void *ptr, size_t bytes);
+/* Parameter conversions made so far (tests: a weight is converted once per refresh). */
+long long bt_gemm_bf16_conversions(void);
+/* 0: convert parameters on every call like other operands (tests compare the two); 1: keep them. */
+void bt_gemm_bf16_param_cache(int enable);
 /* The calling thread's first bt_gemm_at failure since the last call (a status with its message),
  * or BT_OK; clears it. The CPU backend checks it after every op. */
 bt_status bt_gemm_take_error(void);

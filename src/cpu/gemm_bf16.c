@@ -14,7 +14,11 @@
  *
  * The oneDNN path converts A and B to bf16 in a per-thread buffer (rounding to nearest even,
  * exact for the values it is given), then runs a cached matmul primitive writing C in f32 (beta
- * through a sum post-op, alpha through an output scale). oneDNN threads through OpenMP, whose
+ * through a sum post-op, alpha through an output scale). An operand the caller marks as a
+ * parameter (bt_gemm_param: a layer's weight compute copy, which changes only when the engine
+ * refreshes it after an update) is converted once and kept in a process-wide cache until any
+ * backend write to its memory (round_to, copy, zero, free, ...: bt_gemm_bf16_forget) drops it:
+ * with 8 micro-batches the weights would otherwise be converted 16 times a step. oneDNN threads through OpenMP, whose
  * thread count is per calling thread: each call sets it to the device's count, so `--threads` is
  * honoured per device here (OpenBLAS has one count per process, see blas.c). A oneDNN failure is
  * kept per thread and returned by bt_gemm_take_error (the backend's run_op checks it after every
@@ -310,16 +314,143 @@ fail:
     return NULL;
 }
 
-/* 0 on success; else the error is in t->error and C is untouched. */
-static int gemm_dnnl(gemm_tls *t, const gemm_key *key, const float *a, int lda, const float *b,
-                     int ldb, float *c)
+/* ---- converted parameters, kept until their memory is written -------------------------------- */
+
+#define PARAM_CACHE 128
+#define PARAM_CACHE_BYTES ((size_t)1 << 30)
+
+typedef struct param_entry {
+    const float *src;   /* first element */
+    const float *end;   /* one past the last element read */
+    int rows, cols, ld; /* as stored */
+    uint16_t *bf16;     /* (rows, cols) */
+    size_t bytes;
+    uint64_t used;
+    int users; /* GEMMs reading bf16 now */
+    int stale; /* dropped while in use: the last user frees it */
+} param_entry;
+
+static pthread_mutex_t param_mu = PTHREAD_MUTEX_INITIALIZER;
+static param_entry *param_cache[PARAM_CACHE];
+static int param_n;
+static size_t param_bytes;
+static uint64_t param_clock;
+static atomic_int param_live; /* entries, read without the lock to skip forget when empty */
+static atomic_llong param_conversions;
+
+static void param_free(param_entry *e)
+{
+    free(e->bf16);
+    free(e);
+}
+
+/* Removes entry i (the lock held); frees it unless it is in use. */
+static void param_drop(int i)
+{
+    param_entry *e = param_cache[i];
+    param_bytes -= e->bytes;
+    param_cache[i] = param_cache[--param_n];
+    atomic_store(&param_live, param_n);
+    if (e->users) e->stale = 1;
+    else param_free(e);
+}
+
+void bt_gemm_bf16_forget(const void *ptr, size_t bytes)
+{
+    if (!ptr || atomic_load(&param_live) == 0) return;
+    const char *lo = ptr, *hi = lo + bytes;
+    pthread_mutex_lock(&param_mu);
+    for (int i = param_n - 1; i >= 0; i--)
+        if ((const char *)param_cache[i]->src < hi && (const char *)param_cache[i]->end > lo)
+            param_drop(i);
+    pthread_mutex_unlock(&param_mu);
+}
+
+long long bt_gemm_bf16_conversions(void) { return atomic_load(&param_conversions); }
+
+static atomic_int param_cache_off;
+
+void bt_gemm_bf16_param_cache(int enable) { atomic_store(&param_cache_off, !enable); }
+
+/* The bf16 copy of a parameter operand (rows, cols; stride ld), converted now if not cached; NULL
+ * when it cannot be kept (the caller converts it itself). Release with param_release. */
+static param_entry *param_acquire(const float *src, int rows, int cols, int ld)
+{
+    param_entry *e = NULL;
+    if (atomic_load(&param_cache_off)) return NULL;
+    pthread_mutex_lock(&param_mu);
+    for (int i = 0; i < param_n && !e; i++) {
+        param_entry *c = param_cache[i];
+        if (c->src == src && c->rows == rows && c->cols == cols && c->ld == ld) e = c;
+    }
+    if (!e) {
+        const size_t bytes = (size_t)rows * cols * sizeof(uint16_t);
+        while (param_n > 0 && (param_n == PARAM_CACHE || param_bytes + bytes > PARAM_CACHE_BYTES)) {
+            int lru = -1;
+            for (int i = 0; i < param_n; i++)
+                if (!param_cache[i]->users && (lru < 0 || param_cache[i]->used < param_cache[lru]->used))
+                    lru = i;
+            if (lru < 0) break;
+            param_drop(lru);
+        }
+        if (param_n < PARAM_CACHE && param_bytes + bytes <= PARAM_CACHE_BYTES &&
+            (e = calloc(1, sizeof *e)) && (e->bf16 = malloc(bytes))) {
+            e->src = src;
+            e->end = src + (size_t)(rows - 1) * ld + cols;
+            e->rows = rows, e->cols = cols, e->ld = ld;
+            e->bytes = bytes;
+            to_bf16(src, rows, cols, ld, e->bf16);
+            atomic_fetch_add(&param_conversions, 1);
+            param_cache[param_n++] = e;
+            param_bytes += bytes;
+            atomic_store(&param_live, param_n);
+        } else if (e) {
+            free(e);
+            e = NULL;
+        }
+    }
+    if (e) {
+        e->users++;
+        e->used = ++param_clock;
+    }
+    pthread_mutex_unlock(&param_mu);
+    return e;
+}
+
+static void param_release(param_entry *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&param_mu);
+    if (--e->users == 0 && e->stale) param_free(e);
+    pthread_mutex_unlock(&param_mu);
+}
+
+static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_entry *pa,
+                         param_entry *pb, const float *a, int lda, const float *b, int ldb, float *c);
+
+/* 0 on success; else the error is in t->error and C is untouched. param: BT_GEMM_PARAM_A/B. */
+static int gemm_dnnl(gemm_tls *t, const gemm_key *key, int param, const float *a, int lda,
+                     const float *b, int ldb, float *c)
 {
     gemm_entry *e = NULL;
     for (int i = 0; i < t->n && !e; i++)
         if (key_equal(&t->entry[i].key, key)) e = &t->entry[i];
     if (!e && !(e = entry_build(t, key))) return -1;
     e->used = ++t->clock;
-    const size_t na = (size_t)key->m * key->k, nb = (size_t)key->k * key->n;
+    const int rows_a = key->ta ? key->k : key->m, cols_a = key->ta ? key->m : key->k;
+    const int rows_b = key->tb ? key->n : key->k, cols_b = key->tb ? key->k : key->n;
+    param_entry *pa = param & BT_GEMM_PARAM_A ? param_acquire(a, rows_a, cols_a, lda) : NULL;
+    param_entry *pb = param & BT_GEMM_PARAM_B ? param_acquire(b, rows_b, cols_b, ldb) : NULL;
+    const int rc = gemm_dnnl_run(t, key, e, pa, pb, a, lda, b, ldb, c);
+    param_release(pa);
+    param_release(pb);
+    return rc;
+}
+
+static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_entry *pa,
+                         param_entry *pb, const float *a, int lda, const float *b, int ldb, float *c)
+{
+    const size_t na = pa ? 0 : (size_t)key->m * key->k, nb = pb ? 0 : (size_t)key->k * key->n;
     if (na + nb > t->cap) {
         uint16_t *grown = realloc(t->buf, (na + nb) * sizeof *grown);
         if (!grown) {
@@ -330,9 +461,9 @@ static int gemm_dnnl(gemm_tls *t, const gemm_key *key, const float *a, int lda, 
         t->buf = grown;
         t->cap = na + nb;
     }
-    uint16_t *a16 = t->buf, *b16 = t->buf + na;
-    to_bf16(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16);
-    to_bf16(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16);
+    uint16_t *a16 = pa ? pa->bf16 : t->buf, *b16 = pb ? pb->bf16 : t->buf + na;
+    if (!pa) to_bf16(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16);
+    if (!pb) to_bf16(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16);
     if (dnnl_memory_set_data_handle(e->a, a16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->b, b16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->c, c) != dnnl_success) {
@@ -355,6 +486,14 @@ void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m
                 float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc)
 {
+    bt_gemm_param(precision, threads, 0, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                  ldc);
+}
+
+void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
+                   int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc)
+{
 #ifdef BATON_HAVE_DNNL
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
         gemm_tls *t = tls_get();
@@ -364,7 +503,7 @@ void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m
         int seen = atomic_load(&threads_seen);
         while (used > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, used)) {}
         const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta};
-        if (t && gemm_dnnl(t, &key, a, lda, b, ldb, c) == 0) return;
+        if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, c) == 0) return;
         if (!t) {
             static __thread char lost[1]; /* no state to keep the message in: say so once */
             if (!lost[0]) fprintf(stderr, "baton: out of memory for bf16 GEMM state\n");
@@ -374,9 +513,22 @@ void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m
 #else
     (void)precision;
     (void)threads;
+    (void)param;
 #endif
     bt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+#ifndef BATON_HAVE_DNNL
+void bt_gemm_bf16_forget(const void *ptr, size_t bytes)
+{
+    (void)ptr;
+    (void)bytes;
+}
+
+long long bt_gemm_bf16_conversions(void) { return 0; }
+
+void bt_gemm_bf16_param_cache(int enable) { (void)enable; }
+#endif
 
 bt_status bt_gemm_take_error(void)
 {

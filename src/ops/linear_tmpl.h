@@ -16,7 +16,7 @@ static bt_status R(linear_forward)(const bt_op_call *call)
         const REAL *b = call->param[1].data; /* (out) */
         for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
     }
-    GEMM_AT(call, 0, 1, rows, out, in, 1, x, in, w, in, cfg->bias ? 1 : 0, y, out);
+    GEMM_W(call, BT_GEMM_PARAM_B, 0, 1, rows, out, in, 1, x, in, w, in, cfg->bias ? 1 : 0, y, out);
     return BT_OK;
 }
 
@@ -31,7 +31,7 @@ static bt_status R(linear_backward)(const bt_op_call *call)
     if (rows == 0) return BT_OK;
     if (BT_OPS_WANTS(&call->in_grad[0])) {
         REAL *dx = call->in_grad[0].data; /* (rows, in) += dY W */
-        GEMM_AT(call, 0, 0, rows, in, out, 1, dy, out, w, in, 1, dx, in);
+        GEMM_W(call, BT_GEMM_PARAM_B, 0, 0, rows, in, out, 1, dy, out, w, in, 1, dx, in);
     }
     if (call->param_grad && BT_OPS_WANTS(&call->param_grad[0])) {
         REAL *dw = call->param_grad[0].data; /* (out, in) += dY^T X */
