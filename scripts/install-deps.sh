@@ -13,7 +13,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool autoconf-archive pkgconf make \
-  libyaml-dev libjansson-dev libcunit1-dev zlib1g-dev libopenblas-dev libdnnl-dev \
+  libyaml-dev libjansson-dev libcunit1-dev zlib1g-dev libopenblas-dev \
   libprotobuf-c-dev protobuf-c-compiler clang libclang-rt-14-dev \
   libopenmpi-dev openmpi-bin libdnnl-dev \
   dataset-fashion-mnist librsvg2-bin python3 python3-numpy python3-pil python3-pip "$@"
