@@ -7,6 +7,8 @@
  *     accumulation of exact products, |C - ref| <= (k + 2) 2^-23 sum_p |alpha a_ip b_pj| +
  *     2^-23 |beta c0|, against a double reference over the same bf16 operands; on the f32 path it
  *     is bt_sgemm bit for bit;
+ *   - linear's bias added in the GEMM's epilogue equals the unfused bias-then-GEMM within one
+ *     rounding of the final add;
  *   - the thread count of each call is the device's: an engine with `threads` 1, then 2, runs its
  *     bf16 GEMMs with exactly that many threads (native paths);
  *   - a bf16 training run stays within bf16 tolerances of the f32 run (losses within 2%,
@@ -153,6 +155,32 @@ static void test_gemm_against_reference(void)
                 check_gemm(t & 1, t >> 1, sizes[s][0], sizes[s][1], sizes[s][2], ab[x][0], ab[x][1]);
 }
 
+/* The bias added in the GEMM's epilogue (bt_gemm_bias) against the unfused pair: rows set to
+ * the bias, then the product added with beta 1. The same sums, so equal within one rounding of
+ * the final add (|d| <= 2^-23 (|C| + |bias|)); the run reports whether they were identical. */
+static void test_fused_bias_equals_unfused(void)
+{
+    if (bt_cpu_bf16_init() != BT_OK) return;
+    srand(11);
+    const int m = 67, n = 130, k = 200;
+    float *x = malloc(sizeof(float) * m * k), *w = malloc(sizeof(float) * n * k);
+    float *bias = malloc(sizeof(float) * n), *fused = malloc(sizeof(float) * m * n);
+    float *plain = malloc(sizeof(float) * m * n);
+    for (int i = 0; i < m * k; i++) x[i] = rand_bf16();
+    for (int i = 0; i < n * k; i++) w[i] = rand_bf16();
+    for (int i = 0; i < n; i++) bias[i] = (float)rand() / RAND_MAX - 0.5f;
+    bt_gemm_bias(BT_BF16, 1, BT_GEMM_PARAM_B, 0, 1, m, n, k, x, k, w, k, bias, fused, n);
+    CU_ASSERT(bt_gemm_take_error() == BT_OK);
+    for (int r = 0; r < m; r++) memcpy(plain + r * n, bias, sizeof(float) * n);
+    bt_gemm_at(BT_BF16, 1, 0, 1, m, n, k, 1, x, k, w, k, 1, plain, n);
+    int bad = 0, identical_bits = memcmp(fused, plain, sizeof(float) * m * n) == 0;
+    for (int i = 0; i < m * n; i++)
+        bad += fabs((double)fused[i] - plain[i]) > ldexp(fabs((double)plain[i]) + fabs((double)bias[i % n]), -23);
+    printf("\n  fused bias vs unfused: %s", identical_bits ? "identical" : "within one rounding");
+    CU_ASSERT(bad == 0);
+    free(x), free(w), free(bias), free(fused), free(plain);
+}
+
 /* A wider model than residual_graph, so its GEMMs are worth threads. */
 static bt_graph *wide_graph(void)
 {
@@ -257,6 +285,7 @@ int main(void)
     const bt_test_case cases[] = {
         {"the bf16 path is the CPU's (or the forced one)", test_path_is_the_cpus},
         {"bf16 GEMM = double reference within f32 accumulation", test_gemm_against_reference},
+        {"bias in the epilogue = bias then GEMM", test_fused_bias_equals_unfused},
         {"bf16 GEMMs use each device's thread count", test_threads_per_device},
         {"bf16 training within bf16 tolerance of f32; pipelined = one stage", test_training_bf16_against_f32},
         {"bf16 weights converted once per update, never stale", test_weights_converted_once_per_update},

@@ -18,7 +18,8 @@
  * parameter (bt_gemm_param: a layer's weight compute copy, which changes only when the engine
  * refreshes it after an update) is converted once and kept in a process-wide cache until any
  * backend write to its memory (round_to, copy, zero, free, ...: bt_gemm_bf16_forget) drops it:
- * with 8 micro-batches the weights would otherwise be converted 16 times a step. oneDNN threads through OpenMP, whose
+ * with 8 micro-batches the weights would otherwise be converted 16 times a step. bt_gemm_bias
+ * adds a bias in the matmul's epilogue (linear's forward) instead of a pass that writes it first. oneDNN threads through OpenMP, whose
  * thread count is per calling thread: each call sets it to the device's count, so `--threads` is
  * honoured per device here (OpenBLAS has one count per process, see blas.c). A oneDNN failure is
  * kept per thread and returned by bt_gemm_take_error (the backend's run_op checks it after every
@@ -173,12 +174,13 @@ int bt_gemm_bf16_threads_seen(int reset)
 typedef struct gemm_key {
     int ta, tb, m, n, k, ldc, threads;
     float alpha, beta;
+    int bias; /* 1: C = op(A) op(B) + bias, the bias (n) added in the epilogue */
 } gemm_key;
 
 typedef struct gemm_entry {
     gemm_key key;
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;
+    dnnl_memory_t a, b, c, bias;
     uint64_t used;
 } gemm_entry;
 
@@ -201,6 +203,7 @@ static void entry_clear(gemm_entry *e)
     if (e->a) dnnl_memory_destroy(e->a);
     if (e->b) dnnl_memory_destroy(e->b);
     if (e->c) dnnl_memory_destroy(e->c);
+    if (e->bias) dnnl_memory_destroy(e->bias);
     memset(e, 0, sizeof *e);
 }
 
@@ -251,7 +254,7 @@ static int key_equal(const gemm_key *a, const gemm_key *b)
 {
     return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->ldc == b->ldc && a->threads == b->threads && a->alpha == b->alpha &&
-           a->beta == b->beta;
+           a->beta == b->beta && a->bias == b->bias;
 }
 
 #define DNNL_TRY(call, what)                                                                     \
@@ -276,8 +279,9 @@ static gemm_entry *entry_build(gemm_tls *t, const gemm_key *key)
         entry_clear(e);
     }
     e->key = *key;
-    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_t a, b, c, bias;
     dnnl_dims_t da = {key->m, key->k}, db = {key->k, key->n}, dc = {key->m, key->n};
+    dnnl_dims_t dbias = {1, key->n}, sbias = {key->n, 1};
     dnnl_dims_t sa = {key->ta ? 1 : key->k, key->ta ? key->m : 1};
     dnnl_dims_t sb = {key->tb ? 1 : key->n, key->tb ? key->k : 1};
     dnnl_dims_t sc = {key->ldc, 1};
@@ -288,7 +292,9 @@ static gemm_entry *entry_build(gemm_tls *t, const gemm_key *key)
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa), "memory_desc_init(A)");
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb), "memory_desc_init(B)");
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&c, 2, dc, dnnl_f32, sc), "memory_desc_init(C)");
-    DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c), "matmul_desc_init");
+    if (key->bias)
+        DNNL_TRY(dnnl_memory_desc_init_by_strides(&bias, 2, dbias, dnnl_f32, sbias), "memory_desc_init(bias)");
+    DNNL_TRY(dnnl_matmul_desc_init(&md, &a, &b, key->bias ? &bias : NULL, &c), "matmul_desc_init");
     DNNL_TRY(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     if (key->alpha != 1)
         DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha), "output scales");
@@ -302,6 +308,8 @@ static gemm_entry *entry_build(gemm_tls *t, const gemm_key *key)
     DNNL_TRY(dnnl_memory_create(&e->a, &a, dnnl_eng, DNNL_MEMORY_NONE), "memory_create(A)");
     DNNL_TRY(dnnl_memory_create(&e->b, &b, dnnl_eng, DNNL_MEMORY_NONE), "memory_create(B)");
     DNNL_TRY(dnnl_memory_create(&e->c, &c, dnnl_eng, DNNL_MEMORY_NONE), "memory_create(C)");
+    if (key->bias)
+        DNNL_TRY(dnnl_memory_create(&e->bias, &bias, dnnl_eng, DNNL_MEMORY_NONE), "memory_create(bias)");
     dnnl_primitive_desc_destroy(pd);
     dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
@@ -426,11 +434,12 @@ static void param_release(param_entry *e)
 }
 
 static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_entry *pa,
-                         param_entry *pb, const float *a, int lda, const float *b, int ldb, float *c);
+                         param_entry *pb, const float *a, int lda, const float *b, int ldb,
+                         const float *bias, float *c);
 
 /* 0 on success; else the error is in t->error and C is untouched. param: BT_GEMM_PARAM_A/B. */
 static int gemm_dnnl(gemm_tls *t, const gemm_key *key, int param, const float *a, int lda,
-                     const float *b, int ldb, float *c)
+                     const float *b, int ldb, const float *bias, float *c)
 {
     gemm_entry *e = NULL;
     for (int i = 0; i < t->n && !e; i++)
@@ -441,14 +450,15 @@ static int gemm_dnnl(gemm_tls *t, const gemm_key *key, int param, const float *a
     const int rows_b = key->tb ? key->n : key->k, cols_b = key->tb ? key->k : key->n;
     param_entry *pa = param & BT_GEMM_PARAM_A ? param_acquire(a, rows_a, cols_a, lda) : NULL;
     param_entry *pb = param & BT_GEMM_PARAM_B ? param_acquire(b, rows_b, cols_b, ldb) : NULL;
-    const int rc = gemm_dnnl_run(t, key, e, pa, pb, a, lda, b, ldb, c);
+    const int rc = gemm_dnnl_run(t, key, e, pa, pb, a, lda, b, ldb, bias, c);
     param_release(pa);
     param_release(pb);
     return rc;
 }
 
 static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_entry *pa,
-                         param_entry *pb, const float *a, int lda, const float *b, int ldb, float *c)
+                         param_entry *pb, const float *a, int lda, const float *b, int ldb,
+                         const float *bias, float *c)
 {
     const size_t na = pa ? 0 : (size_t)key->m * key->k, nb = pb ? 0 : (size_t)key->k * key->n;
     if (na + nb > t->cap) {
@@ -466,13 +476,16 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_
     if (!pb) to_bf16(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16);
     if (dnnl_memory_set_data_handle(e->a, a16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->b, b16) != dnnl_success ||
-        dnnl_memory_set_data_handle(e->c, c) != dnnl_success) {
+        dnnl_memory_set_data_handle(e->c, c) != dnnl_success ||
+        (key->bias && dnnl_memory_set_data_handle(e->bias, (void *)bias) != dnnl_success)) {
         snprintf(t->error, sizeof t->error, "oneDNN: memory_set_data_handle failed");
         return -1;
     }
-    dnnl_exec_arg_t args[3] = {
-        {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-    if (dnnl_primitive_execute(e->prim, t->stream, 3, args) != dnnl_success ||
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
+                               {DNNL_ARG_WEIGHTS, e->b},
+                               {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_BIAS, e->bias}};
+    if (dnnl_primitive_execute(e->prim, t->stream, key->bias ? 4 : 3, args) != dnnl_success ||
         dnnl_stream_wait(t->stream) != dnnl_success) {
         snprintf(t->error, sizeof t->error, "oneDNN: a bf16 GEMM %dx%dx%d failed to run", key->m,
                  key->n, key->k);
@@ -502,8 +515,8 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
         const int used = omp_get_max_threads(); /* what oneDNN will run this call with */
         int seen = atomic_load(&threads_seen);
         while (used > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, used)) {}
-        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta};
-        if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, c) == 0) return;
+        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, 0};
+        if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, NULL, c) == 0) return;
         if (!t) {
             static __thread char lost[1]; /* no state to keep the message in: say so once */
             if (!lost[0]) fprintf(stderr, "baton: out of memory for bf16 GEMM state\n");
@@ -516,6 +529,25 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
     (void)param;
 #endif
     bt_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
+                  int n, int k, const float *a, int lda, const float *b, int ldb, const float *bias,
+                  float *c, int ldc)
+{
+#ifdef BATON_HAVE_DNNL
+    if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
+        gemm_tls *t = tls_get();
+        if (threads < 1) threads = 1;
+        if (t) {
+            if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+            const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1};
+            if (gemm_dnnl(t, &key, param, a, lda, b, ldb, bias, c) == 0) return;
+        }
+    }
+#endif
+    for (int r = 0; r < m; r++) memcpy(c + (size_t)r * ldc, bias, (size_t)n * sizeof *c);
+    bt_gemm_param(precision, threads, param, trans_a, trans_b, m, n, k, 1, a, lda, b, ldb, 1, c, ldc);
 }
 
 #ifndef BATON_HAVE_DNNL

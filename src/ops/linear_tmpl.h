@@ -12,6 +12,13 @@ static bt_status R(linear_forward)(const bt_op_call *call)
     const REAL *w = call->param[0].data; /* (out, in) */
     REAL *y = call->out->data;           /* (rows, out) */
     if (rows == 0) return BT_OK;
+#if BT_REAL_BITS == 32
+    if (cfg->bias && call->precision == BT_BF16) { /* the bias in the GEMM's epilogue (oneDNN) */
+        bt_gemm_bias(call->precision, call->threads, BT_GEMM_PARAM_B, 0, 1, rows, out, in, x, in, w,
+                     in, call->param[1].data, y, out);
+        return BT_OK;
+    }
+#endif
     if (cfg->bias) {
         const REAL *b = call->param[1].data; /* (out) */
         for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
