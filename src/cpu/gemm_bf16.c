@@ -495,6 +495,26 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_
 }
 #endif
 
+#ifdef BATON_HAVE_DNNL
+/* The calling thread's state with OpenMP set to `threads` for the call (recorded for the tests);
+ * NULL (said once per thread) when there is no memory for it: the caller computes with sgemm. */
+static gemm_tls *tls_for_call(int threads)
+{
+    static __thread int said;
+    gemm_tls *t = tls_get();
+    if (!t) {
+        if (!said) fprintf(stderr, "baton: out of memory for bf16 GEMM state: computing in f32\n");
+        said = 1;
+        return NULL;
+    }
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    const int used = omp_get_max_threads(); /* what oneDNN will run this call with */
+    int seen = atomic_load(&threads_seen);
+    while (used > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, used)) {}
+    return t;
+}
+#endif
+
 void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m, int n, int k,
                 float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc)
@@ -509,19 +529,10 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
 {
 #ifdef BATON_HAVE_DNNL
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
-        gemm_tls *t = tls_get();
         if (threads < 1) threads = 1;
-        if (t && omp_get_max_threads() != threads) omp_set_num_threads(threads);
-        const int used = omp_get_max_threads(); /* what oneDNN will run this call with */
-        int seen = atomic_load(&threads_seen);
-        while (used > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, used)) {}
+        gemm_tls *t = tls_for_call(threads);
         const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, 0};
         if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, NULL, c) == 0) return;
-        if (!t) {
-            static __thread char lost[1]; /* no state to keep the message in: say so once */
-            if (!lost[0]) fprintf(stderr, "baton: out of memory for bf16 GEMM state\n");
-            lost[0] = 1;
-        }
     }
 #else
     (void)precision;
@@ -537,13 +548,10 @@ void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int t
 {
 #ifdef BATON_HAVE_DNNL
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
-        gemm_tls *t = tls_get();
         if (threads < 1) threads = 1;
-        if (t) {
-            if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-            const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1};
-            if (gemm_dnnl(t, &key, param, a, lda, b, ldb, bias, c) == 0) return;
-        }
+        gemm_tls *t = tls_for_call(threads);
+        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1};
+        if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, bias, c) == 0) return;
     }
 #endif
     for (int r = 0; r < m; r++) memcpy(c + (size_t)r * ldc, bias, (size_t)n * sizeof *c);
