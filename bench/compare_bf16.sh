@@ -2,7 +2,8 @@
 # bench/compare_bf16.sh: baton against PyTorch on this CPU, f32 and bf16, MLP and CNN, runs
 # alternating between the two, ROUNDS times; prints every run, then medians and ratios.
 # Usage: bench/compare_bf16.sh BUILD_DIR [ROUNDS] [STEPS] [THREADS]
-#   baton: `baton run` one stage, one micro-batch, --threads THREADS, synthetic data, median step;
+#   baton: `baton run` one stage, one micro-batch, synthetic data, median step, at --threads 1 and
+#          THREADS, the better kept (oneDNN's OpenMP teams suffer on a loaded machine);
 #          models/fashion-mlp.yaml (batch 256) and models/fashion-cnn.yaml (batch 128), AdamW.
 #   torch: bench/torch_train.py (the same networks, batches and optimizer), f32 and
 #          torch.autocast("cpu", dtype=torch.bfloat16), each at two settings, and the best kept:
@@ -25,9 +26,9 @@ out=$(mktemp); trap 'rm -f "$out"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores," \
   "flags: $(grep -m1 -o 'amx_bf16' /proc/cpuinfo || echo no-amx) $(grep -m1 -o 'avx512_bf16' /proc/cpuinfo || echo no-avx512_bf16)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-baton() { # model precision -> median step ms
+baton() { # model precision threads -> median step ms
   env -u OPENBLAS_CORETYPE "$build/baton" run "$models/fashion-$1.yaml" --synthetic --stages 1 \
-    --partition params --microbatches 1 --threads "$threads" --steps "$steps" train.precision="$2" 2>&1 |
+    --partition params --microbatches 1 --threads "$3" --steps "$steps" train.precision="$2" 2>&1 |
     awk '/^median step/ {print $3}'
 }
 torch() { # model precision torch_threads openblas_threads -> median step ms
@@ -38,17 +39,19 @@ for r in $(seq "$rounds"); do
   "$build/bench/bench_cpu" gemm --steps 5 --threads "$threads" | awk -v r="$r" '/gemm/ {print "gemm", r, $2, $3, $8}' >>"$out"
   for model in mlp cnn; do
     for prec in f32 bf16; do
-      b=$(baton $model $prec); echo "baton $r $model $prec $b" >>"$out"
+      b1=$(baton $model $prec 1); echo "baton1 $r $model $prec $b1" >>"$out"
       t1=$(torch $model $prec 1 "$threads"); echo "torch1 $r $model $prec $t1" >>"$out"
+      b=$(baton $model $prec "$threads"); echo "batonN $r $model $prec $b" >>"$out"
       t2=$(torch $model $prec "$threads" 1); echo "torchN $r $model $prec $t2" >>"$out"
-      echo "round $r $model $prec: baton $b ms, torch (1 thread, OpenBLAS $threads) $t1 ms, torch ($threads threads, OpenBLAS 1) $t2 ms"
+      echo "round $r $model $prec: baton (1 thread) $b1 ms, torch (1 thread, OpenBLAS $threads) $t1 ms," \
+        "baton ($threads threads) $b ms, torch ($threads threads, OpenBLAS 1) $t2 ms"
     done
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 pick() { awk -v w="$1" -v m="$2" -v p="$3" '$1 == w && $3 == m && $4 == p {print $5}' "$out" | median; }
-echo "medians of $rounds rounds x $steps steps, baton --threads $threads, OpenBLAS $core kernels:"
+echo "medians of $rounds rounds x $steps steps, OpenBLAS $core kernels, each at its better thread setting:"
 for shape in 1024x1024x1024 256x1024x1024; do
   for prec in f32 bf16; do
     g=$(awk -v s="$shape" -v p="$prec" '$1 == "gemm" && $3 == p && $4 == s {print $5}' "$out" | median)
@@ -58,12 +61,15 @@ done
 for model in mlp cnn; do
   batch=256; [ $model = cnn ] && batch=128
   for prec in f32 bf16; do
-    b=$(pick baton $model $prec); t1=$(pick torch1 $model $prec); tn=$(pick torchN $model $prec)
-    awk -v m=$model -v p=$prec -v b="$b" -v t1="$t1" -v tn="$tn" -v n=$batch 'BEGIN {
+    b1=$(pick baton1 $model $prec); bn=$(pick batonN $model $prec)
+    t1=$(pick torch1 $model $prec); tn=$(pick torchN $model $prec)
+    awk -v m=$model -v p=$prec -v b1="$b1" -v bn="$bn" -v t1="$t1" -v tn="$tn" -v n=$batch 'BEGIN {
+      b = b1 < bn ? b1 : bn; bs = b1 < bn ? "1 thread" : "N threads";
       t = t1 < tn ? t1 : tn; s = t1 < tn ? "1 thread" : "N threads";
-      printf "  %s %-4s baton %7.2f ms (%6.0f samples/s)  torch best %7.2f ms (%6.0f samples/s, %s)  baton/torch %.2fx\n",
-        m, p, b, n * 1e3 / b, t, n * 1e3 / t, s, t / b }'
+      printf "  %s %-4s baton %7.2f ms (%6.0f samples/s, %s)  torch best %7.2f ms (%6.0f samples/s, %s)  baton/torch %.2fx\n",
+        m, p, b, n * 1e3 / b, bs, t, n * 1e3 / t, s, t / b }'
   done
-  bf=$(pick baton $model f32); bb=$(pick baton $model bf16)
+  bf=$(for w in baton1 batonN; do pick $w $model f32; done | sort -g | head -1)
+  bb=$(for w in baton1 batonN; do pick $w $model bf16; done | sort -g | head -1)
   awk -v m=$model -v f="$bf" -v b="$bb" 'BEGIN { printf "  %s baton bf16 / baton f32 throughput: %.2fx\n", m, f / b }'
 done
