@@ -19,11 +19,14 @@
  * refreshes it after an update) is converted once and kept in a process-wide cache until any
  * backend write to its memory (round_to, copy, zero, free, ...: bt_gemm_bf16_forget) drops it:
  * with 8 micro-batches the weights would otherwise be converted 16 times a step. bt_gemm_bias
- * adds a bias in the matmul's epilogue (linear's forward) instead of a pass that writes it first. oneDNN threads through OpenMP, whose
- * thread count is per calling thread: each call sets it to the device's count, so `--threads` is
- * honoured per device here (OpenBLAS has one count per process, see blas.c). A oneDNN failure is
+ * adds a bias in the matmul's epilogue (linear's forward) instead of a pass that writes it first.
+ *
+ * oneDNN threads through OpenMP, whose thread count is per calling thread: each call sets it to
+ * the device's count, so `--threads` is honoured per device here (OpenBLAS has one count per process, see blas.c). A oneDNN failure is
  * kept per thread and returned by bt_gemm_take_error (the backend's run_op checks it after every
- * op); C is then computed by sgemm so it is never left undefined. */
+ * op); C is then computed by sgemm so it is never left undefined. (About 590 lines: the path
+ * choice, the primitive cache and the parameter cache share the oneDNN state and one lock-free
+ * fast path; split them if it grows.) */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
