@@ -230,7 +230,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.parallel = m->parallel;
     int training = m->train.enabled;
     p.training = training;
-    if (!training && p.parallel.schedule != BT_SCHEDULE_STREAM) p.parallel.schedule = BT_SCHEDULE_STREAM;
+    p.dtype = m->dtype;
     p.optimizer = m->train.optimizer;
     p.lr_schedule = m->train.lr_schedule;
     p.clip_norm = m->train.clip_norm;
@@ -272,10 +272,9 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     int training = p.training;
     bt_status st;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
-    if (training) {
-        int rc = bt_cli_train(o, m, e, &p);
-        if (rc >= 0) return rc;
-    }
+    if (training) return bt_cli_train(o, m, e, &p);
+    int irc = bt_cli_infer(o, m, e, &p);
+    if (irc >= 0) return irc;
     synth_data data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
@@ -420,6 +419,7 @@ int bt_cmd_run(int argc, char **argv)
     } else {
         rc = bt_cli_tensorboard_check(&o, m);
     }
+    if (rc == BT_EXIT_OK) rc = bt_cli_infer_check(&o, m);
     if (rc == BT_EXIT_OK) rc = run_model(&o, m);
     bt_model_destroy(m);
     return rc;

@@ -275,6 +275,22 @@ static double real_at(const void *p, int64_t i, bt_dtype dtype)
     return dtype == BT_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
 }
 
+void bt_score_logits(const void *logits, bt_dtype dtype, int64_t rows, int classes, const int32_t *labels,
+                     double *loss_sum, int64_t *correct)
+{
+    int C = classes;
+    for (int64_t r = 0; r < rows; r++) {
+        int best = 0;
+        double mx = real_at(logits, r * C, dtype), sum = 0;
+        for (int c = 1; c < C; c++)
+            if (real_at(logits, r * C + c, dtype) > real_at(logits, r * C + best, dtype)) best = c;
+        for (int c = 1; c < C; c++) mx = fmax(mx, real_at(logits, r * C + c, dtype));
+        for (int c = 0; c < C; c++) sum += exp(real_at(logits, r * C + c, dtype) - mx);
+        *loss_sum += mx + log(sum) - real_at(logits, r * C + labels[r], dtype);
+        *correct += best == labels[r];
+    }
+}
+
 bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int64_t *samples)
 {
     bt_status st = BT_OK;
@@ -289,18 +305,8 @@ bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int
         bt_feed feeds[BT_COLUMNS_MAX];
         feeds_for(t, &b, feeds);
         if (t->logits_layer) {
-            const int32_t *labels = b.cols[t->score_col];
             st = bt_engine_forward_layer(t->engine, feeds, t->n_spec, t->logits_layer, t->logits, NULL);
-            for (int64_t r = 0; st == BT_OK && r < b.valid; r++) {
-                int best = 0;
-                double mx = real_at(t->logits, r * C, dtype), sum = 0;
-                for (int c = 1; c < C; c++)
-                    if (real_at(t->logits, r * C + c, dtype) > real_at(t->logits, r * C + best, dtype)) best = c;
-                for (int c = 1; c < C; c++) mx = fmax(mx, real_at(t->logits, r * C + c, dtype));
-                for (int c = 0; c < C; c++) sum += exp(real_at(t->logits, r * C + c, dtype) - mx);
-                loss_sum += mx + log(sum) - real_at(t->logits, r * C + labels[r], dtype);
-                correct += best == labels[r];
-            }
+            if (st == BT_OK) bt_score_logits(t->logits, dtype, b.valid, C, b.cols[t->score_col], &loss_sum, &correct);
         } else {
             st = bt_engine_forward(t->engine, feeds, t->n_spec, t->losses, NULL);
             for (int64_t r = 0; st == BT_OK && r < b.valid; r++) loss_sum += real_at(t->losses, r, dtype);

@@ -59,6 +59,11 @@ int bt_trainer_evaluates_on_train(const bt_trainer *trainer);
  * steps than it holds): bt_trainer_run then does nothing (no step, evaluation or checkpoint), so
  * the checkpoint file is left exactly as it is, keeping its data position. */
 int bt_trainer_nothing_to_do(const bt_trainer *trainer);
+/* Scores rows of logits (classes per row, in dtype BT_F32 or BT_F64) against labels the way
+ * evaluation does: adds each row's cross-entropy (computed in double) to *loss_sum and each
+ * correct argmax to *correct. `baton predict` uses it, so it reproduces an eval exactly. */
+void bt_score_logits(const void *logits, bt_dtype dtype, int64_t rows, int classes, const int32_t *labels,
+                     double *loss_sum, int64_t *correct);
 /* Runs the remaining steps, evaluations and checkpoints. */
 bt_status bt_trainer_run(bt_trainer *trainer, bt_train_callback cb, void *user);
 /* Evaluates once on the eval set (or the training set when there is none: see
