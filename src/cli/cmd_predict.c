@@ -30,6 +30,8 @@ static void predict_usage(FILE *f)
             "                        the input (repeat for each); without it, the model's one input\n"
             "                        besides its labels\n"
             "  --labels FILE         npy labels for the loss's label input: report accuracy and loss\n"
+            "  --data train|eval     instead of --input: the model's own data.train or data.eval\n"
+            "                        (IDX, npy or synthetic), labels included\n"
             "  --output FILE         write the outputs (N, *the layer's shape) as npy\n"
             "  --output-layer NAME   the layer whose outputs are gathered (default: the logits a\n"
             "                        classifier's loss reads, else the last layer)\n"
@@ -91,10 +93,11 @@ int bt_cmd_predict(int argc, char **argv)
         {"devices", required_argument, NULL, 'd'},      {"stages", required_argument, NULL, 's'},
         {"microbatches", required_argument, NULL, 'm'}, {"threads", required_argument, NULL, 't'},
         {"seed", required_argument, NULL, 'r'},         {"log-format", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
+        {"data", required_argument, NULL, 'D'},         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     bt_predict_opts po;
-    const char *weights = NULL;
+    const char *weights = NULL, *data = NULL;
     long long batch = 0;
     int threads = 0, jsonl = 0, rc, c;
     unsigned long long seed = 0;
@@ -121,6 +124,13 @@ int bt_cmd_predict(int argc, char **argv)
             break;
         }
         case 'y': po.labels = optarg; break;
+        case 'D':
+            if (strcmp(optarg, "train") != 0 && strcmp(optarg, "eval") != 0) {
+                fprintf(stderr, "baton predict: --data must be train or eval, not '%s'\n", optarg);
+                return BT_EXIT_USAGE;
+            }
+            data = optarg;
+            break;
         case 'o': po.output_path = optarg; break;
         case 'O': po.output_layer = optarg; break;
         case 'b': rc = bt_cli_parse_int("predict", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &batch); if (rc != BT_EXIT_OK) return rc; break;
@@ -146,8 +156,13 @@ int bt_cmd_predict(int argc, char **argv)
                         "predicting with untrained weights means nothing\n");
         return BT_EXIT_USAGE;
     }
-    if (po.n_inputs == 0) {
-        fprintf(stderr, "baton predict: --input is required (an npy file of inputs)\n");
+    if (po.n_inputs == 0 && !data) {
+        fprintf(stderr, "baton predict: --input is required (an npy file of inputs), or --data train|eval\n");
+        return BT_EXIT_USAGE;
+    }
+    if (data && (po.n_inputs > 0 || po.labels)) {
+        fprintf(stderr, "baton predict: --data reads the model's data: section; it cannot be combined with %s\n",
+                po.labels ? "--labels" : "--input");
         return BT_EXIT_USAGE;
     }
     if (missing("--weights", weights) || (po.labels && missing("--labels", po.labels))) return BT_EXIT_USAGE;
@@ -164,6 +179,17 @@ int bt_cmd_predict(int argc, char **argv)
     p.dtype = m->dtype;
     p.seed = seed;
     p.threads = threads;
+    if (data) {
+        po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
+        po.seed = seed;
+        if (po.source->kind == BT_DATA_NONE) {
+            char path[512];
+            fprintf(stderr, "baton predict: --data %s: %s has no data.%s\n", data,
+                    bt_cli_escape(m->path, path, sizeof path), data);
+            bt_model_destroy(m);
+            return BT_EXIT_USAGE;
+        }
+    }
     bt_engine *e = NULL;
     bt_predict_report rep;
     bt_status st = bt_engine_create(m->graph, &p, &e);
