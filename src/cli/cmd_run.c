@@ -44,7 +44,8 @@ static void run_usage(FILE *f)
             "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
             "  --resume DIR          continue exactly from a checkpoint\n"
             "  --init FILE           start from weights in a safetensors file (PyTorch names)\n"
-            "  --synthetic           train on synthetic data even if the model names data files\n"
+            "  --synthetic           made-up data shaped like the declared inputs, in place of data:\n"
+            "                        (without data: and without this flag, a run is refused)\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
             "  --threads N           BLAS threads of each CPU stage (default: the cores shared\n"
@@ -265,7 +266,8 @@ static int run_model(const run_opts *opts, bt_model *m)
     return rc;
 }
 
-/* Trains on the model's data through the trainer, or runs synthetic steps. */
+/* Trains on the model's data through the trainer, streams an inference model's data, or runs
+ * synthetic inference batches when asked. */
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params)
 {
     bt_engine_params p = *params;
