@@ -1,7 +1,8 @@
 /* train/trainer.h: training a model for real. A trainer owns the datasets and loaders of a model's
- * data: section (synthetic when it has none), drives an engine step by step, evaluates on the eval
- * set through the forward-only schedule (accuracy from the loss layer's logits), writes
- * checkpoints, and resumes exactly from one. It reports through a callback and never prints. */
+ * data: section (one column per model input, any signature; a model without data.train is
+ * refused: synthetic data only when the section asks for it), drives an engine step by step,
+ * evaluates on the eval set through the forward-only schedule (accuracy from the loss layer's
+ * logits), writes checkpoints, and resumes exactly from one. It reports through a callback and never prints. */
 #ifndef BT_TRAIN_TRAINER_H
 #define BT_TRAIN_TRAINER_H
 
