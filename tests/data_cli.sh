@@ -132,6 +132,12 @@ if expect_rc 0 "classifier on npy" "$baton" run "$tmp/clf.yaml" --steps 12 --che
       fail "predict: accuracy/loss $(json_field "$tmp/out" accuracy)/$(json_field "$tmp/out" loss), the run's eval $acc/$loss"
   fi
 fi
+# the classic pair without data.eval: the eval reads the training set and says so (it used not to)
+sed '/^  eval: /d' "$tmp/clf.yaml" >"$tmp/clf-noeval.yaml"
+if expect_rc 0 "classifier without data.eval" "$baton" run "$tmp/clf-noeval.yaml" --steps 2; then
+  check "classic pair, no eval" "^eval  step 2 (on the training set: the model has no data.eval): accuracy" "$tmp/out"
+  check "classic pair, no eval, final" "^final (on the training set): accuracy" "$tmp/out"
+fi
 # data that does not fit: the file and the shape are named; inexact float64 is refused
 if expect_rc 2 "predict on a wrong shape" "$baton" predict "$tmp/clf.yaml" --weights "$tmp/clf" --input "$tmp/target.npy"; then
   check "wrong shape" "target.npy: shape (80, 2) does not fit input 'x' (per sample \[16\]): expected (N, 16)" "$tmp/err"
