@@ -604,7 +604,7 @@ static bt_status interpret(loader *L, const bt_ynode *root, bt_model *m)
                        &m->train));
     BT_TRY(bt_ld_parallel(ld, bt_ymap_get(root, "parallel"), m->graph, L->pinned_stages,
                           &m->train, &m->parallel));
-    BT_TRY(bt_ld_data(ld, bt_ymap_get(root, "data"), &m->data));
+    BT_TRY(bt_ld_data(ld, bt_ymap_get(root, "data"), m->graph, &m->data));
     if (m->dtype == BT_F64 && m->train.precision != BT_F32)
         return bt_ld_error(ld, bt_ymap_get(root, "dtype"), BT_ERR_MODEL,
                            "dtype: f64 computes in float64; train.precision %s needs dtype: f32 (f32 master "
