@@ -134,16 +134,16 @@ static void test_notation_parse(void)
         int stage;
         bt_instr ins;
     } cases[] = {
-        {1, {BT_I_FWD, 3, -1, -1, 0}},       {0, {BT_I_BWD, 0, -1, -1, 0}},
-        {2, {BT_I_SEND_ACT, 3, 3, -1, 0}},   {1, {BT_I_RECV_ACT, 3, 0, -1, 0}},
-        {2, {BT_I_SEND_GRAD, 3, 1, -1, 0}},  {2, {BT_I_RECV_GRAD, 3, 3, -1, 0}},
-        {1, {BT_I_STEP, -1, -1, -1, 0}},     {12, {BT_I_FWD, 345, -1, -1, 0}},
-        {16777215, {BT_I_BWD, 16777215, -1, -1, 0}},
+        {1, {BT_I_FWD, 3, -1, -1, 0, -1}},       {0, {BT_I_BWD, 0, -1, -1, 0, -1}},
+        {2, {BT_I_SEND_ACT, 3, 3, -1, 0, -1}},   {1, {BT_I_RECV_ACT, 3, 0, -1, 0, -1}},
+        {2, {BT_I_SEND_GRAD, 3, 1, -1, 0, -1}},  {2, {BT_I_RECV_GRAD, 3, 3, -1, 0, -1}},
+        {1, {BT_I_STEP, -1, -1, -1, 0, -1}},     {12, {BT_I_FWD, 345, -1, -1, 0, -1}},
+        {16777215, {BT_I_BWD, 16777215, -1, -1, 0, -1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[48];
         int stage = -7;
-        bt_instr ins = {BT_I_STEP, 9, 9, 9, 9};
+        bt_instr ins = {BT_I_STEP, 9, 9, 9, 9, -1};
         const char *end = NULL;
         bt_instr_format(cases[i].stage, &cases[i].ins, text, sizeof text);
         strcat(text, "  next");
@@ -174,8 +174,8 @@ static void test_notation_malformed(void)
         {"16777216F0",
          "schedule text: \"16777216F0\" does not start with a stage number (below 16777216)"},
         {"1X3 1F0", "schedule text: \"1X3\" has no instruction letter after the stage (one of F "
-                    "B S R s r U)"},
-        {"1", "schedule text: \"1\" has no instruction letter after the stage (one of F B S R s r "
+                    "B W S R s r U)"},
+        {"1", "schedule text: \"1\" has no instruction letter after the stage (one of F B W S R s r "
               "U)"},
         {"1F", "schedule text: \"1F\" has no micro-batch number (below 16777216) after 'F'"},
         {"1F-3", "schedule text: \"1F-3\" has no micro-batch number (below 16777216) after 'F'"},
@@ -187,7 +187,7 @@ static void test_notation_malformed(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int stage = 5;
-        bt_instr ins = {BT_I_BWD, 4, -1, -1, 0};
+        bt_instr ins = {BT_I_BWD, 4, -1, -1, 0, -1};
         CU_ASSERT_EQUAL(bt_instr_parse(cases[c].text, &stage, &ins, NULL), BT_ERR_INVALID_ARG);
         if (strcmp(bt_last_error(), cases[c].message) != 0)
             printf("\n  got  %s\n  want %s\n", bt_last_error(), cases[c].message);
@@ -208,7 +208,7 @@ static void test_notation_malformed(void)
     CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 1, 1, bad_token, &sched),
                     BT_ERR_INVALID_ARG);
     CU_ASSERT_STRING_EQUAL(bt_last_error(), "stage 0, token 1: schedule text: \"0Q0\" has no "
-                                            "instruction letter after the stage (one of F B S R "
+                                            "instruction letter after the stage (one of F B W S R "
                                             "s r U)");
     const char *const one_row[] = {"0F0"};
     CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 0, 1, one_row, &sched),
@@ -476,7 +476,7 @@ static void test_validate_slot_fields(void)
 
     /* A hand-made schedule from bt_schedule_alloc names no slots until they are assigned. */
     CU_ASSERT_EQUAL_FATAL(bt_schedule_alloc(BT_SCHEDULE_STREAM, 1, 1, 0, 4, &sched), BT_OK);
-    sched->list[0][sched->len[0]++] = (bt_instr){BT_I_FWD, 0, -1, -1, 0};
+    sched->list[0][sched->len[0]++] = (bt_instr){BT_I_FWD, 0, -1, -1, 0, -1};
     assert_validation(sched, "stage 0, instruction 0 (0F0): forward of micro-batch 0 names slot -1 "
                              "(the stage has 0: 0..-1)");
     CU_ASSERT_EQUAL(bt_schedule_assign_slots(sched), BT_OK);
@@ -767,7 +767,7 @@ static void test_simulate_unequal_1f1b_by_hand(void)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     const double fwd[] = {1, 2}, bwd[] = {2, 3}, send_act[] = {0.5, 0}, send_grad[] = {0, 0.25};
-    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5};
+    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5, NULL};
     CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
     CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &costs, &res), BT_OK);
     CU_ASSERT_EQUAL(res.stages, 2);

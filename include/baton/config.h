@@ -20,7 +20,9 @@ extern "C" {
 typedef enum bt_schedule_kind {
     BT_SCHEDULE_GPIPE = 0,  /* fill-drain: all forwards, then all backwards */
     BT_SCHEDULE_1F1B = 1,   /* one forward one backward after warm-up */
-    BT_SCHEDULE_STREAM = 2  /* forward only, for inference */
+    BT_SCHEDULE_STREAM = 2, /* forward only, for inference */
+    BT_SCHEDULE_INTERLEAVED_1F1B = 3, /* Megatron's interleaved 1F1B: `virtual` chunks per device */
+    BT_SCHEDULE_ZB_H1 = 4   /* zero bubble ZB-H1: backward split into B (input) and W (weights) */
 } bt_schedule_kind;
 
 typedef enum bt_partition_kind {
@@ -34,7 +36,10 @@ typedef enum bt_partition_kind {
 
 typedef struct bt_parallel_config {
     const char *devices;      /* "auto", or a list "cpu:0,cpu:1" / "cuda:0,cuda:0" */
-    int stages;               /* 0: one per device */
+    int stages;               /* 0: one per device (pipeline devices: with virtual > 1 the model
+                                 is cut into stages * virtual logical stages, see virtual_stages) */
+    int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1);
+                                 logical stage l runs on device l mod stages. 1 otherwise */
     int microbatches;         /* >= 1 */
     bt_schedule_kind schedule;
     bt_partition_kind partition;

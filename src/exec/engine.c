@@ -159,8 +159,22 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     e->stages = e->plan->stages;
     int m = params->parallel.microbatches;
     if (params->training) {
-        BT_TRY_GOTO(st, bt_schedule_build(params->parallel.schedule, e->stages, m, &e->train_sched), fail);
+        int v = params->parallel.virtual_stages > 1 ? params->parallel.virtual_stages : 1;
+        BT_TRY_GOTO(st, bt_schedule_build_virtual(params->parallel.schedule, e->stages, m, v, &e->train_sched),
+                    fail);
         BT_TRY_GOTO(st, bt_schedule_validate(e->train_sched), fail);
+        if (e->train_sched->devices < e->stages) { /* several stages per device take turns */
+            e->turn_devices = e->train_sched->devices;
+            e->turn = calloc((size_t)e->turn_devices, sizeof *e->turn);
+            if (!e->turn) {
+                st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
+                goto fail;
+            }
+        }
+    } else if (params->parallel.virtual_stages > 1) {
+        st = bt_error(BT_ERR_INVALID_ARG, "virtual %d: interleaving is a training schedule; inference "
+                      "streams each stage on its own", params->parallel.virtual_stages);
+        goto fail;
     }
     BT_TRY_GOTO(st, bt_schedule_build(BT_SCHEDULE_STREAM, e->stages, m, &e->infer_sched), fail);
     BT_TRY_GOTO(st, bt_schedule_validate(e->infer_sched), fail);
@@ -228,6 +242,7 @@ void bt_engine_destroy(bt_engine *e)
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
     free(e->sumsq);
+    free(e->turn);
     bt_schedule_destroy(e->train_sched);
     bt_schedule_destroy(e->infer_sched);
     bt_plan_destroy(e->plan);
@@ -428,6 +443,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     atomic_store(&e->abort, 0);
     clear_mailboxes(e);
     e->barrier_count = 0;
+    for (int d = 0; d < e->turn_devices; d++) e->turn[d] = 0; /* workers are idle: no lock needed */
     e->grad_norm = 0;
     for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;
 

@@ -99,6 +99,8 @@ typedef struct bt_stage {
     bt_stage_memory need;      /* the memory model's bytes; the fields below are laid out from it */
     int *value_offset;         /* [graph n_values] offset in a slot, or -1 if not local */
     size_t *node_saved_offset; /* [n_nodes] */
+    size_t *node_wgrad_offset; /* [n_nodes]: the output-gradient stash a deferred W reads (split
+                                * backward), or BT_MEMORY_NO_WGRAD */
     size_t slot_bytes;
     unsigned char *slots;      /* [n_slots][slot_bytes] */
     int *grad_offset;          /* [graph n_values] offset in grads, or -1 */
@@ -193,6 +195,10 @@ struct bt_engine {
     uint64_t barrier_generation;
     pthread_cond_t cv_barrier;
     double grad_norm;
+    /* several stages per device (interleaved): the turn of the instruction device d runs next
+     * (bt_instr.turn), under mu; waiters sleep on cv_barrier, which every abort wakes */
+    int turn_devices;          /* the training schedule's devices when below its stages, else 0 */
+    int *turn;                 /* [turn_devices] */
     /* timeline of the last step (see bt_trace_rec) */
     double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
     /* failure: raised by the first failing worker, read by every waiter */

@@ -33,10 +33,26 @@ static int node_input_wants_grad(const bt_engine *e, const bt_stage *st, const b
     return st->grad_offset[n->in[i]] >= 0;
 }
 
+/* What a call computes: the forward, the backward (under a split backward, B: no parameter
+ * gradients for the nodes whose W comes later), or the deferred W (no input gradients, the output
+ * gradient from the slot's stash). */
+enum { PHASE_FWD = 0, PHASE_BWD = 1, PHASE_WGT = 2 };
+
+static int node_defers_wgrad(const bt_stage *st, int k)
+{
+    return st->node_wgrad_offset[k] != BT_MEMORY_NO_WGRAD;
+}
+
+static void *wgrad_stash(const bt_stage *st, int k, int mb)
+{
+    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->node_wgrad_offset[k];
+}
+
 /* Builds the call of node k on micro-batch mb (bt_op_call_build, the profiler's builder too). */
-static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward, bt_op_call *call,
+static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, bt_op_call *call,
                          bt_op_call_tensors *t)
 {
+    int backward = phase != PHASE_FWD;
     const bt_graph *g = e->graph;
     const bt_node *n = &g->nodes[st->first_node + k];
     bt_op_call_data d;
@@ -46,14 +62,16 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward
     for (int j = 0; j < n->n_params; j++) {
         bt_param_store *ps = st->node_params[k][j];
         d.param[j] = ps->w_lp ? ps->w_lp : ps->w;
-        d.param_grad[j] = ps->g;
+        d.param_grad[j] = phase == PHASE_BWD && node_defers_wgrad(st, k) ? NULL : ps->g;
     }
     d.saved = st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->node_saved_offset[k];
     d.workspace = st->workspace;
-    if (backward) {
+    if (phase == PHASE_BWD) {
         d.out_grad = st->grads + st->grad_offset[n->out];
         for (int i = 0; i < n->n_in; i++)
             d.in_grad[i] = node_input_wants_grad(e, st, n, i) ? st->grads + st->grad_offset[n->in[i]] : NULL;
+    } else if (phase == PHASE_WGT) {
+        d.out_grad = wgrad_stash(st, k, mb); /* the in_grad stay NULL */
     }
     bt_op_call_build(g, st->first_node + k, e->mb_size, e->dtype, backward, &d, t, call);
     call->precision = e->params.precision;
@@ -130,7 +148,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
         const bt_node *n = &g->nodes[st->first_node + k];
         bt_op_call_tensors t;
         bt_op_call call;
-        prepare_call(e, st, k, mb, 0, &call, &t);
+        prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
         call.training = training;
         bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
@@ -176,15 +194,39 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
         const bt_node *n = &g->nodes[st->first_node + k];
         bt_op_call_tensors t;
         bt_op_call call;
-        prepare_call(e, st, k, mb, 1, &call, &t);
+        prepare_call(e, st, k, mb, PHASE_BWD, &call, &t);
         call.training = 1;
         /* mixed precision: a value's gradient is rounded once it is complete, as its producer
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
         bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
+        if (s == BT_OK && node_defers_wgrad(st, k)) /* W reads it after the next B overwrote it */
+            s = st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, wgrad_stash(st, k, mb),
+                                   t.out_grad.data, bt_memory_value_bytes(g, &e->memory, n->out));
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
+                                    st->index, g->layers[n->layer].name, mb);
+    }
+    return BT_OK;
+}
+
+/* W of a split backward: the weight gradients of every node that deferred them, from the
+ * activations and output-gradient stashes its slot still holds. */
+static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb)
+{
+    const bt_graph *g = e->graph;
+    for (int k = st->n_nodes - 1; k >= 0; k--) {
+        if (!node_defers_wgrad(st, k)) continue;
+        const bt_node *n = &g->nodes[st->first_node + k];
+        bt_op_call_tensors t;
+        bt_op_call call;
+        prepare_call(e, st, k, mb, PHASE_WGT, &call, &t);
+        call.training = 1;
+        bt_status s = st->be->run_op(st->dev, n->op, BT_RUN_WEIGHT, &call);
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+        if (s != BT_OK)
+            return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
     }
     return BT_OK;
@@ -392,6 +434,10 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         break;
     case BT_I_BWD:
         s = run_backward(e, st, ins->mb);
+        if (!e->job_sched->split_backward) w->live--; /* else the slot is held until W */
+        break;
+    case BT_I_WGT:
+        s = run_weight_grads(e, st, ins->mb);
         w->live--;
         break;
     case BT_I_STEP:
@@ -463,6 +509,7 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
         switch (ins->kind) {
         case BT_I_FWD:
         case BT_I_BWD:
+        case BT_I_WGT:
         case BT_I_STEP: w->busy_ms += d; break;
         case BT_I_SEND_ACT:
         case BT_I_SEND_GRAD:
@@ -540,6 +587,40 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     return BT_OK;
 }
 
+/* Several stages on one device: waits until it is this instruction's turn on the device (the
+ * schedule's order, which the validator proved cannot hang), or the job aborts. A STEP hands the
+ * turn on before it runs, since its barrier waits for the device's other stages. */
+static bt_status wait_turn(bt_engine *e, bt_worker *w, const bt_instr *ins)
+{
+    int d = w->stage % e->turn_devices;
+    bt_status st = BT_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->turn[d] != ins->turn) {
+        atomic_store(&w->waiting, 1);
+        while (e->turn[d] != ins->turn && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
+        atomic_store(&w->waiting, 0);
+        if (e->turn[d] != ins->turn) st = BT_ERR_INTERNAL;
+    }
+    if (st == BT_OK && ins->kind == BT_I_STEP) {
+        e->turn[d]++;
+        pthread_cond_broadcast(&e->cv_barrier);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != BT_OK)
+        return bt_error(st, "stage %d stopped waiting for its device's turn %d (another stage failed)",
+                        w->stage, ins->turn);
+    return BT_OK;
+}
+
+static void pass_turn(bt_engine *e, bt_worker *w, const bt_instr *ins)
+{
+    if (ins->kind == BT_I_STEP) return; /* handed on before it ran */
+    pthread_mutex_lock(&e->mu);
+    e->turn[w->stage % e->turn_devices]++;
+    pthread_cond_broadcast(&e->cv_barrier);
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void run_job(bt_engine *e, bt_worker *w)
 {
     bt_stage *st = &e->stage[w->stage];
@@ -556,9 +637,14 @@ static void run_job(bt_engine *e, bt_worker *w)
     atomic_store_explicit(&w->last_done, -1, memory_order_relaxed);
     bt_status s = start_job(e, w, st);
     if (s != BT_OK) fail_job(e, w, s);
+    int turns = e->turn_devices > 0 && sched == e->train_sched;
     for (int i = 0; i < sched->len[st->index] && !atomic_load(&e->abort); i++) {
         w->cur_instr = i;
         const bt_instr *ins = &sched->list[st->index][i];
+        if (turns && (s = wait_turn(e, w, ins)) != BT_OK) {
+            fail_job(e, w, s);
+            break;
+        }
         if (st->be->range_begin) {
             char name[32];
             bt_instr_format(st->index, ins, name, sizeof name);
@@ -570,6 +656,7 @@ static void run_job(bt_engine *e, bt_worker *w)
             fail_job(e, w, s);
             break;
         }
+        if (turns) pass_turn(e, w, ins);
         bt_trace_rec *r = &w->trace[w->n_trace++];
         r->instr = i;
         r->bytes = instr_bytes(st, ins);
