@@ -494,7 +494,9 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         result->samples = e->params.batch;
         result->step_ms = ms;
         result->samples_per_s = ms > 0 ? (double)e->params.batch * 1000.0 / ms : 0;
-        result->bubble = ms > 0 ? 1.0 - busy / ((double)e->stages * ms) : 0;
+        /* idle share of the devices: several stages of one device (interleaved) share its time */
+        int devices = e->job_sched->devices > 0 ? e->job_sched->devices : e->stages;
+        result->bubble = ms > 0 ? 1.0 - busy / ((double)devices * ms) : 0;
         if (result->bubble < 0) result->bubble = 0;
         result->lr = e->lr;
         result->grad_norm = e->grad_norm;
