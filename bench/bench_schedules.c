@@ -21,7 +21,9 @@
  *             follows (the CPU stage performs its own copies): the step time and bubble the
  *             schedule itself implies for those costs;
  *   and their ratio, and each schedule's step time and bubble against 1F1B's (the peer measured in
- *   the same run). */
+ *   the same run; bench/compare_schedules.sh adds PyTorch on the same model).
+ * BENCH_VERBOSE=1 also prints each stage's median F, B, W, optimizer and copy times; BENCH_ONLY=k
+ * runs only the k-th schedule (0 1f1b, 1 interleaved, 2 zb-h1), to look at one alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
