@@ -5,6 +5,7 @@
  *   topology.c      transfer paths between stages and the channels that follow the crossings
  *   engine_query.c  accessors: parameters and state by name, statistics, boundaries
  *   worker.c        the instruction interpreter each stage's thread runs
+ *   worker_step.c   its STEP instruction: the barrier, the global norm, the optimizer update
  *   transfer.c      how a message crosses a stage boundary
  *   channel.c       the mailbox that tells the receiver a message is there
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
@@ -265,8 +266,11 @@ bt_status bt_topology_build_channels(bt_engine *e);
 
 /* worker.c */
 void *bt_worker_main(void *arg);
+/* worker_step.c */
 /* Mixed precision: copies p's master weights into its compute copy, rounded (queued). */
 bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p);
+/* The STEP instruction of stage st: barrier, global norm, update. */
+bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st);
 
 /* transfer.c */
 /* The path between stages a and b (devices open), given the engine's transfer mode. */
