@@ -70,7 +70,7 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
         return bt_error(BT_ERR_MODEL,
                         "cannot train: the last layer must be a loss (one scalar per sample)");
     if (p->training && p->parallel.schedule == BT_SCHEDULE_STREAM)
-        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe or 1f1b to train");
+        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe, 1f1b, interleaved-1f1b or zb-h1 to train");
     if (g->n_inputs > 64) return bt_error(BT_ERR_UNSUPPORTED, "more than 64 graph inputs");
     return BT_OK;
 }
