@@ -228,8 +228,9 @@ static void test_parse_round_trips_built_schedules(void)
 {
     /* Each built schedule written as text and read back is the same schedule, slots included
      * (the parser assigns them as the builders do). */
-    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
-    for (int k = 0; k < 3; k++)
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM,
+                                      BT_SCHEDULE_ZB_H1};
+    for (int k = 0; k < 4; k++)
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 9; m++) {
                 bt_schedule *built = NULL, *parsed = NULL;
@@ -242,6 +243,7 @@ static void test_parse_round_trips_built_schedules(void)
                 }
                 CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(kinds[k], p, m, rows, &parsed), BT_OK);
                 CU_ASSERT_EQUAL(parsed->training, built->training);
+                CU_ASSERT_EQUAL(parsed->split_backward, built->split_backward);
                 CU_ASSERT_EQUAL(parsed->chunks, 1);
                 for (int s = 0; s < p; s++) {
                     CU_ASSERT_EQUAL_FATAL(parsed->len[s], built->len[s]);
@@ -322,8 +324,9 @@ static void test_build_rejects_bad_sizes(void)
 
 static void test_built_schedules_validate(void)
 {
-    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
-    for (int k = 0; k < 3; k++)
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM,
+                                      BT_SCHEDULE_ZB_H1};
+    for (int k = 0; k < 4; k++)
         for (int p = 1; p <= 8; p++)
             for (int m = 1; m <= 16; m++) {
                 bt_schedule *sched = NULL;
