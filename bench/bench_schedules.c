@@ -19,7 +19,8 @@
  *   predicted the simulator (bt_simulate) run on the schedule with each stage's median F, B, W and
  *             optimizer-step times from the same records, each copy added to the compute it
  *             follows (the CPU stage performs its own copies): the step time and bubble the
- *             schedule itself implies for those costs;
+ *             schedule itself implies for those costs; pred(mean) the same with the mean F, B
+ *             and W times (which keep the tail that preemptions add on a loaded machine);
  *   and their ratio, and each schedule's step time and bubble against 1F1B's (the peer measured in
  *   the same run; bench/compare_schedules.sh adds PyTorch on the same model).
  * BENCH_VERBOSE=1 also prints each stage's median F, B, W, optimizer and copy times; BENCH_ONLY=k
@@ -55,7 +56,27 @@ typedef struct bench_run {
     bt_engine *engine;
     bt_trace *trace;
     double round_ms[MAX_ROUNDS];
+    /* per stage: summed F, B and W times and counts over the measured steps (the means) */
+    double sum[8][3];
+    int count[8][3];
 } bench_run;
+
+/* Adds the last step's F, B and W instruction times to r's sums. */
+static void accumulate(bench_run *r)
+{
+    const bt_schedule *sched = bt_engine_last_schedule(r->engine);
+    for (int s = 0; s < sched->stages; s++) {
+        int n = 0;
+        const bt_trace_rec *rec = bt_engine_trace(r->engine, s, &n);
+        for (int i = 0; i < n; i++) {
+            bt_instr_kind k = sched->list[s][rec[i].instr].kind;
+            int c = k == BT_I_FWD ? 0 : k == BT_I_BWD ? 1 : k == BT_I_WGT ? 2 : -1;
+            if (c < 0) continue;
+            r->sum[s][c] += rec[i].end_ms - rec[i].start_ms;
+            r->count[s][c]++;
+        }
+    }
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -71,7 +92,7 @@ static double median(double *v, int n)
 
 /* Predicted step time and bubble: the simulator on the traced per-stage medians (as
  * bt_trace_predict; here with the bubble too). Measured bubble from the same records. */
-static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *meas_bubble)
+static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *meas_bubble, double *mean_ms)
 {
     const bt_schedule *sched = bt_engine_last_schedule(r->engine);
     int p = sched->stages;
@@ -95,6 +116,19 @@ static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *
     if (bt_simulate(sched, &costs, &res) != BT_OK) die("simulate");
     *pred_ms = res.step_time;
     *pred_bubble = res.bubble;
+    bt_sim_result_free(&res);
+    /* the same with mean compute times: on a loaded machine preemptions make a long tail that
+     * medians leave out and means keep */
+    for (int s = 0; s < p; s++) {
+        double *cost[3] = {&fwd[s], &bwd[s], &wgt[s]};
+        bt_trace_stage_stats ss;
+        if (bt_trace_stage_summary(r->trace, s, &ss) != BT_OK) die("trace summary");
+        double median_of[3] = {ss.fwd_ms, ss.bwd_ms, ss.wgt_ms};
+        for (int c = 0; c < 3; c++)
+            if (r->count[s][c]) *cost[c] += r->sum[s][c] / r->count[s][c] - median_of[c];
+    }
+    if (bt_simulate(sched, &costs, &res) != BT_OK) die("simulate");
+    *mean_ms = res.step_time;
     bt_sim_result_free(&res);
 }
 
@@ -120,10 +154,11 @@ int main(int argc, char **argv)
                         "width >= 16\n", MAX_ROUNDS);
         return 2;
     }
-    bench_run runs[N_KINDS] = {
-        {"1f1b", BT_SCHEDULE_1F1B, 1, 2, {3, 5}, NULL, NULL, {0}},
-        {"interleaved-1f1b v2", BT_SCHEDULE_INTERLEAVED_1F1B, 2, 4, {2, 2, 1, 3}, NULL, NULL, {0}},
-        {"zb-h1", BT_SCHEDULE_ZB_H1, 1, 2, {3, 5}, NULL, NULL, {0}},
+    static bench_run runs[N_KINDS] = {
+        {.name = "1f1b", .kind = BT_SCHEDULE_1F1B, .virtual_stages = 1, .n_balance = 2, .balance = {3, 5}},
+        {.name = "interleaved-1f1b v2", .kind = BT_SCHEDULE_INTERLEAVED_1F1B, .virtual_stages = 2,
+         .n_balance = 4, .balance = {2, 2, 1, 3}},
+        {.name = "zb-h1", .kind = BT_SCHEDULE_ZB_H1, .virtual_stages = 1, .n_balance = 2, .balance = {3, 5}},
     };
     bt_graph *g = bench_dense_graph(width, width, 6);
     float *x = malloc(sizeof(float) * (size_t)batch * (size_t)width);
@@ -168,25 +203,27 @@ int main(int argc, char **argv)
                 if (i < 2) continue;
                 ms[i - 2] = res.step_ms;
                 if (bt_trace_add_step(r->trace, r->engine) != BT_OK) die("trace step");
+                accumulate(r);
             }
             r->round_ms[round] = median(ms, steps);
             free(ms);
         }
 
     double base_ms = 0, base_bubble = 0;
-    printf("\n%-20s %12s %10s %12s %10s %9s %11s %12s\n", "schedule", "measured ms", "bubble", "predicted ms",
-           "bubble", "meas/pred", "vs 1f1b ms", "vs 1f1b bub");
+    printf("\n%-20s %12s %10s %12s %10s %9s %11s %11s %12s\n", "schedule", "measured ms", "bubble",
+           "predicted ms", "bubble", "meas/pred", "pred(mean)", "vs 1f1b ms", "vs 1f1b bub");
     for (int k = 0; k < N_KINDS; k++) {
         bench_run *r = &runs[k];
         if (bt_trace_num_steps(r->trace) == 0) continue; /* BENCH_ONLY left it out */
-        double meas_ms = median(r->round_ms, rounds), pred_ms, pred_bubble, meas_bubble;
-        analyse(r, &pred_ms, &pred_bubble, &meas_bubble);
+        double meas_ms = median(r->round_ms, rounds), pred_ms, pred_bubble, meas_bubble, mean_ms;
+        analyse(r, &pred_ms, &pred_bubble, &meas_bubble, &mean_ms);
         if (k == 0) base_ms = meas_ms, base_bubble = meas_bubble;
-        printf("%-20s %12.2f %9.1f%% %12.2f %9.1f%% %9.3f %10.3fx %11.2fx\n", r->name, meas_ms, 100 * meas_bubble,
-               pred_ms, 100 * pred_bubble, meas_ms / pred_ms, meas_ms / base_ms,
+        printf("%-20s %12.2f %9.1f%% %12.2f %9.1f%% %9.3f %11.2f %10.3fx %11.2fx\n", r->name, meas_ms,
+               100 * meas_bubble, pred_ms, 100 * pred_bubble, meas_ms / pred_ms, mean_ms, meas_ms / base_ms,
                base_bubble > 0 ? meas_bubble / base_bubble : 0);
-        printf("result schedule=%s measured_ms=%.3f measured_bubble=%.4f predicted_ms=%.3f predicted_bubble=%.4f\n",
-               bt_schedule_name(r->kind), meas_ms, meas_bubble, pred_ms, pred_bubble);
+        printf("result schedule=%s measured_ms=%.3f measured_bubble=%.4f predicted_ms=%.3f predicted_bubble=%.4f "
+               "predicted_mean_ms=%.3f\n",
+               bt_schedule_name(r->kind), meas_ms, meas_bubble, pred_ms, pred_bubble, mean_ms);
     }
     for (int k = 0; k < N_KINDS; k++) {
         bt_trace_destroy(runs[k].trace);
