@@ -304,22 +304,37 @@ static void test_activation_memory_follows_bounds(void)
 
 /* ZB-H1 defers W for exactly the nodes with parameters whose op gives a weight kernel (the seven
  * linear and two layernorm layers; activations, add and the loss keep a fused backward), each with
- * an output-gradient stash in the slot; 1F1B's slots have none. */
+ * an output-gradient stash in the slot; 1F1B's slots have none. The seven linear nodes' stashes
+ * reuse their own outputs' space (read only by an activation's or the loss's B); the layernorms'
+ * outputs feed fc3 and fc6, whose W reads them, so theirs take space of their own: the slot of
+ * stage 1 grows by exactly two 16-wide values per sample, stage 0's (fc1 alone) not at all. */
 static void test_w_nodes_and_stashes(void)
 {
     bt_graph *g = deep_residual_graph();
+    size_t slot_bytes[2][2];
     for (int k = 0; k < 2; k++) {
         bt_engine_params p;
         params_for(&p, 2, 1, 4, k ? BT_SCHEDULE_ZB_H1 : BT_SCHEDULE_1F1B);
         bt_engine *e = NULL;
         CU_ASSERT_FATAL(bt_engine_create(g, &p, &e) == BT_OK);
-        int stashes = 0;
-        for (int s = 0; s < e->stages; s++)
-            for (int n = 0; n < e->stage[s].n_nodes; n++)
-                stashes += e->stage[s].node_wgrad_offset[n] != BT_MEMORY_NO_WGRAD;
+        int stashes = 0, in_place = 0;
+        for (int s = 0; s < e->stages; s++) {
+            const bt_stage *st = &e->stage[s];
+            slot_bytes[k][s] = st->slot_bytes;
+            for (int n = 0; n < st->n_nodes; n++) {
+                if (st->node_wgrad_offset[n] == BT_MEMORY_NO_WGRAD) continue;
+                stashes++;
+                int out = g->nodes[st->first_node + n].out;
+                in_place += st->node_wgrad_offset[n] == (size_t)st->value_offset[out];
+            }
+        }
         CU_ASSERT_EQUAL(stashes, k ? 9 : 0);
+        CU_ASSERT_EQUAL(in_place, k ? 7 : 0);
         bt_engine_destroy(e);
     }
+    size_t value = (size_t)(BATCH / 4) * HID * sizeof(float); /* 64-byte aligned already */
+    CU_ASSERT_EQUAL(slot_bytes[1][0], slot_bytes[0][0]);
+    CU_ASSERT_EQUAL(slot_bytes[1][1], slot_bytes[0][1] + 2 * value);
     bt_graph_destroy(g);
 }
 

@@ -122,7 +122,7 @@ typedef struct bt_op_def {
      * is NULL: the schedule's B then calls backward with no parameter gradients (input gradients
      * only, on the critical path) and its W calls backward_weight later with no input gradients
      * (every in_grad[i].data NULL), adding only into param_grad. in, out_grad, saved and config are
-     * the forward's, as for backward. Ops without one keep a fused backward: B computes both and W
+     * the forward's, as for backward; out is not given (its space may hold out_grad). Ops without one keep a fused backward: B computes both and W
      * does nothing for them. A CUDA W is needed to run W on a GPU (NULL there: an error naming the
      * op). */
     bt_op_fn cpu_backward_weight, cuda_backward_weight;

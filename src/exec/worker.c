@@ -73,6 +73,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, b
             d.in_grad[i] = node_input_wants_grad(e, st, n, i) ? st->grads + st->grad_offset[n->in[i]] : NULL;
     } else if (phase == PHASE_WGT) {
         d.out_grad = wgrad_stash(st, k, mb); /* the in_grad stay NULL */
+        d.out = NULL; /* op.h: W never reads out, whose space may hold the stash */
     }
     bt_op_call_build(g, st->first_node + k, e->mb_size, e->dtype, backward, &d, t, call);
     call->precision = e->params.precision;
@@ -200,10 +201,12 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
         /* mixed precision: a value's gradient is rounded once it is complete, as its producer
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
         bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
-        if (s == BT_OK && node_defers_wgrad(st, k)) /* W reads it after the next B overwrote it */
+        if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
+        /* W reads the output gradient after the next B reused the buffer: a copy in the slot, taken
+         * after B (the stash may be the node's own output, which B may still read) */
+        if (s == BT_OK && node_defers_wgrad(st, k))
             s = st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, wgrad_stash(st, k, mb),
                                    t.out_grad.data, bt_memory_value_bytes(g, &e->memory, n->out));
-        if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",

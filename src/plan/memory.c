@@ -57,8 +57,25 @@ int bt_memory_node_has_wgrad(const bt_graph *g, int node)
     return n->n_params > 0 && n->op && n->op->cpu_backward_weight != NULL;
 }
 
+/* Whether node's W stash can live in the slot space of node's own output: once the node's B has
+ * run nothing reads that value again (its consumers on the stage ran their backward before it,
+ * later stages hold their own copies), unless a consumer on the stage defers a W that reads it
+ * as its input. Op W kernels never read `out` (op.h). */
+static int stash_in_place(const bt_graph *g, const bt_plan *plan, int s, int node)
+{
+    int first = plan->first_node[s], end = first + plan->n_stage_nodes[s];
+    if (node - first >= BT_MEMORY_MAX_STAGE_NODES) return 0;
+    for (int j = first; j < end; j++) {
+        const bt_node *c = &g->nodes[j];
+        for (int i = 0; i < c->n_in; i++)
+            if (c->in[i] == g->nodes[node].out && bt_memory_node_has_wgrad(g, j)) return 0;
+    }
+    return 1;
+}
+
 /* Slot layout: received values (unless read in place), node outputs, saved state, then (split
- * backward) the output-gradient stashes of the nodes with a deferred W. */
+ * backward) the output-gradient stashes of the nodes with a deferred W that cannot reuse their own
+ * output's space (stash_in_place). */
 static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
                         int *value_offset, size_t *saved_offset, size_t *wgrad_offset,
                         bt_stage_memory *out)
@@ -71,9 +88,11 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         if (x->src >= 0 && !host_path(plan, mp, x->src, s)) continue; /* read in place */
         off = align_up(off + bt_memory_value_bytes(g, mp, x->value));
     }
+    size_t out_offset[BT_MEMORY_MAX_STAGE_NODES];
     for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
         const bt_node *n = &g->nodes[plan->first_node[s] + k];
         if (value_offset) value_offset[n->out] = (int)off;
+        if (k < BT_MEMORY_MAX_STAGE_NODES) out_offset[k] = off;
         off = align_up(off + bt_memory_value_bytes(g, mp, n->out));
         size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
         if (w > out->workspace) out->workspace = w;
@@ -86,6 +105,10 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
     for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
         int node = plan->first_node[s] + k;
         int stash = mp->training && mp->split_backward && bt_memory_node_has_wgrad(g, node);
+        if (stash && stash_in_place(g, plan, s, node)) {
+            if (wgrad_offset) wgrad_offset[k] = out_offset[k];
+            continue;
+        }
         if (wgrad_offset) wgrad_offset[k] = stash ? off : BT_MEMORY_NO_WGRAD;
         if (stash) off = align_up(off + bt_memory_value_bytes(g, mp, g->nodes[node].out));
     }

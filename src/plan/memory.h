@@ -13,7 +13,9 @@
  *                produces (values arriving by a device path excepted: they are read in place from
  *                the channel buffer), each rounded up to 64 bytes, then every node's saved state,
  *                then (split backward, zero-bubble schedules) for every node with a separate
- *                weight gradient a copy of its output's gradient, kept from B until its W
+ *                weight gradient a copy of its output's gradient, kept from B until its W: in
+ *                the space of the node's own output, dead once B has run, unless a node on the
+ *                stage whose W comes later reads that output (then a space of its own)
  *   value_grads  one set of value gradients, the stage's outgoing values first (training)
  *   workspace    the largest workspace one node asks for
  *   loss_seed    one micro-batch of the loss gradient's seed
@@ -79,6 +81,8 @@ typedef struct bt_stage_layout {
 } bt_stage_layout;
 
 #define BT_MEMORY_NO_WGRAD ((size_t)-1)
+/* A stash reuses its node's output space only among a stage's first this many nodes. */
+#define BT_MEMORY_MAX_STAGE_NODES 4096
 
 /* Whether node runs a deferred weight gradient (W) under a split backward: its op gives a
  * backward_weight and it has parameters. */
