@@ -36,10 +36,8 @@ typedef enum bt_partition_kind {
 
 typedef struct bt_parallel_config {
     const char *devices;      /* "auto", or a list "cpu:0,cpu:1" / "cuda:0,cuda:0" */
-    int stages;               /* 0: one per device (pipeline devices: with virtual > 1 the model
-                                 is cut into stages * virtual logical stages, see virtual_stages) */
-    int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1);
-                                 logical stage l runs on device l mod stages. 1 otherwise */
+    int stages;               /* 0: one per device; the logical stages the model is cut into
+                                 (devices x virtual_stages under interleaved-1f1b) */
     int microbatches;         /* >= 1 */
     bt_schedule_kind schedule;
     bt_partition_kind partition;
@@ -49,6 +47,8 @@ typedef struct bt_parallel_config {
     const struct bt_profile *profile; /* for BT_PARTITION_PROFILE: the measured costs the cuts are
                                  chosen from (baton/profile.h), made by the caller before the plan
                                  is built; not owned, read only while the plan is built */
+    int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1; 0 reads
+                                 as 1): logical stage l runs on device l mod (stages / virtual) */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;
