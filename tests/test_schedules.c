@@ -2,8 +2,8 @@
  * as one stage. The model is deep enough for 8 logical stages (11 layers: linear, layernorm, a
  * residual from fc1 that crosses every cut but the first), trained three SGD steps on CPU stages;
  * losses and every parameter must match the one-stage run within 1e-6 relative (f32). Interleaved
- * puts logical stage l on cpu:(l mod P) with virtual 2 (and 2 logical stages on one device with
- * P = 1); ZB-H1 splits every linear and layernorm backward into B and W. Measured activation
+ * puts logical stage l on cpu:(l mod P) with virtual 2 (and 3; and with P = 1 all logical stages on
+ * one device); ZB-H1 splits every linear and layernorm backward into B and W. Measured activation
  * memory follows each schedule's bound (bt_schedule_slot_bound), and a W that lost its stash (the
  * executor's one new buffer) is caught. */
 #include <math.h>
@@ -206,6 +206,9 @@ static void test_interleaved_matches_single_stage(void)
     const int cases[][2] = {{2, 4}, {2, 8}, {3, 6}, {4, 4}, {4, 8}, {1, 4}}; /* devices, m */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         check_against(g, &ref, cases[c][0], 2, cases[c][1], BT_SCHEDULE_INTERLEAVED_1F1B);
+    /* three chunks per device: 6 logical stages on 2 devices, and 3 on one */
+    check_against(g, &ref, 2, 3, 4, BT_SCHEDULE_INTERLEAVED_1F1B);
+    check_against(g, &ref, 1, 3, 4, BT_SCHEDULE_INTERLEAVED_1F1B);
     free_result(&ref);
     bt_graph_destroy(g);
 }
@@ -390,7 +393,7 @@ static void test_device_runs_its_turns_in_order(void)
 int main(void)
 {
     static const bt_test_case cases[] = {
-        {"interleaved 1F1B matches one stage (P 1-4, virtual 2)", test_interleaved_matches_single_stage},
+        {"interleaved 1F1B matches one stage (P 1-4, virtual 2 and 3)", test_interleaved_matches_single_stage},
         {"ZB-H1 matches one stage (p 2-4, m 4 and 8)", test_zb_h1_matches_single_stage},
         {"interleaved shape errors", test_interleaved_shape_errors},
         {"activation memory follows each schedule's bound", test_activation_memory_follows_bounds},
