@@ -4,8 +4,9 @@
  * losses and every parameter must match the one-stage run within 1e-6 relative (f32). Interleaved
  * puts logical stage l on cpu:(l mod P) with virtual 2 (and 3; and with P = 1 all logical stages on
  * one device); ZB-H1 splits every linear and layernorm backward into B and W. Measured activation
- * memory follows each schedule's bound (bt_schedule_slot_bound), and a W that lost its stash (the
- * executor's one new buffer) is caught. */
+ * memory follows each schedule's bound (bt_schedule_slot_bound); ZB-H1 gives the same bits as 1F1B
+ * on the same placement; the W stashes sit where the memory model says; and a device's stages run
+ * their instructions one at a time in the device's order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
