@@ -89,9 +89,11 @@ static bt_status open_stage(bt_engine *e, int s)
     st->be = bt_backend_find(kind);
     if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
     int threads = e->params.threads;
-    if (threads < 1) { /* auto: the machine's cores shared out among the stages, a preference */
+    if (threads < 1) { /* auto: the machine's cores shared out among the devices, a preference
+                          * (the stages of one device take turns: interleaved) */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = -(cpus > e->stages ? (int)(cpus / e->stages) : 1);
+        int devices = e->train_sched ? e->train_sched->devices : e->stages;
+        threads = -(cpus > devices ? (int)(cpus / devices) : 1);
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
     /* as many activation slots as the schedules this engine runs name (see sched.h) */
