@@ -343,7 +343,8 @@ static void test_w_nodes_and_stashes(void)
 }
 
 /* Several stages on one device run its instructions one at a time, in the device's order: on the
- * CPU the records' host times show it (each instruction starts after the previous turn ended). */
+ * CPU the records' host times show it (each instruction starts after the previous turn ended), and
+ * the micro-batches the device holds, from the executor's own counts, peak at Megatron's bound. */
 static void test_device_runs_its_turns_in_order(void)
 {
     bt_graph *g = deep_residual_graph();
@@ -361,6 +362,7 @@ static void test_device_runs_its_turns_in_order(void)
             int n = 0, *st = NULL, *ix = NULL;
             CU_ASSERT_FATAL(bt_schedule_device_order(sched, d, &n, &st, &ix) == BT_OK);
             double *start = calloc((size_t)n, sizeof *start), *end = calloc((size_t)n, sizeof *end);
+            int *live = calloc((size_t)n, sizeof *live);
             for (int s = d; s < sched->stages; s += sched->devices) {
                 int nr = 0;
                 const bt_trace_rec *rec = bt_engine_trace(e, s, &nr);
@@ -369,8 +371,21 @@ static void test_device_runs_its_turns_in_order(void)
                     int t = sched->list[s][rec[i].instr].turn;
                     start[t] = rec[i].start_ms;
                     end[t] = rec[i].end_ms;
+                    live[t] = rec[i].live;
                 }
             }
+            /* the micro-batches the device's stages hold together, measured after each turn:
+             * at most Megatron's warm-up + 1, and exactly that at the peak */
+            int held[8] = {0}, peak = 0;
+            for (int t = 0; t < n; t++) {
+                int now = 0;
+                held[st[t] / sched->devices] = live[t];
+                for (int c = 0; c < sched->chunks; c++) now += held[c];
+                if (now > peak) peak = now;
+            }
+            CU_ASSERT_EQUAL(peak, bt_schedule_slot_bound(sched->kind, sched->stages, sched->microbatches,
+                                                         sched->chunks, d));
+            free(live);
             for (int t = 1; t < n; t++) {
                 /* sends on the CPU record their slice on the compute stream too: all in order; a
                  * STEP hands its turn on before its barrier, so the next STEP may overlap it */
