@@ -13,6 +13,7 @@
 #include "baton/profile.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
+#include "baton/train.h"
 
 #define BATON_VERSION "0.1.0"
 

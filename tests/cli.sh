@@ -143,7 +143,8 @@ for co in $int_opts; do
     model="$srcdir/models/mlp.yaml"; [ "$cmd" = schedule ] && model=--validate
     if expect_rc 2 "$cmd $opt '$v'" "$baton" "$cmd" "$model" "$opt" "$v"; then
       tests=$((tests + 1))
-      grep -q "^baton $cmd: $opt wants a whole number .*, not '$v'$" "$tmp/err" ||
+      case "$v" in ''|*[!0-9-]*) shown="'$v'" ;; *) shown=$v ;; esac   # digits unquoted: "got 0"
+      grep -q "^baton $cmd: $opt: must be .*, got $shown$" "$tmp/err" && grep -q "^(baton $cmd --help lists" "$tmp/err" ||
         fail "$cmd $opt '$v': message does not name the option and value: $(cat "$tmp/err")"
     fi
   done

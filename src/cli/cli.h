@@ -61,12 +61,19 @@ void bt_cli_print_json_string(FILE *f, const char *s);
 int bt_cli_plain_file_name(const char *s);
 
 /* Integer options, parsed strictly: an optional '-' and decimal digits only, no overflow, within
- * [lo, hi]. Otherwise prints "baton CMD: OPTION wants a whole number from LO to HI, not 'TEXT'"
- * and returns BT_EXIT_USAGE; BT_EXIT_OK on success. Every integer option of every command goes
+ * [lo, hi]. Otherwise prints "baton CMD: OPTION: must be a positive integer, got 0" (the range in
+ * words: "an integer from LO to HI", ...; the text quoted unless it is digits) and the one-line
+ * hint, and returns BT_EXIT_USAGE; BT_EXIT_OK on success. Every integer option of every command goes
  * through these. */
 int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long long lo, long long hi,
                      long long *out);
 int bt_cli_parse_int32(const char *cmd, const char *option, const char *text, int lo, int hi, int *out);
+/* The one-line hint after an option error: "(baton CMD --help lists the options ...)". */
+void bt_cli_hint(const char *cmd);
+/* For getopt's '?' and ':' (with opterr = 0 and a leading ':' in the option string): prints
+ * "baton CMD: unknown option '--x'" or "baton CMD: --x needs a value" and the hint, not the
+ * whole help. Returns BT_EXIT_USAGE. */
+int bt_cli_bad_option(const char *cmd, int argc, char **argv, int opt);
 /* 0 to 2^64-1 (--seed). */
 int bt_cli_parse_u64(const char *cmd, const char *option, const char *text, unsigned long long *out);
 

@@ -127,7 +127,8 @@ int bt_cmd_check(int argc, char **argv)
     memset(&o, 0, sizeof o);
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 's': rc = bt_cli_parse_int32("check", "--stages", optarg, 1, BT_MAX_STAGES, &o.stages); if (rc != BT_EXIT_OK) return rc; break;
@@ -137,7 +138,7 @@ int bt_cmd_check(int argc, char **argv)
         case 'B': o.balance = optarg; break;
         case 'L': o.layout = optarg; break;
         case 'h': check_usage(stdout); return BT_EXIT_OK;
-        default: check_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("check", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("check", argc, argv, optind, &o);

@@ -238,7 +238,8 @@ int bt_cmd_plan(int argc, char **argv)
     memset(&o, 0, sizeof o);
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 'p': o.profile = optarg; break;
@@ -248,7 +249,7 @@ int bt_cmd_plan(int argc, char **argv)
         case 'P': o.permute = 1; break;
         case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;
-        default: plan_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("plan", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("plan", argc, argv, optind, &o.model);

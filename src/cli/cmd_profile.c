@@ -144,7 +144,8 @@ int bt_cmd_profile(int argc, char **argv)
     o.threads = 1;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 'b': rc = bt_cli_parse_int("profile", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
@@ -154,7 +155,7 @@ int bt_cmd_profile(int argc, char **argv)
         case 't': rc = bt_cli_parse_int32("profile", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'o': o.output = optarg; break;
         case 'h': profile_usage(stdout); return BT_EXIT_OK;
-        default: profile_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("profile", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("profile", argc, argv, optind, &o.model);

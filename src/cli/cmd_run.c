@@ -40,10 +40,14 @@ static void run_usage(FILE *f)
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
             "  --eval-every N        evaluate every N steps (0: only at the end)\n"
-            "  --checkpoint-dir DIR  write DIR/checkpoint.safetensors (atomically; one run per DIR)\n"
+            "  --checkpoint-dir DIR  write DIR/checkpoint-<step>.safetensors, DIR/checkpoint.safetensors\n"
+            "                        the latest (created like mkdir -p; one run per DIR)\n"
             "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
-            "  --resume DIR          continue exactly from a checkpoint\n"
-            "  --init FILE           start from weights in a safetensors file (PyTorch names)\n"
+            "  --keep-last N         numbered checkpoints kept in DIR (default 1; 0: all)\n"
+            "  --resume DIR          continue exactly from DIR's latest checkpoint (or a file)\n"
+            "  --init FILE           start from weights in a safetensors file or checkpoint DIR\n"
+            "                        (PyTorch names; F32, F64, F16 or BF16)\n"
+            "  --init-partial FILE   the same, loading what matches and listing what it skipped\n"
             "  --synthetic           train on synthetic data even if the model names data files\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
@@ -339,6 +343,7 @@ int bt_cmd_run(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
         {"tensorboard", required_argument, NULL, 'G'},
+        {"keep-last", required_argument, NULL, 'K'},    {"init-partial", required_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
@@ -346,11 +351,13 @@ int bt_cmd_run(int argc, char **argv)
     o.watchdog_s = 60;
     o.eval_every = -1;
     o.checkpoint_every = -1;
+    o.keep_last = -1;
     o.progress = isatty(STDOUT_FILENO);
     int c, rc;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.model.devices = optarg; break;
         case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
@@ -377,7 +384,9 @@ int bt_cmd_run(int argc, char **argv)
         case 'k': rc = bt_cli_parse_int("run", "--checkpoint-every", optarg, 0, LLONG_MAX, &o.checkpoint_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'C': o.checkpoint_dir = optarg; break;
         case 'R': o.resume = optarg; break;
-        case 'I': o.init = optarg; break;
+        case 'I': o.init = optarg; o.init_partial = 0; break;
+        case 'J': o.init = optarg; o.init_partial = 1; break;
+        case 'K': rc = bt_cli_parse_int32("run", "--keep-last", optarg, 0, 1000000, &o.keep_last); if (rc != BT_EXIT_OK) return rc; break;
         case 'Y': o.synthetic = 1; break;
         case 'M':
             if (!bt_cli_parse_bytes(optarg, &o.device_memory)) {
@@ -406,7 +415,7 @@ int bt_cmd_run(int argc, char **argv)
             }
             break;
         case 'h': run_usage(stdout); return BT_EXIT_OK;
-        default: run_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("run", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("run", argc, argv, optind, &o.model);

@@ -1,6 +1,7 @@
 /* cli/common.c: what the subcommands share: loading a model with command-line flags turned into
  * overrides (so flags are validated exactly like the file), error reporting and number formats. */
 #include <ctype.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,11 +119,34 @@ static int read_integer(const char *text, int *neg, uint64_t *mag)
     return *p == '\0';
 }
 
+/* "baton CMD: OPTION: must be RANGE, got TEXT" (TEXT quoted unless it is a plain number), then
+ * the one-line hint. */
 static int bad_integer(const char *cmd, const char *option, const char *text, const char *range)
 {
-    fprintf(stderr, "baton %s: %s wants %s, not '", cmd, option, range);
+    int plain = *text != '\0' && strspn(text, "-0123456789") == strlen(text);
+    fprintf(stderr, "baton %s: %s: must be %s, got %s", cmd, option, range, plain ? "" : "'");
     bt_cli_print_escaped(stderr, text);
-    fprintf(stderr, "'\n");
+    fprintf(stderr, "%s\n", plain ? "" : "'");
+    bt_cli_hint(cmd);
+    return BT_EXIT_USAGE;
+}
+
+void bt_cli_hint(const char *cmd)
+{
+    fprintf(stderr, "(baton %s --help lists the options and their ranges)\n", cmd);
+}
+
+int bt_cli_bad_option(const char *cmd, int argc, char **argv, int opt)
+{
+    const char *arg = optind - 1 < argc && optind >= 1 ? argv[optind - 1] : "?";
+    if (opt == ':')
+        fprintf(stderr, "baton %s: %s needs a value\n", cmd, arg);
+    else {
+        fprintf(stderr, "baton %s: unknown option '", cmd);
+        bt_cli_print_escaped(stderr, arg);
+        fprintf(stderr, "'\n");
+    }
+    bt_cli_hint(cmd);
     return BT_EXIT_USAGE;
 }
 
@@ -130,8 +154,11 @@ int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long
                      long long *out)
 {
     char range[96];
-    if (hi == LLONG_MAX) snprintf(range, sizeof range, "a whole number of at least %lld", lo);
-    else snprintf(range, sizeof range, "a whole number from %lld to %lld", lo, hi);
+    if (lo == 1 && hi == LLONG_MAX) snprintf(range, sizeof range, "a positive integer");
+    else if (lo == 0 && hi == LLONG_MAX) snprintf(range, sizeof range, "an integer of 0 or more");
+    else if (hi == LLONG_MAX) snprintf(range, sizeof range, "an integer of at least %lld", lo);
+    else if (lo == 1) snprintf(range, sizeof range, "a positive integer up to %lld", hi);
+    else snprintf(range, sizeof range, "an integer from %lld to %lld", lo, hi);
     int neg;
     uint64_t mag;
     if (!text || !read_integer(text, &neg, &mag)) return bad_integer(cmd, option, text ? text : "", range);
@@ -161,7 +188,7 @@ int bt_cli_parse_u64(const char *cmd, const char *option, const char *text, unsi
     int neg;
     uint64_t mag;
     if (!text || !read_integer(text, &neg, &mag) || (neg && mag != 0))
-        return bad_integer(cmd, option, text ? text : "", "a whole number from 0 to 18446744073709551615");
+        return bad_integer(cmd, option, text ? text : "", "an integer from 0 to 18446744073709551615");
     *out = mag;
     return BT_EXIT_OK;
 }

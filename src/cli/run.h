@@ -3,6 +3,8 @@
 #ifndef BT_CLI_RUN_H
 #define BT_CLI_RUN_H
 
+#include <signal.h>
+
 #include "cli/cli.h"
 
 typedef struct bt_run_opts {
@@ -20,6 +22,8 @@ typedef struct bt_run_opts {
     const char *checkpoint_dir;
     const char *resume;
     const char *init;
+    int init_partial;            /* --init-partial FILE: load what matches, list what was skipped */
+    int keep_last;               /* --keep-last N; -1: unset (train.checkpoint_keep_last) */
     int synthetic;               /* ignore the data: section */
     int progress;                /* draw a progress bar (stdout is a terminal) */
     const char *trace_path;      /* --trace FILE.json */
@@ -58,6 +62,13 @@ void bt_cli_metrics_eval(bt_cli_metrics *mt, const bt_engine *e, int64_t step, d
 void bt_cli_metrics_json_stages(const bt_cli_metrics *mt);
 /* Closes the event file; accepts NULL. Exit code. */
 int bt_cli_metrics_close(bt_cli_metrics *mt);
+
+/* SIGINT/SIGTERM during training (run_signals.c). begin installs the handlers and returns the flag
+ * the first signal sets (for bt_trainer_opts.stop); a second signal stops the process at once.
+ * end puts the previous handlers back and returns the signal that set the flag, or 0. */
+volatile sig_atomic_t *bt_cli_stop_begin(void);
+volatile sig_atomic_t *bt_cli_stop_flag(void);
+int bt_cli_stop_end(void);
 
 /* The per-stage memory and throughput summary printed at the end of a run. */
 void bt_cli_print_summary(const bt_run_opts *o, const bt_engine *e, double median_ms, int64_t batch);

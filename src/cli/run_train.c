@@ -4,6 +4,7 @@
  * throughput and memory per stage. With --log-format jsonl every line is a JSON object instead
  * (a number that is not finite is written null). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,18 +169,61 @@ static void on_event(const bt_train_event *ev, void *user)
     fflush(stdout);
 }
 
+/* What --init-partial loaded, and every tensor it skipped and parameter it did not fill. */
+static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
+{
+    if (!r) return;
+    FILE *f = o->jsonl ? stderr : stdout;
+    fprintf(f, "init %s: loaded %d parameters, skipped %d tensors, %d parameters keep their initial values\n",
+            o->init, r->loaded, r->n_skipped, r->n_missing);
+    for (int i = 0; i < r->n_skipped; i++) {
+        fprintf(f, "  skipped ");
+        bt_cli_print_escaped(f, r->skipped[i]);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < r->n_missing; i++) {
+        fprintf(f, "  not in the file: ");
+        bt_cli_print_escaped(f, r->missing[i]);
+        fputc('\n', f);
+    }
+}
+
+static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir)
+{
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (o->jsonl) {
+        printf("{\"interrupted\": \"%s\", \"step\": %lld, \"total_steps\": %lld}\n", name, (long long)step,
+               (long long)total);
+    } else {
+        if (o->progress) printf("\n");
+        printf("interrupted by %s after step %lld of %lld", name, (long long)step, (long long)total);
+        if (dir) {
+            char shown[1024];
+            printf("; continue with --resume %s", bt_cli_escape(dir, shown, sizeof shown));
+        } else
+            printf(" (no checkpoint directory: the weights are not saved)");
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
 int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p)
 {
     bt_trainer_opts to;
     memset(&to, 0, sizeof to);
-    to.steps = o->steps > 0 ? o->steps : m->train.steps;
+    /* flags beat the file: --epochs replaces train.steps as well as train.epochs */
+    to.steps = o->steps > 0 ? o->steps : o->epochs > 0 ? 0 : m->train.steps;
     to.epochs = o->epochs > 0 ? o->epochs : m->train.epochs;
     to.eval_every = o->eval_every >= 0 ? o->eval_every : m->train.eval_every;
     to.checkpoint_every = o->checkpoint_every >= 0 ? o->checkpoint_every : m->train.checkpoint_every;
     to.checkpoint_dir = o->checkpoint_dir ? o->checkpoint_dir : m->train.checkpoint_dir;
     to.resume = o->resume;
     to.init = o->init;
+    to.init_partial = o->init_partial;
+    int keep = o->keep_last >= 0 ? o->keep_last : m->train.checkpoint_keep_last;
+    to.keep_last = keep == 0 ? -1 : keep;
     to.seed = o->seed;
+    to.stop = bt_cli_stop_flag();
     bt_model local = *m;
     if (o->synthetic) {
         bt_data_config_init(&local.data);
@@ -215,7 +259,12 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
         bt_trainer_destroy(t);
         return rc;
     }
+    print_init_report(o, bt_trainer_init_report(t));
+    bt_cli_stop_begin();
     st = bt_trainer_run(t, on_event, &d);
+    int sig = bt_cli_stop_end();
+    int64_t stopped = bt_trainer_stopped_at(t);
+    if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir);
     if (st != BT_OK) {
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);
@@ -230,6 +279,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     }
     int mrc = bt_cli_metrics_close(d.mt);
     if (rc == BT_EXIT_OK) rc = mrc;
+    if (rc == BT_EXIT_OK && stopped) rc = 128 + sig;
     free(d.step_ms);
     bt_trainer_destroy(t);
     return rc;

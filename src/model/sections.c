@@ -107,7 +107,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 {
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
                                        "clip_grad_norm", "precision", "loss_scale", "eval_every",
-                                       "checkpoint_every", "checkpoint_dir", "tensorboard", NULL};
+                                       "checkpoint_every", "checkpoint_dir", "checkpoint_keep_last",
+                                       "tensorboard", NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
     const bt_ynode *map, *v;
@@ -143,6 +144,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
         BT_TRY(bt_ld_int(ld, v, "train.eval_every", 0, INT64_MAX, &cfg->eval_every));
     if ((v = bt_ymap_get(map, "checkpoint_every")))
         BT_TRY(bt_ld_int(ld, v, "train.checkpoint_every", 0, INT64_MAX, &cfg->checkpoint_every));
+    if ((v = bt_ymap_get(map, "checkpoint_keep_last")))
+        BT_TRY(bt_ld_int32(ld, v, "train.checkpoint_keep_last", 0, 1000000, &cfg->checkpoint_keep_last));
     if ((v = bt_ymap_get(map, "checkpoint_dir"))) {
         const char *s;
         BT_TRY(bt_ld_string(ld, v, "train.checkpoint_dir", &s));
