@@ -14,6 +14,7 @@
 
 #include "core/util.h"
 #include "core/error.h"
+#include "core/strutil.h"
 #include "graph/graph_internal.h"
 #include "io/dataset.h"
 #include "io/loader.h"
@@ -121,6 +122,14 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
     struct stat sb;
     if (stat(path, &sb) != 0)
         return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        char *latest = bt_strfmt("%s/%s", path, BT_CHECKPOINT_FILE);
+        int found = latest && stat(latest, &sb) == 0;
+        free(latest);
+        if (!found)
+            return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there (no %s in it)", path,
+                            BT_CHECKPOINT_FILE);
+    }
     BT_TRY(bt_checkpoint_read_meta(path, &meta));
     if (meta.seed != t->opts.seed)
         return bt_error(BT_ERR_INVALID_ARG,
@@ -130,6 +139,13 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
     snprintf(model, sizeof model, "%s", t->model->name ? t->model->name : "");
     if (meta.model[0] && model[0] && strcmp(meta.model, model) != 0)
         return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta.model, model);
+    if (meta.batch > 0 && meta.batch != bt_engine_batch(t->engine))
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved by a run of batch %lld, but this run has batch %lld: each step would read "
+                        "other samples than the saved data position means, so it cannot continue exactly; resume "
+                        "with batch %lld, or start a new run from its weights with --init %s",
+                        path, (long long)meta.batch, (long long)bt_engine_batch(t->engine), (long long)meta.batch,
+                        path);
     if (meta.batches_per_epoch && meta.batches_per_epoch != per_epoch)
         return bt_error(BT_ERR_INVALID_ARG,
                         "%s was saved by a run of %lld batches per epoch, but this run has %lld (were the data or "
@@ -146,13 +162,6 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
                         "%lld), though every step reads one batch",
                         path, (long long)meta.step, (long long)meta.epoch, (long long)meta.batch_index,
                         (long long)per_epoch);
-    if (meta.batch > 0 && meta.batch != bt_engine_batch(t->engine))
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "%s was saved by a run of batch %lld, but this run has batch %lld: each step would read "
-                        "other samples than the saved data position means, so it cannot continue exactly; resume "
-                        "with batch %lld, or start a new run from its weights with --init %s",
-                        path, (long long)meta.batch, (long long)bt_engine_batch(t->engine), (long long)meta.batch,
-                        path);
     t->first_step = position;
     BT_TRY(bt_checkpoint_resume(t->engine, t->model->graph, path, &meta));
     if (t->opts.checkpoint_dir && strcmp(t->opts.checkpoint_dir, path) == 0) t->saved_step = meta.step;
