@@ -84,7 +84,7 @@ expect_rc 2 "check without a model" "$baton" check
 expect_rc 2 "bad flag value" "$baton" run "$srcdir/models/mlp.yaml" --steps zero
 expect_rc 2 "bad override" "$baton" run "$srcdir/models/mlp.yaml" train.batch=abc
 expect_rc 2 "missing model file" "$baton" check "$tmp/nope.yaml"
-expect_rc 1 "missing init weights" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --init "$tmp/nope.safetensors"
+expect_rc 2 "missing init weights" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --init "$tmp/nope.safetensors"
 if expect_rc 1 "plan too big for --memory" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --memory 4K; then
   tests=$((tests + 1))
   grep -q "the plan does not fit in memory: stage [0-9] (cpu:[0-9]) needs" "$tmp/err" ||
