@@ -6,6 +6,7 @@
 
 #include "baton/args.h"
 #include "baton/config.h"
+#include "baton/data.h"
 #include "baton/engine.h"
 #include "baton/graph.h"
 #include "baton/model.h"
