@@ -6,7 +6,8 @@
 # batch size and missing files exit 2; --epochs beats train.steps; --init-partial lists what it
 # skipped; SIGINT mid-epoch finishes the step, writes a checkpoint, prints the summary and exits
 # 130, and resuming from it ends bit-identical to an uninterrupted run; SIGTERM exits 143; a
-# second SIGINT stops at once. Prints "cli_ckpt: N tests, N failed" like the CUnit programs.
+# second SIGINT stops at once; --plugin loads a library of custom ops (tests/plugin_myops.c) and
+# names the library when it cannot. Prints "cli_ckpt: N tests, N failed" like the CUnit programs.
 set -u
 builddir=${BT_BUILDDIR:-$(pwd)}
 srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -143,6 +144,25 @@ kill -INT $bg; wait $bg; rc=$?
 check "second SIGINT: exit $rc, expected 130" test "$rc" = 130
 check "second SIGINT: stopped at once, no summary: $(cat "$tmp/twice.err")" sh -c "! grep -q '\"summary\"' '$tmp/twice.out'"
 check "second SIGINT: says so" grep -q "stopping now" "$tmp/twice.err"
+
+# --plugin: a library's baton_plugin_register registers ops the model file can name
+plugin="$builddir/tests/.libs/libmyops.so"
+sed -e 's/- {name: fc2, op: linear, args: {out: 32}, act: relu}/&\n  - {name: twice, op: myops.scale2}/' \
+    -e 's/^name: mlp$/name: plug/' "$mlp" >"$tmp/plug.yaml"
+if [ -f "$plugin" ]; then
+  expect_rc 2 "custom op without its plugin" "$baton" check "$tmp/plug.yaml" &&
+    check "no plugin: unknown op" grep -q "unknown op 'myops.scale2'" "$tmp/err"
+  expect_rc 0 "check --plugin" "$baton" check "$tmp/plug.yaml" --plugin "$plugin"
+  expect_rc 0 "run --plugin" "$baton" run "$tmp/plug.yaml" --steps 3 --plugin "$plugin"
+  expect_rc 2 "--plugin of a missing library" "$baton" run "$tmp/plug.yaml" --plugin "$tmp/nope.so" &&
+    check "missing plugin: names it: $(cat "$tmp/err")" grep -q "^baton run: --plugin $tmp/nope.so: cannot load it" "$tmp/err"
+  if [ -f "$builddir/.libs/libbaton.so" ]; then
+    expect_rc 2 "--plugin without the function" "$baton" plan "$tmp/plug.yaml" --plugin "$builddir/.libs/libbaton.so" &&
+      check "no function: says which: $(cat "$tmp/err")" grep -q "has no function baton_plugin_register" "$tmp/err"
+  fi
+else
+  echo "note: no $plugin (a static-only build): --plugin not tested"
+fi
 
 echo "cli_ckpt: $tests tests, $failed failed"
 [ "$failed" -eq 0 ]

@@ -89,7 +89,14 @@ typedef struct bt_cli_model_opts {
     const char *balance;
     const char *layout;
     const char *partition;
+    const char *plugins[16];     /* --plugin LIB.so, loaded before the model (plugin.c) */
+    int n_plugins;
 } bt_cli_model_opts;
+
+/* --plugin (plugin.c): add remembers a library (at most 16); load dlopens each and calls its
+ * bt_status baton_plugin_register(void). Exit codes; messages name cmd and the library. */
+int bt_cli_add_plugin(const char *cmd, bt_cli_model_opts *o, const char *path);
+int bt_cli_load_plugins(const char *cmd, const bt_cli_model_opts *o);
 
 /* Takes argv[first..] after the options: KEY=VALUE overrides and one model path. Returns
  * BT_EXIT_OK, or prints a message naming cmd and returns BT_EXIT_USAGE. */

@@ -27,6 +27,8 @@ static void check_usage(FILE *f)
             "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b | stream\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
 }
@@ -122,7 +124,7 @@ int bt_cmd_check(int argc, char **argv)
         {"partition", required_argument, NULL, 'P'}, {"balance", required_argument, NULL, 'B'},
         {"layout", required_argument, NULL, 'L'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
     bt_cli_model_opts o;
     memset(&o, 0, sizeof o);
     int c, rc;
@@ -137,6 +139,7 @@ int bt_cmd_check(int argc, char **argv)
         case 'P': o.partition = optarg; break;
         case 'B': o.balance = optarg; break;
         case 'L': o.layout = optarg; break;
+        case 'U': rc = bt_cli_add_plugin("check", &o, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': check_usage(stdout); return BT_EXIT_OK;
         default: return bt_cli_bad_option("check", argc, argv, c);
         }

@@ -44,6 +44,8 @@ static void plan_usage(FILE *f)
             "                        device's own; cpu devices share the machine's memory)\n"
             "  --permute             let the planner choose the order of the devices too\n"
             "  --repeats R           timed runs per measurement when measuring (default 5)\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the model file, e.g. train.batch=512\n");
 }
@@ -232,7 +234,7 @@ int bt_cmd_plan(int argc, char **argv)
         {"devices", required_argument, NULL, 'd'}, {"profile", required_argument, NULL, 'p'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
-        {"repeats", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+        {"repeats", required_argument, NULL, 'r'}, {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -248,6 +250,7 @@ int bt_cmd_plan(int argc, char **argv)
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
         case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
+        case 'U': rc = bt_cli_add_plugin("plan", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;
         default: return bt_cli_bad_option("plan", argc, argv, c);
         }

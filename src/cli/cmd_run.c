@@ -65,6 +65,8 @@ static void run_usage(FILE *f)
             "  --tensorboard DIR     write TensorBoard event files to DIR (beats\n"
             "                        train.tensorboard): watch with tensorboard --logdir\n"
             "  --log-format F        text (default) | jsonl\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
 }
@@ -344,7 +346,7 @@ int bt_cmd_run(int argc, char **argv)
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
         {"tensorboard", required_argument, NULL, 'G'},
         {"keep-last", required_argument, NULL, 'K'},    {"init-partial", required_argument, NULL, 'J'},
-        {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
     o.threads = 0;
@@ -414,6 +416,7 @@ int bt_cmd_run(int argc, char **argv)
                 return BT_EXIT_USAGE;
             }
             break;
+        case 'U': rc = bt_cli_add_plugin("run", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': run_usage(stdout); return BT_EXIT_OK;
         default: return bt_cli_bad_option("run", argc, argv, c);
         }

@@ -77,6 +77,8 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
     const char *ov[96];
     char *flags[8] = {NULL};
     int n = 0, nf = 0;
+    int prc = bt_cli_load_plugins(cmd, o);
+    if (prc != BT_EXIT_OK) return prc;
     /* heap copies: a long --layout must never be cut short */
     if (o->devices) flags[nf++] = bt_strfmt("parallel.devices=%s", o->devices);
     if (o->stages > 0) flags[nf++] = bt_strfmt("parallel.pipeline.stages=%d", o->stages);
