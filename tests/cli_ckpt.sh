@@ -6,7 +6,8 @@
 # batch size and missing files exit 2; --epochs beats train.steps; --init-partial lists what it
 # skipped; SIGINT mid-epoch finishes the step, writes a checkpoint, prints the summary and exits
 # 130, and resuming from it ends bit-identical to an uninterrupted run; SIGTERM exits 143; a
-# second SIGINT stops at once; --plugin loads a library of custom ops (tests/plugin_myops.c) and
+# second SIGINT stops at once; JSON records survive strange paths, --log-file and --log-every
+# work, the progress bar fits the terminal; --plugin loads a library of custom ops (tests/plugin_myops.c) and
 # names the library when it cannot. Prints "cli_ckpt: N tests, N failed" like the CUnit programs.
 set -u
 builddir=${BT_BUILDDIR:-$(pwd)}
@@ -144,6 +145,35 @@ kill -INT $bg; wait $bg; rc=$?
 check "second SIGINT: exit $rc, expected 130" test "$rc" = 130
 check "second SIGINT: stopped at once, no summary: $(cat "$tmp/twice.err")" sh -c "! grep -q '\"summary\"' '$tmp/twice.out'"
 check "second SIGINT: says so" grep -q "stopping now" "$tmp/twice.err"
+
+# JSON records come from a JSON library: a checkpoint path with '"' and '\' stays one valid record
+weird="$tmp/we\"ird\\dir"
+if expect_rc 0 "jsonl with a strange checkpoint path" "$baton" run "$mlp" --steps 2 --log-format jsonl --checkpoint-dir "$weird"; then
+  if command -v python3 >/dev/null 2>&1; then
+    check "strange path: every record is JSON, the path intact" python3 -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+paths = [r["checkpoint"] for r in recs if "checkpoint" in r]
+assert paths == [sys.argv[2] + "/checkpoint-00000002.safetensors"], paths' "$tmp/out" "$weird"
+  fi
+fi
+# --log-file: JSON records in the file while the terminal gets text; --log-every thins both
+if expect_rc 0 "--log-file with --log-every" "$baton" run "$mlp" --steps 30 --log-every 10 --log-file "$tmp/run.jsonl"; then
+  check "--log-every 10: text lines of steps 1, 10, 20, 30: $(grep '^step' "$tmp/out" | cut -c1-12 | tr '\n' ' ')" \
+    test "$(grep '^step' "$tmp/out" | cut -d' ' -f2 | tr '\n' ' ')" = "1/30 10/30 20/30 30/30 "
+  check "--log-file: step records 1, 10, 20, 30" \
+    test "$(grep -o '^{"step": [0-9]*' "$tmp/run.jsonl" | cut -d' ' -f2 | tr '\n' ' ')" = "1 10 20 30 "
+  check "--log-file: config, eval and summary records" grep -q '"summary": true' "$tmp/run.jsonl"
+  check "--log-file: the terminal has no JSON" sh -c "! grep -q '^{' '$tmp/out'"
+fi
+expect_rc 2 "--log-file in a missing directory" "$baton" run "$mlp" --steps 1 --log-file "$tmp/no/such/dir/x.jsonl"
+# the progress bar fits the terminal (60 columns here) and shows elapsed<ETA
+if command -v script >/dev/null 2>&1; then
+  script -qec "stty cols 60 rows 20; '$baton' run '$mlp' --steps 40" /dev/null >"$tmp/tty.out" 2>&1
+  check "progress bar: drawn with elapsed<ETA: $(tr '\r' '\n' <"$tmp/tty.out" | grep -m1 '^\[')" \
+    grep -q '\[#*-*\] .*40/40 .*[0-9]:[0-9][0-9]<0:00' "$tmp/tty.out"
+  check "progress bar: no line wider than 59 columns" sh -c "tr '\r' '\n' <'$tmp/tty.out' | sed 's/\x1b\[K//g' | grep '^\[' | awk 'length > 59 {bad=1} END {exit bad}'"
+fi
 
 # --plugin: a library's baton_plugin_register registers ops the model file can name
 plugin="$builddir/tests/.libs/libmyops.so"

@@ -211,6 +211,18 @@ void bt_cli_metrics_eval(bt_cli_metrics *mt, const bt_engine *e, int64_t step, d
     tb_failed(mt, st);
 }
 
+json_t *bt_cli_metrics_json(const bt_cli_metrics *mt)
+{
+    if (!mt) return NULL;
+    json_t *a = json_array();
+    for (int s = 0; a && s < mt->stages; s++)
+        json_array_append_new(a, json_pack("{s:o, s:o, s:o, s:I}", "busy", bt_cli_json_num(mt->now[s].busy),
+                                           "transfer", bt_cli_json_num(mt->now[s].transfer), "idle",
+                                           bt_cli_json_num(mt->now[s].idle), "peak_bytes",
+                                           (json_int_t)mt->now[s].peak_bytes));
+    return a;
+}
+
 void bt_cli_metrics_json_stages(const bt_cli_metrics *mt)
 {
     if (!mt) return;

@@ -27,6 +27,7 @@ typedef struct display {
     int evaluated;
     const bt_engine *e;
     bt_cli_metrics *mt;   /* stage shares per step, and the TensorBoard file */
+    double t0_ms;         /* when the first step of this run started (for the bar's ETA) */
 } display;
 
 static const char *optimizer_text(const bt_optimizer_config *c, char *buf, size_t size)
@@ -55,16 +56,13 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
                          const bt_trainer *t)
 {
     char buf[512], num[32];
-    if (o->jsonl) {
-        printf("{\"config\": true, \"model\": ");
-        bt_cli_print_json_string(stdout, m->name ? m->name : "");
-        printf(", \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
-               "\"batch\": %lld, \"steps\": %lld, \"train_samples\": %lld, \"params\": %lld}\n",
-               bt_engine_num_stages(e), p->parallel.microbatches,
-               bt_schedule_name(p->parallel.schedule), (long long)p->batch, (long long)bt_trainer_total_steps(t),
-               (long long)bt_trainer_train_samples(t), (long long)bt_graph_total_params(m->graph));
-        return;
-    }
+    bt_cli_record(o, json_pack("{s:b, s:s, s:i, s:i, s:s, s:I, s:I, s:I, s:I}", "config", 1, "model",
+                               m->name ? m->name : "", "stages", bt_engine_num_stages(e), "microbatches",
+                               p->parallel.microbatches, "schedule", bt_schedule_name(p->parallel.schedule),
+                               "batch", (json_int_t)p->batch, "steps", (json_int_t)bt_trainer_total_steps(t),
+                               "train_samples", (json_int_t)bt_trainer_train_samples(t), "params",
+                               (json_int_t)bt_graph_total_params(m->graph)));
+    if (o->jsonl) return;
     char name[256];
     printf("baton run %s\n", bt_cli_escape(m->path, buf, sizeof buf));
     printf("  model         %s, %d layers, %s parameters\n", bt_cli_escape(m->name ? m->name : "?", name, sizeof name),
@@ -113,57 +111,59 @@ static void on_event(const bt_train_event *ev, void *user)
         d->step_ms[d->n_steps++] = r->step_ms;
         d->loss_avg = d->have_avg ? 0.95 * d->loss_avg + 0.05 * r->loss : r->loss;
         d->have_avg = 1;
+        int shown = bt_cli_log_step(o, ev->step, d->first_step, ev->total_steps);
+        if (shown && (o->jsonl || o->log)) {
+            json_t *rec = json_pack("{s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "step", (json_int_t)ev->step, "epoch",
+                                    (json_int_t)ev->epoch, "loss", bt_cli_json_num(r->loss), "lr",
+                                    bt_cli_json_num(r->lr), "grad_norm", bt_cli_json_num(r->grad_norm), "step_ms",
+                                    bt_cli_json_num(r->step_ms), "samples_per_s", bt_cli_json_num(r->samples_per_s),
+                                    "bubble", bt_cli_json_num(r->bubble));
+            if (rec && r->loss_scale != 1) {
+                json_object_set_new(rec, "loss_scale", bt_cli_json_num(r->loss_scale));
+                json_object_set_new(rec, "skipped", json_boolean(r->skipped));
+            }
+            json_t *stages = bt_cli_metrics_json(d->mt);
+            if (rec && stages) json_object_set_new(rec, "stages", stages);
+            else json_decref(stages);
+            bt_cli_record(o, rec);
+        }
         if (o->jsonl) {
-            printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
-                   "\"step_ms\": %s, \"samples_per_s\": %s, \"bubble\": %s",
-                   (long long)ev->step, (long long)ev->epoch, bt_json_num(r->loss, 'g', 9).s,
-                   bt_json_num(r->lr, 'g', 6).s, bt_json_num(r->grad_norm, 'g', 6).s,
-                   bt_json_num(r->step_ms, 'f', 3).s, bt_json_num(r->samples_per_s, 'f', 1).s,
-                   bt_json_num(r->bubble, 'f', 4).s);
-            if (r->loss_scale != 1)
-                printf(", \"loss_scale\": %s, \"skipped\": %s", bt_json_num(r->loss_scale, 'g', 6).s,
-                       r->skipped ? "true" : "false");
-            bt_cli_metrics_json_stages(d->mt);
-            printf("}\n");
         } else if (o->progress) {
             if (r->skipped) printf("\n%s\n", skip_text(ev->step, r, msg, sizeof msg));
-            int width = 28, filled = (int)(width * ev->step / (ev->total_steps ? ev->total_steps : 1));
-            char bar[64];
-            for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '-';
-            bar[width] = '\0';
-            printf("\r[%s] %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %6.1f ms  %7.0f samples/s  bubble %4.1f%% ", bar,
-                   (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, d->loss_avg, r->lr,
-                   r->step_ms, r->samples_per_s, 100 * r->bubble);
-            if (ev->step == ev->total_steps) printf("\n");
-        } else {
+            bt_cli_progress(ev->step, d->first_step, ev->total_steps, ev->epoch, r, d->loss_avg,
+                            (bt_now_ms() - d->t0_ms) / 1000);
+        } else if (shown || r->skipped) {
             if (r->skipped) printf("%s\n", skip_text(ev->step, r, msg, sizeof msg));
-            printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
-                   (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
-                   r->step_ms, r->samples_per_s, 100 * r->bubble);
+            if (shown)
+                printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
+                       (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
+                       r->step_ms, r->samples_per_s, 100 * r->bubble);
         }
     } else if (ev->kind == BT_EV_EVAL) {
         d->last_accuracy = ev->accuracy;
         d->last_eval_loss = ev->loss;
         d->evaluated = 1;
         bt_cli_metrics_eval(d->mt, d->e, ev->step, ev->loss, ev->accuracy);
-        if (o->jsonl) {
-            printf("{\"eval\": true, \"step\": %lld, \"loss\": %s", (long long)ev->step,
-                   bt_json_num(ev->loss, 'g', 9).s);
-            if (!isnan(ev->accuracy)) printf(", \"accuracy\": %s", bt_json_num(ev->accuracy, 'f', 6).s);
-            printf(", \"samples\": %lld, \"eval_ms\": %s}\n", (long long)ev->samples,
-                   bt_json_num(ev->eval_ms, 'f', 1).s);
-        } else {
+        json_t *rec = json_pack("{s:b, s:I, s:o}", "eval", 1, "step", (json_int_t)ev->step, "loss",
+                                bt_cli_json_num(ev->loss));
+        if (rec && !isnan(ev->accuracy)) json_object_set_new(rec, "accuracy", bt_cli_json_num(ev->accuracy));
+        if (rec) {
+            json_object_set_new(rec, "samples", json_integer((json_int_t)ev->samples));
+            json_object_set_new(rec, "eval_ms", bt_cli_json_num(ev->eval_ms));
+        }
+        bt_cli_record(o, rec);
+        if (!o->jsonl) {
             if (o->progress && ev->step != ev->total_steps) printf("\n");
             printf("eval  step %lld: ", (long long)ev->step);
             if (!isnan(ev->accuracy)) printf("accuracy %.2f%%  ", 100 * ev->accuracy);
             printf("loss %.4f  (%lld samples, %.0f ms)\n", ev->loss, (long long)ev->samples, ev->eval_ms);
         }
     } else if (ev->kind == BT_EV_CHECKPOINT) {
-        if (o->jsonl)
-            printf("{\"checkpoint\": \"%s\", \"step\": %lld}\n", ev->path, (long long)ev->step);
-        else {
+        bt_cli_record(o, json_pack("{s:s, s:I}", "checkpoint", ev->path, "step", (json_int_t)ev->step));
+        if (!o->jsonl) {
+            char shown[1024];
             if (o->progress && ev->step != ev->total_steps) printf("\n");
-            printf("checkpoint step %lld -> %s\n", (long long)ev->step, ev->path);
+            printf("checkpoint step %lld -> %s\n", (long long)ev->step, bt_cli_escape(ev->path, shown, sizeof shown));
         }
     }
     fflush(stdout);
@@ -191,10 +191,9 @@ static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
 static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir)
 {
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-    if (o->jsonl) {
-        printf("{\"interrupted\": \"%s\", \"step\": %lld, \"total_steps\": %lld}\n", name, (long long)step,
-               (long long)total);
-    } else {
+    bt_cli_record(o, json_pack("{s:s, s:I, s:I}", "interrupted", name, "step", (json_int_t)step, "total_steps",
+                               (json_int_t)total));
+    if (!o->jsonl) {
         if (o->progress) printf("\n");
         printf("interrupted by %s after step %lld of %lld", name, (long long)step, (long long)total);
         if (dir) {
@@ -261,6 +260,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     }
     print_init_report(o, bt_trainer_init_report(t));
     bt_cli_stop_begin();
+    d.t0_ms = bt_now_ms();
     st = bt_trainer_run(t, on_event, &d);
     int sig = bt_cli_stop_end();
     int64_t stopped = bt_trainer_stopped_at(t);
