@@ -99,6 +99,12 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
         bt_cli_print_error(cmd);
         return BT_EXIT_USAGE;
     }
+    /* --devices without --stages: one stage per device given (--devices cpu:0 runs the model as
+     * one stage), unless the file's partition fixes the stages (balance, layout, stage: N). */
+    bt_parallel_config *pc = &(*out)->parallel;
+    if (o->devices && o->stages == 0 && pc->partition != BT_PARTITION_BALANCE &&
+        pc->partition != BT_PARTITION_LAYOUT && pc->partition != BT_PARTITION_PINNED)
+        pc->stages = 0;
     return BT_EXIT_OK;
 }
 
