@@ -252,6 +252,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.threads = o->threads;
     p.watchdog_s = o->watchdog_s;
     p.device_memory = (size_t)o->device_memory;
+    p.device_memory_each = 1; /* --memory is bytes per device, as in baton plan */
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
     p.transfer = (bt_transfer_mode)o->transfer;
