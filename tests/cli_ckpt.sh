@@ -82,6 +82,9 @@ if expect_rc 2 "resume with another batch size" "$baton" run "$mlp" --steps 6 --
 fi
 expect_rc 2 "--resume of a missing directory" "$baton" run "$mlp" --steps 3 --resume "$tmp/nothing-here"
 expect_rc 2 "--init of a missing file" "$baton" run "$mlp" --steps 3 --init "$tmp/nothing.safetensors"
+if expect_rc 2 "a missing data file" "$baton" run "$mlp" --steps 1 "data.train={type: npy, images: $tmp/x.npy, labels: $tmp/y.npy}"; then
+  check "missing data file: names the key: $(cat "$tmp/err")" grep -q "data.train.images: $tmp/x.npy: No such file" "$tmp/err"
+fi
 expect_rc 0 "--init from a checkpoint directory" "$baton" run "$mlp" --steps 2 --init "$tmp/base"
 
 # flags beat the file: --epochs 1 replaces train.steps 200 (64 batches an epoch)

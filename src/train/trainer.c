@@ -81,6 +81,20 @@ static bt_status engine_host_alloc(void *ctx, size_t bytes, void **out)
 
 static void engine_host_free(void *ctx, void *ptr) { bt_engine_host_free(ctx, ptr); }
 
+/* A data file that does not exist is a usage error (the model or a flag names it), not an I/O
+ * failure: BT_ERR_INVALID_ARG naming the key. */
+static bt_status check_files(const bt_data_source *src, const char *what)
+{
+    const char *files[2] = {src->images, src->labels}, *keys[2] = {"images", "labels"};
+    if (src->kind != BT_DATA_IDX && src->kind != BT_DATA_NPY) return BT_OK;
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        if (files[i] && stat(files[i], &sb) != 0)
+            return bt_error(BT_ERR_INVALID_ARG, "%s.%s: %s: %s", what, keys[i], files[i], strerror(errno));
+    }
+    return BT_OK;
+}
+
 static bt_status load_data(bt_trainer *t)
 {
     const bt_data_config *d = &t->model->data;
@@ -90,6 +104,8 @@ static bt_status load_data(bt_trainer *t)
         train.samples = 10000;
         train.shuffle = 1;
     }
+    BT_TRY(check_files(&train, "data.train"));
+    BT_TRY(check_files(&d->eval, "data.eval"));
     BT_TRY(bt_dataset_load(&train, t->sample_numel, t->n_classes, t->opts.seed, 0, &t->train));
     if (d->eval.kind != BT_DATA_NONE) {
         BT_TRY(bt_dataset_load(&d->eval, t->sample_numel, t->n_classes, t->opts.seed, 1, &t->eval));
