@@ -63,9 +63,6 @@ int bt_cli_metrics_open(const bt_run_opts *o, const bt_model *m, const bt_engine
 void bt_cli_metrics_step(bt_cli_metrics *mt, const bt_engine *e, int64_t step, const bt_step_result *r);
 /* After an evaluation (accuracy NaN: loss only). */
 void bt_cli_metrics_eval(bt_cli_metrics *mt, const bt_engine *e, int64_t step, double loss, double accuracy);
-/* Prints ', "stages": [{"busy": .., "transfer": .., "idle": .., "peak_bytes": ..}, ...]' for the
- * JSON step record. */
-void bt_cli_metrics_json_stages(const bt_cli_metrics *mt);
 /* Closes the event file; accepts NULL. Exit code. */
 int bt_cli_metrics_close(bt_cli_metrics *mt);
 

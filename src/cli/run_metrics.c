@@ -223,16 +223,6 @@ json_t *bt_cli_metrics_json(const bt_cli_metrics *mt)
     return a;
 }
 
-void bt_cli_metrics_json_stages(const bt_cli_metrics *mt)
-{
-    if (!mt) return;
-    printf(", \"stages\": [");
-    for (int s = 0; s < mt->stages; s++)
-        printf("%s{\"busy\": %.4f, \"transfer\": %.4f, \"idle\": %.4f, \"peak_bytes\": %zu}", s ? ", " : "",
-               mt->now[s].busy, mt->now[s].transfer, mt->now[s].idle, mt->now[s].peak_bytes);
-    printf("]");
-}
-
 int bt_cli_metrics_close(bt_cli_metrics *mt)
 {
     if (!mt) return BT_EXIT_OK;
