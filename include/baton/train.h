@@ -93,7 +93,8 @@ typedef struct bt_trainer_opts {
     volatile sig_atomic_t *stop;
 } bt_trainer_opts;
 
-/* Fills opts with the defaults (every field zero but eval_every = 0). */
+/* Fills opts with the defaults: every field zero (steps 0 and epochs 0: one epoch; eval_every 0:
+ * only at the end; keep_last 0: one checkpoint; no directory, resume, init or stop flag). */
 BT_API void bt_trainer_opts_init(bt_trainer_opts *opts);
 
 typedef enum bt_train_event_kind { BT_EV_STEP, BT_EV_EVAL, BT_EV_CHECKPOINT } bt_train_event_kind;

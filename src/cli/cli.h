@@ -68,6 +68,9 @@ int bt_cli_plain_file_name(const char *s);
 int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long long lo, long long hi,
                      long long *out);
 int bt_cli_parse_int32(const char *cmd, const char *option, const char *text, int lo, int hi, int *out);
+/* Any option's bad value: "baton CMD: OPTION: must be RANGE, got TEXT" and the hint. Returns
+ * BT_EXIT_USAGE. */
+int bt_cli_bad_value(const char *cmd, const char *option, const char *range, const char *text);
 /* The one-line hint after an option error: "(baton CMD --help lists the options ...)". */
 void bt_cli_hint(const char *cmd);
 /* For getopt's '?' and ':' (with opterr = 0 and a leading ':' in the option string): prints

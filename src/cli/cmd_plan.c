@@ -238,8 +238,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.microbatches;
     lp.schedule = training ? m->parallel.schedule : BT_SCHEDULE_STREAM;
     if (o->schedule && !parse_schedule(o->schedule, &lp.schedule)) {
-        fprintf(stderr, "baton plan: --schedule must be gpipe, 1f1b or stream, not '%s'\n", o->schedule);
-        return BT_EXIT_USAGE;
+        return bt_cli_bad_value("plan", "--schedule", "gpipe, 1f1b or stream", o->schedule);
     }
     if (training && lp.schedule == BT_SCHEDULE_STREAM) {
         fprintf(stderr, "baton plan: the stream schedule is forward-only: use gpipe or 1f1b for a model that trains\n");
@@ -311,6 +310,5 @@ int bt_cmd_plan(int argc, char **argv)
     bt_model_destroy(m);
     return rc;
 bad:
-    fprintf(stderr, "baton plan: --memory wants a byte count such as 512M or 2G, not '%s'\n", optarg);
-    return BT_EXIT_USAGE;
+    return bt_cli_bad_value("plan", "--memory", "a byte count per device such as 512M or 2G", optarg);
 }

@@ -383,49 +383,39 @@ int bt_cmd_run(int argc, char **argv)
         case 'b': rc = bt_cli_parse_int("run", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
         case 'w':
             o.watchdog_s = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S)) {
-                char shown[64];
-                fprintf(stderr, "baton run: --watchdog must be seconds above 0 and at most %g, not '%s'\n",
-                        BT_WATCHDOG_MAX_S, bt_cli_escape(optarg, shown, sizeof shown));
-                return BT_EXIT_USAGE;
-            }
+            if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S))
+                return bt_cli_bad_value("run", "--watchdog", "seconds above 0 and at most 1e+09", optarg);
             break;
         case 'E': rc = bt_cli_parse_int32("run", "--epochs", optarg, 1, BT_CLI_MAX_EPOCHS, &o.epochs); if (rc != BT_EXIT_OK) return rc; break;
         case 'v': rc = bt_cli_parse_int("run", "--eval-every", optarg, 0, LLONG_MAX, &o.eval_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'k': rc = bt_cli_parse_int("run", "--checkpoint-every", optarg, 0, LLONG_MAX, &o.checkpoint_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'C': o.checkpoint_dir = optarg; break;
         case 'e': rc = bt_cli_parse_int("run", "--log-every", optarg, 1, BT_CLI_MAX_STEPS, &o.log_every); if (rc != BT_EXIT_OK) return rc; break;
-        case 'F': if (!*optarg) goto bad; o.log_file = optarg; break;
+        case 'F': if (!*optarg) return bt_cli_bad_value("run", "--log-file", "a file name", optarg); o.log_file = optarg; break;
         case 'R': o.resume = optarg; break;
         case 'I': o.init = optarg; o.init_partial = 0; break;
         case 'J': o.init = optarg; o.init_partial = 1; break;
         case 'K': rc = bt_cli_parse_int32("run", "--keep-last", optarg, 0, 1000000, &o.keep_last); if (rc != BT_EXIT_OK) return rc; break;
         case 'Y': o.synthetic = 1; break;
         case 'M':
-            if (!bt_cli_parse_bytes(optarg, &o.device_memory)) {
-                fprintf(stderr, "baton run: --memory wants a byte count such as 512M or 2G, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            if (!bt_cli_parse_bytes(optarg, &o.device_memory))
+                return bt_cli_bad_value("run", "--memory", "a byte count per device such as 512M or 2G", optarg);
             break;
         case 'T': o.trace_path = optarg; break;
         case 'L': o.timeline_path = optarg; break;
-        case 'G': if (!*optarg) goto bad; o.tensorboard = optarg; break;
+        case 'G': if (!*optarg) return bt_cli_bad_value("run", "--tensorboard", "a directory", optarg); o.tensorboard = optarg; break;
         case 'X':
             if (strcmp(optarg, "auto") == 0) o.transfer = BT_TRANSFER_AUTO;
             else if (strcmp(optarg, "staged") == 0) o.transfer = BT_TRANSFER_STAGED;
             else if (strcmp(optarg, "host") == 0) o.transfer = BT_TRANSFER_HOST;
-            else {
-                fprintf(stderr, "baton run: --transfer must be auto, staged or host, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            else
+                return bt_cli_bad_value("run", "--transfer", "auto, staged or host", optarg);
             break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1, o.progress = 0;
             else if (strcmp(optarg, "text") == 0) o.jsonl = 0;
-            else {
-                fprintf(stderr, "baton run: --log-format must be text or jsonl, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            else
+                return bt_cli_bad_value("run", "--log-format", "text or jsonl", optarg);
             break;
         case 'U': rc = bt_cli_add_plugin("run", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': run_usage(stdout); return BT_EXIT_OK;
@@ -451,7 +441,4 @@ int bt_cmd_run(int argc, char **argv)
     }
     bt_model_destroy(m);
     return rc;
-bad:
-    fprintf(stderr, "baton run: bad value '%s' for an option\n", optarg);
-    return BT_EXIT_USAGE;
 }

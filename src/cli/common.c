@@ -139,6 +139,11 @@ static int bad_integer(const char *cmd, const char *option, const char *text, co
     return BT_EXIT_USAGE;
 }
 
+int bt_cli_bad_value(const char *cmd, const char *option, const char *range, const char *text)
+{
+    return bad_integer(cmd, option, text ? text : "", range);
+}
+
 void bt_cli_hint(const char *cmd)
 {
     fprintf(stderr, "(baton %s --help lists the options and their ranges)\n", cmd);
