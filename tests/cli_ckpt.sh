@@ -87,6 +87,28 @@ if expect_rc 2 "a missing data file" "$baton" run "$mlp" --steps 1 "data.train={
 fi
 expect_rc 0 "--init from a checkpoint directory" "$baton" run "$mlp" --steps 2 --init "$tmp/base"
 
+# where no trainer runs (an inference model; a token model on generic synthetic inputs), the
+# checkpoint flags are refused, naming the flag
+if expect_rc 2 "inference with --checkpoint-dir" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 1 --checkpoint-dir "$tmp/inf"; then
+  check "inference: names the flag: $(cat "$tmp/err")" grep -q "^baton run: --checkpoint-dir cannot be honoured" "$tmp/err"
+fi
+cat >"$tmp/tokens.yaml" <<'YAML'
+format: 1
+name: tokens
+inputs:
+  tokens: {shape: [6], dtype: i32}
+  label: {shape: [], dtype: i32}
+layers:
+  - {name: emb, op: embedding, args: {num: 50, dim: 8}}
+  - {name: flat, op: flatten}
+  - {name: head, op: linear, args: {out: 5}}
+  - {name: loss, op: cross_entropy, from: [head, label]}
+parallel: {devices: [cpu:0, cpu:1], pipeline: {microbatches: 2}}
+train: {batch: 8}
+YAML
+expect_rc 2 "a token model with --resume" "$baton" run "$tmp/tokens.yaml" --steps 1 --resume "$tmp/base"
+expect_rc 2 "a token model with train.checkpoint_dir" "$baton" run "$tmp/tokens.yaml" --steps 1 "train.checkpoint_dir=$tmp/tok"
+
 # flags beat the file: --epochs 1 replaces train.steps 200 (64 batches an epoch)
 if expect_rc 0 "--epochs beats train.steps" "$baton" run "$mlp" --epochs 1 --log-format jsonl; then
   check "--epochs 1: $(head -n 1 "$tmp/out")" grep -q '"steps": 64,' "$tmp/out"

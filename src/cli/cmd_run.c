@@ -280,6 +280,22 @@ static int run_model(const run_opts *opts, bt_model *m)
 }
 
 /* Trains on the model's data through the trainer, or runs synthetic steps. */
+/* The loop below runs synthetic steps without the trainer: the checkpoint and weight flags (and
+ * the file's checkpoint keys) cannot be honoured there, so they are refused, never ignored. */
+static int refuse_trainer_flags(const run_opts *o, const bt_model *m, const char *why)
+{
+    const char *flag = o->checkpoint_dir ? "--checkpoint-dir" : o->resume ? "--resume"
+                       : o->init ? (o->init_partial ? "--init-partial" : "--init")
+                       : o->checkpoint_every >= 0 ? "--checkpoint-every" : o->keep_last >= 0 ? "--keep-last"
+                       : m->train.checkpoint_dir ? "train.checkpoint_dir"
+                       : m->train.checkpoint_every > 0 ? "train.checkpoint_every" : NULL;
+    if (!flag) return BT_EXIT_OK;
+    char name[1024];
+    fprintf(stderr, "baton run: %s cannot be honoured: %s %s\n", flag,
+            bt_cli_escape(m->name ? m->name : o->model.path, name, sizeof name), why);
+    return BT_EXIT_USAGE;
+}
+
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params)
 {
     bt_engine_params p = *params;
@@ -290,6 +306,11 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
         int rc = bt_cli_train(o, m, e, &p);
         if (rc >= 0) return rc;
     }
+    int refused = refuse_trainer_flags(o, m, training ? "trains on generic synthetic inputs here (its inputs are not one "
+                                                        "float input and one integer label), without checkpoints"
+                                                      : "has no train: section: it streams inference, with nothing to "
+                                                        "checkpoint or resume");
+    if (refused != BT_EXIT_OK) return refused;
     synth_data data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
