@@ -188,7 +188,7 @@ bt_status bt_checkpoint_prune(const char *dir, int64_t current, int keep_last)
         if (p > current) above[n_above++] = p;
         else below[n_below++] = p;
     }
-    qsort(below, n_below, sizeof *below, cmp_i64);
+    if (n_below > 1) qsort(below, n_below, sizeof *below, cmp_i64);
     /* keep: the current file and the keep_last - 1 newest below it; files above it go first */
     size_t keep_below = (size_t)keep_last - 1 < n_below ? (size_t)keep_last - 1 : n_below;
     for (size_t i = 0; i < n_above + n_below - keep_below && st == BT_OK; i++) {
