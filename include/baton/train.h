@@ -1,7 +1,8 @@
 /* baton/train.h: training a model on its data, and checkpoints, from C: what `baton run` does.
  *
- * A trainer owns the datasets and loaders of a model's data: section, drives an engine step by
- * step, evaluates through the forward-only schedule, writes checkpoints and resumes exactly from
+ * A trainer owns the datasets and loaders of a model's data: section (one column per model input,
+ * any signature; a model without data.train is refused: synthetic data only when the section asks
+ * for it), drives an engine step by step, evaluates through the forward-only schedule, writes checkpoints and resumes exactly from
  * one. It never prints: it reports through a callback. Checkpoints are safetensors files with
  * PyTorch names ("fc1.weight", Linear weights [out, in]), optimizer state as
  * "optimizer.<param>.<slot>", and the step, data position, batch size and seed in the metadata;
@@ -108,6 +109,7 @@ typedef struct bt_train_event {
     int64_t samples;                   /* BT_EV_EVAL: samples evaluated */
     double eval_ms;
     const char *path;                  /* BT_EV_CHECKPOINT: the numbered file written */
+    int on_train;                      /* BT_EV_EVAL: measured on the training set (no eval source) */
 } bt_train_event;
 
 typedef void (*bt_train_callback)(const bt_train_event *ev, void *user);
@@ -126,6 +128,9 @@ BT_API void bt_trainer_destroy(bt_trainer *trainer);
 BT_API int64_t bt_trainer_total_steps(const bt_trainer *trainer);
 BT_API int64_t bt_trainer_first_step(const bt_trainer *trainer);
 BT_API int64_t bt_trainer_train_samples(const bt_trainer *trainer);
+/* 1 when there is no eval source and evaluation reads the training set (files without data.eval;
+ * synthetic data holds an eval set out instead). */
+BT_API int bt_trainer_evaluates_on_train(const bt_trainer *trainer);
 /* 1 when the resumed checkpoint is already at or past the last step: bt_trainer_run then does
  * nothing (no step, evaluation or checkpoint), leaving the checkpoint exactly as it is. */
 BT_API int bt_trainer_nothing_to_do(const bt_trainer *trainer);
@@ -135,7 +140,8 @@ BT_API const bt_weights_report *bt_trainer_init_report(const bt_trainer *trainer
 BT_API bt_status bt_trainer_run(bt_trainer *trainer, bt_train_callback cb, void *user);
 /* The step after which *opts->stop stopped the last bt_trainer_run; 0 when it ran to the end. */
 BT_API int64_t bt_trainer_stopped_at(const bt_trainer *trainer);
-/* Evaluates once on the eval set (or the training set when there is none). */
+/* Evaluates once on the eval set (or the training set when there is none: see
+ * bt_trainer_evaluates_on_train). */
 BT_API bt_status bt_trainer_evaluate(bt_trainer *trainer, double *accuracy, double *loss, int64_t *samples);
 
 #ifdef __cplusplus

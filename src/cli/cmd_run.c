@@ -48,7 +48,8 @@ static void run_usage(FILE *f)
             "  --init FILE           start from weights in a safetensors file or checkpoint DIR\n"
             "                        (PyTorch names; F32, F64, F16 or BF16)\n"
             "  --init-partial FILE   the same, loading what matches and listing what it skipped\n"
-            "  --synthetic           train on synthetic data even if the model names data files\n"
+            "  --synthetic           made-up data shaped like the declared inputs, in place of data:\n"
+            "                        (without data: and without this flag, a run is refused)\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
             "  --threads N           BLAS threads of each CPU stage (default: the cores shared\n"
@@ -243,7 +244,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.parallel = m->parallel;
     int training = m->train.enabled;
     p.training = training;
-    if (!training && p.parallel.schedule != BT_SCHEDULE_STREAM) p.parallel.schedule = BT_SCHEDULE_STREAM;
+    p.dtype = m->dtype;
     p.optimizer = m->train.optimizer;
     p.lr_schedule = m->train.lr_schedule;
     p.clip_norm = m->train.clip_norm;
@@ -279,38 +280,17 @@ static int run_model(const run_opts *opts, bt_model *m)
     return rc;
 }
 
-/* Trains on the model's data through the trainer, or runs synthetic steps. */
-/* The loop below runs synthetic steps without the trainer: the checkpoint and weight flags (and
- * the file's checkpoint keys) cannot be honoured there, so they are refused, never ignored. */
-static int refuse_trainer_flags(const run_opts *o, const bt_model *m, const char *why)
-{
-    const char *flag = o->checkpoint_dir ? "--checkpoint-dir" : o->resume ? "--resume"
-                       : o->init ? (o->init_partial ? "--init-partial" : "--init")
-                       : o->checkpoint_every >= 0 ? "--checkpoint-every" : o->keep_last >= 0 ? "--keep-last"
-                       : m->train.checkpoint_dir ? "train.checkpoint_dir"
-                       : m->train.checkpoint_every > 0 ? "train.checkpoint_every" : NULL;
-    if (!flag) return BT_EXIT_OK;
-    char name[1024];
-    fprintf(stderr, "baton run: %s cannot be honoured: %s %s\n", flag,
-            bt_cli_escape(m->name ? m->name : o->model.path, name, sizeof name), why);
-    return BT_EXIT_USAGE;
-}
-
+/* Trains on the model's data through the trainer, streams an inference model's data, or runs
+ * synthetic inference batches when asked. */
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params)
 {
     bt_engine_params p = *params;
     int training = p.training;
     bt_status st;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
-    if (training) {
-        int rc = bt_cli_train(o, m, e, &p);
-        if (rc >= 0) return rc;
-    }
-    int refused = refuse_trainer_flags(o, m, training ? "trains on generic synthetic inputs here (its inputs are not one "
-                                                        "float input and one integer label), without checkpoints"
-                                                      : "has no train: section: it streams inference, with nothing to "
-                                                        "checkpoint or resume");
-    if (refused != BT_EXIT_OK) return refused;
+    if (training) return bt_cli_train(o, m, e, &p);
+    int irc = bt_cli_infer(o, m, e, &p);
+    if (irc >= 0) return irc;
     synth_data data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
@@ -454,6 +434,7 @@ int bt_cmd_run(int argc, char **argv)
     } else {
         rc = bt_cli_tensorboard_check(&o, m);
     }
+    if (rc == BT_EXIT_OK) rc = bt_cli_infer_check(&o, m);
     if (rc == BT_EXIT_OK) rc = bt_cli_log_open(&o);
     if (rc == BT_EXIT_OK) {
         rc = run_model(&o, m);
