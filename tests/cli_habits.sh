@@ -88,6 +88,13 @@ if expect_rc 2 "unknown option" "$baton" run "$mlp" --stpes 3; then
   check "unknown option: named: $(cat "$tmp/err")" grep -q "^baton run: unknown option '--stpes'$" "$tmp/err"
   check "unknown option: no whole help" test "$(wc -l <"$tmp/err")" -eq 2
 fi
+if expect_rc 2 "predict: unknown option" "$baton" predict "$mlp" --bogus; then
+  check "predict: unknown option named, hint: $(cat "$tmp/err")" test "$(sed -n 1p "$tmp/err")" = "baton predict: unknown option '--bogus'"
+  check "predict: no whole help" test "$(wc -l <"$tmp/err")" -eq 2
+fi
+if expect_rc 2 "predict --data x" "$baton" predict "$mlp" --data x; then
+  check "predict --data: range: $(cat "$tmp/err")" grep -q "^baton predict: --data: must be train or eval, got 'x'$" "$tmp/err"
+fi
 if expect_rc 2 "missing value" "$baton" check "$mlp" --stages; then
   check "missing value: $(cat "$tmp/err")" grep -q "^baton check: --stages needs a value$" "$tmp/err"
 fi

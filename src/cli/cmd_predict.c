@@ -105,7 +105,8 @@ int bt_cmd_predict(int argc, char **argv)
     memset(&mo, 0, sizeof mo);
     memset(&po, 0, sizeof po);
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'W': weights = optarg; break;
         case 'i': {
@@ -126,10 +127,8 @@ int bt_cmd_predict(int argc, char **argv)
         }
         case 'y': po.labels = optarg; break;
         case 'D':
-            if (strcmp(optarg, "train") != 0 && strcmp(optarg, "eval") != 0) {
-                fprintf(stderr, "baton predict: --data must be train or eval, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            if (strcmp(optarg, "train") != 0 && strcmp(optarg, "eval") != 0)
+                return bt_cli_bad_value("predict", "--data", "train or eval", optarg);
             data = optarg;
             break;
         case 'o': po.output_path = optarg; break;
@@ -142,13 +141,11 @@ int bt_cmd_predict(int argc, char **argv)
         case 'r': rc = bt_cli_parse_u64("predict", "--seed", optarg, &seed); if (rc != BT_EXIT_OK) return rc; break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) jsonl = 1;
-            else if (strcmp(optarg, "text") != 0) {
-                fprintf(stderr, "baton predict: --log-format must be text or jsonl, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            else if (strcmp(optarg, "text") != 0)
+                return bt_cli_bad_value("predict", "--log-format", "text or jsonl", optarg);
             break;
         case 'h': predict_usage(stdout); return BT_EXIT_OK;
-        default: predict_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("predict", argc, argv, c);
         }
     }
     if ((rc = bt_cli_take_positional("predict", argc, argv, optind, &mo)) != BT_EXIT_OK) return rc;
