@@ -59,6 +59,9 @@ fi
 expect_rc 2 "a backwards device range" "$baton" check "$mlp" --devices 'cpu:3-1' &&
   check "backwards range: says so" grep -q "'cpu:3-1' is not a device range" "$tmp/err"
 expect_rc 2 "cpu*0" "$baton" check "$mlp" --devices 'cpu*0'
+if expect_rc 0 "profile cpu*2" "$baton" profile "$mlp" --devices 'cpu*2' --repeats 1 --warmup 0 -o "$tmp/p.json"; then
+  check "profile cpu*2: measures cpu:0 and cpu:1: $(grep -i 'cpu:1' "$tmp/out" | head -2)" grep -q "cpu:0 -> cpu:1\|cpu:1" "$tmp/out"
+fi
 if expect_rc 0 "--devices cpu:0 alone" "$baton" run "$mlp" --devices cpu:0 --steps 2 --log-format jsonl; then
   check "--devices cpu:0: one stage: $(head -n 1 "$tmp/out")" grep -q '"stages": 1,' "$tmp/out"
 fi
