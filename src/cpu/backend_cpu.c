@@ -111,7 +111,14 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
 {
     call->threads = dev->threads;
     call->stream = NULL;
-    bt_status st = backward ? op->cpu_backward(call) : op->cpu_forward(call);
+    bt_status st;
+    if (backward == BT_RUN_WEIGHT) {
+        if (!op->cpu_backward_weight)
+            return bt_error(BT_ERR_INTERNAL, "op '%s' has no weight-gradient kernel", op->name);
+        st = op->cpu_backward_weight(call);
+    } else {
+        st = backward ? op->cpu_backward(call) : op->cpu_forward(call);
+    }
     bt_status gemm = bt_gemm_take_error(); /* a bf16 GEMM on oneDNN failed inside the op */
     return st != BT_OK ? st : gemm;
 }
