@@ -5,6 +5,11 @@
  * name that does not exist; then each expanded layer is checked at its own YAML position (op,
  * arguments against the op's specification, references) and handed to bt_graph_add_layer, whose
  * shape errors carry the layer's position through bt_layer_desc.loc.
+ * Blocks: an entry with `layers:` (a list of layers) and `repeat: N` is a block repeated N times;
+ * copy k of its layer `attn` is named `<block>.k.attn`, and a `from:` inside a copy that names a
+ * layer of the block resolves within that copy (relative references count expanded layers, so
+ * -5 may reach the block's input). Outside, the block's name means the last layer of its last
+ * copy, as a repeat group's name does.
  * Invariants of a returned model: every string in it is malloc'ed and owned by it; the graph has
  * at least one layer; a model with train: ends in a loss. Nothing here prints or exits.
  * Size: about 670 lines, kept in one file because every helper reads the same private loader
@@ -36,6 +41,8 @@ typedef struct entry {           /* one item of layers: as written */
     int repeat;                  /* 0: no repeat: key; else the number of copies */
     int stage;                   /* -1: no stage: key */
     int first;                   /* index of its first expanded layer */
+    const bt_ynode *block;       /* a block's `layers:` list, or NULL */
+    int per;                     /* expanded layers per copy: 1, or the block's layer count */
 } entry;
 
 typedef struct loader {
@@ -46,6 +53,8 @@ typedef struct loader {
     int n_layers;                /* expanded */
     char **names;                /* [n_layers] expanded names, owned */
     int *owner;                  /* [n_layers] entry index of each expanded layer */
+    const bt_ynode **lnode;      /* [n_layers] the mapping that describes each expanded layer */
+    char **scope;                /* [n_layers] "<block>.k." inside a block copy, else NULL; owned */
     int pinned_stages;           /* 0: no stage: pins */
 } loader;
 
@@ -54,6 +63,9 @@ static void loader_clear(loader *L)
     for (int i = 0; L->names && i < L->n_layers; i++) free(L->names[i]);
     free(L->names);
     free(L->owner);
+    for (int i = 0; L->scope && i < L->n_layers; i++) free(L->scope[i]);
+    free(L->scope);
+    free(L->lnode);
     free(L->entries);
 }
 
@@ -146,7 +158,9 @@ static int find_layer(const loader *L, const char *name)
 static int find_group(const loader *L, const char *name)
 {
     for (int e = 0; e < L->n_entries; e++)
-        if (L->entries[e].repeat > 0 && strcmp(L->entries[e].name, name) == 0) return e;
+        if ((L->entries[e].repeat > 0 || L->entries[e].block) &&
+            strcmp(L->entries[e].name, name) == 0)
+            return e;
     return -1;
 }
 
@@ -203,10 +217,19 @@ static bt_status read_inputs(loader *L, const bt_ynode *node)
 /* ---- layers: first pass ----------------------------------------------------------------------- */
 
 static const char *const layer_keys[] = {"name", "op", "args", "act", "from", "repeat", "stage",
-                                         NULL};
+                                         "tie", "layers", NULL};
+static const char *const block_keys[] = {"name", "repeat", "stage", "layers", NULL};
+static const char *const block_layer_keys[] = {"name", "op", "args", "act", "from", "tie", NULL};
 
-static bt_status add_expanded(loader *L, const bt_ynode *at, int entry_index, char *name)
+static bt_status add_expanded(loader *L, const bt_ynode *at, int entry_index, char *name,
+                              const bt_ynode *lnode, char *scope)
 {
+    if (!name) {
+        free(scope);
+        return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    L->scope[L->n_layers] = scope; /* owned from here, also on failure */
+    L->lnode[L->n_layers] = lnode;
     if (!name) return bt_error(BT_ERR_NOMEM, "out of memory");
     if (L->n_layers >= BT_MAX_LAYERS) {
         free(name);
@@ -229,6 +252,47 @@ static bt_status add_expanded(loader *L, const bt_ynode *at, int entry_index, ch
     return BT_OK;
 }
 
+/* Expands block entry e (its `layers:` list, `repeat` copies) into the name table. */
+static bt_status expand_block(loader *L, int e)
+{
+    const bt_ld *ld = &L->ld;
+    entry *en = &L->entries[e];
+    const bt_ynode *list = en->block;
+    char what[2 * BT_MAX_NAME + 64];
+    if (list->kind != BT_Y_SEQ || list->n == 0)
+        return bt_ld_error(ld, list, BT_ERR_MODEL, "block '%s': layers must be a non-empty list",
+                           en->name);
+    for (int k = 0; k < list->n; k++) {
+        const bt_ynode *node = list->kids[k], *v;
+        if (node->kind != BT_Y_MAP)
+            return bt_ld_error(ld, node, BT_ERR_MODEL,
+                               "block '%s': expected a mapping for layer #%d, got %s", en->name,
+                               k + 1, bt_ykind_name(node->kind));
+        snprintf(what, sizeof what, "layer #%d of block '%s'", k + 1, en->name);
+        const char *sub;
+        BT_TRY(bt_ld_require(ld, node, "name", what, node, &v));
+        BT_TRY(bt_ld_string(ld, v, "name", &sub));
+        BT_TRY(check_name(L, v, "layer", sub));
+        for (int q = 0; q < k; q++) {
+            const bt_ynode *other = bt_ymap_get(list->kids[q], "name");
+            if (strcmp(other->text, sub) == 0)
+                return bt_ld_error(ld, v, BT_ERR_MODEL,
+                                   "block '%s': layer name '%s' appears twice", en->name, sub);
+        }
+        snprintf(what, sizeof what, "layer '%s' of block '%s'", sub, en->name);
+        BT_TRY(bt_ld_keys(ld, node, what, block_layer_keys));
+    }
+    en->per = list->n;
+    const int copies = en->repeat > 0 ? en->repeat : 1;
+    for (int c = 0; c < copies; c++)
+        for (int k = 0; k < list->n; k++) {
+            const char *sub = bt_ymap_get(list->kids[k], "name")->text;
+            BT_TRY(add_expanded(L, list->kids[k], e, bt_strfmt("%s.%d.%s", en->name, c, sub),
+                                list->kids[k], bt_strfmt("%s.%d.", en->name, c)));
+        }
+    return BT_OK;
+}
+
 /* Reads name, repeat and stage of every entry and builds the expanded name table. */
 static bt_status scan_layers(loader *L, const bt_ynode *layers)
 {
@@ -243,7 +307,10 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
     L->entries = calloc((size_t)layers->n, sizeof *L->entries);
     L->names = calloc(BT_MAX_LAYERS, sizeof *L->names);
     L->owner = calloc(BT_MAX_LAYERS, sizeof *L->owner);
-    if (!L->entries || !L->names || !L->owner) return bt_error(BT_ERR_NOMEM, "out of memory");
+    L->lnode = calloc(BT_MAX_LAYERS, sizeof *L->lnode);
+    L->scope = calloc(BT_MAX_LAYERS, sizeof *L->scope);
+    if (!L->entries || !L->names || !L->owner || !L->lnode || !L->scope)
+        return bt_error(BT_ERR_NOMEM, "out of memory");
     int n_pinned = 0;
     for (int e = 0; e < layers->n; e++) {
         const bt_ynode *node = layers->kids[e], *v;
@@ -260,8 +327,10 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
         BT_TRY(bt_ld_require(ld, node, "name", what, node, &v));
         BT_TRY(bt_ld_string(ld, v, "name", &en->name));
         BT_TRY(check_name(L, v, "layer", en->name));
-        snprintf(what, sizeof what, "layer '%s'", en->name);
-        BT_TRY(bt_ld_keys(ld, node, what, layer_keys));
+        en->block = bt_ymap_get(node, "layers");
+        en->per = 1;
+        snprintf(what, sizeof what, "%s '%s'", en->block ? "block" : "layer", en->name);
+        BT_TRY(bt_ld_keys(ld, node, what, en->block ? block_keys : layer_keys));
         if ((v = bt_ymap_get(node, "repeat"))) {
             snprintf(what, sizeof what, "repeat of layer '%s'", en->name);
             BT_TRY(bt_ld_int32(ld, v, what, 1, BT_MAX_REPEAT, &en->repeat));
@@ -272,15 +341,18 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
             n_pinned++;
         }
         en->first = L->n_layers;
-        if (en->repeat == 0) {
-            BT_TRY(add_expanded(L, node, e, bt_strdup(en->name)));
+        if (en->repeat == 0 && !en->block) {
+            BT_TRY(add_expanded(L, node, e, bt_strdup(en->name), node, NULL));
         } else {
             if (find_input(L, en->name) >= 0 || find_layer(L, en->name) >= 0 ||
                 find_group(L, en->name) != e)
                 return bt_ld_error(ld, node, BT_ERR_MODEL, "layer name '%s' is already used",
                                    en->name);
-            for (int k = 0; k < en->repeat; k++)
-                BT_TRY(add_expanded(L, node, e, bt_strfmt("%s.%d", en->name, k)));
+            if (en->block)
+                BT_TRY(expand_block(L, e));
+            else
+                for (int k = 0; k < en->repeat; k++)
+                    BT_TRY(add_expanded(L, node, e, bt_strfmt("%s.%d", en->name, k), node, NULL));
         }
     }
     if (n_pinned == 0) return BT_OK;
@@ -345,13 +417,23 @@ static bt_status resolve_ref(const loader *L, int i, const bt_ynode *ref, const 
     snprintf(what, sizeof what, "from of layer '%s' (a layer or input name, or -1, -2, ...)",
              layer);
     BT_TRY(bt_ld_string(ld, ref, what, &name));
-    if (find_input(L, name) >= 0) {
+    int j = -1, g = -1;
+    if (L->scope[i]) { /* a sibling in the same block copy comes first */
+        char *full = bt_strfmt("%s%s", L->scope[i], name);
+        if (!full) return bt_error(BT_ERR_NOMEM, "out of memory");
+        j = find_layer(L, full);
+        free(full);
+    }
+    if (j < 0 && find_input(L, name) >= 0) {
         *out = name;
         return BT_OK;
     }
-    int j = find_layer(L, name);
-    int g = j < 0 ? find_group(L, name) : -1;
-    if (g >= 0) j = L->entries[g].first + L->entries[g].repeat - 1;
+    if (j < 0) j = find_layer(L, name);
+    if (j < 0) g = find_group(L, name);
+    if (g >= 0) {
+        const entry *ge = &L->entries[g];
+        j = ge->first + (ge->repeat > 0 ? ge->repeat : 1) * ge->per - 1;
+    }
     if (j < 0)
         return bt_ld_error(ld, ref, BT_ERR_MODEL,
                            "layer '%s': from: unknown name '%s' (not an input or a layer)", layer,
@@ -518,23 +600,24 @@ static bt_status add_layer(loader *L, int i)
     bt_layer_desc_init(&desc);
     desc.name = name;
     desc.stage = en->stage;
-    desc.loc = (bt_src_loc){ld->file, en->node->line, en->node->col};
+    const bt_ynode *node = L->lnode[i];
+    desc.loc = (bt_src_loc){ld->file, node->line, node->col};
 
     char what[BT_MAX_NAME + 64];
     snprintf(what, sizeof what, "layer '%s'", name);
-    BT_TRY(bt_ld_require(ld, en->node, "op", what, en->node, &v));
+    BT_TRY(bt_ld_require(ld, node, "op", what, node, &v));
     snprintf(what, sizeof what, "op of layer '%s'", name);
     BT_TRY(bt_ld_string(ld, v, what, &desc.op));
     const bt_op_def *op = bt_op_find(desc.op);
     if (!op) return unknown_op(L, v, name, desc.op);
-    if ((v = bt_ymap_get(en->node, "act"))) {
+    if ((v = bt_ymap_get(node, "act"))) {
         snprintf(what, sizeof what, "act of layer '%s'", name);
         BT_TRY(bt_ld_string(ld, v, what, &desc.act));
     }
-    BT_TRY(resolve_from(L, i, bt_ymap_get(en->node, "from"), ins, &desc.n_inputs));
+    BT_TRY(resolve_from(L, i, bt_ymap_get(node, "from"), ins, &desc.n_inputs));
     desc.inputs = ins;
     BT_TRY(bt_args_create(&args));
-    BT_TRY_GOTO(st, build_args(L, name, op, en->node, args), done);
+    BT_TRY_GOTO(st, build_args(L, name, op, node, args), done);
     desc.args = args;
     st = bt_graph_add_layer(L->graph, &desc);
 done:

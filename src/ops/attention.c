@@ -56,7 +56,9 @@ static bt_status attention_infer(bt_infer_ctx *ctx)
     bt_shape y = {.ndim = 2, .dim = {cfg.t, c}};
     if ((st = bt_infer_set_output(ctx, &y, dtype)) != BT_OK) return st;
     bt_infer_set_saved(ctx, (size_t)(cfg.heads * cfg.t) * sizeof(double));
-    bt_infer_set_workspace(ctx, 0, bt_attention_workspace_bytes(&cfg));
+    /* per sample: D of every (head, row) for the CUDA backward; fixed: the CPU kernels' tiles */
+    bt_infer_set_workspace(ctx, (size_t)(cfg.heads * cfg.t) * sizeof(double),
+                           bt_attention_workspace_bytes(&cfg));
     return bt_infer_set_config(ctx, &cfg, sizeof cfg);
 }
 
