@@ -78,6 +78,7 @@ typedef struct bt_param {
     double init_arg;
     int node;
     int layer;
+    int tied_to;                 /* -1, or the earlier param this one is tied to (bt_graph_tie) */
 } bt_param;
 
 struct bt_graph {

@@ -586,6 +586,23 @@ static bt_status build_args(const loader *L, const char *layer, const bt_op_def 
     return BT_OK;
 }
 
+/* `tie: <layer>`: expanded layer i's weight is tied to that earlier layer's weight. */
+static bt_status tie_layer(const loader *L, int i, const bt_ynode *v)
+{
+    const char *src;
+    BT_TRY(resolve_ref(L, i, v, &src));
+    char *pa = bt_strfmt("%s.weight", L->names[i]), *pb = bt_strfmt("%s.weight", src);
+    bt_status st = pa && pb ? bt_graph_tie(L->graph, pa, pb) : bt_error(BT_ERR_NOMEM, "out of memory");
+    free(pa);
+    free(pb);
+    if (st != BT_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bt_last_error());
+        return bt_ld_error(&L->ld, v, st, "layer '%s': %s", L->names[i], msg);
+    }
+    return BT_OK;
+}
+
 /* Checks and adds expanded layer i (copy of its entry) to the graph. */
 static bt_status add_layer(loader *L, int i)
 {
@@ -620,6 +637,7 @@ static bt_status add_layer(loader *L, int i)
     BT_TRY_GOTO(st, build_args(L, name, op, node, args), done);
     desc.args = args;
     st = bt_graph_add_layer(L->graph, &desc);
+    if (st == BT_OK && (v = bt_ymap_get(node, "tie"))) st = tie_layer(L, i, v);
 done:
     bt_args_destroy(args);
     return st;

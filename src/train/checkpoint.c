@@ -119,6 +119,7 @@ bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
+        if (p.tied_to) continue; /* stored once, under its source's name */
         size_t bytes = param_bytes(e, &p);
         for (int s = 0; s <= slots; s++) {
             void *buf = bufs[i * (slots + 1) + s] = malloc(bytes ? bytes : 1);
@@ -256,9 +257,10 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, i
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
-        BT_TRY(check_tensor(f, p.name, &p.shape));
+        const char *stored = p.tied_to ? p.tied_to : p.name;
+        BT_TRY(check_tensor(f, stored, &p.shape));
         for (int s = 0; s < slots; s++) {
-            snprintf(full, sizeof full, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s));
+            snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
             BT_TRY(check_tensor(f, full, &p.shape));
         }
     }
@@ -274,10 +276,11 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, i
         size_t numel = (size_t)bt_shape_numel(&p.shape), bytes = param_bytes(e, &p);
         void *buf = malloc(bytes + 1);
         if (!buf) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-        bt_status st = read_converted(f, p.name, bt_engine_dtype(e), buf, numel);
+        const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy reads its source */
+        bt_status st = read_converted(f, stored, bt_engine_dtype(e), buf, numel);
         if (st == BT_OK) st = bt_engine_write_param(e, p.name, buf, bytes);
         for (int s = 0; s < slots && st == BT_OK; s++) {
-            snprintf(full, sizeof full, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s));
+            snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
             st = read_converted(f, full, bt_engine_dtype(e), buf, numel);
             if (st == BT_OK) st = bt_engine_write_state(e, p.name, s, buf, bytes);
         }
