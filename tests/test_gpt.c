@@ -6,12 +6,15 @@
  *     gradients an untied model computes (f64, against that model's own gradients);
  *   - a 3-block GPT with tied weights split into 1, 2, 3 and 4 stages under GPipe and 1F1B gives
  *     the one-stage losses and parameters after 3 AdamW steps within 1e-5 relative, and the tied
- *     copies are bit-identical after every step. */
+ *     copies are bit-identical after every step;
+ *   - text data: a character vocabulary (built, saved, loaded, refusing unknown bytes), llm.c
+ *     token shards (round trip, a bad header refused) and next-token windows. */
 #include <math.h>
 #include <string.h>
 
 #include "baton.h"
 #include "bt_test.h"
+#include "io/text.h"
 
 #define T 9  /* not a multiple of the attention tile used below (block: 4) */
 #define V 13
@@ -241,12 +244,71 @@ static void test_pipelines_agree(void)
     bt_model_destroy(m);
 }
 
+static void test_text_data(void)
+{
+    const unsigned char text[] = "to be, or not to be";
+    const size_t n = sizeof text - 1;
+    bt_vocab v, w;
+    bt_vocab_build(text, n, 0, &v);
+    CU_ASSERT_EQUAL(v.size, 8); /* ' ', ',', b, e, n, o, r, t */
+    CU_ASSERT_EQUAL(v.byte[0], ' ');
+    CU_ASSERT_EQUAL(v.byte[7], 't');
+    uint16_t tok[64];
+    CU_ASSERT_FATAL(bt_vocab_encode(&v, text, n, tok) == BT_OK);
+    CU_ASSERT_EQUAL(tok[0], 7);
+    CU_ASSERT(bt_vocab_encode(&v, (const unsigned char *)"tox", 3, tok) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "byte 0x78 at offset 2") != NULL);
+    CU_ASSERT_FATAL(bt_vocab_encode(&v, text, n, tok) == BT_OK);
+    char dir[] = "/tmp/bt_test_gpt_XXXXXX", path[256];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    CU_ASSERT_FATAL(bt_vocab_save(&v, path) == BT_OK);
+    CU_ASSERT_FATAL(bt_vocab_load(path, &w) == BT_OK);
+    CU_ASSERT(w.size == v.size && memcmp(w.byte, v.byte, 256) == 0 && memcmp(w.token, v.token, sizeof w.token) == 0);
+    bt_vocab all;
+    bt_vocab_build(text, n, 1, &all);
+    CU_ASSERT_EQUAL(all.size, 256);
+    /* shards */
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    CU_ASSERT_FATAL(bt_tokens_write_bin(path, tok, n) == BT_OK);
+    uint16_t *back = NULL;
+    size_t m = 0;
+    CU_ASSERT_FATAL(bt_tokens_read_bin(path, &back, &m) == BT_OK);
+    CU_ASSERT(m == n && memcmp(back, tok, n * 2) == 0);
+    free(back);
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_FATAL(f != NULL);
+    int32_t wrong = 20240519;
+    fwrite(&wrong, 4, 1, f);
+    fclose(f);
+    CU_ASSERT(bt_tokens_read_bin(path, &back, &m) == BT_ERR_IO);
+    CU_ASSERT(strstr(bt_last_error(), "not an llm.c token shard (magic 20240519") != NULL);
+    remove(path);
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    remove(path);
+    rmdir(dir);
+    /* windows: every label is the token after its input */
+    int32_t idx[3 * 5], label[3 * 5];
+    uint64_t rng = 42;
+    bt_text_windows(tok, n, 5, 3, &rng, idx, label);
+    for (int b = 0; b < 3; b++) {
+        int o = -1;
+        for (int s = 0; s + 5 < (int)n && o < 0; s++)
+            if (memcmp(&idx[b * 5], (int32_t[]){tok[s], tok[s + 1], tok[s + 2], tok[s + 3], tok[s + 4]}, 20) == 0 &&
+                label[b * 5 + 4] == tok[s + 5])
+                o = s;
+        CU_ASSERT(o >= 0);
+        for (int t = 0; t < 4; t++) CU_ASSERT_EQUAL(label[b * 5 + t], idx[b * 5 + t + 1]);
+    }
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
         {"blocks: names and references", test_block_names},
         {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
+        {"text data: vocabulary, llm.c shards, windows", test_text_data},
         {NULL, NULL},
     };
     return bt_test_main("gpt", cases);
