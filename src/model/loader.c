@@ -758,6 +758,7 @@ static void free_source(bt_data_source *src)
 {
     free((char *)src->images);
     free((char *)src->labels);
+    free((char *)src->path);
 }
 
 void bt_model_destroy(bt_model *m)
