@@ -7,6 +7,7 @@
 #include "baton/args.h"
 #include "baton/config.h"
 #include "baton/engine.h"
+#include "baton/generate.h"
 #include "baton/graph.h"
 #include "baton/model.h"
 #include "baton/op.h"

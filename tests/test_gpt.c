@@ -7,6 +7,8 @@
  *   - a 3-block GPT with tied weights split into 1, 2, 3 and 4 stages under GPipe and 1F1B gives
  *     the one-stage losses and parameters after 3 AdamW steps within 1e-5 relative, and the tied
  *     copies are bit-identical after every step;
+ *   - generation: the decoder with its KV cache scores a window exactly as the engine's forward
+ *     does (f64), and samples the same tokens as the cache-free path that reruns the window;
  *   - text data: a character vocabulary (built, saved, loaded, refusing unknown bytes), llm.c
  *     token shards (round trip, a bad header refused) and next-token windows. */
 #include <math.h>
@@ -244,6 +246,72 @@ static void test_pipelines_agree(void)
     bt_model_destroy(m);
 }
 
+static void test_generate(void)
+{
+    bt_model *m = load_gpt(1);
+    bt_engine *e = make_engine(m, 2, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
+    int32_t idx[4 * T], label[4 * T];
+    fill_tokens(idx, label, 4, 5);
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    for (int s = 0; s < 3; s++) CU_ASSERT_FATAL(bt_engine_train_step(e, feeds, 2, &r) == BT_OK);
+    double per_sample[4];
+    CU_ASSERT_FATAL(bt_engine_forward(e, feeds, 2, per_sample, &r) == BT_OK);
+    for (int b = 0; b < 4; b++) {
+        int32_t seq[T + 1];
+        memcpy(seq, idx + b * T, sizeof(int32_t) * T);
+        seq[T] = label[b * T + T - 1];
+        double loss = 0;
+        CU_ASSERT_FATAL(bt_generate_score(e, m->graph, seq, T + 1, &loss) == BT_OK);
+        if (!(fabs(loss - per_sample[b]) <= 1e-12 * fabs(per_sample[b])))
+            printf("\n  sample %d: decoder %.17g, forward %.17g\n", b, loss, per_sample[b]);
+        CU_ASSERT(fabs(loss - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
+    }
+    /* the same tokens with and without the cache (a batch-1 engine for the window path) */
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.stages = 2;
+    p.batch = 1;
+    p.dtype = BT_F64;
+    p.threads = 1;
+    p.training = 0;
+    bt_engine *e1 = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(m->graph, &p, &e1) == BT_OK);
+    for (int i = 0; i < bt_graph_num_params(m->graph); i++) {
+        bt_param_info pi;
+        bt_graph_param(m->graph, i, &pi);
+        size_t bytes = (size_t)bt_shape_numel(&pi.shape) * 8;
+        double *buf = malloc(bytes);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, pi.name, buf, bytes) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_write_param(e1, pi.name, buf, bytes) == BT_OK);
+        free(buf);
+    }
+    bt_generate_params gp;
+    bt_generate_params_init(&gp);
+    gp.tokens = 6;
+    gp.seed = 3;
+    gp.top_k = 5;
+    const int32_t prompt[] = {1, 2, 3};
+    int32_t a[6], b[6];
+    bt_generate_stats st;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, a, &st) == BT_OK);
+    CU_ASSERT(st.tokens_per_s > 0);
+    gp.kv_cache = 0;
+    CU_ASSERT_FATAL(bt_generate(e1, m->graph, prompt, 3, &gp, b, &st) == BT_OK);
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+    for (int k = 0; k < 6; k++) CU_ASSERT(a[k] >= 0 && a[k] < V);
+    /* errors: a token outside the vocabulary, a bad temperature */
+    const int32_t bad[] = {1, V};
+    gp.kv_cache = 1;
+    CU_ASSERT(bt_generate(e, m->graph, bad, 2, &gp, a, &st) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "prompt token 13 at 1 is outside the vocabulary of 13") != NULL);
+    gp.temperature = 0;
+    CU_ASSERT(bt_generate(e, m->graph, prompt, 3, &gp, a, &st) == BT_ERR_INVALID_ARG);
+    bt_engine_destroy(e1);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
 static void test_text_data(void)
 {
     const unsigned char text[] = "to be, or not to be";
@@ -308,6 +376,7 @@ int main(void)
         {"blocks: names and references", test_block_names},
         {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
+        {"generate: KV-cache decoder = forward; with = without the cache", test_generate},
         {"text data: vocabulary, llm.c shards, windows", test_text_data},
         {NULL, NULL},
     };

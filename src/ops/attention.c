@@ -25,6 +25,14 @@
 
 BT_OPS_DISPATCH("attention", attention_forward, call->out->dtype)
 BT_OPS_DISPATCH("attention", attention_backward, call->out_grad->dtype)
+BT_OPS_DISPATCH("attention", attention_decode, call->out->dtype)
+
+/* The KV cache of one sequence: keys then values, T rows of C each, sized for doubles. */
+static size_t attention_cache_bytes(const void *config)
+{
+    const bt_attention_config *cf = config;
+    return (size_t)(2 * cf->t * cf->c) * sizeof(double);
+}
 
 static bt_status attention_infer(bt_infer_ctx *ctx)
 {
@@ -78,4 +86,6 @@ const bt_op_def bt_op_attention = {
     .cpu_forward = attention_forward,
     .cpu_backward = attention_backward,
     .help = "multi-head self-attention of [T, 3C] (q | k | v) to [T, C]; fused, tiled",
+    .cpu_decode = attention_decode,
+    .decode_cache_bytes = attention_cache_bytes,
 };

@@ -134,3 +134,47 @@ static bt_status R(attention_backward)(const bt_op_call *call)
         }
     return BT_OK;
 }
+
+/* One position p of one sequence with its KV cache: k and v of row p are stored, then query p
+ * attends to rows 0..p (causal) in one pass. Non-causal attention cannot decode: a query would
+ * see keys not yet generated. */
+static bt_status R(attention_decode)(const bt_op_call *call)
+{
+    const bt_attention_config *cf = call->config;
+    const int64_t C = cf->c, hd = cf->hd, p = call->position;
+    if (!cf->causal)
+        return bt_op_error(BT_ERR_UNSUPPORTED, "attention: causal: false cannot decode one position at a time");
+    if (p < 0 || p >= cf->t)
+        return bt_op_error(BT_ERR_INVALID_ARG, "attention: position %lld is outside the context of %lld",
+                           (long long)p, (long long)cf->t);
+    REAL *kc = call->cache, *vc = kc + cf->t * C; /* (T, C) each */
+    const REAL *x = call->in[0].data;             /* (3C): q | k | v of position p */
+    REAL *y = call->out->data;                    /* (C) */
+    memcpy(kc + p * C, x + C, (size_t)C * sizeof *kc);
+    memcpy(vc + p * C, x + 2 * C, (size_t)C * sizeof *vc);
+    for (int64_t h = 0; h < cf->heads; h++) {
+        const REAL *q = x + h * hd;
+        double mx = -INFINITY, z = 0;
+        double acc[1024];
+        double *a = hd <= 1024 ? acc : NULL;
+        if (!a) return bt_op_error(BT_ERR_UNSUPPORTED, "attention: decoding takes heads of at most 1024 channels");
+        for (int64_t c = 0; c < hd; c++) a[c] = 0;
+        for (int64_t j = 0; j <= p; j++) {
+            const REAL *k = kc + j * C + h * hd, *v = vc + j * C + h * hd;
+            double s = 0;
+            for (int64_t c = 0; c < hd; c++) s += (double)q[c] * (double)k[c];
+            s *= cf->scale;
+            if (s > mx) { /* online softmax: rescale what was summed so far */
+                const double corr = exp(mx - s);
+                z *= corr;
+                for (int64_t c = 0; c < hd; c++) a[c] *= corr;
+                mx = s;
+            }
+            const double e = exp(s - mx);
+            z += e;
+            for (int64_t c = 0; c < hd; c++) a[c] += e * (double)v[c];
+        }
+        for (int64_t c = 0; c < hd; c++) y[h * hd + c] = (REAL)(a[c] / z);
+    }
+    return BT_OK;
+}

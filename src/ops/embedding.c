@@ -32,6 +32,7 @@ BT_OPS_DISPATCH("embedding", embedding_forward, call->out->dtype)
 BT_OPS_DISPATCH("embedding", embedding_backward, call->out_grad->dtype)
 BT_OPS_DISPATCH("pos_embedding", pos_embedding_forward, call->out->dtype)
 BT_OPS_DISPATCH("pos_embedding", pos_embedding_backward, call->out_grad->dtype)
+BT_OPS_DISPATCH("pos_embedding", pos_embedding_decode, call->out->dtype)
 
 static bt_status embedding_infer(bt_infer_ctx *ctx)
 {
@@ -121,4 +122,5 @@ const bt_op_def bt_op_pos_embedding = {
     .cpu_forward = pos_embedding_forward,
     .cpu_backward = pos_embedding_backward,
     .help = "x [T, C] + weight[0:T], learned position embeddings; weight [num, C]",
+    .cpu_decode = pos_embedding_decode,
 };

@@ -58,3 +58,15 @@ static bt_status R(pos_embedding_backward)(const bt_op_call *call)
     }
     return BT_OK;
 }
+
+/* one position: y = x + weight[position] */
+static bt_status R(pos_embedding_decode)(const bt_op_call *call)
+{
+    const bt_pos_embedding_config *cf = call->config;
+    if (call->position < 0 || call->position >= cf->num)
+        return bt_op_error(BT_ERR_INVALID_ARG, "pos_embedding: position %lld is outside the table of %lld",
+                           (long long)call->position, (long long)cf->num);
+    R(vec_add)(call->in[0].data, (const REAL *)call->param[0].data + call->position * cf->c, call->out->data,
+               cf->c);
+    return BT_OK;
+}
