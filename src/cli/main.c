@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "  run MODEL.yaml       train (or serve) a model as a pipeline\n"
             "  profile MODEL.yaml   measure each layer's time and memory on devices\n"
             "  plan MODEL.yaml      choose stage cuts and devices from measured costs\n"
+            "  generate MODEL.yaml  sample text from a trained language model (--weights CKPT)\n"
             "  plot RUN.jsonl ...   draw runs' JSON records as an SVG report (-o FILE)\n"
             "  schedule             print a pipeline schedule as a grid (--stages, --microbatches)\n"
             "  ops                  list the ops models can use\n"
@@ -36,7 +37,7 @@ typedef struct command {
 static const command commands[] = {
     {"check", bt_cmd_check},     {"run", bt_cmd_run},   {"schedule", bt_cmd_schedule},
     {"ops", bt_cmd_ops},         {"profile", bt_cmd_profile}, {"plan", bt_cmd_plan},
-    {"devices", bt_cmd_devices}, {"plot", bt_cmd_plot},
+    {"devices", bt_cmd_devices}, {"plot", bt_cmd_plot},   {"generate", bt_cmd_generate},
 };
 
 static const command *find_command(const char *name)

@@ -198,7 +198,7 @@ bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens)
         for (int b = 0; b < t->batch; b++) sum += dt == BT_F32 && t->batch <= 1024 ? (double)lf[b] : t->losses[b];
     }
     *loss = sum / (double)count; /* each sample's loss is its mean over T positions */
-    *tokens = count * t->seq_len;
+    *tokens = count; /* windows (samples) of T tokens each */
     if (!isfinite(*loss)) return bt_error(BT_ERR_NUMERIC, "the validation loss is not finite (%g)", *loss);
     return BT_OK;
 }

@@ -24,7 +24,7 @@ void bt_lm_destroy(bt_lm *t);
 int64_t bt_lm_total_steps(const bt_lm *t);
 /* Tokens in the training and validation splits, and the vocabulary size. */
 void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab);
-/* Mean per-token loss over the evaluation windows and how many tokens they hold. */
+/* Mean per-token loss over the evaluation windows and how many windows (of T tokens) it took. */
 bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens);
 bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user);
 
