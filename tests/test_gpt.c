@@ -17,6 +17,7 @@
 #include "baton.h"
 #include "bt_test.h"
 #include "io/text.h"
+#include "plan/plan.h"
 
 #define T 9  /* not a multiple of the attention tile used below (block: 4) */
 #define V 13
@@ -100,6 +101,47 @@ static void test_block_names(void)
                                  "  - {name: b, op: linear, args: {out: 3}, tie: a}\n";
     CU_ASSERT(bt_model_load_string(badtie, strlen(badtie), "tie.yaml", NULL, 0, &m) == BT_ERR_MODEL);
     CU_ASSERT(strstr(bt_last_error(), "tie: 'b.weight' is shaped [3, 4], 'a.weight' [4, 4]") != NULL);
+}
+
+/* Partitioners cut between block copies; balance counts them as one; a layout names a copy. */
+static void test_block_partition(void)
+{
+    bt_model *m = load_gpt(0);
+    bt_parallel_config cfg = m->parallel;
+    bt_plan *plan = NULL;
+    cfg.stages = 2;
+    cfg.partition = BT_PARTITION_PARAMS;
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    bt_layer_info info;
+    bt_graph_layer(m->graph, plan->first_layer[1], &info);
+    CU_ASSERT(strstr(info.name, ".ln_1") != NULL || strcmp(info.name, "ln_f") == 0); /* a copy's first layer */
+    bt_plan_destroy(plan);
+    cfg.partition = BT_PARTITION_UNIFORM;
+    cfg.stages = 3;
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    for (int s = 1; s < 3; s++) {
+        bt_graph_layer(m->graph, plan->first_layer[s], &info);
+        CU_ASSERT(strchr(info.name, '.') == NULL || strstr(info.name, ".ln_1") != NULL);
+    }
+    bt_plan_destroy(plan);
+    /* units: wte, wpe, h.0, h.1, h.2, ln_f, lm_head, loss */
+    cfg.partition = BT_PARTITION_BALANCE;
+    cfg.stages = 2;
+    cfg.n_balance = 2;
+    cfg.balance[0] = 3;
+    cfg.balance[1] = 5;
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    CU_ASSERT_EQUAL(plan->first_layer[1], bt_graph_find_layer(m->graph, "h.1.ln_1"));
+    bt_plan_destroy(plan);
+    cfg.balance[1] = 6;
+    CU_ASSERT(bt_plan_build(m->graph, &cfg, &plan) == BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), "balance sums to 9 but the model has 8 units") != NULL);
+    cfg.partition = BT_PARTITION_LAYOUT;
+    cfg.layout = "wte,wpe,h.0,h.1|h.2,ln_f,lm_head,loss";
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    CU_ASSERT_EQUAL(plan->first_layer[1], bt_graph_find_layer(m->graph, "h.2.ln_1"));
+    bt_plan_destroy(plan);
+    bt_model_destroy(m);
 }
 
 static bt_engine *make_engine(const bt_model *m, int stages, bt_schedule_kind kind, int micro,
@@ -374,6 +416,7 @@ int main(void)
 {
     static const bt_test_case cases[] = {
         {"blocks: names and references", test_block_names},
+        {"blocks: partitions cut between copies", test_block_partition},
         {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
         {"generate: KV-cache decoder = forward; with = without the cache", test_generate},

@@ -375,6 +375,11 @@ int bt_graph_find_layer(const bt_graph *g, const char *name)
 
 int bt_graph_num_params(const bt_graph *g) { return g ? g->n_params : 0; }
 
+void bt_graph_join_previous(bt_graph *g)
+{
+    if (g && g->n_layers > 1) g->layers[g->n_layers - 1].joins_previous = 1;
+}
+
 bt_status bt_graph_param(const bt_graph *g, int i, bt_param_info *out)
 {
     if (!g || !out || i < 0 || i >= g->n_params)

@@ -638,6 +638,7 @@ static bt_status add_layer(loader *L, int i)
     desc.args = args;
     st = bt_graph_add_layer(L->graph, &desc);
     if (st == BT_OK && (v = bt_ymap_get(node, "tie"))) st = tie_layer(L, i, v);
+    if (st == BT_OK && en->block && (i - en->first) % en->per != 0) bt_graph_join_previous(L->graph);
 done:
     bt_args_destroy(args);
     return st;

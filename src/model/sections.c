@@ -298,7 +298,15 @@ static bt_status read_layout(const bt_ld *ld, const bt_ynode *node, const bt_gra
         }
         memcpy(name, p, m);
         name[m] = '\0';
-        int idx = bt_graph_find_layer(graph, name);
+        int idx = bt_graph_find_layer(graph, name), span = 1;
+        if (idx < 0) { /* a prefix names the layers under it: "h.3" is h.3.ln_1 .. h.3.res_2 */
+            span = 0;
+            bt_layer_info li;
+            while (next + span < bt_graph_num_layers(graph) && bt_graph_layer(graph, next + span, &li) == BT_OK &&
+                   strncmp(li.name, name, m) == 0 && li.name[m] == '.')
+                span++;
+            if (span > 0) idx = next;
+        }
         if (idx < 0) {
             st = bt_ld_error(ld, node, BT_ERR_MODEL, "%s names unknown layer '%s'", what, name);
             goto fail;
@@ -316,7 +324,7 @@ static bt_status read_layout(const bt_ld *ld, const bt_ynode *node, const bt_gra
                              what, skipped.name);
             goto fail;
         }
-        next++;
+        next += span;
         memcpy(out + used, name, m);
         used += m;
         if (!p[n]) break;
