@@ -11,6 +11,10 @@ written out, as nanoGPT's slow path. Validation is the mean loss over the window
 evaluation takes (src/train/lm.c: 200 batches of 12 windows spread evenly over the split).
 
 usage: torch_gpt.py [--steps N] [--threads K] [--eval-every N] [--text PATH] [--time-only]
+       torch_gpt.py --attention T,C,HEADS,BATCH [--steps N] [--threads K]
+The second form times forward + backward of the causal attention written out (masked
+softmax(QK^T/sqrt(d))V on x [B, T, 3C], then an mse against zeros), as bench/bench_gpt.c
+times baton's fused op, and prints `torch_attention_ms M` (median).
 prints `step N loss L`, `eval step N loss L`, and at the end
 `torch_gpt steps N median_ms M tokens_per_s T val_loss V`.
 Run with Debian's /usr/bin/python3 and OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS set by the caller
@@ -79,8 +83,33 @@ def lr_at(step, total, base=1e-3, min_lr=1e-4, warmup=100):
     return min_lr + 0.5 * (base - min_lr) * (1 + math.cos(math.pi * p))
 
 
+def attention_bench(spec, steps, threads):
+    t, c, h, b = (int(v) for v in spec.split(","))
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    x = (torch.rand(b, t, 3 * c) - 0.5).requires_grad_(True)
+    target = torch.zeros(b, t, c)
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    times = []
+    for i in range(steps + 3):
+        t0 = time.perf_counter()
+        q, k, v = x.split(c, dim=2)
+        q, k, v = (z.view(b, t, h, c // h).transpose(1, 2) for z in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(c // h)
+        s = s.masked_fill(~mask, float("-inf"))
+        y = (F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
+        loss = ((y - target) ** 2).mean(dim=(1, 2)).mean()
+        x.grad = None
+        loss.backward()
+        if i >= 3:
+            times.append((time.perf_counter() - t0) * 1000)
+    print(f"attention T={t} C={c} heads={h} batch={b}\ntorch_attention_ms {statistics.median(times):.3f}", flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--attention", default=None)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-every", type=int, default=500)
@@ -88,6 +117,8 @@ def main() -> int:
     ap.add_argument("--time-only", action="store_true", help="no evaluation: throughput only")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    if a.attention:
+        return attention_bench(a.attention, a.steps, a.threads)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     data = open(a.text, "rb").read()
