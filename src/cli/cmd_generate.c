@@ -115,11 +115,18 @@ int bt_cmd_generate(int argc, char **argv)
     p.batch = 1;
     p.training = 0;
     p.seed = 0;
-    if ((st = bt_engine_create(m->graph, &p, &e)) != BT_OK ||
-        (st = bt_checkpoint_load_weights(e, m->graph, weights)) != BT_OK) {
+    const size_t wl = strlen(weights);
+    char *file = wl > 12 && strcmp(weights + wl - 12, ".safetensors") == 0
+                     ? bt_strdup(weights)
+                     : bt_strfmt("%s/" BT_CHECKPOINT_FILE, weights);
+    if (!file) st = bt_error(BT_ERR_NOMEM, "out of memory");
+    if (st != BT_OK || (st = bt_engine_create(m->graph, &p, &e)) != BT_OK ||
+        (st = bt_checkpoint_load_weights(e, m->graph, file)) != BT_OK) {
+        free(file);
         rc = bt_cli_fail("generate", st);
         goto done;
     }
+    free(file);
     const size_t n_prompt = strlen(prompt);
     ids = malloc((n_prompt + 1) * sizeof *ids);
     out = malloc(((size_t)gp.tokens + 1) * sizeof *out);
