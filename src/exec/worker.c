@@ -5,7 +5,8 @@
  * the optimizer once every stage has finished its backward and the global gradient norm is
  * finite (a barrier: a step is all or nothing). On any failure it records
  * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting.
- * (A little over 600 lines: feeding inputs, rounded under mixed precision, stays beside FWD.) */
+ * (About 650 lines: feeding inputs, rounded under mixed precision, stays beside FWD, and the STEP
+ * instruction keeps its two meetings of the stages, the tied-parameter exchange and the barrier.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -12,9 +12,9 @@
  * copy, as a repeat group's name does.
  * Invariants of a returned model: every string in it is malloc'ed and owned by it; the graph has
  * at least one layer; a model with train: ends in a loss. Nothing here prints or exits.
- * Size: about 670 lines, kept in one file because every helper reads the same private loader
- * state (names, expanded layers, positions); the natural next seam is layer arguments (check_arg,
- * add_arg, build_args) into their own file once blocks that repeat add to them. */
+ * Layer arguments (checked against the op's specification) are model/layer_args.c's. Size: about
+ * 670 lines, kept in one file because every helper reads the same private loader state (names,
+ * expanded layers and blocks, positions). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,13 +27,13 @@
 #include "graph/graph_internal.h"
 #include "core/strutil.h"
 #include "model/interp.h"
+#include "model/layer_args.h"
 #include "model/overrides.h"
 #include "model/sections.h"
 #include "model/yaml_tree.h"
 
 #define BT_MAX_LAYERS 10000
 #define BT_MAX_REPEAT 10000
-#define BT_MAX_NAME 200
 
 typedef struct entry {           /* one item of layers: as written */
     const bt_ynode *node;
@@ -477,115 +477,6 @@ static bt_status resolve_from(const loader *L, int i, const bt_ynode *from, cons
     return BT_OK;
 }
 
-/* Checks a value of YAML type `type` (and its numbers) against spec, at the value's position. */
-static bt_status check_arg(const loader *L, const char *layer, const bt_op_def *op,
-                           const bt_arg_spec *spec, const bt_ynode *val, bt_arg_type type,
-                           int n, const double *nums)
-{
-    int type_ok = type == spec->type || (spec->type == BT_ARG_FLOAT && type == BT_ARG_INT) ||
-                  (spec->type == BT_ARG_INTS && type == BT_ARG_INT);
-    char got[80];
-    bt_ld_describe(val, got, sizeof got);
-    if (!type_ok)
-        return bt_ld_error(&L->ld, val, BT_ERR_MODEL, "layer '%s': %s argument '%s' must be %s, got %s",
-                           layer, op->name, spec->name, bt_arg_type_name(spec->type), got);
-    if (spec->min > spec->max) return BT_OK;
-    for (int k = 0; k < n; k++)
-        if (!(nums[k] >= spec->min && nums[k] <= spec->max))
-            return bt_ld_error(&L->ld, val, BT_ERR_MODEL,
-                               "layer '%s': %s argument '%s' = %g is out of range [%g, %g]",
-                               layer, op->name, spec->name, nums[k], spec->min, spec->max);
-    return BT_OK;
-}
-
-/* Converts one args: entry to bt_args by YAML type, checking it against the op's spec. */
-static bt_status add_arg(const loader *L, const char *layer, const bt_op_def *op,
-                         const bt_ynode *key, const bt_ynode *val, bt_args *args)
-{
-    const bt_ld *ld = &L->ld;
-    const bt_arg_spec *spec = NULL;
-    for (int k = 0; k < op->n_args; k++)
-        if (strcmp(op->args[k].name, key->text) == 0) spec = &op->args[k];
-    if (!spec) {
-        char list[512];
-        size_t used = 0;
-        list[0] = '\0';
-        for (int k = 0; k < op->n_args && used < sizeof list; k++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", k ? ", " : "",
-                                     op->args[k].name);
-        return bt_ld_error(ld, key, BT_ERR_MODEL,
-                           "layer '%s': op '%s' has no argument '%s' (accepted: %s)", layer,
-                           op->name, key->text, op->n_args ? list : "none");
-    }
-    char what[BT_MAX_NAME + 96];
-    snprintf(what, sizeof what, "argument '%s' of layer '%s'", key->text, layer);
-    if (val->kind == BT_Y_SEQ) {
-        int64_t ints[BT_ARG_MAX_INTS];
-        double nums[BT_ARG_MAX_INTS];
-        if (val->n == 0 || val->n > BT_ARG_MAX_INTS)
-            return bt_ld_error(ld, val, BT_ERR_MODEL,
-                               "layer '%s': argument '%s' lists %d integers (1 to %d allowed)",
-                               layer, key->text, val->n, BT_ARG_MAX_INTS);
-        for (int k = 0; k < val->n; k++) {
-            BT_TRY(bt_ld_int(ld, val->kids[k], what, INT64_MIN, INT64_MAX, &ints[k]));
-            nums[k] = (double)ints[k];
-        }
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_INTS, val->n, nums));
-        return bt_args_set_ints(args, key->text, val->n, ints);
-    }
-    if (val->kind != BT_Y_SCALAR || bt_ynode_is_null(val))
-        return bt_ld_error(ld, val, BT_ERR_MODEL,
-                           "layer '%s': argument '%s' must be a number, true/false, a string or "
-                           "a list of integers",
-                           layer, key->text);
-    switch (bt_yscalar_type(val)) {
-    case BT_YS_INT: {
-        int64_t v;
-        BT_TRY(bt_ld_int(ld, val, what, INT64_MIN, INT64_MAX, &v));
-        double d = (double)v;
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_INT, 1, &d));
-        return bt_args_set_int(args, key->text, v);
-    }
-    case BT_YS_FLOAT: {
-        double v;
-        BT_TRY(bt_ld_float(ld, val, what, -INFINITY, 0, INFINITY, 0, &v));
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_FLOAT, 1, &v));
-        return bt_args_set_float(args, key->text, v);
-    }
-    case BT_YS_BOOL: {
-        int v;
-        BT_TRY(bt_ld_bool(ld, val, what, &v));
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_BOOL, 0, NULL));
-        return bt_args_set_bool(args, key->text, v);
-    }
-    default: {
-        const char *s;
-        BT_TRY(bt_ld_string(ld, val, what, &s));
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_STRING, 0, NULL));
-        return bt_args_set_string(args, key->text, s);
-    }
-    }
-}
-
-static bt_status build_args(const loader *L, const char *layer, const bt_op_def *op,
-                            const bt_ynode *layer_node, bt_args *args)
-{
-    const bt_ynode *map;
-    char what[BT_MAX_NAME + 64];
-    snprintf(what, sizeof what, "args of layer '%s'", layer);
-    BT_TRY(bt_ld_map(&L->ld, bt_ymap_get(layer_node, "args"), what, &map));
-    for (int i = 0; i < bt_ymap_len(map); i++)
-        BT_TRY(add_arg(L, layer, op, bt_ymap_key(map, i), bt_ymap_val(map, i), args));
-    for (int k = 0; k < op->n_args; k++) {
-        if (!op->args[k].required) continue;
-        if (!bt_ymap_get(map, op->args[k].name))
-            return bt_ld_error(&L->ld, map ? map : layer_node, BT_ERR_MODEL,
-                               "layer '%s': op '%s' needs argument '%s'", layer, op->name,
-                               op->args[k].name);
-    }
-    return BT_OK;
-}
-
 /* `tie: <layer>`: expanded layer i's weight is tied to that earlier layer's weight. */
 static bt_status tie_layer(const loader *L, int i, const bt_ynode *v)
 {
@@ -634,7 +525,7 @@ static bt_status add_layer(loader *L, int i)
     BT_TRY(resolve_from(L, i, bt_ymap_get(node, "from"), ins, &desc.n_inputs));
     desc.inputs = ins;
     BT_TRY(bt_args_create(&args));
-    BT_TRY_GOTO(st, build_args(L, name, op, node, args), done);
+    BT_TRY_GOTO(st, bt_ld_layer_args(&L->ld, name, op, node, args), done);
     desc.args = args;
     st = bt_graph_add_layer(L->graph, &desc);
     if (st == BT_OK && (v = bt_ymap_get(node, "tie"))) st = tie_layer(L, i, v);
