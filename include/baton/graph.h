@@ -91,7 +91,7 @@ BT_API bt_status bt_graph_layer(const bt_graph *graph, int i, bt_layer_info *out
 BT_API int bt_graph_find_layer(const bt_graph *graph, const char *name);
 BT_API int bt_graph_num_params(const bt_graph *graph);
 BT_API bt_status bt_graph_param(const bt_graph *graph, int i, bt_param_info *out);
-/* Total parameter elements. */
+/* Total parameter elements; a tied pair (bt_graph_tie) counts once, as in PyTorch. */
 BT_API int64_t bt_graph_total_params(const bt_graph *graph);
 /* Ties parameter `param` to the earlier parameter `source` (same shape): both start from the
  * source's initial values, their gradients are summed before every update (across stages too,

@@ -421,7 +421,8 @@ bt_status bt_graph_tie(bt_graph *g, const char *param, const char *source)
 int64_t bt_graph_total_params(const bt_graph *g)
 {
     int64_t n = 0;
-    for (int i = 0; g && i < g->n_params; i++) n += bt_shape_numel(&g->params[i].shape);
+    for (int i = 0; g && i < g->n_params; i++)
+        if (g->params[i].tied_to < 0) n += bt_shape_numel(&g->params[i].shape); /* a tie counts once */
     return n;
 }
 
