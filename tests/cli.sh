@@ -339,6 +339,10 @@ if expect_rc 2 "text data refuses --resume" "$baton" run "$tmp/lm.yaml" --resume
   tests=$((tests + 1))
   grep -q "resume is not supported for text data" "$tmp/err" || fail "text --resume: $(cat "$tmp/err")"
 fi
+if expect_rc 2 "text data file missing" "$baton" run "$tmp/lm.yaml" data.train.path="$tmp/none.txt"; then
+  tests=$((tests + 1))
+  grep -q "none.txt: cannot open" "$tmp/err" || fail "text data file missing: $(cat "$tmp/err")"
+fi
 if expect_rc 2 "vocabulary larger than the model" "$baton" run "$tmp/lm.yaml" layers.0.args.num=5 layers.3.args.out=5; then
   tests=$((tests + 1))
   grep -q "distinct tokens but 'wte' takes 5" "$tmp/err" || fail "vocabulary size: $(cat "$tmp/err")"

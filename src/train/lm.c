@@ -36,9 +36,23 @@ int bt_lm_wanted(const bt_model *m)
     return m->data.train.kind == BT_DATA_TEXT || m->data.train.kind == BT_DATA_TOKENS;
 }
 
+static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n);
+
 /* Tokens of a source: a text file through the vocabulary (built from it when build is set), or
- * a token shard. */
+ * a token shard. A file that cannot be read or is not what its type says is a bad argument
+ * (BT_ERR_INVALID_ARG: `baton run` exits 2), as for every data file. */
 static bt_status load_tokens(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n)
+{
+    bt_status st = load_tokens_from(t, src, build, out, n);
+    if (st == BT_ERR_IO) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bt_last_error());
+        st = bt_error(BT_ERR_INVALID_ARG, "%s", msg);
+    }
+    return st;
+}
+
+static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n)
 {
     if (src->kind == BT_DATA_TOKENS) return bt_tokens_read_bin(src->path, out, n);
     if (src->kind != BT_DATA_TEXT)
