@@ -9,6 +9,9 @@
  *     copies are bit-identical after every step;
  *   - generation: the decoder with its KV cache scores a window exactly as the engine's forward
  *     does (f64), and samples the same tokens as the cache-free path that reruns the window;
+ *   - checkpoints of a tied model hold the tensor once (wte.weight, no lm_head.weight), and a
+ *     resume on another placement (3 stages, 2 micro-batches -> 1 stage, 1) continues to float
+ *     rounding, the tied copy restored from the source;
  *   - text data: a character vocabulary (built, saved, loaded, refusing unknown bytes), llm.c
  *     token shards (round trip, a bad header refused) and next-token windows. */
 #include <math.h>
@@ -18,6 +21,7 @@
 #include "bt_test.h"
 #include "io/text.h"
 #include "plan/plan.h"
+#include "train/checkpoint.h"
 
 #define T 9  /* not a multiple of the attention tile used below (block: 4) */
 #define V 13
@@ -354,6 +358,61 @@ static void test_generate(void)
     bt_model_destroy(m);
 }
 
+static void test_tied_checkpoint(void)
+{
+    bt_model *m = load_gpt(1);
+    bt_engine *a = make_engine(m, 3, BT_SCHEDULE_1F1B, 2, BT_F32, BT_OPT_ADAMW, 3e-3);
+    bt_engine *b = make_engine(m, 1, BT_SCHEDULE_GPIPE, 1, BT_F32, BT_OPT_ADAMW, 3e-3);
+    int32_t idx[4 * T], label[4 * T];
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    for (int s = 0; s < 2; s++) {
+        fill_tokens(idx, label, 4, 30 + (unsigned)s);
+        CU_ASSERT_FATAL(bt_engine_train_step(a, feeds, 2, &r) == BT_OK);
+    }
+    char dir[] = "/tmp/bt_test_gpt_ck_XXXXXX", path[256];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    bt_checkpoint_meta meta = {.step = 2};
+    snprintf(meta.model, sizeof meta.model, "gpt");
+    CU_ASSERT_FATAL(bt_checkpoint_save(a, m->graph, dir, &meta) == BT_OK);
+    snprintf(path, sizeof path, "%s/" BT_CHECKPOINT_FILE, dir);
+    bt_st_file *f = NULL;
+    CU_ASSERT_FATAL(bt_st_open(path, &f) == BT_OK);
+    int wte = 0, head = 0;
+    for (int i = 0; i < bt_st_count(f); i++) {
+        const char *name = bt_st_at(f, i)->name;
+        wte += strcmp(name, "wte.weight") == 0;
+        head += strstr(name, "lm_head.weight") != NULL;
+    }
+    CU_ASSERT_EQUAL(wte, 1);
+    CU_ASSERT_EQUAL(head, 0); /* neither the weight nor its optimizer state */
+    bt_st_close(f);
+    bt_checkpoint_meta got;
+    CU_ASSERT_FATAL(bt_checkpoint_resume(b, m->graph, dir, &got) == BT_OK);
+    fill_tokens(idx, label, 4, 99);
+    CU_ASSERT_FATAL(bt_engine_train_step(a, feeds, 2, &r) == BT_OK);
+    bt_step_result rb;
+    CU_ASSERT_FATAL(bt_engine_train_step(b, feeds, 2, &rb) == BT_OK);
+    CU_ASSERT(fabs(r.loss - rb.loss) <= 1e-5 * fabs(r.loss));
+    const size_t n = (size_t)V * C;
+    float *wa = calloc(n, 4), *wb = calloc(n, 4), *hb = calloc(n, 4);
+    CU_ASSERT_FATAL(bt_engine_read_param(a, "wte.weight", wa, n * 4) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_param(b, "wte.weight", wb, n * 4) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_param(b, "lm_head.weight", hb, n * 4) == BT_OK);
+    CU_ASSERT(memcmp(wb, hb, n * 4) == 0); /* the copy was restored from wte.weight */
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]));
+    CU_ASSERT(worst <= 1e-6);
+    free(wa), free(wb), free(hb);
+    remove(path);
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    remove(path);
+    rmdir(dir);
+    bt_engine_destroy(a);
+    bt_engine_destroy(b);
+    bt_model_destroy(m);
+}
+
 static void test_text_data(void)
 {
     const unsigned char text[] = "to be, or not to be";
@@ -420,6 +479,7 @@ int main(void)
         {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
         {"generate: KV-cache decoder = forward; with = without the cache", test_generate},
+        {"tie: checkpoints store the tensor once; resume elsewhere", test_tied_checkpoint},
         {"text data: vocabulary, llm.c shards, windows", test_text_data},
         {NULL, NULL},
     };
