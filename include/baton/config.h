@@ -79,6 +79,7 @@ typedef struct bt_train_config {
     int64_t eval_every;       /* steps; 0: only at the end */
     int64_t checkpoint_every; /* steps; 0: only at the end (when a checkpoint dir is set) */
     const char *checkpoint_dir;
+    int checkpoint_keep_last; /* numbered checkpoints kept in the directory; 0: all (default 1) */
     const char *tensorboard;  /* TensorBoard event files go here (the baton command); NULL: none */
 } bt_train_config;
 
@@ -91,10 +92,16 @@ typedef enum bt_data_kind {
     BT_DATA_TOKENS = 5        /* an llm.c token shard (.bin: uint16 tokens after a 1 KiB header) */
 } bt_data_kind;
 
+#define BT_DATA_MAX_INPUTS 16
+
 typedef struct bt_data_source {
     bt_data_kind kind;
     const char *images;       /* idx/npy: file with the inputs */
     const char *labels;       /* idx/npy: file with the labels */
+    int n_inputs;             /* npy per input (inputs: {name: file}): how many pairs; then images
+                                 and labels are NULL */
+    const char *input_names[BT_DATA_MAX_INPUTS];
+    const char *input_files[BT_DATA_MAX_INPUTS];
     int64_t samples;          /* synthetic: how many samples an epoch has */
     int shuffle;
     const char *path;         /* text/tokens: the file */

@@ -43,7 +43,12 @@ typedef struct bt_engine_params {
                                  stops with BT_ERR_TIMEOUT; 0: 60 s; at most BT_WATCHDOG_MAX_S
                                  (bt_engine_create refuses anything else, NaN included) */
     size_t device_memory;     /* bytes each device may hold; 0: what the device reports free.
-                                 A plan that needs more is refused before anything is allocated */
+                                 A plan that needs more is refused before anything is allocated.
+                                 The limit is per memory pool (every cpu:N shares the host's one)
+                                 unless device_memory_each is set */
+    int device_memory_each;   /* 1: device_memory limits each device name (cpu:0, cpu:1, cuda:0)
+                                 separately, as `baton plan --memory` prices them (the CLI's
+                                 --memory sets this) */
     bt_dtype precision;       /* BT_F32 (default), BT_BF16 or BT_F16: compute precision with f32
                                  master weights (dtype must be BT_F32); see docs/c-api.md */
     double loss_scale;        /* BT_F16: initial dynamic loss scale; 0: 65536 */
@@ -85,7 +90,9 @@ BT_API bt_status bt_engine_compute_grads(bt_engine *engine, const bt_feed *feeds
 BT_API bt_status bt_engine_train_step(bt_engine *engine, const bt_feed *feeds, int n_feeds,
                                       bt_step_result *result);
 /* Forward only (inference schedule). output, if not NULL, receives batch times the last layer's
- * per-sample elements, in the engine's dtype. */
+ * per-sample elements, in the engine's dtype. When the last layer is a loss (a training graph,
+ * fed its labels too), result->loss is the mean loss over the batch, as a training step reports
+ * it. */
 BT_API bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds, void *output,
                                    bt_step_result *result);
 
@@ -93,6 +100,16 @@ BT_API bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int 
  * output: for example the logits before a loss, for accuracy. */
 BT_API bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds, int n_feeds,
                                          const char *layer, void *output, bt_step_result *result);
+
+/* Forward only on one batch (the forward-only schedule, across every stage and device), for
+ * serving: output, if not NULL, receives the output of the named layer (NULL: the last layer),
+ * batch times its per-sample elements in the engine's dtype (i32 for an integer output);
+ * losses, if not NULL, receives each sample's loss (batch values in the engine's dtype) and is
+ * only allowed when the last layer is a loss, whose labels must then be fed too. result->loss is
+ * their mean, result->step_ms the batch's latency. The engine may be an inference engine
+ * (training = 0) or a training one; nothing in it changes. */
+BT_API bt_status bt_engine_predict(bt_engine *engine, const bt_feed *feeds, int n_feeds, const char *layer,
+                                   void *output, void *losses, bt_step_result *result);
 
 /* Page-locked host memory for feeds, from the engine's devices (cudaHostAlloc when a stage is on a
  * GPU, ordinary aligned memory otherwise). Inputs fed from it reach a GPU by asynchronous copies;

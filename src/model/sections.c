@@ -107,7 +107,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 {
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
                                        "clip_grad_norm", "precision", "loss_scale", "eval_every",
-                                       "checkpoint_every", "checkpoint_dir", "tensorboard", NULL};
+                                       "checkpoint_every", "checkpoint_dir", "checkpoint_keep_last",
+                                       "tensorboard", NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
     const bt_ynode *map, *v;
@@ -143,6 +144,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
         BT_TRY(bt_ld_int(ld, v, "train.eval_every", 0, INT64_MAX, &cfg->eval_every));
     if ((v = bt_ymap_get(map, "checkpoint_every")))
         BT_TRY(bt_ld_int(ld, v, "train.checkpoint_every", 0, INT64_MAX, &cfg->checkpoint_every));
+    if ((v = bt_ymap_get(map, "checkpoint_keep_last")))
+        BT_TRY(bt_ld_int32(ld, v, "train.checkpoint_keep_last", 0, 1000000, &cfg->checkpoint_keep_last));
     if ((v = bt_ymap_get(map, "checkpoint_dir"))) {
         const char *s;
         BT_TRY(bt_ld_string(ld, v, "train.checkpoint_dir", &s));
@@ -185,14 +188,73 @@ static int valid_device(const char *s, size_t n)
     return 1;
 }
 
-/* Appends one device to the comma-joined list in *joined (owned). */
+/* Reads digits s[0..n) as a count of at most 4 digits; -1 when they are not one. */
+static int small_number(const char *s, size_t n)
+{
+    if (n == 0 || n > 4) return -1;
+    int v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i])) return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static bt_status add_device(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n, char **joined);
+
+/* Device shorthands: "cpu:0-3" (cpu:0 to cpu:3), "cpu*4" (cpu:0 to cpu:3), "cuda:0*2" (cuda:0
+ * twice: two stages sharing one GPU). Sets *done when s[0..n) was one and its devices were added. */
+static bt_status add_shorthand(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n, char **joined,
+                               int *done)
+{
+    const char *colon = memchr(s, ':', n), *star = memchr(s, '*', n), *dash = colon ? memchr(colon, '-', n - (size_t)(colon - s)) : NULL;
+    size_t kind_len = colon ? (size_t)(colon - s) : star ? (size_t)(star - s) : n;
+    int first, count;
+    *done = 0;
+    if (!(kind_len == 3 && strncmp(s, "cpu", 3) == 0) && !(kind_len == 4 && strncmp(s, "cuda", 4) == 0)) return BT_OK;
+    if (star) { /* kind*N or kind:I*N */
+        count = small_number(star + 1, n - (size_t)(star + 1 - s));
+        int repeat = colon != NULL;
+        first = repeat ? small_number(colon + 1, (size_t)(star - colon - 1)) : 0;
+        if (count < 1 || count > BT_MAX_STAGES || first < 0)
+            return bt_ld_error(ld, at, BT_ERR_MODEL,
+                               "parallel.devices: '%.*s' is not a device shorthand (%.*s*N: N devices from %.*s:0; "
+                               "%.*s:I*N: device I N times; N from 1 to %d)",
+                               (int)n, s, (int)kind_len, s, (int)kind_len, s, (int)kind_len, s, BT_MAX_STAGES);
+        for (int i = 0; i < count; i++) {
+            char dev[32];
+            snprintf(dev, sizeof dev, "%.*s:%d", (int)kind_len, s, repeat ? first : i);
+            BT_TRY(add_device(ld, at, dev, strlen(dev), joined));
+        }
+        *done = 1;
+    } else if (colon && dash) { /* kind:A-B */
+        first = small_number(colon + 1, (size_t)(dash - colon - 1));
+        int last = small_number(dash + 1, n - (size_t)(dash + 1 - s));
+        if (first < 0 || last < first || last - first + 1 > BT_MAX_STAGES)
+            return bt_ld_error(ld, at, BT_ERR_MODEL,
+                               "parallel.devices: '%.*s' is not a device range (%.*s:A-B with A <= B, at most %d "
+                               "devices)", (int)n, s, (int)kind_len, s, BT_MAX_STAGES);
+        for (int i = first; i <= last; i++) {
+            char dev[32];
+            snprintf(dev, sizeof dev, "%.*s:%d", (int)kind_len, s, i);
+            BT_TRY(add_device(ld, at, dev, strlen(dev), joined));
+        }
+        *done = 1;
+    }
+    return BT_OK;
+}
+
+/* Appends one device (or the devices of a shorthand) to the comma-joined list in *joined (owned). */
 static bt_status add_device(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n,
                             char **joined)
 {
+    int done = 0;
+    BT_TRY(add_shorthand(ld, at, s, n, joined, &done));
+    if (done) return BT_OK;
     if (!valid_device(s, n))
         return bt_ld_error(ld, at, BT_ERR_MODEL,
                            "parallel.devices: '%.*s' is not a device (auto, or a list of cpu:N "
-                           "and cuda:N)",
+                           "and cuda:N; shorthands cpu:0-3, cpu*4, cuda:0*2)",
                            (int)n, s);
     char *next = *joined ? bt_strfmt("%s,%.*s", *joined, (int)n, s) : bt_strfmt("%.*s", (int)n, s);
     if (!next) return bt_error(BT_ERR_NOMEM, "out of memory");
@@ -479,11 +541,54 @@ static bt_status read_text_source(const bt_ld *ld, const bt_ynode *node, const b
     return BT_OK;
 }
 
-static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what,
+/* npy per input: inputs: {name: file, ...}, naming every model input and nothing else; the files'
+ * shapes and values are checked when the data is loaded (io/columns.c). */
+static bt_status read_input_files(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
+                                  bt_data_source *src)
+{
+    char sub[96];
+    if (!node || node->kind != BT_Y_MAP || bt_ymap_len(node) == 0)
+        return bt_ld_error(ld, node, BT_ERR_MODEL, "%s.inputs must be a non-empty mapping of input name: file.npy",
+                           what);
+    if (bt_ymap_len(node) > BT_DATA_MAX_INPUTS)
+        return bt_ld_error(ld, node, BT_ERR_MODEL, "%s.inputs names %d files; at most %d", what, bt_ymap_len(node),
+                           BT_DATA_MAX_INPUTS);
+    for (int i = 0; i < bt_ymap_len(node); i++) {
+        const bt_ynode *key = bt_ymap_key(node, i);
+        const char *s;
+        snprintf(sub, sizeof sub, "%s.inputs.%s", what, key->text);
+        int known = 0;
+        for (int k = 0; k < bt_graph_num_inputs(graph); k++) {
+            bt_input_info in;
+            if (bt_graph_input(graph, k, &in) == BT_OK && strcmp(in.name, key->text) == 0) known = 1;
+        }
+        if (!known)
+            return bt_ld_error(ld, key, BT_ERR_MODEL, "%s.inputs: '%s' is not one of the model's inputs", what,
+                               key->text);
+        BT_TRY(bt_ld_string(ld, bt_ymap_val(node, i), sub, &s));
+        src->input_names[i] = bt_strdup(key->text);
+        src->input_files[i] = bt_strdup(s);
+        src->n_inputs = i + 1;
+        if (!src->input_names[i] || !src->input_files[i]) return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k < bt_graph_num_inputs(graph); k++) {
+        bt_input_info in;
+        int given = 0;
+        BT_TRY(bt_graph_input(graph, k, &in));
+        for (int i = 0; i < src->n_inputs; i++) given |= strcmp(src->input_names[i], in.name) == 0;
+        if (!given)
+            return bt_ld_error(ld, node, BT_ERR_MODEL, "%s.inputs has no file for the model's input '%s'", what,
+                               in.name);
+    }
+    return BT_OK;
+}
+
+static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
                              bt_data_source *src)
 {
     static const char *const types[] = {"synthetic", "idx", "npy", "text", "tokens", NULL};
     static const char *const file_keys[] = {"type", "images", "labels", "shuffle", NULL};
+    static const char *const npy_keys[] = {"type", "images", "labels", "inputs", "shuffle", NULL};
     static const char *const synthetic_keys[] = {"type", "samples", "shuffle", NULL};
     const bt_ynode *map, *v;
     char sub[64];
@@ -495,12 +600,19 @@ static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *
     BT_TRY(bt_ld_enum(ld, v, sub, types, &k));
     src->kind = (bt_data_kind)(k + 1);
     if (src->kind == BT_DATA_TEXT || src->kind == BT_DATA_TOKENS) return read_text_source(ld, node, map, what, src);
-    BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys : file_keys));
+    BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys
+                                     : src->kind == BT_DATA_NPY     ? npy_keys
+                                                                    : file_keys));
     if (src->kind == BT_DATA_SYNTHETIC) {
         src->samples = 10000;
         snprintf(sub, sizeof sub, "%s.samples", what);
         if ((v = bt_ymap_get(map, "samples")))
             BT_TRY(bt_ld_int(ld, v, sub, 1, INT64_MAX, &src->samples));
+    } else if (src->kind == BT_DATA_NPY && (v = bt_ymap_get(map, "inputs"))) {
+        if (bt_ymap_get(map, "images") || bt_ymap_get(map, "labels"))
+            return bt_ld_error(ld, v, BT_ERR_MODEL,
+                               "%s: give either inputs: {name: file, ...} or images: and labels:, not both", what);
+        BT_TRY(read_input_files(ld, v, what, graph, src));
     } else {
         const char *s;
         snprintf(sub, sizeof sub, "%s.images", what);
@@ -517,13 +629,22 @@ static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *
     return BT_OK;
 }
 
-bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, bt_data_config *cfg)
+bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph, bt_data_config *cfg)
 {
     static const char *const keys[] = {"train", "eval", NULL};
     const bt_ynode *map, *v;
+    if (node && node->kind == BT_Y_SCALAR && !bt_ynode_is_null(node)) {
+        /* data: synthetic, the short form of data: {train: {type: synthetic}} */
+        if (strcmp(node->text, "synthetic") != 0)
+            return bt_ld_error(ld, node, BT_ERR_MODEL,
+                               "data must be a mapping (train:, eval:) or 'synthetic', not '%s'", node->text);
+        cfg->train.kind = BT_DATA_SYNTHETIC;
+        cfg->train.samples = 10000;
+        return BT_OK;
+    }
     BT_TRY(bt_ld_map(ld, node, "data", &map));
     BT_TRY(bt_ld_keys(ld, map, "data", keys));
-    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", &cfg->train));
-    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", &cfg->eval));
+    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", graph, &cfg->train));
+    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", graph, &cfg->eval));
     return BT_OK;
 }

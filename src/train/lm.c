@@ -28,6 +28,8 @@ struct bt_lm {
     size_t n_train, n_val;
     int val_owned;
     int32_t *idx, *label;  /* (batch, T) */
+    bt_dir_lock *ckpt_lock; /* held while checkpoint_dir is ours */
+    int64_t stopped_at;     /* the step after which opts.stop ended the run, or 0 */
     double *losses;        /* (batch) */
 };
 
@@ -112,6 +114,9 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
     if (opts->resume)
         return bt_error(BT_ERR_UNSUPPORTED, "--resume is not supported for text data yet (train from the start, or "
                         "--init from a checkpoint's weights)");
+    if (opts->init_partial)
+        return bt_error(BT_ERR_UNSUPPORTED, "--init-partial is not supported for text data yet (--init loads every "
+                        "weight)");
     bt_lm *t = calloc(1, sizeof *t);
     if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
     t->model = m;
@@ -154,6 +159,8 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
         goto fail;
     }
     if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(e, m->graph, opts->init), fail);
+    /* the directory is created, tested and locked before step 1, as the trainer does */
+    if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
     *out = t;
     return BT_OK;
 fail:
@@ -164,6 +171,7 @@ fail:
 void bt_lm_destroy(bt_lm *t)
 {
     if (!t) return;
+    bt_dir_lock_release(t->ckpt_lock);
     free(t->train);
     if (t->val_owned) free(t->val);
     free(t->idx);
@@ -173,6 +181,7 @@ void bt_lm_destroy(bt_lm *t)
 }
 
 int64_t bt_lm_total_steps(const bt_lm *t) { return t->total_steps; }
+int64_t bt_lm_stopped_at(const bt_lm *t) { return t->stopped_at; }
 
 void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab)
 {
@@ -217,6 +226,8 @@ bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens)
     return BT_OK;
 }
 
+static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user);
+
 static bt_status eval_event(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
 {
     bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps, .accuracy = NAN};
@@ -239,22 +250,35 @@ bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)
         if (!isfinite(r.loss)) return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is not finite (%g)", (long long)step, r.loss);
         bt_train_event ev = {.kind = BT_EV_STEP, .step = step, .total_steps = t->total_steps, .result = &r};
         if (cb) cb(&ev, user);
+        if (t->opts.stop && *t->opts.stop) { /* a signal: checkpoint, no evaluation */
+            t->stopped_at = step;
+            break;
+        }
         if (t->opts.eval_every > 0 && step % t->opts.eval_every == 0 && step != t->total_steps)
             BT_TRY(eval_event(t, step, cb, user));
+        if (t->opts.checkpoint_dir && t->opts.checkpoint_every > 0 && step % t->opts.checkpoint_every == 0 &&
+            step != t->total_steps)
+            BT_TRY(save(t, step, cb, user));
     }
-    if (t->opts.eval_every >= 0) BT_TRY(eval_event(t, t->total_steps, cb, user));
-    if (t->opts.checkpoint_dir) {
-        bt_checkpoint_meta meta = {.step = t->total_steps, .seed = t->opts.seed};
-        snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
-        BT_TRY(bt_checkpoint_save(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta));
-        char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
-        if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
-        bt_status st = t->have_vocab ? bt_vocab_save(&t->vocab, vp) : BT_OK;
-        free(vp);
-        BT_TRY(st);
-        bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = t->total_steps, .total_steps = t->total_steps,
-                             .path = t->opts.checkpoint_dir};
-        if (cb) cb(&ev, user);
-    }
+    if (t->opts.eval_every >= 0 && !t->stopped_at) BT_TRY(eval_event(t, t->total_steps, cb, user));
+    if (t->opts.checkpoint_dir) BT_TRY(save(t, t->stopped_at ? t->stopped_at : t->total_steps, cb, user));
+    return BT_OK;
+}
+
+/* A checkpoint of step (keep_last numbered files kept) and vocab.txt beside it. */
+static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
+{
+    bt_checkpoint_meta meta = {.step = step, .seed = t->opts.seed};
+    snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
+    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta,
+                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last));
+    char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
+    if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
+    bt_status st = t->have_vocab ? bt_vocab_save(&t->vocab, vp) : BT_OK;
+    free(vp);
+    BT_TRY(st);
+    bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
+                         .path = t->opts.checkpoint_dir};
+    if (cb) cb(&ev, user);
     return BT_OK;
 }

@@ -4,7 +4,9 @@
  * (seeded by the run's seed and the step, so a run is reproducible); evaluation is the mean loss
  * over fixed windows of the validation split (the file named by data.eval, or the last
  * val_fraction of the training file), through the forward-only schedule. Checkpoints go where the
- * trainer's do, with the vocabulary beside them (vocab.txt, for `baton generate`). Reports through
+ * trainer's do (every checkpoint_every steps and at the end, keep_last numbered files kept; the
+ * directory prepared and locked before step 1), with the vocabulary beside them (vocab.txt, for
+ * `baton generate`); opts->stop ends the run after the current step with a checkpoint. Reports through
  * the trainer's callback (train/trainer.h) and never prints. */
 #ifndef BT_TRAIN_LM_H
 #define BT_TRAIN_LM_H
@@ -22,6 +24,9 @@ bt_status bt_lm_create(const bt_model *model, bt_engine *engine, const bt_traine
                        bt_lm **out);
 void bt_lm_destroy(bt_lm *t);
 int64_t bt_lm_total_steps(const bt_lm *t);
+/* The step after which opts->stop ended the last bt_lm_run (a checkpoint was written when a
+ * directory was given; no evaluation); 0 when it ran to the end. */
+int64_t bt_lm_stopped_at(const bt_lm *t);
 /* Tokens in the training and validation splits, and the vocabulary size. */
 void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab);
 /* Mean per-token loss over the evaluation windows and how many windows (of T tokens) it took. */
