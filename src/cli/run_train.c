@@ -185,7 +185,8 @@ static void on_event(const bt_train_event *ev, void *user)
     fflush(stdout);
 }
 
-static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir);
+static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir,
+                          const char *continue_with);
 
 /* A language model on text (data: type text or tokens, train/lm.c): the same display. */
 static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p,
@@ -223,7 +224,7 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
         st = bt_lm_run(t, on_event, &d);
         int sig = bt_cli_stop_end();
         int64_t stopped = bt_lm_stopped_at(t);
-        if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_lm_total_steps(t), to->checkpoint_dir);
+        if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_lm_total_steps(t), to->checkpoint_dir, "--init");
         if (st == BT_OK && stopped) rc = 128 + sig;
         if (st != BT_OK) {
             if (o->progress) printf("\n");
@@ -264,7 +265,9 @@ static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
     }
 }
 
-static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir)
+/* continue_with: the flag that picks the run up from dir ("--resume"; text data: "--init"). */
+static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir,
+                          const char *continue_with)
 {
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
     bt_cli_record(o, json_pack("{s:s, s:I, s:I}", "interrupted", name, "step", (json_int_t)step, "total_steps",
@@ -274,7 +277,7 @@ static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t t
         printf("interrupted by %s after step %lld of %lld", name, (long long)step, (long long)total);
         if (dir) {
             char shown[1024];
-            printf("; continue with --resume %s", bt_cli_escape(dir, shown, sizeof shown));
+            printf("; continue with %s %s", continue_with, bt_cli_escape(dir, shown, sizeof shown));
         } else
             printf(" (no checkpoint directory: the weights are not saved)");
         printf("\n");
@@ -340,7 +343,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     st = bt_trainer_run(t, on_event, &d);
     int sig = bt_cli_stop_end();
     int64_t stopped = bt_trainer_stopped_at(t);
-    if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir);
+    if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir, "--resume");
     if (st != BT_OK) {
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);
