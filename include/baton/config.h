@@ -44,6 +44,8 @@ typedef struct bt_parallel_config {
     const struct bt_profile *profile; /* for BT_PARTITION_PROFILE: the measured costs the cuts are
                                  chosen from (baton/profile.h), made by the caller before the plan
                                  is built; not owned, read only while the plan is built */
+    int data;                 /* parallel.data: data-parallel replicas, each a process group of
+                                 `stages` ranks under mpirun (0: as many as the ranks allow) */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

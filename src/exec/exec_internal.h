@@ -39,6 +39,7 @@
 #include "exec/step_view.h"
 #include "sched/sched.h"
 #include "optim/loss_scale.h"
+#include "dist/dist.h"
 
 #define BT_MAX_CHANNEL_VALUES 32
 
@@ -67,6 +68,11 @@ typedef struct bt_channel {
     int drained_used[2];
     int last_sent_chunk;       /* the chunk used last (starts at 1, so chunk 0 goes first) */
     int last_sent;             /* last micro-batch sent this step, -1: none */
+    /* BT_PATH_MPI (engine_dist.c): per micro-batch the posted receive (this rank receives) or the
+     * send (this rank sends); the message's tag is tag_base + mb */
+    bt_comm_req *req;
+    int tag_base;
+    double *sent_at;           /* [microbatches] host ms when each send was posted */
     /* mailbox */
     atomic_int *ready;         /* [microbatches] 1 once sent (release), 0 once received */
     pthread_mutex_t mu;
@@ -76,6 +82,37 @@ typedef struct bt_channel {
     int64_t messages;
     double bytes, copy_ms;
 } bt_channel;
+
+/* Data parallelism: a run of a stage's parameter gradients, in the order backward finishes them,
+ * all-reduced over the stage's replicas as one message once the last of them is final. */
+typedef struct bt_dp_bucket {
+    int first, n;              /* stores order[first .. first + n) */
+    size_t count;              /* elements */
+    void *flat;                /* host copy of the gradients, reduced in place */
+    int pending;               /* parameters not final yet this step */
+    bt_comm_req req;
+} bt_dp_bucket;
+
+/* What a job across processes adds to an engine (engine_dist.c). Off (on = 0) in one process,
+ * where every stage is local. */
+typedef struct bt_engine_dist {
+    int on;
+    bt_dist_layout layout;
+    bt_comm *world;            /* every rank */
+    bt_comm *pipe;             /* the P ranks of this replica, ranked by stage */
+    bt_comm *dp;               /* the D ranks running this stage, ranked by replica */
+    /* data parallel (D > 1): the local stage's buckets */
+    int n_buckets;
+    bt_dp_bucket *buckets;
+    int *order;                /* [n_params] the local stage's stores in the order they become final */
+    int *bucket_of;            /* [n_params] the bucket of store i */
+    int *final_after;          /* [n_params] the node (stage-local index) whose backward finishes store i */
+    size_t bucket_bytes;
+    int last_bwd;              /* the local stage's last BWD in the training schedule */
+    /* statistics since creation */
+    int64_t reductions;
+    double reduced_bytes, reduce_wait_ms, reduce_ms;
+} bt_engine_dist;
 
 typedef struct bt_param_store {
     int param;                 /* graph param id */
@@ -217,7 +254,21 @@ struct bt_engine {
     /* mixed precision */
     double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
     bt_loss_scale scaler;      /* f16: dynamic loss scaling */
+    bt_engine_dist dist;       /* across processes (engine_dist.c); off in one process */
+    int local_stages;          /* stages this process runs (all of them in one process) */
 };
+
+/* Whether this process runs stage s (every stage in one process). */
+static inline int bt_stage_is_local(const bt_engine *e, int s)
+{
+    return !e->dist.on || s == e->dist.layout.stage;
+}
+
+/* Whether a path orders its copies with events (the device paths). */
+static inline int bt_path_has_events(bt_transfer_path path)
+{
+    return path == BT_PATH_LOCAL || path == BT_PATH_PEER || path == BT_PATH_STAGED;
+}
 
 /* Where value lives for micro-batch mb on stage st: in place in a device channel's buffer when it
  * arrived by one, else in the micro-batch's slot (slot_of, set from the running instruction). */
@@ -279,6 +330,36 @@ bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int 
 bt_status bt_transfer_account(bt_engine *e, bt_channel *ch);
 /* Staging chunk bytes: BATON_STAGING_CHUNK from the environment (>= 64), else 4 MiB. */
 size_t bt_transfer_default_chunk(void);
+
+/* engine_dist.c: the parts of a job across processes the executor calls (all no-ops, or BT_OK,
+ * when the engine is not distributed) */
+/* Posts the receives of every micro-batch on st's incoming MPI channels for this job. */
+bt_status bt_dist_job_start(bt_engine *e, bt_stage *st, int grads);
+/* Packs mb's message on an MPI channel and sends it. */
+bt_status bt_dist_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* Waits for mb's message on an MPI channel; the errors of bt_channel_wait. */
+bt_status bt_dist_wait(bt_engine *e, bt_channel *ch, int mb);
+/* After the job's instructions: waits for this rank's sends (ok = 1) or cancels what is pending. */
+bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok);
+/* Backward of node k (stage-local) in the stage's last backward of the step: starts the buckets
+ * whose gradients are now final. */
+bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k);
+/* At STEP: waits for every bucket's all-reduce (starting any not started) and copies the sums back. */
+bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st);
+/* At STEP after the local sum of squares: every stage's sum into e->sumsq (all-gather). */
+bt_status bt_dist_sumsq(bt_engine *e, bt_stage *st);
+/* After a job on the host: the loss summed over replicas, and the output of a forward job on
+ * every rank. */
+bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum);
+/* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
+void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
+void bt_dist_teardown(bt_engine *e);
+/* Creation (engine.c calls them in this order): the communicators and checks, once the plan and
+ * schedules exist; the MPI channels' tags and requests; the buckets; the cross-rank agreement. */
+bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout);
+bt_status bt_dist_setup_channels(bt_engine *e);
+bt_status bt_dist_setup_buckets(bt_engine *e);
+bt_status bt_dist_check_agreement(bt_engine *e);
 
 /* channel.c */
 bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microbatches);

@@ -1,0 +1,468 @@
+/* exec/engine_dist.c: an engine that is one rank of a job across processes. Every rank builds the
+ * whole engine (plan, schedules for every stage, validated on every rank, and memory for every
+ * stage, so any rank can hold the whole model for a checkpoint) but runs only its own stage
+ * (layout.stage) of its own replica; the other stages' workers idle. A boundary between two
+ * stages on different ranks takes the `mpi` path:
+ *
+ *   the receiver posts, at the start of each job, a receive for every micro-batch of every
+ *   incoming MPI channel straight into the channel's buffer (so a send never waits on the
+ *   receiver's schedule, the assumption the validator's deadlock proof makes); the sender packs the
+ *   values into its own copy of the buffer and sends (MPI_Isend); RECV waits for its micro-batch
+ *   (polling, bounded by the watchdog, stopped by an abort) and reads the values in place.
+ *
+ * Data parallelism (D > 1): the D ranks of a stage all-reduce its parameter gradients in buckets
+ * (about bucket_bytes each, in the order backward finishes them); a bucket's all-reduce starts
+ * during the stage's last backward of the step as soon as its last gradient is final, so it
+ * overlaps the rest of the backward work; STEP waits for them. Each replica feeds its own shard
+ * of the global batch and seeds the loss gradient with 1 / (global batch), so the summed gradient
+ * is the global mean; the loss is summed over replicas. The global gradient norm is all-gathered
+ * per stage over the replica's pipeline, so clipping and the finite check see the same total
+ * everywhere (and in the same order of addition as one process). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/util.h"
+#include "exec/engine_dist.h"
+#include "exec/exec_internal.h"
+
+#define BT_DP_BUCKET_DEFAULT ((size_t)4 << 20)
+
+static int peer_rank(const bt_engine *e, int stage)
+{
+    return bt_dist_rank_of(&e->dist.layout, e->dist.layout.replica, stage);
+}
+
+void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size)
+{
+    if (!e->dist.on) {
+        snprintf(buf, size, "stage %d", s);
+        return;
+    }
+    snprintf(buf, size, "rank %d (stage %d, replica %d)", peer_rank(e, s), s, e->dist.layout.replica);
+}
+
+const bt_dist_layout *bt_engine_dist_layout(const bt_engine *e)
+{
+    return e && e->dist.on ? &e->dist.layout : NULL;
+}
+
+static bt_status bucket_bytes_from_env(size_t *out)
+{
+    const char *v = getenv("BATON_DP_BUCKET");
+    *out = BT_DP_BUCKET_DEFAULT;
+    if (!v || !*v) return BT_OK;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end != '\0' || n < 1024)
+        return bt_error(BT_ERR_INVALID_ARG, "BATON_DP_BUCKET must be a byte count of at least 1024, not '%s'", v);
+    *out = (size_t)n;
+    return BT_OK;
+}
+
+bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
+{
+    if (layout->stages != e->stages)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "the job has N = %d ranks for D = %d replicas of P = %d stages, but the model's plan has "
+                        "%d stages",
+                        layout->size, layout->data, layout->stages, e->stages);
+    e->dist.on = 1;
+    e->dist.layout = *layout;
+    int64_t per = (int64_t)layout->data * e->params.parallel.microbatches;
+    if (e->params.batch % per != 0)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "batch %lld does not split into D = %d replicas of %d equal micro-batches",
+                        (long long)e->params.batch, layout->data, e->params.parallel.microbatches);
+    BT_TRY(bucket_bytes_from_env(&e->dist.bucket_bytes));
+    BT_TRY(bt_comm_world(&e->dist.world));
+    BT_TRY(bt_comm_split(e->dist.world, layout->replica, layout->stage, &e->dist.pipe));
+    BT_TRY(bt_comm_split(e->dist.world, layout->stage, layout->replica, &e->dist.dp));
+    e->dist.last_bwd = -1;
+    if (e->train_sched) {
+        int s = layout->stage;
+        for (int i = 0; i < e->train_sched->len[s]; i++)
+            if (e->train_sched->list[s][i].kind == BT_I_BWD) e->dist.last_bwd = i;
+    }
+    return BT_OK;
+}
+
+bt_status bt_dist_setup_channels(bt_engine *e)
+{
+    for (int c = 0; c < e->n_channels; c++) {
+        bt_channel *ch = &e->channels[c];
+        ch->tag_base = c * BT_MAX_MICROBATCHES;
+        if (ch->path != BT_PATH_MPI) continue;
+        ch->req = calloc((size_t)ch->microbatches, sizeof *ch->req);
+        ch->sent_at = calloc((size_t)ch->microbatches, sizeof *ch->sent_at);
+        if (!ch->req || !ch->sent_at) return bt_error(BT_ERR_NOMEM, "engine: out of memory for channels");
+    }
+    return BT_OK;
+}
+
+/* The stage-local node whose backward makes store i's gradient final: the first node (in forward
+ * order) that uses it, as backward runs the nodes in reverse. */
+static int final_node(const bt_engine *e, const bt_stage *st, int i)
+{
+    for (int k = 0; k < st->n_nodes; k++) {
+        const bt_node *n = &e->graph->nodes[st->first_node + k];
+        for (int j = 0; j < n->n_params; j++)
+            if (st->node_params[k][j] == &st->params[i]) return k;
+    }
+    return 0;
+}
+
+bt_status bt_dist_setup_buckets(bt_engine *e)
+{
+    if (!e->dist.on || e->dist.layout.data < 2 || !e->train_sched) return BT_OK;
+    bt_stage *st = &e->stage[e->dist.layout.stage];
+    int n = st->n_params;
+    if (n == 0) return BT_OK;
+    bt_engine_dist *d = &e->dist;
+    d->order = calloc((size_t)n, sizeof *d->order);
+    d->bucket_of = calloc((size_t)n, sizeof *d->bucket_of);
+    d->final_after = calloc((size_t)n, sizeof *d->final_after);
+    d->buckets = calloc((size_t)n, sizeof *d->buckets);
+    if (!d->order || !d->bucket_of || !d->final_after || !d->buckets)
+        return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
+    for (int i = 0; i < n; i++) d->final_after[i] = final_node(e, st, i);
+    /* the order gradients become final: later nodes first; within a node, the store order */
+    int m = 0;
+    for (int k = st->n_nodes - 1; k >= 0; k--)
+        for (int i = 0; i < n; i++)
+            if (d->final_after[i] == k) d->order[m++] = i;
+    size_t dsz = bt_dtype_size(e->dtype);
+    d->n_buckets = 0;
+    for (int p = 0; p < n;) {
+        bt_dp_bucket *b = &d->buckets[d->n_buckets];
+        b->first = p;
+        size_t bytes = 0;
+        while (p < n && (b->n == 0 || bytes + st->params[d->order[p]].numel * dsz <= d->bucket_bytes)) {
+            bytes += st->params[d->order[p]].numel * dsz;
+            d->bucket_of[d->order[p]] = d->n_buckets;
+            b->n++;
+            p++;
+        }
+        b->count = bytes / dsz;
+        b->flat = malloc(bytes ? bytes : 64);
+        if (!b->flat) return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
+        d->n_buckets++;
+    }
+    return BT_OK;
+}
+
+/* FNV-1a over what every rank must agree on: the layout, the batch, the schedules, the model. */
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t sched_hash(uint64_t h, const bt_schedule *s)
+{
+    if (!s) return mix(h, 0);
+    h = mix(h, (uint64_t)s->stages);
+    for (int st = 0; st < s->stages; st++) {
+        h = mix(h, (uint64_t)s->len[st]);
+        for (int i = 0; i < s->len[st]; i++) {
+            const bt_instr *in = &s->list[st][i];
+            h = mix(h, ((uint64_t)in->kind << 40) ^ ((uint64_t)(uint32_t)in->mb << 8) ^ (uint64_t)(in->slot + 1));
+        }
+    }
+    return h;
+}
+
+bt_status bt_dist_check_agreement(bt_engine *e)
+{
+    if (!e->dist.on) return BT_OK;
+    const bt_dist_layout *l = &e->dist.layout;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = mix(h, (uint64_t)l->data);
+    h = mix(h, (uint64_t)l->stages);
+    h = mix(h, (uint64_t)e->params.batch);
+    h = mix(h, (uint64_t)e->params.parallel.microbatches);
+    h = mix(h, e->params.seed);
+    h = mix(h, (uint64_t)e->dtype);
+    h = mix(h, (uint64_t)e->params.precision);
+    h = mix(h, (uint64_t)e->graph->n_nodes);
+    h = mix(h, (uint64_t)bt_graph_total_params(e->graph));
+    for (int s = 0; s < e->stages; s++) h = mix(h, (uint64_t)e->plan->first_node[s]);
+    h = sched_hash(h, e->train_sched);
+    h = sched_hash(h, e->infer_sched);
+    uint64_t lo = 0, hi = 0;
+    BT_TRY(bt_comm_minmax_u64(e->dist.world, h, &lo, &hi));
+    if (lo != hi)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "rank %d: the ranks of this job disagree on the model, plan, batch, seed or schedule "
+                        "(start every rank with the same model file and options)",
+                        l->rank);
+    return BT_OK;
+}
+
+static bt_status post_receives(bt_engine *e, bt_channel *const *chs, int n)
+{
+    for (int c = 0; c < n; c++) {
+        bt_channel *ch = chs[c];
+        if (ch->path != BT_PATH_MPI) continue;
+        for (int mb = 0; mb < ch->microbatches; mb++)
+            BT_TRY(bt_comm_irecv(e->dist.world, ch->buf + (size_t)mb * ch->msg_bytes, ch->msg_bytes,
+                                 peer_rank(e, ch->from), ch->tag_base + mb, &ch->req[mb]));
+    }
+    return BT_OK;
+}
+
+bt_status bt_dist_job_start(bt_engine *e, bt_stage *st, int grads)
+{
+    if (!e->dist.on) return BT_OK;
+    for (int b = 0; b < e->dist.n_buckets; b++) e->dist.buckets[b].pending = e->dist.buckets[b].n;
+    BT_TRY(post_receives(e, st->in_act, st->n_in_act));
+    if (grads) BT_TRY(post_receives(e, st->in_grad, st->n_in_grad));
+    return BT_OK;
+}
+
+bt_status bt_dist_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
+{
+    ch->sent_at[mb] = bt_now_ms();
+    return bt_comm_isend(e->dist.world, ch->buf + (size_t)mb * ch->msg_bytes, ch->msg_bytes, peer_rank(e, ch->to),
+                         ch->tag_base + mb, &ch->req[mb]);
+}
+
+bt_status bt_dist_wait(bt_engine *e, bt_channel *ch, int mb)
+{
+    return bt_comm_wait(&ch->req[mb], e->params.watchdog_s, &e->abort);
+}
+
+static bt_status finish_requests(bt_engine *e, bt_channel *const *chs, int n, int ok, int sends)
+{
+    for (int c = 0; c < n; c++) {
+        bt_channel *ch = chs[c];
+        if (ch->path != BT_PATH_MPI) continue;
+        for (int mb = 0; mb < ch->microbatches; mb++) {
+            if (!ch->req[mb].active) continue;
+            if (!ok || !sends) {
+                bt_comm_cancel(&ch->req[mb]);
+                continue;
+            }
+            bt_status s = bt_comm_wait(&ch->req[mb], e->params.watchdog_s, &e->abort);
+            if (s == BT_ERR_TIMEOUT) {
+                char who[96];
+                bt_dist_describe_stage(e, ch->to, who, sizeof who);
+                return bt_error(s, "watchdog: after %.1f s, the %s message of micro-batch %d to %s was not taken",
+                                e->params.watchdog_s, ch->grad ? "gradient" : "activation", mb, who);
+            }
+            if (s == BT_ERR_INTERNAL) return bt_error(s, "stopped while sending to another rank");
+            BT_TRY(s);
+        }
+    }
+    return BT_OK;
+}
+
+bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok)
+{
+    if (!e->dist.on) return BT_OK;
+    bt_status s = finish_requests(e, st->out_act, st->n_out_act, ok, 1);
+    if (s == BT_OK) s = finish_requests(e, st->out_grad, st->n_out_grad, ok, 1);
+    finish_requests(e, st->in_act, st->n_in_act, 0, 0);
+    finish_requests(e, st->in_grad, st->n_in_grad, 0, 0);
+    for (int b = 0; b < e->dist.n_buckets && !ok; b++) bt_comm_cancel(&e->dist.buckets[b].req);
+    return s;
+}
+
+static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
+{
+    bt_engine_dist *d = &e->dist;
+    size_t dsz = bt_dtype_size(e->dtype);
+    unsigned char *flat = b->flat;
+    for (int j = 0; j < b->n; j++) {
+        bt_param_store *p = &st->params[d->order[b->first + j]];
+        BT_TRY(st->be->to_host(st->dev, flat, p->g, p->numel * dsz));
+        flat += p->numel * dsz;
+    }
+    b->pending = -1; /* started */
+    d->reductions++;
+    d->reduced_bytes += (double)(b->count * dsz);
+    return bt_comm_iallreduce_sum(d->dp, b->flat, b->count, e->dtype, &b->req);
+}
+
+bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
+{
+    bt_engine_dist *d = &e->dist;
+    if (d->n_buckets == 0) return BT_OK;
+    for (int i = 0; i < st->n_params; i++) {
+        if (d->final_after[i] != k) continue;
+        bt_dp_bucket *b = &d->buckets[d->bucket_of[i]];
+        if (b->pending > 0 && --b->pending == 0) BT_TRY(start_bucket(e, st, b));
+    }
+    for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
+        int done;
+        if (d->buckets[b].pending < 0) BT_TRY(bt_comm_test(&d->buckets[b].req, &done));
+    }
+    return BT_OK;
+}
+
+bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
+{
+    bt_engine_dist *d = &e->dist;
+    if (d->n_buckets == 0) return BT_OK;
+    size_t dsz = bt_dtype_size(e->dtype);
+    double t0 = bt_now_ms();
+    for (int bi = 0; bi < d->n_buckets; bi++) {
+        bt_dp_bucket *b = &d->buckets[bi];
+        if (b->pending >= 0) BT_TRY(start_bucket(e, st, b)); /* a stage whose last backward left it */
+        bt_status s = bt_comm_wait(&b->req, e->params.watchdog_s, &e->abort);
+        if (s == BT_ERR_TIMEOUT)
+            return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step "
+                            "for the gradient all-reduce of bucket %d over the stage's %d replicas",
+                            e->params.watchdog_s, e->dist.layout.rank, st->index, e->dist.layout.replica, bi,
+                            e->dist.layout.data);
+        if (s == BT_ERR_INTERNAL) return bt_error(s, "stopped at the gradient all-reduce (another stage failed)");
+        BT_TRY(s);
+        const unsigned char *flat = b->flat;
+        for (int j = 0; j < b->n; j++) {
+            bt_param_store *p = &st->params[d->order[b->first + j]];
+            BT_TRY(st->be->from_host(st->dev, p->g, flat, p->numel * dsz));
+            flat += p->numel * dsz;
+        }
+    }
+    d->reduce_wait_ms += bt_now_ms() - t0;
+    return BT_OK;
+}
+
+bt_status bt_dist_sumsq(bt_engine *e, bt_stage *st)
+{
+    if (!e->dist.on) return BT_OK;
+    double all[BT_MAX_STAGES];
+    bt_status s = bt_comm_allgather_f64(e->dist.pipe, e->sumsq[st->index], all, e->params.watchdog_s, &e->abort);
+    if (s == BT_ERR_TIMEOUT)
+        return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step for "
+                        "the other stages' gradient norms",
+                        e->params.watchdog_s, e->dist.layout.rank, st->index, e->dist.layout.replica);
+    if (s == BT_ERR_INTERNAL) return bt_error(s, "stopped at the optimizer step (another stage failed)");
+    BT_TRY(s);
+    for (int s = 0; s < e->stages; s++) e->sumsq[s] = all[s];
+    return BT_OK;
+}
+
+/* The stage that produces graph value v. */
+static int producer_stage(const bt_engine *e, int v)
+{
+    int node = e->graph->values[v].producer;
+    for (int s = 0; s < e->stages; s++)
+        if (node >= e->plan->first_node[s] && node < e->plan->first_node[s] + e->plan->n_stage_nodes[s]) return s;
+    return e->stages - 1;
+}
+
+bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum)
+{
+    if (!e->dist.on) return BT_OK;
+    const bt_dist_layout *l = &e->dist.layout;
+    if (job_kind != BT_JOB_FORWARD) {
+        double v = l->stage == e->stages - 1 ? e->worker[e->stages - 1].loss_sum : 0.0;
+        BT_TRY(bt_comm_allreduce_f64(e->dist.world, &v, 1));
+        *loss_sum = v;
+    }
+    if (job_kind == BT_JOB_FORWARD && e->out_ptr) {
+        const bt_value *v = &e->graph->values[e->out_value];
+        bt_dtype dt = v->dtype == BT_I32 ? BT_I32 : e->dtype;
+        size_t local = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches *
+                       (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(dt);
+        unsigned char *base = (unsigned char *)e->out_ptr - (size_t)l->replica * local;
+        int s = producer_stage(e, e->out_value);
+        for (int q = 0; q < l->data; q++)
+            BT_TRY(bt_comm_bcast(e->dist.world, base + (size_t)q * local, local, bt_dist_rank_of(l, q, s)));
+    }
+    return BT_OK;
+}
+
+void bt_dist_teardown(bt_engine *e)
+{
+    bt_engine_dist *d = &e->dist;
+    for (int b = 0; b < d->n_buckets; b++) free(d->buckets[b].flat);
+    free(d->buckets);
+    free(d->order);
+    free(d->bucket_of);
+    free(d->final_after);
+    bt_comm_free(d->dp);
+    bt_comm_free(d->pipe);
+    bt_comm_free(d->world);
+    memset(d, 0, sizeof *d);
+}
+
+int bt_engine_rank(const bt_engine *e)
+{
+    return e && e->dist.on ? e->dist.layout.rank : 0;
+}
+
+bt_status bt_engine_sync_params(bt_engine *e)
+{
+    BT_TRY(bt_engine_check_usable(e));
+    if (!e->dist.on) return BT_OK;
+    size_t dsz = bt_dtype_size(e->dtype);
+    for (int s = 0; s < e->stages; s++) {
+        bt_stage *st = &e->stage[s];
+        int root = bt_dist_rank_of(&e->dist.layout, 0, s);
+        for (int i = 0; i < st->n_params; i++) {
+            bt_param_store *p = &st->params[i];
+            BT_TRY(bt_comm_bcast(e->dist.world, p->w, p->numel * dsz, root));
+            for (int k = 0; k < 2; k++)
+                if (p->state[k]) BT_TRY(bt_comm_bcast(e->dist.world, p->state[k], p->numel * dsz, root));
+            BT_TRY(bt_worker_refresh_lowp(e, st, p));
+        }
+        BT_TRY(st->be->sync(st->dev));
+    }
+    return BT_OK;
+}
+
+/* The statistics rank 0 prints for every stage of replica 0: each rank's own, gathered. */
+typedef struct dist_stats {
+    bt_time_stats time;
+    bt_memory_stats mem;
+} dist_stats;
+
+bt_status bt_engine_dist_gather_stats(bt_engine *e)
+{
+    if (!e || !e->dist.on) return BT_OK;
+    const bt_dist_layout *l = &e->dist.layout;
+    dist_stats mine = {e->stage[l->stage].time, e->stage[l->stage].mem};
+    dist_stats *all = calloc((size_t)l->size, sizeof *all);
+    double *ch = calloc((size_t)e->n_channels * 3 * ((size_t)l->size + 1), sizeof *ch);
+    bt_status st = BT_OK;
+    if (!all || !ch) {
+        st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
+        goto done;
+    }
+    BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.world, &mine, sizeof mine, all), done);
+    double *own = ch + (size_t)e->n_channels * 3 * (size_t)l->size;
+    for (int c = 0; c < e->n_channels; c++) {
+        own[3 * c] = (double)e->channels[c].messages;
+        own[3 * c + 1] = e->channels[c].bytes;
+        own[3 * c + 2] = e->channels[c].copy_ms;
+    }
+    BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.world, own, (size_t)e->n_channels * 3 * sizeof *own, ch), done);
+    for (int s = 0; s < e->stages; s++) {
+        int r = bt_dist_rank_of(l, l->replica, s);
+        e->stage[s].time = all[r].time;
+        e->stage[s].mem = all[r].mem;
+    }
+    for (int c = 0; c < e->n_channels; c++) {
+        const double *src = ch + (size_t)bt_dist_rank_of(l, l->replica, e->channels[c].from) * e->n_channels * 3;
+        e->channels[c].messages = (int64_t)src[3 * c];
+        e->channels[c].bytes = src[3 * c + 1];
+        e->channels[c].copy_ms = src[3 * c + 2];
+    }
+done:
+    free(all);
+    free(ch);
+    return st;
+}
+
+void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
+                                 double *total_ms)
+{
+    *reductions = e->dist.reductions;
+    *bytes = e->dist.reduced_bytes;
+    *wait_ms = e->dist.reduce_wait_ms;
+    *total_ms = e->dist.reduce_ms;
+}
