@@ -235,12 +235,11 @@ static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *
     bt_instr_format(st->index, &sched->list[st->index][w->cur_instr], ins, sizeof ins);
     int peer = ch->from;
     if (ch->path == BT_PATH_MPI) { /* the peer is another process: what it last did is not known here */
-        char me[96], who[96];
-        bt_dist_describe_stage(e, st->index, me, sizeof me);
+        char who[96];
         bt_dist_describe_stage(e, peer, who, sizeof who);
-        snprintf(buf, size, "%s (%s) at instruction %d (%s) waits for %s of micro-batch %d from %s (lost, or "
-                 "stuck: see that rank's own message)",
-                 me, st->device_name, w->cur_instr, ins, ch->grad ? "gradients" : "activations", mb, who);
+        snprintf(buf, size, "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from %s (lost, "
+                 "or stuck: see that rank's own message)",
+                 st->index, st->device_name, w->cur_instr, ins, ch->grad ? "gradients" : "activations", mb, who);
         return;
     }
     int done = atomic_load_explicit(&e->worker[peer].last_done, memory_order_relaxed);

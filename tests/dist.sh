@@ -1,0 +1,130 @@
+#!/bin/sh
+# tests/dist.sh: baton across processes under mpirun (src/dist, exec/engine_dist.c). Equivalence:
+# for (D, P) in (2,1) (1,2) (2,2) (1,3), GPipe and 1F1B, on tests/dist/skip-mlp.yaml (a skip
+# connection crossing every cut, active gradient clipping), the loss of each of 3 steps and every
+# tensor of the final checkpoint (weights and AdamW state) match the one-process run within 1e-5
+# relative (normwise per tensor: tests/dist/compare.py); the same over Open MPI's TCP transport (--mca btl tcp,self). Launch errors: a rank
+# count that is not D x P, and --dp without mpirun, are exit 2 naming N, D and P. Failures: a rank
+# killed mid-step ends the whole job, non-zero, within the watchdog, and the lost rank is named
+# (by mpirun, and with mpirun's own abort switched off by the survivors' watchdog: "rank 1 (stage
+# 1, replica 0)"). Without MPI in the build, --dp must be refused naming it (exit 2).
+# Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
+set -u
+b=${BT_BUILDDIR:-.}/baton
+src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+model=$src/tests/dist/skip-mlp.yaml
+cmp=$src/tests/dist/compare.py
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 tests=0
+ok() { tests=$((tests + 1)); echo "ok: $1"; }
+bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+
+if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
+  "$b" run "$model" --dp 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+  if [ $rc = 2 ] && grep -q "built without MPI" "$tmp/e"; then ok "no MPI: --dp 2 refused (exit 2)"; else bad "no MPI: --dp 2 gave $rc: $(cat "$tmp/e")"; fi
+  echo "dist: $tests tests, $fails failed"
+  [ $fails = 0 ]; exit $?
+fi
+mpirun=${BT_MPIRUN:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# keep Open MPI off the network interfaces it does not need and quiet about them
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+mpi() { timeout 120 "$mpirun" --oversubscribe "$@"; }
+
+layout_for() { # P -> the cut of skip-mlp into P stages
+  case $1 in
+  1) echo "fc_in,b0,b1,skip,head,loss" ;;
+  2) echo "fc_in,b0|b1,skip,head,loss" ;;
+  3) echo "fc_in|b0,b1|skip,head,loss" ;;
+  esac
+}
+
+run_ref() { # schedule -> $tmp/ref-$1/{out.jsonl,checkpoint.safetensors}
+  d=$tmp/ref-$1
+  "$b" run "$model" --layout "$(layout_for 1)" --schedule "$1" --threads 1 --log-format jsonl \
+    --checkpoint-dir "$d" >"$tmp/ref-$1.jsonl" 2>"$tmp/ref-$1.err" ||
+    { bad "one-process reference ($1): $(cat "$tmp/ref-$1.err")"; return 1; }
+}
+
+equiv() { # D P schedule [mpirun options...]
+  D=$1 P=$2 S=$3; shift 3
+  tag="D=$D P=$P $S${*:+ $*}"
+  name=$(echo "$D-$P-$S-$*" | tr -c 'A-Za-z0-9-\n' '_')
+  d=$tmp/run-$name
+  mpi "$@" -np $((D * P)) "$b" run "$model" --layout "$(layout_for "$P")" --schedule "$S" --dp "$D" \
+    --threads 1 --log-format jsonl --checkpoint-dir "$d" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
+  rc=$?
+  if [ $rc != 0 ]; then bad "$tag: exit $rc: $(head -c 2000 "$tmp/$name.err")"; return; fi
+  if ! grep -q "\"path\": \"mpi\"" "$tmp/$name.jsonl" && [ "$P" -gt 1 ]; then
+    bad "$tag: the summary reports no mpi boundary"; return
+  fi
+  m1= m2=
+  if m1=$(python3 "$cmp" losses "$tmp/ref-$S.jsonl" "$tmp/$name.jsonl" 1e-5) &&
+     m2=$(python3 "$cmp" tensors "$tmp/ref-$S/checkpoint.safetensors" "$d/checkpoint.safetensors" 1e-5); then
+    ok "$tag: $m1; $m2"
+  else
+    bad "$tag: $m1 ${m2:-}"
+  fi
+}
+
+for S in gpipe 1f1b; do
+  run_ref $S || continue
+  for dp in "2 1" "1 2" "2 2" "1 3"; do
+    # shellcheck disable=SC2086
+    equiv $dp $S
+  done
+done
+# the same over TCP instead of shared memory
+for dp in "2 2" "1 3"; do
+  # shellcheck disable=SC2086
+  equiv $dp 1f1b --mca btl tcp,self
+done
+# shellcheck disable=SC2086
+equiv 2 1 gpipe --mca btl tcp,self
+
+# launch errors name N, D and P
+mpi -np 3 "$b" run "$model" --layout "$(layout_for 2)" --dp 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "N = 3 ranks but D x P = 2 x 2" "$tmp/e"; then ok "3 ranks for D=2, P=2: exit 2 naming N, D, P"
+else bad "3 ranks for D=2, P=2: exit $rc: $(head -c 600 "$tmp/e")"; fi
+"$b" run "$model" --layout "$(layout_for 2)" --dp 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "N = D x P = 4 ranks, mpirun -np 4" "$tmp/e"; then ok "--dp 2 without mpirun: exit 2 naming N, D, P"
+else bad "--dp 2 without mpirun: exit $rc: $(cat "$tmp/e")"; fi
+mpi -np 2 "$b" run "$model" --layout "$(layout_for 3)" >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "2 ranks (N) do not divide among the model's 3 pipeline stages (P)" "$tmp/e"; then
+  ok "2 ranks for P=3: exit 2 naming N and P"
+else bad "2 ranks for P=3: exit $rc: $(head -c 600 "$tmp/e")"; fi
+
+# a rank killed mid-step: every rank ends, non-zero, within the watchdog, naming the lost rank
+kill_test() { # label watchdog [mpirun options...]
+  label=$1 wd=$2; shift 2
+  k=$tmp/kill-$label
+  mkdir -p "$k"
+  (mpi "$@" -np 2 sh -c 'echo $$ > "$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$k" \
+     "$b" run "$model" --layout "$(layout_for 2)" --steps 100000000 --watchdog "$wd" --threads 1 \
+     --log-format jsonl >"$k/out" 2>&1; echo $? >"$k/rc") &
+  waiter=$!
+  i=0
+  while [ ! -s "$k/out" ] || ! grep -q '"step": 20,' "$k/out"; do # well into the run
+    i=$((i + 1)); [ $i -gt 300 ] && break; sleep 0.05
+  done
+  start=$(date +%s)
+  kill -9 "$(cat "$k/pid.1")" 2>/dev/null
+  wait $waiter
+  took=$(($(date +%s) - start))
+  echo "$(cat "$k/rc") $took"
+}
+set -- $(kill_test default 4)
+out=$tmp/kill-default/out
+if [ "$1" != 0 ] && [ "$2" -le 9 ] && grep -q "process rank 1 .*exited on signal 9" "$out"; then
+  ok "killed rank 1: the job ended in ${2}s, exit $1, mpirun names rank 1"
+else bad "killed rank 1: exit $1 after ${2}s: $(tail -c 1500 "$out")"; fi
+set -- $(kill_test watchdog 3 --mca orte_abort_on_non_zero_status 0)
+out=$tmp/kill-watchdog/out
+if [ "$1" != 0 ] && [ "$2" -le 8 ] && grep -q "watchdog: after 3.0 s, .* from rank 1 (stage 1, replica 0)" "$out"; then
+  ok "killed rank 1, mpirun's abort off: the survivor's watchdog ended the job in ${2}s naming rank 1 (stage 1, replica 0)"
+else bad "killed rank 1, mpirun's abort off: exit $1 after ${2}s: $(tail -c 1500 "$out")"; fi
+
+echo "dist: $tests tests, $fails failed"
+[ $fails = 0 ]
