@@ -96,6 +96,15 @@ if [ $rc = 2 ] && grep -q "2 ranks (N) do not divide among the model's 3 pipelin
   ok "2 ranks for P=3: exit 2 naming N and P"
 else bad "2 ranks for P=3: exit $rc: $(head -c 600 "$tmp/e")"; fi
 
+mpi -np 3 "$b" run "$model" --layout "$(layout_for 2)" parallel.data=2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "N = 3 ranks but D x P = 2 x 2" "$tmp/e"; then ok "parallel.data: 2 on 3 ranks: exit 2 naming N, D, P"
+else bad "parallel.data: 2 on 3 ranks: exit $rc: $(head -c 600 "$tmp/e")"; fi
+# every rank checks that the others built the same job (here: another seed on rank 1)
+mpi -np 1 "$b" run "$model" --layout "$(layout_for 2)" --seed 1 : -np 1 "$b" run "$model" \
+  --layout "$(layout_for 2)" --seed 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc != 0 ] && grep -q "the ranks of this job disagree" "$tmp/e"; then ok "ranks started with different seeds: refused (exit $rc)"
+else bad "ranks started with different seeds: exit $rc: $(head -c 600 "$tmp/e")"; fi
+
 # a rank killed mid-step: every rank ends, non-zero, within the watchdog, naming the lost rank
 kill_test() { # label watchdog [mpirun options...]
   label=$1 wd=$2; shift 2

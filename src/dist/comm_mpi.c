@@ -192,17 +192,35 @@ bt_status bt_comm_iallreduce_sum(const bt_comm *c, void *buf, size_t count, bt_d
     return BT_OK;
 }
 
-bt_status bt_comm_allreduce_f64(const bt_comm *c, double *buf, int count)
+/* Waits for a collective started on req; a timeout names it (and leaves the request behind: the
+ * job is over once a collective timed out). */
+static bt_status finish(bt_comm_req *req, double timeout_s, atomic_bool *abort, const char *what)
 {
-    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_SUM, c->comm));
-    return BT_OK;
+    bt_status s = bt_comm_wait(req, timeout_s, abort);
+    if (s == BT_ERR_TIMEOUT)
+        return bt_error(s, "watchdog: MPI %s did not complete within %.1f s: a rank of the job is lost or stuck",
+                        what, timeout_s);
+    return s;
 }
 
-bt_status bt_comm_minmax_u64(const bt_comm *c, uint64_t v, uint64_t *min, uint64_t *max)
+bt_status bt_comm_allreduce_f64(const bt_comm *c, double *buf, int count, double timeout_s)
+{
+    bt_comm_req req = {{0}, 0};
+    MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_SUM, c->comm, req_of(&req)));
+    req.active = 1;
+    return finish(&req, timeout_s, NULL, "all-reduce");
+}
+
+bt_status bt_comm_minmax_u64(const bt_comm *c, uint64_t v, uint64_t *min, uint64_t *max, double timeout_s)
 {
     uint64_t lo = v, hi = v;
-    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, c->comm));
-    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, c->comm));
+    bt_comm_req a = {{0}, 0}, b = {{0}, 0};
+    MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, c->comm, req_of(&a)));
+    a.active = 1;
+    BT_TRY(finish(&a, timeout_s, NULL, "all-reduce (min)"));
+    MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, c->comm, req_of(&b)));
+    b.active = 1;
+    BT_TRY(finish(&b, timeout_s, NULL, "all-reduce (max)"));
     *min = lo;
     *max = hi;
     return BT_OK;
@@ -214,38 +232,38 @@ bt_status bt_comm_allgather_f64(const bt_comm *c, double v, double *out, double 
     double send = v;
     MPI_TRY(MPI_Iallgather(&send, 1, MPI_DOUBLE, out, 1, MPI_DOUBLE, c->comm, req_of(&req)));
     req.active = 1;
-    bt_status s = bt_comm_wait(&req, timeout_s, abort);
-    if (s != BT_OK) bt_comm_cancel(&req);
-    return s;
+    return bt_comm_wait(&req, timeout_s, abort); /* the caller names what it waited for */
 }
 
-bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t bytes, void *recv)
+bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t bytes, void *recv, double timeout_s)
 {
     BT_TRY(check_count(bytes, "an all-gather"));
-    MPI_TRY(MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm));
-    return BT_OK;
+    bt_comm_req req = {{0}, 0};
+    MPI_TRY(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm, req_of(&req)));
+    req.active = 1;
+    return finish(&req, timeout_s, NULL, "all-gather");
 }
 
-bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype)
+bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s)
 {
     BT_TRY(check_count(count, "a reduce-scatter"));
     size_t esz = dtype == BT_F64 ? 8 : 4;
     int r = bt_comm_rank(c);
-    MPI_TRY(MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, mpi_type(dtype), MPI_SUM, c->comm));
+    bt_comm_req req = {{0}, 0};
+    MPI_TRY(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)count, mpi_type(dtype), MPI_SUM, c->comm,
+                                      req_of(&req)));
+    req.active = 1;
+    BT_TRY(finish(&req, timeout_s, NULL, "reduce-scatter"));
     /* MPI leaves the result at the start of buf; move it to block r */
     if (r > 0) memmove((char *)buf + (size_t)r * count * esz, buf, count * esz);
     return BT_OK;
 }
 
-bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root)
+bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, double timeout_s)
 {
     BT_TRY(check_count(bytes, "a broadcast"));
-    MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm));
-    return BT_OK;
-}
-
-bt_status bt_comm_barrier(const bt_comm *c)
-{
-    MPI_TRY(MPI_Barrier(c->comm));
-    return BT_OK;
+    bt_comm_req req = {{0}, 0};
+    MPI_TRY(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, req_of(&req)));
+    req.active = 1;
+    return finish(&req, timeout_s, NULL, "broadcast");
 }

@@ -40,13 +40,21 @@ bt_status bt_comm_iallreduce_sum(const bt_comm *c, void *buf, size_t count, bt_d
 {
     return NO_MPI;
 }
-bt_status bt_comm_allreduce_f64(const bt_comm *c, double *buf, int count) { return NO_MPI; }
-bt_status bt_comm_minmax_u64(const bt_comm *c, uint64_t v, uint64_t *min, uint64_t *max) { return NO_MPI; }
+bt_status bt_comm_allreduce_f64(const bt_comm *c, double *buf, int count, double timeout_s) { return NO_MPI; }
+bt_status bt_comm_minmax_u64(const bt_comm *c, uint64_t v, uint64_t *min, uint64_t *max, double timeout_s)
+{
+    return NO_MPI;
+}
 bt_status bt_comm_allgather_f64(const bt_comm *c, double v, double *out, double timeout_s, atomic_bool *abort)
 {
     return NO_MPI;
 }
-bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t bytes, void *recv) { return NO_MPI; }
-bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype) { return NO_MPI; }
-bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root) { return NO_MPI; }
-bt_status bt_comm_barrier(const bt_comm *c) { return NO_MPI; }
+bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t bytes, void *recv, double timeout_s)
+{
+    return NO_MPI;
+}
+bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s)
+{
+    return NO_MPI;
+}
+bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, double timeout_s) { return NO_MPI; }

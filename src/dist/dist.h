@@ -80,20 +80,22 @@ void bt_comm_cancel(bt_comm_req *req);
 
 /* In-place sum over c of count elements of dtype (BT_F32 or BT_F64), non-blocking. */
 bt_status bt_comm_iallreduce_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, bt_comm_req *req);
-/* Blocking in-place sum of doubles. */
-bt_status bt_comm_allreduce_f64(const bt_comm *c, double *buf, int count);
-/* Blocking: min and max of v over c. */
-bt_status bt_comm_minmax_u64(const bt_comm *c, uint64_t v, uint64_t *min, uint64_t *max);
-/* out[r] = the value of rank r (out has bt_comm_size(c) doubles); waits like bt_comm_wait. */
+
+/* The collectives below block the caller, but never longer than timeout_s (the watchdog): a rank
+ * that died or hangs makes them fail with BT_ERR_TIMEOUT naming the collective, never hang. */
+/* In-place sum of doubles. */
+bt_status bt_comm_allreduce_f64(const bt_comm *c, double *buf, int count, double timeout_s);
+/* min and max of v over c. */
+bt_status bt_comm_minmax_u64(const bt_comm *c, uint64_t v, uint64_t *min, uint64_t *max, double timeout_s);
+/* out[r] = the value of rank r (out has bt_comm_size(c) doubles); stops once *abort is raised
+ * (BT_ERR_INTERNAL, no message). */
 bt_status bt_comm_allgather_f64(const bt_comm *c, double v, double *out, double timeout_s, atomic_bool *abort);
-/* Blocking: every rank's recv gets the concatenation of each rank's bytes (the same on all). */
-bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t bytes, void *recv);
-/* Blocking: buf holds size(c) x count elements; rank r ends with the sum of block r in
- * buf + r x count (the other blocks are left undefined). */
-bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype);
-/* Blocking broadcast of bytes from root. */
-bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root);
-/* Blocking barrier. */
-bt_status bt_comm_barrier(const bt_comm *c);
+/* Every rank's recv gets the concatenation of each rank's bytes (the same on all). */
+bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t bytes, void *recv, double timeout_s);
+/* buf holds size(c) x count elements; rank r ends with the sum of block r in buf + r x count (the
+ * other blocks are left undefined). */
+bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s);
+/* Broadcast of bytes from root. */
+bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, double timeout_s);
 
 #endif

@@ -492,12 +492,12 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     double ms = bt_now_ms() - t0;
 
     bt_status failed = collect_failure(e);
+    double loss_sum = job != BT_JOB_FORWARD ? e->worker[e->stages - 1].loss_sum : 0;
+    if (failed == BT_OK) failed = bt_dist_after_job(e, job, &loss_sum); /* the loss over replicas */
     if (failed != BT_OK && e->dist.on)
         return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
                                 e->dist.layout.replica);
     BT_TRY(failed);
-    double loss_sum = job != BT_JOB_FORWARD ? e->worker[e->stages - 1].loss_sum : 0;
-    BT_TRY(bt_dist_after_job(e, job, &loss_sum));
 
     double busy = 0, sumsq = 0;
     int skipped = 0;

@@ -29,6 +29,9 @@
 #include "exec/exec_internal.h"
 
 #define BT_DP_BUCKET_DEFAULT ((size_t)4 << 20)
+/* Tags of the STEP exchanges, above every channel's (c x BT_MAX_MICROBATCHES + mb) */
+#define BT_TAG_PIPE 0x40000000
+#define BT_TAG_REPLICAS 0x40000001
 
 static int peer_rank(const bt_engine *e, int stage)
 {
@@ -77,6 +80,13 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
                         "batch %lld does not split into D = %d replicas of %d equal micro-batches",
                         (long long)e->params.batch, layout->data, e->params.parallel.microbatches);
     BT_TRY(bucket_bytes_from_env(&e->dist.bucket_bytes));
+    int peers = layout->stages > layout->data ? layout->stages : layout->data;
+    e->dist.xpeer = calloc((size_t)peers, sizeof *e->dist.xpeer);
+    e->dist.xbuf = calloc(2 * (size_t)peers, sizeof *e->dist.xbuf);
+    e->dist.xsend = calloc((size_t)peers, sizeof *e->dist.xsend);
+    e->dist.xrecv = calloc((size_t)peers, sizeof *e->dist.xrecv);
+    if (!e->dist.xpeer || !e->dist.xbuf || !e->dist.xsend || !e->dist.xrecv)
+        return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     BT_TRY(bt_comm_world(&e->dist.world));
     BT_TRY(bt_comm_split(e->dist.world, layout->replica, layout->stage, &e->dist.pipe));
     BT_TRY(bt_comm_split(e->dist.world, layout->stage, layout->replica, &e->dist.dp));
@@ -192,7 +202,7 @@ bt_status bt_dist_check_agreement(bt_engine *e)
     h = sched_hash(h, e->train_sched);
     h = sched_hash(h, e->infer_sched);
     uint64_t lo = 0, hi = 0;
-    BT_TRY(bt_comm_minmax_u64(e->dist.world, h, &lo, &hi));
+    BT_TRY(bt_comm_minmax_u64(e->dist.world, h, &lo, &hi, e->params.watchdog_s));
     if (lo != hi)
         return bt_error(BT_ERR_INVALID_ARG,
                         "rank %d: the ranks of this job disagree on the model, plan, batch, seed or schedule "
@@ -330,18 +340,64 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     return BT_OK;
 }
 
-bt_status bt_dist_sumsq(bt_engine *e, bt_stage *st)
+/* Point-to-point exchange of k doubles with each of n peers (world ranks): out[i * k ..] gets peer
+ * i's. Made of messages rather than a collective so that a lost rank is named: the receive that
+ * times out says whose message is missing. */
+static bt_status exchange(bt_engine *e, const int *peers, int n, const double *mine, int k, double *out, int tag,
+                          const char *what)
 {
-    if (!e->dist.on) return BT_OK;
-    double all[BT_MAX_STAGES];
-    bt_status s = bt_comm_allgather_f64(e->dist.pipe, e->sumsq[st->index], all, e->params.watchdog_s, &e->abort);
-    if (s == BT_ERR_TIMEOUT)
-        return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step for "
-                        "the other stages' gradient norms",
-                        e->params.watchdog_s, e->dist.layout.rank, st->index, e->dist.layout.replica);
-    if (s == BT_ERR_INTERNAL) return bt_error(s, "stopped at the optimizer step (another stage failed)");
-    BT_TRY(s);
-    for (int s = 0; s < e->stages; s++) e->sumsq[s] = all[s];
+    bt_engine_dist *d = &e->dist;
+    for (int i = 0; i < n; i++) {
+        BT_TRY(bt_comm_irecv(d->world, out + (size_t)i * k, (size_t)k * sizeof *out, peers[i], tag, &d->xrecv[i]));
+        BT_TRY(bt_comm_isend(d->world, mine, (size_t)k * sizeof *mine, peers[i], tag, &d->xsend[i]));
+    }
+    bt_status s = BT_OK;
+    for (int i = 0; i < n && s == BT_OK; i++) {
+        s = bt_comm_wait(&d->xrecv[i], e->params.watchdog_s, &e->abort);
+        if (s == BT_ERR_TIMEOUT) {
+            int r = peers[i];
+            s = bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step for %s "
+                         "from rank %d (stage %d, replica %d) (lost, or stuck: see that rank's own message)",
+                         e->params.watchdog_s, d->layout.rank, d->layout.stage, d->layout.replica, what, r,
+                         r % d->layout.stages, r / d->layout.stages);
+        } else if (s == BT_ERR_INTERNAL) {
+            s = bt_error(s, "stopped at the optimizer step (another stage failed)");
+        }
+    }
+    for (int i = 0; i < n && s == BT_OK; i++) s = bt_comm_wait(&d->xsend[i], e->params.watchdog_s, &e->abort);
+    if (s != BT_OK)
+        for (int i = 0; i < n; i++) {
+            bt_comm_cancel(&d->xrecv[i]);
+            bt_comm_cancel(&d->xsend[i]);
+        }
+    return s;
+}
+
+bt_status bt_dist_step_exchange(bt_engine *e, bt_stage *st, double local_loss)
+{
+    bt_engine_dist *d = &e->dist;
+    const bt_dist_layout *l = &d->layout;
+    int n = 0, P = l->stages;
+    double loss = local_loss;
+    if (l->stage == P - 1 && l->data > 1) { /* the loss over the last stage's replicas */
+        for (int q = 0; q < l->data; q++)
+            if (q != l->replica) d->xpeer[n++] = bt_dist_rank_of(l, q, P - 1);
+        double mine = local_loss;
+        BT_TRY(exchange(e, d->xpeer, n, &mine, 1, d->xbuf, BT_TAG_REPLICAS, "the loss of another replica"));
+        /* added in replica order on every rank, so every rank gets the same sum */
+        loss = 0;
+        for (int q = 0, i = 0; q < l->data; q++) loss += q == l->replica ? local_loss : d->xbuf[i++];
+    }
+    n = 0;
+    for (int s = 0; s < P; s++)
+        if (s != l->stage) d->xpeer[n++] = bt_dist_rank_of(l, l->replica, s);
+    double mine[2] = {e->sumsq[st->index], l->stage == P - 1 ? loss : 0.0};
+    BT_TRY(exchange(e, d->xpeer, n, mine, 2, d->xbuf, BT_TAG_PIPE, "the gradient norm and loss of another stage"));
+    for (int s = 0, i = 0; s < P; s++) {
+        const double *v = s == l->stage ? mine : d->xbuf + 2 * (size_t)i++;
+        e->sumsq[s] = v[0];
+        if (s == P - 1) d->loss_sum = v[1];
+    }
     return BT_OK;
 }
 
@@ -358,11 +414,7 @@ bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum)
 {
     if (!e->dist.on) return BT_OK;
     const bt_dist_layout *l = &e->dist.layout;
-    if (job_kind != BT_JOB_FORWARD) {
-        double v = l->stage == e->stages - 1 ? e->worker[e->stages - 1].loss_sum : 0.0;
-        BT_TRY(bt_comm_allreduce_f64(e->dist.world, &v, 1));
-        *loss_sum = v;
-    }
+    if (job_kind != BT_JOB_FORWARD) *loss_sum = e->dist.loss_sum; /* summed at STEP */
     if (job_kind == BT_JOB_FORWARD && e->out_ptr) {
         const bt_value *v = &e->graph->values[e->out_value];
         bt_dtype dt = v->dtype == BT_I32 ? BT_I32 : e->dtype;
@@ -371,7 +423,8 @@ bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum)
         unsigned char *base = (unsigned char *)e->out_ptr - (size_t)l->replica * local;
         int s = producer_stage(e, e->out_value);
         for (int q = 0; q < l->data; q++)
-            BT_TRY(bt_comm_bcast(e->dist.world, base + (size_t)q * local, local, bt_dist_rank_of(l, q, s)));
+            BT_TRY(bt_comm_bcast(e->dist.world, base + (size_t)q * local, local, bt_dist_rank_of(l, q, s),
+                                 e->params.watchdog_s));
     }
     return BT_OK;
 }
@@ -384,6 +437,10 @@ void bt_dist_teardown(bt_engine *e)
     free(d->order);
     free(d->bucket_of);
     free(d->final_after);
+    free(d->xpeer);
+    free(d->xbuf);
+    free(d->xsend);
+    free(d->xrecv);
     bt_comm_free(d->dp);
     bt_comm_free(d->pipe);
     bt_comm_free(d->world);
@@ -405,9 +462,10 @@ bt_status bt_engine_sync_params(bt_engine *e)
         int root = bt_dist_rank_of(&e->dist.layout, 0, s);
         for (int i = 0; i < st->n_params; i++) {
             bt_param_store *p = &st->params[i];
-            BT_TRY(bt_comm_bcast(e->dist.world, p->w, p->numel * dsz, root));
+            BT_TRY(bt_comm_bcast(e->dist.world, p->w, p->numel * dsz, root, e->params.watchdog_s));
             for (int k = 0; k < 2; k++)
-                if (p->state[k]) BT_TRY(bt_comm_bcast(e->dist.world, p->state[k], p->numel * dsz, root));
+                if (p->state[k])
+                    BT_TRY(bt_comm_bcast(e->dist.world, p->state[k], p->numel * dsz, root, e->params.watchdog_s));
             BT_TRY(bt_worker_refresh_lowp(e, st, p));
         }
         BT_TRY(st->be->sync(st->dev));
@@ -433,14 +491,17 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e)
         st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
         goto done;
     }
-    BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.world, &mine, sizeof mine, all), done);
+    BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.world, &mine, sizeof mine, all, e->params.watchdog_s), done);
     double *own = ch + (size_t)e->n_channels * 3 * (size_t)l->size;
     for (int c = 0; c < e->n_channels; c++) {
         own[3 * c] = (double)e->channels[c].messages;
         own[3 * c + 1] = e->channels[c].bytes;
         own[3 * c + 2] = e->channels[c].copy_ms;
     }
-    BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.world, own, (size_t)e->n_channels * 3 * sizeof *own, ch), done);
+    BT_TRY_GOTO(st,
+                bt_comm_allgather_bytes(e->dist.world, own, (size_t)e->n_channels * 3 * sizeof *own, ch,
+                                        e->params.watchdog_s),
+                done);
     for (int s = 0; s < e->stages; s++) {
         int r = bt_dist_rank_of(l, l->replica, s);
         e->stage[s].time = all[r].time;

@@ -109,6 +109,11 @@ typedef struct bt_engine_dist {
     int *final_after;          /* [n_params] the node (stage-local index) whose backward finishes store i */
     size_t bucket_bytes;
     int last_bwd;              /* the local stage's last BWD in the training schedule */
+    /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
+    int *xpeer;
+    double *xbuf;
+    bt_comm_req *xsend, *xrecv;
+    double loss_sum;           /* the last step's loss summed over every replica */
     /* statistics since creation */
     int64_t reductions;
     double reduced_bytes, reduce_wait_ms, reduce_ms;
@@ -346,8 +351,13 @@ bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok);
 bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k);
 /* At STEP: waits for every bucket's all-reduce (starting any not started) and copies the sums back. */
 bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st);
-/* At STEP after the local sum of squares: every stage's sum into e->sumsq (all-gather). */
-bt_status bt_dist_sumsq(bt_engine *e, bt_stage *st);
+/* At STEP after the local sum of squares (e->sumsq[st->index]; 0 when not training): every stage's
+ * sum into e->sumsq, and the loss summed over every replica into e->dist.loss_sum (local_loss: the
+ * last stage's own sum), by messages to the replica's other stages (and the last stage's other
+ * replicas), so a timeout names the rank whose message is missing. */
+bt_status bt_dist_step_exchange(bt_engine *e, bt_stage *st, double local_loss);
+/* worker.c: the per-sample losses of the step on the last stage, summed (device idle). */
+double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st);
 /* After a job on the host: the loss summed over replicas, and the output of a forward job on
  * every rank. */
 bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum);

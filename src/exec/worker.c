@@ -373,10 +373,12 @@ static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
     BT_TRY(stage_barrier(e, w));
-    atomic_store(&w->waiting, 1); /* across processes: every stage's sum, from the other ranks */
-    bt_status ds = bt_dist_sumsq(e, st);
-    atomic_store(&w->waiting, 0);
-    BT_TRY(ds);
+    if (e->dist.on) { /* across processes: every stage's sum, and the loss, from the other ranks */
+        atomic_store(&w->waiting, 1);
+        bt_status ds = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
+        atomic_store(&w->waiting, 0);
+        BT_TRY(ds);
+    }
     double total = 0;
     for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
     if (!isfinite(total)) {
@@ -417,6 +419,12 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
             atomic_store(&w->waiting, 0);
         }
         if (s == BT_OK && e->job == BT_JOB_TRAIN) s = run_step(e, w, st);
+        else if (s == BT_OK && e->dist.on) { /* gradients only: the loss still comes from the last stage */
+            s = st->be->sync(st->dev);
+            atomic_store(&w->waiting, 1);
+            if (s == BT_OK) s = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
+            atomic_store(&w->waiting, 0);
+        }
         break;
     default:
         s = bt_error(BT_ERR_INTERNAL, "not a compute instruction: kind %d", (int)ins->kind);
@@ -492,18 +500,22 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
         default: w->transfer_ms += d; break;
         }
     }
-    if (e->job != BT_JOB_FORWARD && st->index == e->stages - 1) {
-        size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
-        double sum = 0;
-        if (e->dtype == BT_F64)
-            for (size_t i = 0; i < n; i++) sum += ((const double *)st->loss_host)[i];
-        else
-            for (size_t i = 0; i < n; i++) sum += ((const float *)st->loss_host)[i];
-        w->loss_sum = sum;
-    }
+    if (e->job != BT_JOB_FORWARD && st->index == e->stages - 1) w->loss_sum = bt_worker_loss_sum(e, st);
     for (int c = 0; c < st->n_out_act; c++) BT_TRY(bt_transfer_account(e, st->out_act[c]));
     for (int c = 0; c < st->n_out_grad; c++) BT_TRY(bt_transfer_account(e, st->out_grad[c]));
     return BT_OK;
+}
+
+double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st)
+{
+    if (st->index != e->stages - 1) return 0;
+    size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
+    double sum = 0;
+    if (e->dtype == BT_F64)
+        for (size_t i = 0; i < n; i++) sum += ((const double *)st->loss_host)[i];
+    else
+        for (size_t i = 0; i < n; i++) sum += ((const float *)st->loss_host)[i];
+    return sum;
 }
 
 /* Sets the loss gradient's seed: 1 / (samples per step), times the loss scale. Written again only
