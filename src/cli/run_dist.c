@@ -96,13 +96,35 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
     bt_engine_dist_reduce_stats(e, &n, &bytes, &wait_ms, &total_ms);
     if (o->jsonl) {
         printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
-               "\"bytes\": %.0f, \"wait_ms\": %.3f}}}\n",
+               "\"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
                l->size, l->data, l->stages, (long long)n, bytes, wait_ms);
+        for (int r = 0; r < l->size; r++) {
+            bt_time_stats t;
+            bt_memory_stats m;
+            if (bt_engine_dist_rank_stats(e, r, &t, &m) != BT_OK) break;
+            double wall = t.wall_ms > 0 ? t.wall_ms : 1;
+            printf("%s{\"rank\": %d, \"replica\": %d, \"stage\": %d, \"peak_bytes\": %zu, \"busy\": %.4f, "
+                   "\"transfer\": %.4f, \"idle\": %.4f}",
+                   r ? ", " : "", r, r / l->stages, r % l->stages, m.peak, t.busy_ms / wall, t.transfer_ms / wall,
+                   t.idle_ms / wall);
+        }
+        printf("]}}\n");
         return;
     }
-    printf("  job: %d ranks = %d replica%s x %d stage%s (rank = replica x %d + stage); the rows above are "
-           "replica 0's, each measured by its own rank\n",
+    printf("  job: %d ranks = %d replica%s x %d stage%s (rank = replica x %d + stage); the stage rows above are "
+           "replica 0's, each measured by its own rank; per rank (STEP's waits for other ranks count as busy):\n",
            l->size, l->data, l->data == 1 ? "" : "s", l->stages, l->stages == 1 ? "" : "s", l->stages);
+    printf("  %-5s %-7s %-5s %11s %6s %6s %6s\n", "rank", "replica", "stage", "peak", "busy", "xfer", "idle");
+    for (int r = 0; r < l->size; r++) {
+        bt_time_stats t;
+        bt_memory_stats m;
+        char pk[32];
+        if (bt_engine_dist_rank_stats(e, r, &t, &m) != BT_OK) break;
+        double wall = t.wall_ms > 0 ? t.wall_ms : 1;
+        printf("  %-5d %-7d %-5d %11s %5.1f%% %5.1f%% %5.1f%%\n", r, r / l->stages, r % l->stages,
+               bt_cli_bytes((double)m.peak, pk, sizeof pk), 100 * t.busy_ms / wall, 100 * t.transfer_ms / wall,
+               100 * t.idle_ms / wall);
+    }
     if (n > 0)
         printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
                "in total\n",

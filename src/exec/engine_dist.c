@@ -441,6 +441,7 @@ void bt_dist_teardown(bt_engine *e)
     free(d->xbuf);
     free(d->xsend);
     free(d->xrecv);
+    free(d->rank_stats);
     bt_comm_free(d->dp);
     bt_comm_free(d->pipe);
     bt_comm_free(d->world);
@@ -492,6 +493,16 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e)
         goto done;
     }
     BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.world, &mine, sizeof mine, all, e->params.watchdog_s), done);
+    free(e->dist.rank_stats);
+    e->dist.rank_stats = malloc((size_t)l->size * sizeof *e->dist.rank_stats);
+    if (!e->dist.rank_stats) {
+        st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
+        goto done;
+    }
+    for (int r = 0; r < l->size; r++) {
+        e->dist.rank_stats[r].time = all[r].time;
+        e->dist.rank_stats[r].mem = all[r].mem;
+    }
     double *own = ch + (size_t)e->n_channels * 3 * (size_t)l->size;
     for (int c = 0; c < e->n_channels; c++) {
         own[3 * c] = (double)e->channels[c].messages;
@@ -517,6 +528,15 @@ done:
     free(all);
     free(ch);
     return st;
+}
+
+bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats *time, bt_memory_stats *mem)
+{
+    if (!e || !e->dist.on || !e->dist.rank_stats || rank < 0 || rank >= e->dist.layout.size)
+        return bt_error(BT_ERR_INVALID_ARG, "no statistics of rank %d (gather them first)", rank);
+    *time = e->dist.rank_stats[rank].time;
+    *mem = e->dist.rank_stats[rank].mem;
+    return BT_OK;
 }
 
 void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,

@@ -114,6 +114,10 @@ typedef struct bt_engine_dist {
     double *xbuf;
     bt_comm_req *xsend, *xrecv;
     double loss_sum;           /* the last step's loss summed over every replica */
+    struct bt_rank_stats {
+        bt_time_stats time;
+        bt_memory_stats mem;
+    } *rank_stats;             /* [size] each rank's own stage, once gathered (bt_engine_dist_gather_stats) */
     /* statistics since creation */
     int64_t reductions;
     double reduced_bytes, reduce_wait_ms, reduce_ms;
