@@ -38,6 +38,7 @@ layout_for() { # P -> the cut of skip-mlp into P stages
   1) echo "fc_in,b0,b1,skip,head,loss" ;;
   2) echo "fc_in,b0|b1,skip,head,loss" ;;
   3) echo "fc_in|b0,b1|skip,head,loss" ;;
+  4) echo "fc_in|b0|b1|skip,head,loss" ;;
   esac
 }
 
@@ -48,13 +49,15 @@ run_ref() { # schedule -> $tmp/ref-$1/{out.jsonl,checkpoint.safetensors}
     { bad "one-process reference ($1): $(cat "$tmp/ref-$1.err")"; return 1; }
 }
 
+extra="" # more baton arguments for equiv (parallel.zero=1)
 equiv() { # D P schedule [mpirun options...]
   D=$1 P=$2 S=$3; shift 3
-  tag="D=$D P=$P $S${*:+ $*}"
-  name=$(echo "$D-$P-$S-$*" | tr -c 'A-Za-z0-9-\n' '_')
+  tag="D=$D P=$P $S${extra:+ $extra}${*:+ $*}"
+  name=$(echo "$D-$P-$S-$extra-$*" | tr -c 'A-Za-z0-9-\n' '_')
   d=$tmp/run-$name
+  # shellcheck disable=SC2086
   mpi "$@" -np $((D * P)) "$b" run "$model" --layout "$(layout_for "$P")" --schedule "$S" --dp "$D" \
-    --threads 1 --log-format jsonl --checkpoint-dir "$d" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
+    --threads 1 --log-format jsonl --checkpoint-dir "$d" $extra >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   rc=$?
   if [ $rc != 0 ]; then bad "$tag: exit $rc: $(head -c 2000 "$tmp/$name.err")"; return; fi
   if ! grep -q "\"path\": \"mpi\"" "$tmp/$name.jsonl" && [ "$P" -gt 1 ]; then
@@ -75,7 +78,50 @@ for S in gpipe 1f1b; do
     # shellcheck disable=SC2086
     equiv $dp $S
   done
+  extra=parallel.zero=1 # the optimizer state sharded over the replicas
+  for dp in "2 1" "2 2"; do
+    # shellcheck disable=SC2086
+    equiv $dp $S
+  done
+  extra=""
 done
+# parallel.zero: 1 holds a 1/D share of the optimizer state (rank 0's row of the summary)
+peak() { sed -n 's/.*"summary": true.*"stages": \[{"stage": 0, "device": "[^"]*", "peak_bytes": \([0-9]*\).*/\1/p' "$1"; }
+full=$(peak "$tmp/2-1-gpipe--.jsonl"); sharded=$(peak "$tmp/2-1-gpipe-parallel_zero_1-.jsonl")
+# skip-mlp: 3,110 parameters, AdamW's two moments in f32: 24,880 bytes, half of it on each replica
+if [ -n "$full" ] && [ -n "$sharded" ] && [ $((full - sharded)) -ge 12000 ] && [ $((full - sharded)) -le 12800 ]; then
+  ok "parallel.zero: 1, D=2: stage 0 peaks at $sharded bytes against $full (half the optimizer state)"
+else bad "parallel.zero: 1, D=2: peak bytes $sharded against $full"; fi
+
+# checkpoints move between layouts: 3 steps on one, 2 more on another, against 5 steps in one process
+"$b" run "$model" --layout "$(layout_for 1)" --threads 1 --steps 5 --log-format jsonl \
+  --checkpoint-dir "$tmp/ref5" >"$tmp/ref5.jsonl" 2>"$tmp/ref5.err" || bad "5 steps: $(cat "$tmp/ref5.err")"
+resume() { # label first-launch second-launch: each "D P [baton args]" ("1 1" runs without mpirun)
+  label=$1 first=$2 second=$3
+  # shellcheck disable=SC2086
+  set -- $first; D1=$1 P1=$2; shift 2; a1=$*
+  # shellcheck disable=SC2086
+  set -- $second; D2=$1 P2=$2; shift 2; a2=$*
+  launch() { # D P args...
+    d=$1 p=$2; shift 2
+    if [ "$d$p" = 11 ]; then "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --log-format jsonl "$@"
+    else mpi -np $((d * p)) "$b" run "$model" --layout "$(layout_for "$p")" --dp "$d" --threads 1 --log-format jsonl "$@"; fi
+  }
+  # shellcheck disable=SC2086
+  launch "$D1" "$P1" --steps 3 --checkpoint-dir "$tmp/$label-a" $a1 >"$tmp/$label-a.out" 2>&1 &&
+  # shellcheck disable=SC2086
+  launch "$D2" "$P2" --steps 5 --resume "$tmp/$label-a" --checkpoint-dir "$tmp/$label-b" $a2 >"$tmp/$label-b.out" 2>&1
+  rc=$?
+  if [ $rc != 0 ]; then bad "resume $label: exit $rc: $(tail -c 1500 "$tmp/$label-a.out" "$tmp/$label-b.out")"; return; fi
+  if m=$(python3 "$cmp" tensors "$tmp/ref5/checkpoint.safetensors" "$tmp/$label-b/checkpoint.safetensors" 1e-5); then
+    ok "resume $label: $m"
+  else bad "resume $label: $m"; fi
+}
+resume "D=2,P=2,zero -> D=1,P=1" "2 2 parallel.zero=1" "1 1"
+resume "D=1,P=1 -> D=2,P=2,zero" "1 1" "2 2 parallel.zero=1"
+resume "D=2,P=2 -> D=1,P=4" "2 2" "1 4"
+resume "D=1,P=4 -> D=2,P=2" "1 4" "2 2"
+
 # the same over TCP instead of shared memory
 for dp in "2 2" "1 3"; do
   # shellcheck disable=SC2086

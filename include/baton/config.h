@@ -46,6 +46,9 @@ typedef struct bt_parallel_config {
                                  is built; not owned, read only while the plan is built */
     int data;                 /* parallel.data: data-parallel replicas, each a process group of
                                  `stages` ranks under mpirun (0: as many as the ranks allow) */
+    int zero;                 /* parallel.zero: 1 shards the optimizer state over the replicas
+                                 (reduce-scatter the gradients, update a shard, all-gather the
+                                 weights); 0: every replica keeps all of it */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

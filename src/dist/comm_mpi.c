@@ -267,3 +267,22 @@ bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, dou
     req.active = 1;
     return finish(&req, timeout_s, NULL, "broadcast");
 }
+
+bt_status bt_comm_ireduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, bt_comm_req *req)
+{
+    BT_TRY(check_count(count, "a reduce-scatter"));
+    MPI_TRY(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)count, mpi_type(dtype), MPI_SUM, c->comm,
+                                      req_of(req)));
+    req->active = 1;
+    return BT_OK;
+}
+
+bt_status bt_comm_allgather_inplace(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s)
+{
+    BT_TRY(check_count(count, "an all-gather"));
+    bt_comm_req req = {{0}, 0};
+    MPI_TRY(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, mpi_type(dtype), c->comm,
+                           req_of(&req)));
+    req.active = 1;
+    return finish(&req, timeout_s, NULL, "all-gather");
+}

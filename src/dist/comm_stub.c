@@ -58,3 +58,11 @@ bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, 
     return NO_MPI;
 }
 bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, double timeout_s) { return NO_MPI; }
+bt_status bt_comm_ireduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, bt_comm_req *req)
+{
+    return NO_MPI;
+}
+bt_status bt_comm_allgather_inplace(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s)
+{
+    return NO_MPI;
+}

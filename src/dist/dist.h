@@ -80,6 +80,12 @@ void bt_comm_cancel(bt_comm_req *req);
 
 /* In-place sum over c of count elements of dtype (BT_F32 or BT_F64), non-blocking. */
 bt_status bt_comm_iallreduce_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, bt_comm_req *req);
+/* Non-blocking reduce-scatter in place: buf holds size(c) blocks of count elements; once done,
+ * buf's first block holds the sum over c of block rank(c) (the rest of buf is undefined). */
+bt_status bt_comm_ireduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, bt_comm_req *req);
+/* All-gather in place: buf holds size(c) blocks of count elements; block rank(c) is this rank's,
+ * and afterwards every block is its rank's. Waits like bt_comm_wait (no abort). */
+bt_status bt_comm_allgather_inplace(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s);
 
 /* The collectives below block the caller, but never longer than timeout_s (the watchdog): a rank
  * that died or hangs makes them fail with BT_ERR_TIMEOUT naming the collective, never hang. */

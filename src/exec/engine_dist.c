@@ -27,11 +27,13 @@
 #include "core/util.h"
 #include "exec/engine_dist.h"
 #include "exec/exec_internal.h"
+#include "optim/optim.h"
 
 #define BT_DP_BUCKET_DEFAULT ((size_t)4 << 20)
 /* Tags of the STEP exchanges, above every channel's (c x BT_MAX_MICROBATCHES + mb) */
 #define BT_TAG_PIPE 0x40000000
 #define BT_TAG_REPLICAS 0x40000001
+#define BT_TAG_ZERO 0x40000002
 
 static int peer_rank(const bt_engine *e, int stage)
 {
@@ -74,6 +76,7 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
                         layout->size, layout->data, layout->stages, e->stages);
     e->dist.on = 1;
     e->dist.layout = *layout;
+    e->dist.zero = e->params.parallel.zero && layout->data > 1 && e->train_sched;
     int64_t per = (int64_t)layout->data * e->params.parallel.microbatches;
     if (e->params.batch % per != 0)
         return bt_error(BT_ERR_INVALID_ARG,
@@ -124,6 +127,119 @@ static int final_node(const bt_engine *e, const bt_stage *st, int i)
     return 0;
 }
 
+/* Where store (order index) j of bucket b starts in the bucket, in elements. */
+static size_t store_offset(const bt_engine *e, const bt_stage *st, const bt_dp_bucket *b, int j)
+{
+    size_t off = 0;
+    for (int i = 0; i < j; i++) off += st->params[e->dist.order[b->first + i]].numel;
+    return off;
+}
+
+/* This rank's chunk of bucket b: elements [*lo, *lo + *n) of the bucket (n may be 0 at the end). */
+static void my_chunk(const bt_engine *e, const bt_dp_bucket *b, size_t *lo, size_t *n)
+{
+    *lo = (size_t)e->dist.layout.replica * b->chunk;
+    *n = *lo >= b->count ? 0 : (b->count - *lo < b->chunk ? b->count - *lo : b->chunk);
+}
+
+/* zero: copies the chunk of the full state buffers into the shards (or back, to_full), store by
+ * store; the parts of stores outside the chunk are left alone. */
+static bt_status copy_shards(bt_engine *e, bt_stage *st, int to_full)
+{
+    size_t dsz = bt_dtype_size(e->dtype);
+    int slots = bt_optim_state_count(&e->params.optimizer);
+    for (int bi = 0; bi < e->dist.n_buckets; bi++) {
+        bt_dp_bucket *b = &e->dist.buckets[bi];
+        size_t lo, n;
+        my_chunk(e, b, &lo, &n);
+        for (int j = 0; j < b->n; j++) {
+            bt_param_store *p = &st->params[e->dist.order[b->first + j]];
+            size_t o = store_offset(e, st, b, j);
+            size_t a = o > lo ? o : lo, z = o + p->numel < lo + n ? o + p->numel : lo + n;
+            if (a >= z) continue;
+            for (int k = 0; k < slots; k++) {
+                unsigned char *full = (unsigned char *)p->state[k] + (a - o) * dsz;
+                unsigned char *shard = (unsigned char *)b->state[k] + (a - lo) * dsz;
+                memcpy(to_full ? full : shard, to_full ? shard : full, (z - a) * dsz);
+            }
+        }
+    }
+    return BT_OK;
+}
+
+/* zero: gives the local stage's optimizer state up for its chunks: the full buffers the layout
+ * allocated are freed, and the memory statistics say so (the optimizer state divided by D). */
+static bt_status shard_state(bt_engine *e, bt_stage *st)
+{
+    size_t dsz = bt_dtype_size(e->dtype);
+    int slots = bt_optim_state_count(&e->params.optimizer);
+    for (int bi = 0; bi < e->dist.n_buckets; bi++)
+        for (int k = 0; k < slots; k++) {
+            bt_dp_bucket *b = &e->dist.buckets[bi];
+            b->state[k] = calloc(b->chunk ? b->chunk : 1, dsz);
+            if (!b->state[k]) return bt_error(BT_ERR_NOMEM, "engine: out of memory for optimizer state");
+            st->mem.optimizer += b->chunk * dsz;
+        }
+    BT_TRY(copy_shards(e, st, 0)); /* the initial state (zeros) */
+    for (int i = 0; i < st->n_params; i++)
+        for (int k = 0; k < slots; k++) {
+            bt_param_store *p = &st->params[i];
+            if (!p->state[k]) continue;
+            st->be->free(st->dev, p->state[k]);
+            p->state[k] = NULL;
+            st->mem.optimizer -= p->numel * dsz;
+        }
+    st->mem.current = st->mem.weights + st->mem.gradients + st->mem.optimizer + st->mem.activations +
+                      st->mem.workspace;
+    st->mem.peak = st->mem.current;
+    return BT_OK;
+}
+
+/* zero: full state buffers hold the truth (a checkpoint gathered them, or a resume wrote them):
+ * their chunks become the shards and the buffers are freed again. At the start of a job. */
+static bt_status absorb_full_state(bt_engine *e, bt_stage *st)
+{
+    if (!e->dist.full_state) return BT_OK;
+    BT_TRY(copy_shards(e, st, 0));
+    int slots = bt_optim_state_count(&e->params.optimizer);
+    for (int i = 0; i < st->n_params; i++)
+        for (int k = 0; k < slots; k++)
+            if (st->params[i].state[k]) {
+                st->be->free(st->dev, st->params[i].state[k]);
+                st->params[i].state[k] = NULL;
+            }
+    e->dist.full_state = 0;
+    return BT_OK;
+}
+
+bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, int slot, int write)
+{
+    if (ps->state[slot]) return BT_OK;
+    if (!e->dist.zero || !bt_stage_is_local(e, st->index))
+        return bt_error(BT_ERR_INTERNAL, "parameter '%s' has no optimizer state buffer",
+                        e->graph->params[ps->param].name);
+    if (!write)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "the optimizer state of '%s' is sharded over the replicas (parallel.zero: 1): every rank "
+                        "calls bt_engine_sync_params first",
+                        e->graph->params[ps->param].name);
+    /* a resume writes the whole state: hold it in full until the next job shards it */
+    int slots = bt_optim_state_count(&e->params.optimizer);
+    size_t dsz = bt_dtype_size(e->dtype);
+    if (!e->dist.full_state) {
+        for (int i = 0; i < st->n_params; i++)
+            for (int k = 0; k < slots; k++) {
+                bt_param_store *p = &st->params[i];
+                if (p->state[k]) continue;
+                BT_TRY(st->be->alloc(st->dev, p->numel * dsz, &p->state[k]));
+                BT_TRY(st->be->zero(st->dev, p->state[k], p->numel * dsz));
+            }
+        BT_TRY(copy_shards(e, st, 1)); /* what it does not write keeps its current value */
+        e->dist.full_state = 1;
+    }
+    return BT_OK;
+}
+
 bt_status bt_dist_setup_buckets(bt_engine *e)
 {
     if (!e->dist.on || e->dist.layout.data < 2 || !e->train_sched) return BT_OK;
@@ -156,10 +272,18 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
             p++;
         }
         b->count = bytes / dsz;
-        b->flat = malloc(bytes ? bytes : 64);
+        if (d->zero) {
+            size_t D = (size_t)e->dist.layout.data;
+            b->chunk = (b->count + D - 1) / D;
+            bytes = b->chunk * D * dsz;
+            b->wflat = calloc(1, bytes ? bytes : 64);
+            if (!b->wflat) return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
+        }
+        b->flat = calloc(1, bytes ? bytes : 64);
         if (!b->flat) return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
         d->n_buckets++;
     }
+    if (d->zero) BT_TRY(shard_state(e, st));
     return BT_OK;
 }
 
@@ -227,6 +351,7 @@ bt_status bt_dist_job_start(bt_engine *e, bt_stage *st, int grads)
 {
     if (!e->dist.on) return BT_OK;
     for (int b = 0; b < e->dist.n_buckets; b++) e->dist.buckets[b].pending = e->dist.buckets[b].n;
+    if (e->dist.zero && e->job != BT_JOB_FORWARD) BT_TRY(absorb_full_state(e, st));
     BT_TRY(post_receives(e, st->in_act, st->n_in_act));
     if (grads) BT_TRY(post_receives(e, st->in_grad, st->n_in_grad));
     return BT_OK;
@@ -293,6 +418,11 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
     b->pending = -1; /* started */
     d->reductions++;
     d->reduced_bytes += (double)(b->count * dsz);
+    if (d->zero) { /* each replica gets the sum of its chunk only */
+        size_t padded = b->chunk * (size_t)d->layout.data;
+        memset((unsigned char *)b->flat + b->count * dsz, 0, (padded - b->count) * dsz);
+        return bt_comm_ireduce_scatter_sum(d->dp, b->flat, b->chunk, e->dtype, &b->req);
+    }
     return bt_comm_iallreduce_sum(d->dp, b->flat, b->count, e->dtype, &b->req);
 }
 
@@ -329,6 +459,7 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
                             e->dist.layout.data);
         if (s == BT_ERR_INTERNAL) return bt_error(s, "stopped at the gradient all-reduce (another stage failed)");
         BT_TRY(s);
+        if (d->zero) continue; /* the chunk's sum stays in flat (bt_dist_zero_update) */
         const unsigned char *flat = b->flat;
         for (int j = 0; j < b->n; j++) {
             bt_param_store *p = &st->params[d->order[b->first + j]];
@@ -401,6 +532,60 @@ bt_status bt_dist_step_exchange(bt_engine *e, bt_stage *st, double local_loss)
     return BT_OK;
 }
 
+bt_status bt_dist_zero_sumsq(bt_engine *e, bt_stage *st, double *out)
+{
+    bt_engine_dist *d = &e->dist;
+    double mine = 0;
+    for (int bi = 0; bi < d->n_buckets; bi++) {
+        size_t lo, n;
+        my_chunk(e, &d->buckets[bi], &lo, &n);
+        double v = 0;
+        const void *x = d->buckets[bi].flat;
+        if (n) BT_TRY(st->be->sum_squares(st->dev, e->dtype, &x, &n, 1, &v));
+        mine += v;
+    }
+    int np = 0;
+    for (int q = 0; q < d->layout.data; q++)
+        if (q != d->layout.replica) d->xpeer[np++] = bt_dist_rank_of(&d->layout, q, st->index);
+    BT_TRY(exchange(e, d->xpeer, np, &mine, 1, d->xbuf, BT_TAG_ZERO, "the gradient norm of another replica's chunk"));
+    double sum = 0; /* in replica order on every replica: the same total everywhere */
+    for (int q = 0, i = 0; q < d->layout.data; q++) sum += q == d->layout.replica ? mine : d->xbuf[i++];
+    *out = sum;
+    return BT_OK;
+}
+
+bt_status bt_dist_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t step, double scale)
+{
+    bt_engine_dist *d = &e->dist;
+    size_t dsz = bt_dtype_size(e->dtype);
+    for (int bi = 0; bi < d->n_buckets; bi++) {
+        bt_dp_bucket *b = &d->buckets[bi];
+        size_t lo, n;
+        my_chunk(e, b, &lo, &n);
+        unsigned char *w = b->wflat;
+        for (int j = 0; j < b->n; j++) { /* the bucket's weights, packed */
+            bt_param_store *p = &st->params[d->order[b->first + j]];
+            BT_TRY(st->be->to_host(st->dev, w, p->w, p->numel * dsz));
+            w += p->numel * dsz;
+        }
+        if (n)
+            BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype,
+                                            (unsigned char *)b->wflat + lo * dsz, b->flat, b->state, n, lr,
+                                            step, scale));
+        bt_status s = bt_comm_allgather_inplace(d->dp, b->wflat, b->chunk, e->dtype, e->params.watchdog_s);
+        if (s != BT_OK) return bt_error_context(s, "rank %d, stage %d: the weights' all-gather (parallel.zero)",
+                                                d->layout.rank, st->index);
+        w = b->wflat;
+        for (int j = 0; j < b->n; j++) {
+            bt_param_store *p = &st->params[d->order[b->first + j]];
+            BT_TRY(st->be->from_host(st->dev, p->w, w, p->numel * dsz));
+            BT_TRY(bt_worker_refresh_lowp(e, st, p));
+            w += p->numel * dsz;
+        }
+    }
+    return BT_OK;
+}
+
 /* The stage that produces graph value v. */
 static int producer_stage(const bt_engine *e, int v)
 {
@@ -432,7 +617,12 @@ bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum)
 void bt_dist_teardown(bt_engine *e)
 {
     bt_engine_dist *d = &e->dist;
-    for (int b = 0; b < d->n_buckets; b++) free(d->buckets[b].flat);
+    for (int b = 0; b < d->n_buckets; b++) {
+        free(d->buckets[b].flat);
+        free(d->buckets[b].wflat);
+        free(d->buckets[b].state[0]);
+        free(d->buckets[b].state[1]);
+    }
     free(d->buckets);
     free(d->order);
     free(d->bucket_of);
@@ -453,11 +643,40 @@ int bt_engine_rank(const bt_engine *e)
     return e && e->dist.on ? e->dist.layout.rank : 0;
 }
 
+/* zero: every replica's chunks of the local stage's optimizer state, gathered into full buffers
+ * (allocated for the purpose; the next job shards them again and frees them). */
+static bt_status gather_state(bt_engine *e, bt_stage *st)
+{
+    bt_engine_dist *d = &e->dist;
+    int slots = bt_optim_state_count(&e->params.optimizer);
+    size_t dsz = bt_dtype_size(e->dtype);
+    if (!d->full_state)
+        for (int i = 0; i < st->n_params; i++)
+            for (int k = 0; k < slots; k++)
+                if (!st->params[i].state[k])
+                    BT_TRY(st->be->alloc(st->dev, st->params[i].numel * dsz, &st->params[i].state[k]));
+    for (int bi = 0; bi < d->n_buckets; bi++) {
+        bt_dp_bucket *b = &d->buckets[bi];
+        for (int k = 0; k < slots; k++) {
+            unsigned char *full = b->wflat; /* the weights' staging buffer, free between steps */
+            memcpy(full + (size_t)d->layout.replica * b->chunk * dsz, b->state[k], b->chunk * dsz);
+            BT_TRY(bt_comm_allgather_inplace(d->dp, full, b->chunk, e->dtype, e->params.watchdog_s));
+            for (int j = 0; j < b->n; j++) {
+                bt_param_store *p = &st->params[d->order[b->first + j]];
+                memcpy(p->state[k], full + store_offset(e, st, b, j) * dsz, p->numel * dsz);
+            }
+        }
+    }
+    d->full_state = 1;
+    return BT_OK;
+}
+
 bt_status bt_engine_sync_params(bt_engine *e)
 {
     BT_TRY(bt_engine_check_usable(e));
     if (!e->dist.on) return BT_OK;
     size_t dsz = bt_dtype_size(e->dtype);
+    if (e->dist.zero) BT_TRY(gather_state(e, &e->stage[e->dist.layout.stage]));
     for (int s = 0; s < e->stages; s++) {
         bt_stage *st = &e->stage[s];
         int root = bt_dist_rank_of(&e->dist.layout, 0, s);

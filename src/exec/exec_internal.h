@@ -91,6 +91,11 @@ typedef struct bt_dp_bucket {
     void *flat;                /* host copy of the gradients, reduced in place */
     int pending;               /* parameters not final yet this step */
     bt_comm_req req;
+    /* parallel.zero: 1: the bucket is D chunks of `chunk` elements (flat and wflat are padded to
+     * D x chunk); this rank keeps the optimizer state of its chunk only */
+    size_t chunk;
+    void *wflat;               /* the bucket's weights, packed, for the all-gather */
+    void *state[2];            /* [chunk] the optimizer state of this rank's chunk */
 } bt_dp_bucket;
 
 /* What a job across processes adds to an engine (engine_dist.c). Off (on = 0) in one process,
@@ -108,6 +113,9 @@ typedef struct bt_engine_dist {
     int *bucket_of;            /* [n_params] the bucket of store i */
     int *final_after;          /* [n_params] the node (stage-local index) whose backward finishes store i */
     size_t bucket_bytes;
+    int zero;                  /* parallel.zero: 1 with D > 1: optimizer state sharded over replicas */
+    int full_state;            /* zero: the local stage's full state buffers are allocated (gathered
+                                * for a checkpoint, or written by a resume) and hold the truth */
     int last_bwd;              /* the local stage's last BWD in the training schedule */
     /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
     int *xpeer;
@@ -365,6 +373,13 @@ double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st);
 /* After a job on the host: the loss summed over replicas, and the output of a forward job on
  * every rank. */
 bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum);
+/* parallel.zero: 1: the stage's global sum of squared gradients (each replica's chunk, added in
+ * replica order), and the update of this rank's chunk followed by the weights' all-gather. */
+bt_status bt_dist_zero_sumsq(bt_engine *e, bt_stage *st, double *out);
+bt_status bt_dist_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t step, double scale);
+/* zero: the full state buffer of ps's slot for a write (allocated, zeroed, when sharded); a read
+ * of a sharded state is an error saying to call bt_engine_sync_params first. */
+bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, int slot, int write);
 /* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
 void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
 void bt_dist_teardown(bt_engine *e);

@@ -370,7 +370,10 @@ static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     double sumsq = 0;
     BT_TRY(st->be->sync(st->dev));
-    if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
+    if (e->dist.zero) /* the replicas' chunks of the summed gradients */
+        BT_TRY(bt_dist_zero_sumsq(e, st, &sumsq));
+    else if (st->n_params)
+        BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
     BT_TRY(stage_barrier(e, w));
     if (e->dist.on) { /* across processes: every stage's sum, and the loss, from the other ranks */
@@ -388,6 +391,7 @@ static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     }
     double unscale = 1.0 / e->loss_scale, scale = unscale;
     if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
+    if (e->dist.zero) return bt_dist_zero_update(e, st, e->lr, e->step + 1, scale);
     for (int i = 0; i < st->n_params; i++) {
         bt_param_store *p = &st->params[i];
         BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,

@@ -379,7 +379,7 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
                          int pinned_stages, const bt_train_config *train,
                          bt_parallel_config *cfg)
 {
-    static const char *const keys[] = {"devices", "pipeline", "data", NULL};
+    static const char *const keys[] = {"devices", "pipeline", "data", "zero", NULL};
     static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
                                                 NULL};
     static const char *const schedules[] = {"gpipe", "1f1b", "stream", NULL};
@@ -390,6 +390,7 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
     BT_TRY(bt_ld_keys(ld, map, "parallel", keys));
     if ((v = bt_ymap_get(map, "devices"))) BT_TRY(read_devices(ld, v, &cfg->devices));
     if ((v = bt_ymap_get(map, "data"))) BT_TRY(bt_ld_int32(ld, v, "parallel.data", 1, 4096, &cfg->data));
+    if ((v = bt_ymap_get(map, "zero"))) BT_TRY(bt_ld_int32(ld, v, "parallel.zero", 0, 1, &cfg->zero));
     BT_TRY(bt_ld_map(ld, bt_ymap_get(map, "pipeline"), "parallel.pipeline", &pipe));
     BT_TRY(bt_ld_keys(ld, pipe, "parallel.pipeline", pipeline_keys));
     if ((stages_node = bt_ymap_get(pipe, "stages")))
