@@ -136,6 +136,12 @@ done
 # shellcheck disable=SC2086
 equiv 2 1 gpipe --mca btl tcp,self
 
+# rank 0's trace shows every stage of its replica, each recorded by its own rank
+mpi -np 3 "$b" run "$model" --layout "$(layout_for 3)" --steps 2 --trace "$tmp/job.json" >"$tmp/o" 2>"$tmp/e"; rc=$?
+stages=$(python3 -c 'import json,sys; print(len({e["pid"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"}))' "$tmp/job.json" 2>/dev/null)
+if [ $rc = 0 ] && [ "$stages" = 3 ]; then ok "--trace under mpirun -np 3: slices of all 3 stages"
+else bad "--trace under mpirun -np 3: exit $rc, slices of ${stages:-no} stages: $(head -c 600 "$tmp/e")"; fi
+
 # launch errors name N, D and P
 mpi -np 3 "$b" run "$model" --layout "$(layout_for 2)" --dp 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
 if [ $rc = 2 ] && grep -q "N = 3 ranks but D x P = 2 x 2" "$tmp/e"; then ok "3 ranks for D=2, P=2: exit 2 naming N, D, P"

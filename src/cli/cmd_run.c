@@ -262,6 +262,7 @@ static int run_model(const run_opts *opts, bt_model *m)
         bt_profile_destroy(costs);
         return bt_cli_dist_finish(&dist, rc);
     }
+    bt_cli_dist_outputs(&dist, &traced, m); /* rank 0 alone writes the run's files */
     bt_engine *e = NULL;
     st = bt_cli_dist_create_engine(&dist, m, &p, &e);
     if (st != BT_OK) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/run_dist.h"
+#include "core/error.h"
 #include "dist/dist.h"
 #include "exec/engine_dist.h"
 #include "plan/plan.h"
@@ -71,11 +72,24 @@ int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_p
     return BT_EXIT_OK;
 }
 
+void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
+{
+    if (!d->on) return;
+    if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
+    if (d->layout.rank == 0) return;
+    o->trace_path = NULL;
+    o->timeline_path = NULL;
+    o->tensorboard = NULL;
+    m->train.tensorboard = NULL;
+}
+
 bt_status bt_cli_dist_create_engine(const bt_cli_dist *d, const bt_model *m, const bt_engine_params *p,
                                     bt_engine **out)
 {
     if (!d->on) return bt_engine_create(m->graph, p, out);
-    return bt_engine_create_dist(m->graph, p, &d->layout, out);
+    BT_TRY(bt_engine_create_dist(m->graph, p, &d->layout, out));
+    bt_engine_dist_trace(*out, d->trace);
+    return BT_OK;
 }
 
 void bt_cli_dist_gather(const bt_engine *e)

@@ -494,6 +494,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     bt_status failed = collect_failure(e);
     double loss_sum = job != BT_JOB_FORWARD ? e->worker[e->stages - 1].loss_sum : 0;
     if (failed == BT_OK) failed = bt_dist_after_job(e, job, &loss_sum); /* the loss over replicas */
+    if (failed == BT_OK) failed = bt_dist_gather_trace(e); /* when tracing: the other ranks' records */
     if (failed != BT_OK && e->dist.on)
         return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
                                 e->dist.layout.replica);

@@ -699,6 +699,56 @@ typedef struct dist_stats {
     bt_memory_stats mem;
 } dist_stats;
 
+void bt_engine_dist_trace(bt_engine *e, int on)
+{
+    if (e && e->dist.on) e->dist.trace = on;
+}
+
+/* One rank's last job, as sent to the others of its replica: its step start on the host clock,
+ * how many records, then the records. */
+typedef struct trace_head {
+    double t0_ms;
+    int n;
+} trace_head;
+
+bt_status bt_dist_gather_trace(bt_engine *e)
+{
+    if (!e->dist.on || !e->dist.trace) return BT_OK;
+    const bt_dist_layout *l = &e->dist.layout;
+    int cap = 0;
+    for (int s = 0; s < e->stages; s++)
+        if (e->worker[s].trace_cap > cap) cap = e->worker[s].trace_cap;
+    size_t block = sizeof(trace_head) + (size_t)cap * sizeof(bt_trace_rec);
+    unsigned char *mine = calloc(1, block), *all = calloc((size_t)l->stages, block);
+    bt_status st = BT_OK;
+    if (!mine || !all) {
+        st = bt_error(BT_ERR_NOMEM, "engine: out of memory for the trace");
+        goto done;
+    }
+    const bt_worker *w = &e->worker[l->stage];
+    trace_head h = {e->step_t0_ms, w->n_trace};
+    memcpy(mine, &h, sizeof h);
+    memcpy(mine + sizeof h, w->trace, (size_t)w->n_trace * sizeof(bt_trace_rec));
+    BT_TRY_GOTO(st, bt_comm_allgather_bytes(e->dist.pipe, mine, block, all, e->params.watchdog_s), done);
+    for (int s = 0; s < e->stages; s++) {
+        if (s == l->stage) continue;
+        bt_worker *o = &e->worker[s];
+        memcpy(&h, all + (size_t)s * block, sizeof h);
+        int n = h.n < o->trace_cap ? h.n : o->trace_cap;
+        memcpy(o->trace, all + (size_t)s * block + sizeof h, (size_t)n * sizeof(bt_trace_rec));
+        o->n_trace = n;
+        /* onto this rank's timeline: the host clocks of one machine (CLOCK_MONOTONIC) agree */
+        for (int i = 0; i < n; i++) {
+            o->trace[i].start_ms += h.t0_ms - e->step_t0_ms;
+            o->trace[i].end_ms += h.t0_ms - e->step_t0_ms;
+        }
+    }
+done:
+    free(mine);
+    free(all);
+    return st;
+}
+
 bt_status bt_engine_dist_gather_stats(bt_engine *e)
 {
     if (!e || !e->dist.on) return BT_OK;

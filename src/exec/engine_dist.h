@@ -17,6 +17,11 @@ bt_status bt_engine_create_dist(const bt_graph *graph, const bt_engine_params *p
 /* The layout a distributed engine runs (NULL in one process). */
 const bt_dist_layout *bt_engine_dist_layout(const bt_engine *e);
 
+/* Every rank calls it alike: after each job the ranks of a replica share their instruction
+ * records, so a trace or timeline drawn on rank 0 shows every stage of replica 0 (one machine's
+ * clock: across machines the stages' offsets are as far off as the machines' clocks). */
+void bt_engine_dist_trace(bt_engine *e, int on);
+
 /* Collective: this rank's local stage's time and memory statistics (and its boundaries') copied
  * into rank 0's engine for the stages of replica 0, so rank 0's summary shows every stage. */
 bt_status bt_engine_dist_gather_stats(bt_engine *e);

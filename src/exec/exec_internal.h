@@ -114,6 +114,7 @@ typedef struct bt_engine_dist {
     int *final_after;          /* [n_params] the node (stage-local index) whose backward finishes store i */
     size_t bucket_bytes;
     int zero;                  /* parallel.zero: 1 with D > 1: optimizer state sharded over replicas */
+    int trace;                 /* after each job, the replica's stages share their instruction records */
     int full_state;            /* zero: the local stage's full state buffers are allocated (gathered
                                 * for a checkpoint, or written by a resume) and hold the truth */
     int last_bwd;              /* the local stage's last BWD in the training schedule */
@@ -383,6 +384,9 @@ bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, i
 /* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
 void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
 void bt_dist_teardown(bt_engine *e);
+/* After a successful job (when tracing): the other stages' instruction records of this replica,
+ * from their ranks, into their workers' trace arrays, on this rank's timeline. */
+bt_status bt_dist_gather_trace(bt_engine *e);
 /* Creation (engine.c calls them in this order): the communicators and checks, once the plan and
  * schedules exist; the MPI channels' tags and requests; the buckets; the cross-rank agreement. */
 bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout);
