@@ -7,6 +7,8 @@
  *   worker.c        the instruction interpreter each stage's thread runs
  *   transfer.c      how a message crosses a stage boundary
  *   channel.c       the mailbox that tells the receiver a message is there
+ *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
+ *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
  *                   includes this header)
  *
@@ -384,6 +386,14 @@ bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, i
 /* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
 void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
 void bt_dist_teardown(bt_engine *e);
+/* Point-to-point exchange of k doubles with each of n peers (world ranks): out[i * k ..] gets peer
+ * i's; a timeout names the peer whose message is missing (what: what was waited for). */
+bt_status bt_dist_exchange(bt_engine *e, const int *peers, int n, const double *mine, int k, double *out, int tag,
+                           const char *what);
+/* dist_dp.c, parallel.zero: the full state buffers sharded again (at a job's start), or gathered
+ * (for a checkpoint: bt_engine_sync_params). */
+bt_status bt_dist_absorb_state(bt_engine *e, bt_stage *st);
+bt_status bt_dist_gather_state(bt_engine *e, bt_stage *st);
 /* After a successful job (when tracing): the other stages' instruction records of this replica,
  * from their ranks, into their workers' trace arrays, on this rank's timeline. */
 bt_status bt_dist_gather_trace(bt_engine *e);

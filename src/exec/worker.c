@@ -5,7 +5,9 @@
  * the optimizer once every stage has finished its backward and the global gradient norm is
  * finite (a barrier: a step is all or nothing). On any failure it records
  * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting.
- * (A little over 600 lines: feeding inputs, rounded under mixed precision, stays beside FWD.) */
+ * (A little over 600 lines: feeding inputs, rounded under mixed precision, stays beside FWD, and
+ * the hooks of a job across processes sit where their instructions run; engine_dist.c and
+ * dist_dp.c hold what they do.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
