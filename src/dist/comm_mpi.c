@@ -2,11 +2,12 @@
  * comm_stub.c otherwise). Every communicator returns errors (MPI_ERRORS_RETURN) and every failed
  * call becomes BT_ERR_BACKEND with the call's name and MPI_Error_string's message. The process asks
  * for MPI_THREAD_MULTIPLE: a stage's worker thread sends, receives and reduces while the host thread
- * reduces the loss between steps. Waits poll MPI_Test (MPI progresses only inside MPI calls), spin
- * briefly, then sleep 20 us between tests so oversubscribed ranks leave the cores to the others. */
+ * reduces the loss between steps. Waits poll MPI_Test (MPI progresses only inside MPI calls),
+ * yielding the core between tests for the first 50 ms, then sleeping 100 us between them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include <mpi.h>
@@ -16,6 +17,9 @@
 #include "dist/dist.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((bt_comm_req *)0)->opaque), "bt_comm_req holds an MPI_Request");
+
+/* How long a wait polls MPI without sleeping (ms). */
+#define BT_COMM_SPIN_MS 50.0
 
 struct bt_comm {
     MPI_Comm comm;
@@ -162,15 +166,22 @@ bt_status bt_comm_test(bt_comm_req *req, int *done)
 bt_status bt_comm_wait(bt_comm_req *req, double timeout_s, atomic_bool *abort)
 {
     double t0 = bt_now_ms(), limit = timeout_s * 1000.0;
-    for (long i = 0;; i++) {
+    for (;;) {
         int done = 0;
         BT_TRY(bt_comm_test(req, &done));
         if (done) return BT_OK;
         if (abort && atomic_load(abort)) return BT_ERR_INTERNAL;
-        if (i < 200) continue;
-        if (bt_now_ms() - t0 > limit) return BT_ERR_TIMEOUT;
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
+        double waited = bt_now_ms() - t0;
+        if (waited > limit) return BT_ERR_TIMEOUT;
+        /* MPI moves a non-blocking collective on only inside MPI calls: test again at once for the
+         * first BT_COMM_SPIN_MS (yielding the core to any other runnable thread), then every
+         * 100 us, so a long wait (a pipeline bubble, a lost rank) does not burn a core */
+        if (waited < BT_COMM_SPIN_MS) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 
