@@ -152,6 +152,7 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     e->dtype = params->dtype;
     e->mb_size = params->batch / params->parallel.microbatches;
     e->loss_value = bt_graph_output_value(graph);
+    e->has_loss = bt_graph_is_trainable(graph);
     e->drop_send_stage = -1;
     e->test_start_delay_stage = -1;
     e->drop_send_mb = -1;
@@ -454,9 +455,10 @@ static void clear_mailboxes(bt_engine *e)
 }
 
 static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
-                         int out_value, void *out, bt_step_result *result)
+                         int out_value, void *out, void *losses, bt_step_result *result)
 {
     BT_TRY(bt_engine_check_usable(e));
+    e->loss_out = job == BT_JOB_FORWARD ? losses : NULL;
     if (job != BT_JOB_FORWARD && !e->train_sched)
         return bt_error(BT_ERR_INVALID_ARG, "this engine was created for inference (training = 0)");
     BT_TRY(bind_feeds(e, feeds, n_feeds));
@@ -470,6 +472,10 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
                                                 (size_t)bt_shape_numel(&ov->shape) *
                                                 bt_dtype_size(ov->dtype == BT_I32 ? BT_I32 : e->dtype);
     }
+    if (e->dist.on && e->loss_out) /* likewise this replica's rows of the per-sample losses */
+        e->loss_out = (unsigned char *)e->loss_out + (size_t)e->dist.layout.replica * (size_t)e->mb_size *
+                                                         (size_t)e->params.parallel.microbatches *
+                                                         bt_dtype_size(e->dtype);
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
     e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
     atomic_store(&e->abort, 0);
@@ -492,7 +498,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     double ms = bt_now_ms() - t0;
 
     bt_status failed = collect_failure(e);
-    double loss_sum = job != BT_JOB_FORWARD ? e->worker[e->stages - 1].loss_sum : 0;
+    double loss_sum = job != BT_JOB_FORWARD || e->has_loss ? e->worker[e->stages - 1].loss_sum : 0;
     if (failed == BT_OK) failed = bt_dist_after_job(e, job, &loss_sum); /* the loss over replicas */
     if (failed == BT_OK) failed = bt_dist_gather_trace(e); /* when tracing: the other ranks' records */
     if (failed != BT_OK && e->dist.on)
@@ -538,7 +544,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         result->grad_norm = e->grad_norm;
         result->skipped = skipped;
         result->loss_scale = e->loss_scale;
-        if (job != BT_JOB_FORWARD)
+        if (job != BT_JOB_FORWARD || e->has_loss)
             result->loss = loss_sum / (double)e->params.batch;
     }
     return BT_OK;
@@ -547,29 +553,42 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
 bt_status bt_engine_compute_grads(bt_engine *e, const bt_feed *feeds, int n_feeds,
                                   bt_step_result *result)
 {
-    return run_job(e, BT_JOB_GRADS, feeds, n_feeds, -1, NULL, result);
+    return run_job(e, BT_JOB_GRADS, feeds, n_feeds, -1, NULL, NULL, result);
 }
 
 bt_status bt_engine_train_step(bt_engine *e, const bt_feed *feeds, int n_feeds,
                                bt_step_result *result)
 {
-    return run_job(e, BT_JOB_TRAIN, feeds, n_feeds, -1, NULL, result);
+    return run_job(e, BT_JOB_TRAIN, feeds, n_feeds, -1, NULL, NULL, result);
 }
 
 bt_status bt_engine_forward(bt_engine *e, const bt_feed *feeds, int n_feeds, void *output,
                             bt_step_result *result)
 {
     if (!e) return bt_error(BT_ERR_INVALID_ARG, "engine is NULL");
-    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, e->loss_value, output, result);
+    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, e->loss_value, output, NULL, result);
 }
 
 bt_status bt_engine_forward_layer(bt_engine *e, const bt_feed *feeds, int n_feeds,
                                   const char *layer, void *output, bt_step_result *result)
 {
     if (!e || !layer) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_forward_layer: NULL argument");
-    int l = bt_graph_find_layer(e->graph, layer);
-    if (l < 0) return bt_error(BT_ERR_INVALID_ARG, "no layer named '%s'", layer);
-    const bt_layer *ly = &e->graph->layers[l];
-    int value = e->graph->nodes[ly->first_node + ly->n_nodes - 1].out;
-    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, value, output, result);
+    return bt_engine_predict(e, feeds, n_feeds, layer, output, NULL, result);
+}
+
+bt_status bt_engine_predict(bt_engine *e, const bt_feed *feeds, int n_feeds, const char *layer, void *output,
+                            void *losses, bt_step_result *result)
+{
+    if (!e) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_predict: engine is NULL");
+    int value = e->loss_value;
+    if (layer) {
+        int l = bt_graph_find_layer(e->graph, layer);
+        if (l < 0) return bt_error(BT_ERR_INVALID_ARG, "no layer named '%s'", layer);
+        const bt_layer *ly = &e->graph->layers[l];
+        value = e->graph->nodes[ly->first_node + ly->n_nodes - 1].out;
+    }
+    if (losses && !e->has_loss)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_predict: the model's last layer is not a loss, so there "
+                        "are no losses to return");
+    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, value, output, losses, result);
 }

@@ -307,6 +307,19 @@ bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum)
     if (!e->dist.on) return BT_OK;
     const bt_dist_layout *l = &e->dist.layout;
     if (job_kind != BT_JOB_FORWARD) *loss_sum = e->dist.loss_sum; /* summed at STEP */
+    size_t rows = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
+    if (job_kind == BT_JOB_FORWARD && e->has_loss) { /* the loss over every replica's last stage */
+        double v = l->stage == e->stages - 1 ? *loss_sum : 0.0;
+        BT_TRY(bt_comm_allreduce_f64(e->dist.world, &v, 1, e->params.watchdog_s));
+        *loss_sum = v;
+    }
+    if (job_kind == BT_JOB_FORWARD && e->loss_out) { /* each replica's per-sample losses, everywhere */
+        size_t local = rows * bt_dtype_size(e->dtype);
+        unsigned char *base = (unsigned char *)e->loss_out - (size_t)l->replica * local;
+        for (int q = 0; q < l->data; q++)
+            BT_TRY(bt_comm_bcast(e->dist.world, base + (size_t)q * local, local, bt_dist_rank_of(l, q, e->stages - 1),
+                                 e->params.watchdog_s));
+    }
     if (job_kind == BT_JOB_FORWARD && e->out_ptr) {
         const bt_value *v = &e->graph->values[e->out_value];
         bt_dtype dt = v->dtype == BT_I32 ? BT_I32 : e->dtype;

@@ -150,7 +150,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
                                   (unsigned char *)e->out_ptr + (size_t)mb * bytes,
                                   bt_slot_value(st, mb, e->out_value), bytes));
     }
-    if (training && st->index == e->stages - 1) {
+    if ((training || e->has_loss) && st->index == e->stages - 1) {
         size_t bytes = (size_t)e->mb_size * bt_dtype_size(e->dtype);
         BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2H,
                                   (unsigned char *)st->loss_host + (size_t)mb * bytes,
@@ -506,7 +506,11 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
         default: w->transfer_ms += d; break;
         }
     }
-    if (e->job != BT_JOB_FORWARD && st->index == e->stages - 1) w->loss_sum = bt_worker_loss_sum(e, st);
+    if ((e->job != BT_JOB_FORWARD || e->has_loss) && st->index == e->stages - 1) {
+        size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
+        if (e->job == BT_JOB_FORWARD && e->loss_out) memcpy(e->loss_out, st->loss_host, n * bt_dtype_size(e->dtype));
+        w->loss_sum = bt_worker_loss_sum(e, st);
+    }
     for (int c = 0; c < st->n_out_act; c++) BT_TRY(bt_transfer_account(e, st->out_act[c]));
     for (int c = 0; c < st->n_out_grad; c++) BT_TRY(bt_transfer_account(e, st->out_grad[c]));
     return BT_OK;
