@@ -2,7 +2,8 @@
 # tests/dist/compare.py: compares two baton runs for tests/dist.sh, with the standard library only.
 #   compare.py losses REF.jsonl RUN.jsonl TOL      every step's loss and gradient norm (the "step"
 #                                                  records; the norm catches a gradient scaled
-#                                                  wrongly, which AdamW and clipping would hide)
+#                                                  wrongly, which AdamW and clipping would hide),
+#                                                  and each evaluation's loss and accuracy
 #   compare.py tensors REF.safetensors RUN.safetensors TOL   every tensor (weights and optimizer state)
 # Relative tolerance: a loss within TOL of the reference's, relatively; a tensor element within TOL
 # times the tensor's largest magnitude (normwise relative error, as torch.testing's atol/rtol pair
@@ -23,6 +24,8 @@ def losses(path):
             r = json.loads(line)
             if "step" in r and "loss" in r and "eval" not in r:
                 out[r["step"]] = (r["loss"], r["grad_norm"])
+            elif r.get("eval"):  # the evaluation at the end: loss and accuracy, as step "eval"
+                out["eval %d" % r["step"]] = (r["loss"], r.get("accuracy") or 0.0)
     return out
 
 def tensors(path):
@@ -50,15 +53,16 @@ def main():
     kind, ref, run, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     if kind == "losses":
         r, o = losses(ref), losses(run)
-        if not r or sorted(r) != sorted(o):
-            print("steps differ: %s has %s, %s has %s" % (ref, sorted(r), run, sorted(o)))
+        if not r or sorted(r, key=str) != sorted(o, key=str):
+            print("steps differ: %s has %s, %s has %s" % (ref, sorted(r, key=str), run, sorted(o, key=str)))
             return 1
-        for s in sorted(r):
-            for k, what in enumerate(("loss", "grad_norm")):
+        for s in sorted(r, key=str):
+            for k, what in enumerate(("loss", "grad_norm or accuracy")):
                 if not close(r[s][k], o[s][k], tol):
-                    print("step %d: %s %.9g in %s, %.9g in %s" % (s, what, r[s][k], ref, o[s][k], run))
+                    print("step %s: %s %.9g in %s, %.9g in %s" % (s, what, r[s][k], ref, o[s][k], run))
                     return 1
-        print("losses and gradient norms of %d steps agree within %g" % (len(r), tol))
+        print("losses and gradient norms of %d steps, and the evaluation, agree within %g"
+              % (sum(1 for s in r if not isinstance(s, str)), tol))
         return 0
     r, o = tensors(ref), tensors(run)
     if sorted(r) != sorted(o):
