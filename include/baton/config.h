@@ -84,6 +84,7 @@ typedef struct bt_train_config {
     int64_t eval_every;       /* steps; 0: only at the end */
     int64_t checkpoint_every; /* steps; 0: only at the end (when a checkpoint dir is set) */
     const char *checkpoint_dir;
+    int checkpoint_keep_last; /* numbered checkpoints kept in the directory; 0: all (default 1) */
     const char *tensorboard;  /* TensorBoard event files go here (the baton command); NULL: none */
 } bt_train_config;
 

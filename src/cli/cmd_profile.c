@@ -13,7 +13,6 @@
 
 typedef struct profile_opts {
     bt_cli_model_opts model;
-    const char *devices;
     const char *output;
     long long batch;
     int microbatches, repeats, warmup, threads;
@@ -41,10 +40,10 @@ static void profile_usage(FILE *f)
             "KEY=VALUE overrides any field of the model file, e.g. train.optimizer.type=sgd\n");
 }
 
-/* The devices to measure: --devices, else the model's list, else cpu:0. */
+/* The devices to measure: --devices (given to the model as parallel.devices, so cpu*2 and
+ * cpu:0-1 expand as for run), else the model's list, else cpu:0. */
 static const char *default_devices(const profile_opts *o, const bt_model *m)
 {
-    if (o->devices) return o->devices;
     if (m->parallel.devices && strcmp(m->parallel.devices, "auto") != 0) return m->parallel.devices;
     return "cpu:0";
 }
@@ -144,9 +143,10 @@ int bt_cmd_profile(int argc, char **argv)
     o.threads = 1;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
         switch (c) {
-        case 'd': o.devices = optarg; break;
+        case 'd': o.model.devices = optarg; break; /* through the model: the same shorthands as run's */
         case 'b': rc = bt_cli_parse_int("profile", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("profile", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_int32("profile", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
@@ -154,7 +154,7 @@ int bt_cmd_profile(int argc, char **argv)
         case 't': rc = bt_cli_parse_int32("profile", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'o': o.output = optarg; break;
         case 'h': profile_usage(stdout); return BT_EXIT_OK;
-        default: profile_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("profile", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("profile", argc, argv, optind, &o.model);

@@ -81,6 +81,7 @@ void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
     o->timeline_path = NULL;
     o->tensorboard = NULL;
     m->train.tensorboard = NULL;
+    o->log_file = NULL;
 }
 
 bt_status bt_cli_dist_create_engine(const bt_cli_dist *d, const bt_model *m, const bt_engine_params *p,

@@ -15,7 +15,7 @@ typedef struct bt_cli_dist {
 /* Decides whether the run is distributed and brings MPI up if so. Exit code (BT_EXIT_USAGE naming
  * N, D and P for a layout that does not fit, or MPI missing from the build). */
 int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_params *p, bt_cli_dist *d);
-/* Ranks other than 0 write no trace, timeline or TensorBoard files: their paths are cleared in o
+/* Ranks other than 0 write no trace, timeline, log or TensorBoard files: their paths are cleared in o
  * and m; rank 0's trace and timeline show every stage of replica 0 (docs/distributed.md). */
 void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m);
 /* bt_engine_create, or this rank's part of the distributed engine. */

@@ -87,8 +87,36 @@ static size_t pool_need(const bt_engine *e, const bt_stage *st)
     return need;
 }
 
+/* device_memory_each: every device name (its stages together) against the limit. */
+static bt_status check_each_device(bt_engine *e)
+{
+    size_t limit = e->params.device_memory;
+    for (int s = 0; s < e->stages; s++) {
+        int seen = 0;
+        size_t need = 0;
+        for (int k = 0; k < e->stages; k++) {
+            if (strcmp(e->stage[k].device_name, e->stage[s].device_name) != 0) continue;
+            seen |= k < s;
+            need += e->stage[k].need.device_total + e->stage[k].need.host_channels;
+        }
+        if (seen || need <= limit) continue;
+        const bt_stage_memory *w = &e->stage[s].need;
+        size_t other = w->device_total - w->weights - w->gradients - w->optimizer - w->activations;
+        return bt_error(BT_ERR_NOMEM,
+                        "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
+                        "gradients %.1f, optimizer state %.1f, activations %.1f, buffers and workspace "
+                        "%.1f MiB) and %s holds %.1f MiB in all, but the limit given for each device "
+                        "(--memory; bt_engine_params.device_memory) is %.1f MiB",
+                        s, e->stage[s].device_name, mib(w->device_total), mib(w->weights), mib(w->gradients),
+                        mib(w->optimizer), mib(w->activations), mib(other), e->stage[s].device_name, mib(need),
+                        mib(limit));
+    }
+    return BT_OK;
+}
+
 bt_status bt_layout_check_memory(bt_engine *e)
 {
+    if (e->params.device_memory && e->params.device_memory_each) return check_each_device(e);
     for (int s = 0; s < e->stages; s++) {
         bt_stage *st = &e->stage[s];
         int seen = 0;
@@ -108,11 +136,13 @@ bt_status bt_layout_check_memory(bt_engine *e)
         return bt_error(BT_ERR_NOMEM,
                         "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
                         "gradients %.1f, optimizer state %.1f, activations %.1f, buffers and workspace "
-                        "%.1f MiB) and the stages on %s need %.1f MiB in all, but %s has %.1f MiB free",
+                        "%.1f MiB) and the stages on %s need %.1f MiB in all, but %s has %.1f MiB free (%s)",
                         worst, e->stage[worst].device_name, mib(w->device_total), mib(w->weights),
                         mib(w->gradients), mib(w->optimizer), mib(w->activations), mib(other),
                         host ? "the host's memory" : st->device_name, mib(need),
-                        host ? "the machine" : st->device_name, mib(free_bytes));
+                        host ? "the machine" : st->device_name, mib(free_bytes),
+                        e->params.device_memory ? "the limit given: bt_engine_params.device_memory, for the pool"
+                                                : "as its backend reports it now");
     }
     return BT_OK;
 }

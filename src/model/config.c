@@ -42,6 +42,7 @@ void bt_train_config_init(bt_train_config *cfg)
     cfg->eval_every = 0;
     cfg->checkpoint_every = 0;
     cfg->checkpoint_dir = NULL;
+    cfg->checkpoint_keep_last = 1;
     cfg->tensorboard = NULL;
 }
 
