@@ -92,6 +92,22 @@ if expect_rc 1 "plan too big for --memory" "$baton" run "$srcdir/models/mlp.yaml
     fail "--memory: message does not name the stage: $(cat "$tmp/err")"
 fi
 expect_rc 0 "schedule grid" "$baton" schedule --stages 3 --microbatches 4 --validate
+# zb-h1 prints W cells; interleaved one row per device with the logical stage in each cell
+if expect_rc 0 "schedule grid zb-h1" "$baton" schedule --stages 2 --microbatches 4 --schedule zb-h1 --validate; then
+  tests=$((tests + 1))
+  grep -q '^stage 1 .* 1W3 ' "$tmp/out" || fail "zb-h1 grid lacks 1W3: $(cat "$tmp/out")"
+fi
+if expect_rc 0 "schedule grid interleaved" "$baton" schedule --stages 4 --virtual 2 --microbatches 4 \
+     --schedule interleaved-1f1b; then
+  tests=$((tests + 1))
+  grep -q '^device 0 .* 2F3 ' "$tmp/out" || fail "interleaved grid: device 0 lacks stage 2's 2F3: $(cat "$tmp/out")"
+fi
+expect_rc 2 "interleaved: micro-batches not in groups of the devices" "$baton" schedule --stages 4 --virtual 2 \
+  --microbatches 3 --schedule interleaved-1f1b
+expect_rc 2 "--virtual without interleaved" "$baton" schedule --stages 4 --virtual 2 --microbatches 4
+expect_rc 0 "run interleaved-1f1b" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 \
+  --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b
+expect_rc 0 "run zb-h1" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 --stages 2 --schedule zb-h1
 
 # transfers: the summary names each boundary's path; --transfer forces one
 if expect_rc 0 "run, local transfers" "$baton" run "$srcdir/models/mlp.yaml" --steps 2; then

@@ -20,7 +20,9 @@ extern "C" {
 typedef enum bt_schedule_kind {
     BT_SCHEDULE_GPIPE = 0,  /* fill-drain: all forwards, then all backwards */
     BT_SCHEDULE_1F1B = 1,   /* one forward one backward after warm-up */
-    BT_SCHEDULE_STREAM = 2  /* forward only, for inference */
+    BT_SCHEDULE_STREAM = 2, /* forward only, for inference */
+    BT_SCHEDULE_INTERLEAVED_1F1B = 3, /* Megatron's interleaved 1F1B: `virtual` chunks per device */
+    BT_SCHEDULE_ZB_H1 = 4   /* zero bubble ZB-H1: backward split into B (input) and W (weights) */
 } bt_schedule_kind;
 
 typedef enum bt_partition_kind {
@@ -34,7 +36,8 @@ typedef enum bt_partition_kind {
 
 typedef struct bt_parallel_config {
     const char *devices;      /* "auto", or a list "cpu:0,cpu:1" / "cuda:0,cuda:0" */
-    int stages;               /* 0: one per device */
+    int stages;               /* 0: one per device; the logical stages the model is cut into
+                                 (devices x virtual_stages under interleaved-1f1b) */
     int microbatches;         /* >= 1 */
     bt_schedule_kind schedule;
     bt_partition_kind partition;
@@ -49,6 +52,8 @@ typedef struct bt_parallel_config {
     int zero;                 /* parallel.zero: 1 shards the optimizer state over the replicas
                                  (reduce-scatter the gradients, update a shard, all-gather the
                                  weights); 0: every replica keeps all of it */
+    int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1; 0 reads
+                                 as 1): logical stage l runs on device l mod (stages / virtual) */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

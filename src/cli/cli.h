@@ -90,6 +90,7 @@ typedef struct bt_cli_model_opts {
     int stages;
     int microbatches;
     const char *schedule;
+    int virtual_stages;       /* --virtual (interleaved-1f1b); 0: the file's */
     const char *balance;
     const char *layout;
     const char *partition;

@@ -51,22 +51,23 @@ static const char *default_devices(const profile_opts *o, const bt_model *m)
 static void print_layers(const bt_profile *p, int k)
 {
     char num[32], act[32], outb[32], opname[96];
-    double fwd = 0, bwd = 0, step = 0;
+    double fwd = 0, bwd = 0, step = 0, b = 0, w = 0;
     printf("\nlayers on %s (measured on %s), times per micro-batch of %lld samples:\n\n", p->kinds[k],
            p->measured_on[k], (long long)p->microbatch_size);
-    printf("  %-3s %-20s %-18s %9s %9s %9s %12s %12s %12s\n", "#", "layer", "op", "fwd ms", "bwd ms",
-           "step ms", "params", "act/sample", "out/sample");
+    printf("  %-3s %-20s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", "#", "layer", "op", "fwd ms", "bwd ms",
+           "B ms", "W ms", "step ms", "params", "act/sample", "out/sample");
     for (int l = 0; l < p->n_layers; l++) {
         const bt_profile_layer *pl = &p->layers[l];
         const bt_profile_time *t = bt_profile_time_at(p, l, k);
         snprintf(opname, sizeof opname, "%s%s%s", pl->op, pl->act ? "+" : "", pl->act ? pl->act : "");
-        printf("  %-3d %-20s %-18s %9.4f %9.4f %9.4f %12s %12s %12s\n", l, pl->name, opname, t->fwd_ms,
-               t->bwd_ms, t->step_ms, bt_cli_group(pl->params, num, sizeof num),
+        printf("  %-3d %-20s %-18s %9.4f %9.4f %9.4f %9.4f %9.4f %12s %12s %12s\n", l, pl->name, opname, t->fwd_ms,
+               t->bwd_ms, t->b_ms, t->w_ms, t->step_ms, bt_cli_group(pl->params, num, sizeof num),
                bt_cli_bytes((double)pl->activation_bytes_per_sample, act, sizeof act),
                bt_cli_bytes((double)pl->output_bytes_per_sample, outb, sizeof outb));
-        fwd += t->fwd_ms, bwd += t->bwd_ms, step += t->step_ms;
+        fwd += t->fwd_ms, bwd += t->bwd_ms, step += t->step_ms, b += t->b_ms, w += t->w_ms;
     }
-    printf("  %-3s %-20s %-18s %9.4f %9.4f %9.4f\n", "", "total", "", fwd, bwd, step);
+    printf("  %-3s %-20s %-18s %9.4f %9.4f %9.4f %9.4f %9.4f\n", "", "total", "", fwd, bwd, b, w, step);
+    printf("  (B and W: the backward split as zb-h1 runs it, input gradients and deferred weight gradients)\n");
 }
 
 static void print_profile(const bt_profile *p)

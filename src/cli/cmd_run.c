@@ -37,7 +37,9 @@ static void run_usage(FILE *f)
             "  --balance N,N,...     layers per stage, e.g. 3,2\n"
             "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
             "  --microbatches M      micro-batches per step\n"
-            "  --schedule S          gpipe | 1f1b (training), stream (inference)\n"
+            "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 (training), stream\n"
+            "                        (inference)\n"
+            "  --virtual V           interleaved-1f1b: model chunks per device (stages = devices x V)\n"
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
             "  --eval-every N        evaluate every N steps (0: only at the end)\n"
@@ -367,7 +369,8 @@ int bt_cmd_run(int argc, char **argv)
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
-        {"tensorboard", required_argument, NULL, 'G'},  {"dp", required_argument, NULL, 'D'},
+        {"tensorboard", required_argument, NULL, 'G'},  {"virtual", required_argument, NULL, 'V'},
+        {"dp", required_argument, NULL, 'D'},
         {"keep-last", required_argument, NULL, 'K'},    {"log-every", required_argument, NULL, 'e'},
         {"log-file", required_argument, NULL, 'F'},    {"init-partial", required_argument, NULL, 'J'},
         {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
@@ -389,6 +392,7 @@ int bt_cmd_run(int argc, char **argv)
         case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("run", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.model.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.model.schedule = optarg; break;
+        case 'V': rc = bt_cli_parse_int32("run", "--virtual", optarg, 1, BT_MAX_STAGES, &o.model.virtual_stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'P': o.model.partition = optarg; break;
         case 'B': o.model.balance = optarg; break;
         case 'y': o.model.layout = optarg; break;

@@ -75,7 +75,7 @@ int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[96];
-    char *flags[8] = {NULL};
+    char *flags[9] = {NULL};
     int n = 0, nf = 0;
     int prc = bt_cli_load_plugins(cmd, o);
     if (prc != BT_EXIT_OK) return prc;
@@ -84,6 +84,7 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
     if (o->stages > 0) flags[nf++] = bt_strfmt("parallel.pipeline.stages=%d", o->stages);
     if (o->microbatches > 0) flags[nf++] = bt_strfmt("parallel.pipeline.microbatches=%d", o->microbatches);
     if (o->schedule) flags[nf++] = bt_strfmt("parallel.pipeline.schedule=%s", o->schedule);
+    if (o->virtual_stages > 0) flags[nf++] = bt_strfmt("parallel.pipeline.virtual=%d", o->virtual_stages);
     if (o->partition) flags[nf++] = bt_strfmt("parallel.pipeline.partition=%s", o->partition);
     if (o->balance) flags[nf++] = bt_strfmt("parallel.pipeline.partition={balance: [%s]}", o->balance);
     if (o->layout) flags[nf++] = bt_strfmt("parallel.pipeline.partition={layout: \"%s\"}", o->layout);

@@ -85,8 +85,10 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
         printf("  stage %-7d %s: %s%s%s (%s parameters)\n", s, si.device, first.name, si.n_layers > 1 ? " .. " : "",
                si.n_layers > 1 ? last.name : "", bt_cli_group(si.n_params, num, sizeof num));
     }
-    printf("  pipeline      %s, %d micro-batches of %lld\n", bt_schedule_name(p->parallel.schedule),
-           p->parallel.microbatches, (long long)(p->batch / p->parallel.microbatches));
+    printf("  pipeline      %s", bt_schedule_name(p->parallel.schedule));
+    if (p->parallel.virtual_stages > 1) printf(" (virtual %d stages per device)", p->parallel.virtual_stages);
+    printf(", %d micro-batches of %lld\n", p->parallel.microbatches,
+           (long long)(p->batch / p->parallel.microbatches));
     printf("  optimizer     %s\n", optimizer_text(&p->optimizer, buf, sizeof buf));
     const char *lr[] = {"constant", "step", "cosine"};
     printf("  lr schedule   %s", lr[p->lr_schedule.kind]);

@@ -92,8 +92,12 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
     BT_TRY(bt_comm_world(&e->dist.world));
     BT_TRY(bt_comm_split(e->dist.world, layout->replica, layout->stage, &e->dist.pipe));
     BT_TRY(bt_comm_split(e->dist.world, layout->stage, layout->replica, &e->dist.dp));
+    if (e->params.parallel.virtual_stages > 1)
+        return bt_error(BT_ERR_UNSUPPORTED, "interleaved schedules (virtual %d) do not run across processes yet",
+                        e->params.parallel.virtual_stages);
     e->dist.last_bwd = -1;
-    if (e->train_sched) {
+    /* a split backward (zb-h1) finishes weight gradients in W: the buckets then start at STEP */
+    if (e->train_sched && !e->train_sched->split_backward) {
         int s = layout->stage;
         for (int i = 0; i < e->train_sched->len[s]; i++)
             if (e->train_sched->list[s][i].kind == BT_I_BWD) e->dist.last_bwd = i;

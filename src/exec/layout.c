@@ -42,6 +42,7 @@ bt_status bt_layout_memory_params(bt_engine *e)
     mp->optimizer_slots = e->params.training ? bt_optim_state_count(&e->params.optimizer) : 0;
     mp->n_slots = e->stage_slots;
     mp->host_path = e->host_path;
+    mp->split_backward = e->train_sched && e->train_sched->split_backward;
     return BT_OK;
 }
 
@@ -51,9 +52,11 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->value_offset = malloc((size_t)nv * sizeof *st->value_offset + 1);
     st->grad_offset = malloc((size_t)nv * sizeof *st->grad_offset + 1);
     st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
-    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset)
+    st->node_wgrad_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_wgrad_offset);
+    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->node_wgrad_offset)
         return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset};
+    bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset,
+                              st->node_wgrad_offset};
     bt_memory_stage(e->graph, e->plan, &e->memory, st->index, &st->need, &layout);
     st->slot_bytes = st->need.slot_bytes;
     st->grad_bytes = st->need.value_grads;
@@ -286,6 +289,7 @@ void bt_layout_free_stage(bt_stage *st)
     free(st->value_offset);
     free(st->grad_offset);
     free(st->node_saved_offset);
+    free(st->node_wgrad_offset);
     free(st->slot_of);
     free(st->slot_owner);
 }

@@ -443,8 +443,9 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
 {
     static const char *const keys[] = {"devices", "pipeline", "data", "zero", NULL};
     static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
-                                                NULL};
-    static const char *const schedules[] = {"gpipe", "1f1b", "stream", NULL};
+                                                "virtual", NULL};
+    /* indexed by bt_schedule_kind */
+    static const char *const schedules[] = {"gpipe", "1f1b", "stream", "interleaved-1f1b", "zb-h1", NULL};
     const bt_ynode *map, *pipe, *v;
     const bt_ynode *stages_node = NULL, *micro_node = NULL, *schedule_node = NULL;
     const bt_ynode *partition_node = NULL;
@@ -469,7 +470,17 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
         if (train->enabled && cfg->schedule == BT_SCHEDULE_STREAM)
             return bt_ld_error(ld, schedule_node, BT_ERR_MODEL,
                                "parallel.pipeline.schedule 'stream' runs forward only; a model "
-                               "with train: needs gpipe or 1f1b");
+                               "with train: needs gpipe, 1f1b, interleaved-1f1b or zb-h1");
+    }
+    const bt_ynode *virtual_node = bt_ymap_get(pipe, "virtual");
+    if (virtual_node) {
+        BT_TRY(bt_ld_int32(ld, virtual_node, "parallel.pipeline.virtual", 1, BT_MAX_STAGES,
+                           &cfg->virtual_stages));
+        if (cfg->virtual_stages > 1 && cfg->schedule != BT_SCHEDULE_INTERLEAVED_1F1B)
+            return bt_ld_error(ld, virtual_node, BT_ERR_MODEL,
+                               "parallel.pipeline.virtual %d needs schedule: interleaved-1f1b (the %s "
+                               "schedule runs one chunk per device)",
+                               cfg->virtual_stages, bt_schedule_name(cfg->schedule));
     }
 
     int n_layers = bt_graph_num_layers(graph);
@@ -497,6 +508,19 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
         return bt_ld_error(ld, stages_node, BT_ERR_MODEL,
                            "parallel.pipeline.stages is %d, but the model has only %d layers",
                            cfg->stages, n_layers);
+    if (cfg->virtual_stages > 1 && cfg->stages % cfg->virtual_stages != 0)
+        return bt_ld_error(ld, stages_node ? stages_node : virtual_node, BT_ERR_MODEL,
+                           "parallel.pipeline.stages %d (logical stages) is not a multiple of virtual "
+                           "%d: each device runs virtual of them",
+                           cfg->stages, cfg->virtual_stages);
+    if (cfg->schedule == BT_SCHEDULE_INTERLEAVED_1F1B && cfg->stages > 0) {
+        int devices = cfg->stages / (cfg->virtual_stages > 1 ? cfg->virtual_stages : 1);
+        if (cfg->microbatches % devices != 0)
+            return bt_ld_error(ld, micro_node ? micro_node : schedule_node, BT_ERR_MODEL,
+                               "interleaved-1f1b runs micro-batches in groups of the %d devices: "
+                               "parallel.pipeline.microbatches %d is not a multiple of %d",
+                               devices, cfg->microbatches, devices);
+    }
     if (train->enabled && train->batch % cfg->microbatches != 0)
         return bt_ld_error(ld, micro_node, BT_ERR_MODEL,
                            "train.batch %lld is not divisible by parallel.pipeline.microbatches "

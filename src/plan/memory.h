@@ -11,7 +11,11 @@
  *   optimizer    optimizer state, optimizer_slots buffers per parameter (training)
  *   activations  n_slots activation slots of slot_bytes each: every value the stage reads or
  *                produces (values arriving by a device path excepted: they are read in place from
- *                the channel buffer), each rounded up to 64 bytes, then every node's saved state
+ *                the channel buffer), each rounded up to 64 bytes, then every node's saved state,
+ *                then (split backward, zero-bubble schedules) for every node with a separate
+ *                weight gradient a copy of its output's gradient, kept from B until its W: in
+ *                the space of the node's own output, dead once B has run, unless a node on the
+ *                stage whose W comes later reads that output (then a space of its own)
  *   value_grads  one set of value gradients, the stage's outgoing values first (training)
  *   workspace    the largest workspace one node asks for
  *   loss_seed    one micro-batch of the loss gradient's seed
@@ -49,6 +53,7 @@ typedef struct bt_memory_params {
     /* [stages * stages]: nonzero at [a * stages + b] when messages from stage a to b go through
      * host memory (different backends, or forced); NULL: none do */
     const unsigned char *host_path;
+    int split_backward;        /* the schedule defers weight gradients (W): slots keep their stash */
 } bt_memory_params;
 
 /* Defaults: one micro-batch of one sample, f32, f32 precision, training, no optimizer state, one
@@ -71,7 +76,17 @@ typedef struct bt_stage_layout {
     int *value_offset;         /* [graph values]: offset in a slot, or -1 if the stage never sees it */
     int *grad_offset;          /* [graph values]: offset in the value gradients, or -1 */
     size_t *saved_offset;      /* [stage nodes]: each node's saved state in a slot */
+    size_t *wgrad_offset;      /* [stage nodes]: the output-gradient stash W reads, in a slot;
+                                  BT_MEMORY_NO_WGRAD where the node has no deferred W (may be NULL) */
 } bt_stage_layout;
+
+#define BT_MEMORY_NO_WGRAD ((size_t)-1)
+/* A stash reuses its node's output space only among a stage's first this many nodes. */
+#define BT_MEMORY_MAX_STAGE_NODES 4096
+
+/* Whether node runs a deferred weight gradient (W) under a split backward: its op gives a
+ * backward_weight and it has parameters. */
+int bt_memory_node_has_wgrad(const bt_graph *graph, int node);
 
 /* One micro-batch of value: i32 values stay i32, floating ones take params->dtype. */
 size_t bt_memory_value_bytes(const bt_graph *graph, const bt_memory_params *params, int value);

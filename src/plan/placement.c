@@ -242,7 +242,7 @@ static bt_status simulate(bt_placement *pl, int training)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     memset(&res, 0, sizeof res);
-    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0};
+    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL};
     bt_status st = bt_schedule_build(pl->schedule, p, pl->microbatches, &sched);
     if (st == BT_OK) st = bt_simulate(sched, &costs, &res);
     if (st == BT_OK) {
