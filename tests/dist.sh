@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/dist.sh: baton across processes under mpirun (src/dist, exec/engine_dist.c). Equivalence:
-# for (D, P) in (2,1) (1,2) (2,2) (1,3), GPipe and 1F1B, on tests/dist/skip-mlp.yaml (a skip
+# for (D, P) in (2,1) (1,2) (2,2) (1,3), GPipe and 1F1B (and ZB-H1 at (2,2)), on tests/dist/skip-mlp.yaml (a skip
 # connection crossing every cut, active gradient clipping), the loss of each of 3 steps and every
 # tensor of the final checkpoint (weights and AdamW state) match the one-process run within 1e-5
 # relative (normwise per tensor: tests/dist/compare.py); the same over Open MPI's TCP transport (--mca btl tcp,self). Launch errors: a rank
@@ -128,6 +128,12 @@ resume "D=1,P=1 -> D=2,P=2,zero" "1 1" "2 2 parallel.zero=1"
 resume "D=2,P=2 -> D=1,P=4" "2 2" "1 4"
 resume "D=1,P=4 -> D=2,P=2" "1 4" "2 2"
 
+# ZB-H1 (a split backward: weight gradients in W, so the buckets start at STEP), with and without zero
+if run_ref zb-h1; then
+  equiv 2 2 zb-h1
+  extra=parallel.zero=1 equiv 2 2 zb-h1
+  extra=""
+fi
 # the same over TCP instead of shared memory
 for dp in "2 2" "1 3"; do
   # shellcheck disable=SC2086
