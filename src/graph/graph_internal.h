@@ -64,6 +64,7 @@ typedef struct bt_layer {
     char *act;                   /* NULL if none */
     int first_node, n_nodes;
     int stage;
+    int recompute;               /* 1: its activations are recomputed before backward (memory.h) */
     char *file;
     int line, col;
     int n_inputs;

@@ -107,7 +107,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 {
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
                                        "clip_grad_norm", "precision", "loss_scale", "eval_every",
-                                       "checkpoint_every", "checkpoint_dir", "tensorboard", NULL};
+                                       "checkpoint_every", "checkpoint_dir", "tensorboard", "recompute",
+                                       NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
     const bt_ynode *map, *v;

@@ -51,7 +51,17 @@ static size_t message_bytes(const bt_graph *g, const bt_plan *plan, const bt_mem
     return bytes;
 }
 
-/* Slot layout: received values (unless read in place), node outputs, then saved state. */
+int bt_memory_node_recomputed(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                              int node)
+{
+    const bt_node *n = &g->nodes[node];
+    int on = mp->recompute ? mp->recompute[n->layer] : g->layers[n->layer].recompute;
+    return on && !is_outgoing(plan, s, n->out);
+}
+
+/* Slot layout: received values (unless read in place), kept node outputs, their saved state; then
+ * the recompute region (one copy, addressed from slot_bytes on): recomputed nodes' outputs and
+ * saved state. */
 static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
                         int *value_offset, size_t *saved_offset, bt_stage_memory *out)
 {
@@ -63,19 +73,34 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         if (x->src >= 0 && !host_path(plan, mp, x->src, s)) continue; /* read in place */
         off = align_up(off + bt_memory_value_bytes(g, mp, x->value));
     }
-    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
-        const bt_node *n = &g->nodes[plan->first_node[s] + k];
-        if (value_offset) value_offset[n->out] = (int)off;
-        off = align_up(off + bt_memory_value_bytes(g, mp, n->out));
-        size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
-        if (w > out->workspace) out->workspace = w;
-    }
-    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
-        const bt_node *n = &g->nodes[plan->first_node[s] + k];
-        if (saved_offset) saved_offset[k] = off;
-        off = align_up(off + n->saved_per_sample * (size_t)mp->microbatch_size);
-    }
+    size_t roff = 0; /* in the recompute region */
+    out->n_recomputed = 0;
+    for (int pass = 0; pass < 2; pass++) /* 0: outputs, 1: saved state */
+        for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+            int node = plan->first_node[s] + k;
+            const bt_node *n = &g->nodes[node];
+            int rec = bt_memory_node_recomputed(g, plan, mp, s, node);
+            size_t bytes = pass == 0 ? bt_memory_value_bytes(g, mp, n->out)
+                                     : n->saved_per_sample * (size_t)mp->microbatch_size;
+            size_t *o = rec ? &roff : &off;
+            if (pass == 0) {
+                if (value_offset) value_offset[n->out] = (int)*o; /* rebased below */
+                size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
+                if (w > out->workspace) out->workspace = w;
+                out->n_recomputed += rec;
+            } else if (saved_offset) {
+                saved_offset[k] = *o;
+            }
+            *o = align_up(*o + bytes);
+        }
     out->slot_bytes = off;
+    out->recompute_bytes = roff;
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) { /* recompute-region offsets follow the slot */
+        int node = plan->first_node[s] + k;
+        if (!bt_memory_node_recomputed(g, plan, mp, s, node)) continue;
+        if (value_offset) value_offset[g->nodes[node].out] += (int)off;
+        if (saved_offset) saved_offset[k] += off;
+    }
 }
 
 /* Whether stage s holds value v in a slot or reads it from a channel: it produces it, or it
@@ -155,7 +180,7 @@ void bt_memory_stage(const bt_graph *g, const bt_plan *plan, const bt_memory_par
     grad_layout(g, plan, mp, s, layout ? layout->grad_offset : NULL, out);
     param_bytes(g, plan, mp, s, out);
     channel_bytes(g, plan, mp, s, out);
-    out->activations = out->slot_bytes * (size_t)out->n_slots;
+    out->activations = out->slot_bytes * (size_t)out->n_slots + out->recompute_bytes;
     out->loss_seed = (size_t)mp->microbatch_size * bt_dtype_size(mp->dtype);
     out->device_total = out->weights + out->gradients + out->optimizer + out->activations + out->value_grads +
                         out->workspace + out->loss_seed + out->recv_buffers + out->recv_scratch;
