@@ -82,6 +82,7 @@ typedef struct bt_cli_model_opts {
     const char *balance;
     const char *layout;
     const char *partition;
+    const char *recompute;       /* --recompute none | stage | LAYER,LAYER (beats train.recompute) */
 } bt_cli_model_opts;
 
 /* Takes argv[first..] after the options: KEY=VALUE overrides and one model path. Returns

@@ -36,6 +36,8 @@ static void run_usage(FILE *f)
             "  --balance N,N,...     layers per stage, e.g. 3,2\n"
             "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
             "  --microbatches M      micro-batches per step\n"
+            "  --recompute R         none | stage | LAYER,LAYER: recompute these layers' activations\n"
+            "                        before backward instead of keeping them (beats train.recompute)\n"
             "  --schedule S          gpipe | 1f1b (training), stream (inference)\n"
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
@@ -338,7 +340,7 @@ int bt_cmd_run(int argc, char **argv)
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
-        {"tensorboard", required_argument, NULL, 'G'},
+        {"tensorboard", required_argument, NULL, 'G'},  {"recompute", required_argument, NULL, 'Q'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
@@ -356,6 +358,7 @@ int bt_cmd_run(int argc, char **argv)
         case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("run", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.model.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.model.schedule = optarg; break;
+        case 'Q': o.model.recompute = optarg; break;
         case 'P': o.model.partition = optarg; break;
         case 'B': o.model.balance = optarg; break;
         case 'y': o.model.layout = optarg; break;

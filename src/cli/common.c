@@ -71,6 +71,35 @@ int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt
     return BT_EXIT_OK;
 }
 
+/* --recompute: none (no layer), stage (every layer) or a comma-separated list of layer names,
+ * replacing what the file said. A model that does not train cannot honour it: an error. */
+static bt_status apply_recompute(const bt_cli_model_opts *o, bt_model *m)
+{
+    if (!m->train.enabled)
+        return bt_error(BT_ERR_INVALID_ARG, "--recompute applies to training, and %s has no train: section",
+                        o->path);
+    int all = strcmp(o->recompute, "stage") == 0, none = strcmp(o->recompute, "none") == 0;
+    BT_TRY(bt_graph_set_recompute(m->graph, -1, all));
+    if (all || none) return BT_OK;
+    const char *p = o->recompute;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char name[256];
+        if (len == 0 || len >= sizeof name)
+            return bt_error(BT_ERR_INVALID_ARG, "--recompute must be none, stage or layer names "
+                            "separated by commas, not '%s'", o->recompute);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        int layer = bt_graph_find_layer(m->graph, name);
+        if (layer < 0)
+            return bt_error(BT_ERR_INVALID_ARG, "--recompute names '%s', which is no layer of %s", name, o->path);
+        BT_TRY(bt_graph_set_recompute(m->graph, layer, 1));
+        p += len;
+        if (!*p) return BT_OK;
+        p++;
+    }
+}
+
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[96];
@@ -92,7 +121,10 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
     for (int i = 0; i < o->n_overrides && n < 96; i++) ov[n++] = o->overrides[i];
     if (st == BT_OK) st = bt_model_load(o->path, ov, n, out);
     for (int i = 0; i < nf; i++) free(flags[i]);
+    if (st == BT_OK && o->recompute) st = apply_recompute(o, *out);
     if (st != BT_OK) {
+        if (*out) bt_model_destroy(*out);
+        *out = NULL;
         bt_cli_print_error(cmd);
         return BT_EXIT_USAGE;
     }
