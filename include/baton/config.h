@@ -44,6 +44,9 @@ typedef struct bt_parallel_config {
     const struct bt_profile *profile; /* for BT_PARTITION_PROFILE: the measured costs the cuts are
                                  chosen from (baton/profile.h), made by the caller before the plan
                                  is built; not owned, read only while the plan is built */
+    int auto_layout;          /* `parallel: auto`: stages, threads, micro-batches, schedule and
+                                 cuts are chosen by measuring (`baton run` does it, see
+                                 docs/planner.md); an engine or plan given it unresolved refuses */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

@@ -223,7 +223,19 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params);
 
 /* Creates the engine, runs (traced when asked), writes the trace files. */
+static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
+
 static int run_model(const run_opts *opts, bt_model *m)
+{
+    bt_cli_auto au; /* parallel: auto: measured and chosen now */
+    int rc = bt_cli_resolve_auto("run", m, opts->threads, !opts->jsonl, &au);
+    if (rc != BT_EXIT_OK) return rc;
+    rc = run_resolved(opts, m, au.threads);
+    bt_cli_auto_clear(&au);
+    return rc;
+}
+
+static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
 {
     run_opts traced = *opts;
     const run_opts *o = &traced;
@@ -238,7 +250,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.clip_norm = m->train.clip_norm;
     p.batch = o->batch > 0 ? o->batch : m->train.batch;
     p.seed = o->seed;
-    p.threads = o->threads;
+    p.threads = o->threads > 0 ? o->threads : auto_threads;
     p.watchdog_s = o->watchdog_s;
     p.device_memory = (size_t)o->device_memory;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);

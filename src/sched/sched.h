@@ -64,6 +64,12 @@ static inline int bt_instr_has_slot(bt_instr_kind kind)
 /* The most stages and micro-batches a schedule has (and the largest number the notation reads). */
 #define BT_SCHEDULE_MAX_SIZE (1 << 24)
 
+/* The schedule kinds this build knows (each has a name, bt_schedule_name), those that train
+ * (training 1) or those that only forward (0), in the enum's order, at most max of them into out;
+ * returns how many. The planner searches these, so a new kind joins the search by being built
+ * here. */
+int bt_schedule_kinds(int training, bt_schedule_kind *out, int max);
+
 /* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each).
  * Caller owns *out. */
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);

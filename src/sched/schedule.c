@@ -140,6 +140,17 @@ static void build_stream(bt_schedule *sched)
         for (int mb = 0; mb < sched->microbatches; mb++) push_forward(sched, s, mb);
 }
 
+int bt_schedule_kinds(int training, bt_schedule_kind *out, int max)
+{
+    int n = 0;
+    for (int k = 0; k < 64 && n < max; k++) {
+        if (strcmp(bt_schedule_name((bt_schedule_kind)k), "unknown") == 0) continue;
+        int trains = (bt_schedule_kind)k != BT_SCHEDULE_STREAM;
+        if (trains == (training != 0)) out[n++] = (bt_schedule_kind)k;
+    }
+    return n;
+}
+
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out)
 {
     bt_schedule *sched = NULL;
