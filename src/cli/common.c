@@ -100,9 +100,18 @@ static bt_status apply_recompute(const bt_cli_model_opts *o, bt_model *m)
     }
 }
 
+/* Whether the file (with the KEY=VALUE overrides) says parallel: auto. */
+static int file_is_auto(const bt_cli_model_opts *o)
+{
+    bt_model *m = NULL;
+    int is_auto = bt_model_load(o->path, o->overrides, o->n_overrides, &m) == BT_OK && m->parallel.auto_layout;
+    bt_model_destroy(m);
+    return is_auto;
+}
+
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
-    const char *ov[96];
+    const char *ov[100];
     char *flags[8] = {NULL};
     int n = 0, nf = 0;
     /* heap copies: a long --layout must never be cut short */
@@ -114,11 +123,13 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
     if (o->balance) flags[nf++] = bt_strfmt("parallel.pipeline.partition={balance: [%s]}", o->balance);
     if (o->layout) flags[nf++] = bt_strfmt("parallel.pipeline.partition={layout: \"%s\"}", o->layout);
     bt_status st = BT_OK;
+    for (int i = 0; i < o->n_overrides && n < 64; i++) ov[n++] = o->overrides[i];
+    /* layout flags on a parallel: auto model replace auto with the layout they give (docs/cli.md) */
+    if (nf > 0 && file_is_auto(o)) ov[n++] = "parallel={}";
     for (int i = 0; i < nf; i++) {
         if (!flags[i]) st = bt_error(BT_ERR_NOMEM, "out of memory");
         ov[n++] = flags[i];
     }
-    for (int i = 0; i < o->n_overrides && n < 96; i++) ov[n++] = o->overrides[i];
     if (st == BT_OK) st = bt_model_load(o->path, ov, n, out);
     for (int i = 0; i < nf; i++) free(flags[i]);
     if (st == BT_OK && o->recompute) st = apply_recompute(o, *out);

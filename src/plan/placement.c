@@ -125,10 +125,10 @@ static bt_status fill_arrays(const bt_profile *prof, const bt_placement_params *
         double cut = (double)pl->cut_bytes_per_sample * mbs * (pb->training ? 2 : 1);
         pb->xfer[l] = bytes_ms(cut, pb->xfer_gb_per_s);
         pb->static_bytes[l] = pl->param_bytes + (pb->training ? pl->grad_bytes + pl->optimizer_bytes : 0);
-        /* recomputing every layer keeps about a layer's output per micro-batch in flight (the
-         * shared recompute region is not in this per-layer sum; the memory model prices it) */
-        uint64_t per = pp->recompute == 1 && pb->training ? pl->output_bytes_per_sample
-                                                          : pl->activation_bytes_per_sample;
+        /* recomputing every layer keeps only a stage's inputs and what it sends on per
+         * micro-batch in flight, which depends on the cuts: the search's per-layer sum counts
+         * nothing for it, and the chosen cuts are priced (and refused) by the memory model */
+        uint64_t per = pp->recompute == 1 && pb->training ? 0 : pl->activation_bytes_per_sample;
         pb->act_bytes[l] = per * (uint64_t)pb->microbatch_size;
         if (pp->recompute == 1 && pb->training)
             for (int d = 0; d < D; d++)
