@@ -110,7 +110,13 @@ int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, 
     int rc = bt_cli_auto_search(cmd, m, &sp, 0, &r);
     if (rc == BT_EXIT_OK) {
         int rec = 0;
+        char *old_devices = (char *)m->parallel.devices, *old_layout = (char *)m->parallel.layout;
         bt_status st = bt_auto_apply(&r, &m->parallel, &a->threads, &rec, &a->devices, &a->layout);
+        if (st == BT_OK) { /* the model owns its config's strings */
+            free(old_devices);
+            free(old_layout);
+            a->devices = a->layout = NULL;
+        }
         if (st == BT_OK && rec) st = bt_graph_set_recompute(m->graph, -1, 1);
         if (st != BT_OK) rc = bt_cli_fail(cmd, st);
         if (rc == BT_EXIT_OK && verbose) {

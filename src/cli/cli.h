@@ -101,8 +101,8 @@ const char *bt_cli_bytes(double bytes, char *buf, size_t size);
 
 struct bt_search_params;
 struct bt_search_result;
-/* What a resolved `parallel: auto` chose beyond the parallel config: the BLAS threads per stage;
- * the strings the config now points to (freed by bt_cli_auto_clear after the config's last use). */
+/* What a resolved `parallel: auto` chose beyond the parallel config: the BLAS threads per stage
+ * (the model's config now owns the strings it points to; the fields below stay for a failure). */
 typedef struct bt_cli_auto {
     int threads;                 /* 0: parallel was not auto */
     char *devices, *layout;

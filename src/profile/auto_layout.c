@@ -84,7 +84,11 @@ bt_status bt_auto_apply(const bt_search_result *r, bt_parallel_config *cfg, int 
     cfg->microbatches = k->microbatches;
     cfg->schedule = k->schedule;
     cfg->partition = k->stages > 1 ? BT_PARTITION_LAYOUT : BT_PARTITION_UNIFORM;
-    cfg->layout = k->stages > 1 ? *layout : NULL;
+    if (k->stages == 1) {
+        free(*layout);
+        *layout = NULL;
+    }
+    cfg->layout = *layout;
     cfg->n_balance = 0;
     *threads = k->threads;
     *recompute = k->recompute;

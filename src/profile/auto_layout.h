@@ -19,8 +19,8 @@ void bt_auto_devices(const char *given, int cores, char *list, size_t size);
 bt_status bt_auto_search(const bt_graph *g, const char *name, const bt_search_params *sp,
                          const bt_profile_params *base, bt_search_result *out, int *n_measured);
 /* Writes the best candidate into cfg (devices, stages, micro-batches, schedule, layout; auto off),
- * *threads and *recompute (1: every layer). cfg's strings point to *devices and *layout, which
- * the caller frees after cfg's last use. */
+ * *threads and *recompute (1: every layer). cfg's strings point to *devices and *layout (NULL for
+ * one stage), new strings the caller owns (a bt_model's config owns its strings: hand them over). */
 bt_status bt_auto_apply(const bt_search_result *r, bt_parallel_config *cfg, int *threads, int *recompute,
                         char **devices, char **layout);
 
