@@ -44,7 +44,8 @@ static void plan_usage(FILE *f)
             "  --schedule S          gpipe | 1f1b | stream (default: the model's), or auto: plan\n"
             "                        the whole layout: stages (one included), BLAS threads,\n"
             "                        micro-batches, schedule and recomputation, each measured\n"
-            "                        (the default for a model with parallel: auto)\n"
+            "                        (the default for a model with parallel: auto, unless\n"
+            "                        --profile is given)\n"
             "  --threads T           auto: only this BLAS thread count per stage\n"
             "  --memory BYTES        memory each device offers, e.g. 2G or 512M (default: the\n"
             "                        device's own; cpu devices share the machine's memory)\n"
@@ -223,7 +224,8 @@ static int plan_auto(const plan_opts *o, const bt_model *m)
 
 static int plan_model(const plan_opts *o, const bt_model *m)
 {
-    if ((o->schedule && strcmp(o->schedule, "auto") == 0) || (!o->schedule && m->parallel.auto_layout))
+    /* a parallel: auto model plans the whole layout unless a schedule or a profile file is given */
+    if ((o->schedule && strcmp(o->schedule, "auto") == 0) || (!o->schedule && !o->profile && m->parallel.auto_layout))
         return plan_auto(o, m);
     if (o->threads > 0) {
         fprintf(stderr, "baton plan: --threads applies to --schedule auto (profile with baton profile --threads)\n");
@@ -239,7 +241,8 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     bt_placement_params lp;
     bt_placement_params_init(&lp);
     lp.devices = devices;
-    lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.microbatches;
+    /* a parallel: auto model has no micro-batch count of its own: the profile's */
+    lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.auto_layout ? 0 : m->parallel.microbatches;
     lp.schedule = training ? m->parallel.schedule : BT_SCHEDULE_STREAM;
     if (o->schedule && !parse_schedule(o->schedule, &lp.schedule)) {
         fprintf(stderr, "baton plan: --schedule must be gpipe, 1f1b, stream or auto, not '%s'\n", o->schedule);
@@ -256,7 +259,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.precision = training ? m->train.precision : BT_F32;
     lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
     bt_profile *p = NULL;
-    int rc = get_profile(o, m, devices, lp.microbatches, &p);
+    int rc = get_profile(o, m, devices, lp.microbatches > 0 ? lp.microbatches : 1, &p);
     if (rc != BT_EXIT_OK) return rc;
     bt_placement pl, uniform;
     memset(&uniform, 0, sizeof uniform);
