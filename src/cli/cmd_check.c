@@ -25,6 +25,7 @@ static void check_usage(FILE *f)
             "  --partition P         uniform | params | profile: how layers are cut into stages\n"
             "  --balance N,N,...     layers per stage, e.g. 3,2\n"
             "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
+            "  --recompute R         none | stage | LAYER,LAYER: activation recomputation\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b | stream\n"
             "  -h, --help            this help\n"
@@ -120,7 +121,7 @@ int bt_cmd_check(int argc, char **argv)
     static const struct option longopts[] = {
         {"devices", required_argument, NULL, 'd'},   {"stages", required_argument, NULL, 's'},
         {"partition", required_argument, NULL, 'P'}, {"balance", required_argument, NULL, 'B'},
-        {"layout", required_argument, NULL, 'L'},
+        {"layout", required_argument, NULL, 'L'},    {"recompute", required_argument, NULL, 'Q'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
     bt_cli_model_opts o;
@@ -136,6 +137,7 @@ int bt_cmd_check(int argc, char **argv)
         case 'P': o.partition = optarg; break;
         case 'B': o.balance = optarg; break;
         case 'L': o.layout = optarg; break;
+        case 'Q': o.recompute = optarg; break;
         case 'h': check_usage(stdout); return BT_EXIT_OK;
         default: check_usage(stderr); return BT_EXIT_USAGE;
         }

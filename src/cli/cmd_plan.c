@@ -47,6 +47,8 @@ static void plan_usage(FILE *f)
             "                        (the default for a model with parallel: auto, unless\n"
             "                        --profile is given)\n"
             "  --threads T           auto: only this BLAS thread count per stage\n"
+            "  --recompute R         none | stage | LAYER,LAYER: price activation recomputation\n"
+            "                        (beats train.recompute; auto then keeps it)\n"
             "  --memory BYTES        memory each device offers, e.g. 2G or 512M (default: the\n"
             "                        device's own; cpu devices share the machine's memory)\n"
             "  --permute             let the planner choose the order of the devices too\n"
@@ -179,6 +181,11 @@ static void print_plan(const plan_opts *o, const bt_model *m, const bt_profile *
     if (uniform)
         printf("  uniform split for comparison: bottleneck %.4f ms, predicted step %.3f ms (%.2fx)\n",
                uniform->bottleneck_ms, uniform->step_ms, pl->step_ms > 0 ? uniform->step_ms / pl->step_ms : 0);
+    if (pl->recompute) {
+        printf("  recomputation: bwd ms includes rerunning the recomputed layers' forward (");
+        for (int k = 0; k < pl->stages; k++) printf("%sstage %d %.4f ms", k ? ", " : "", k, pl->stage[k].recompute_ms);
+        printf("); peak memory keeps one copy of their activations per stage\n");
+    }
     if (pl->unknown_rates)
         printf("  note: the profile has no transfer rate between some of these devices; transfers counted free\n");
     printf("\npaste into the model file:\n\n%s", pl->yaml);
@@ -288,7 +295,7 @@ int bt_cmd_plan(int argc, char **argv)
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
         {"repeats", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
-        {"threads", required_argument, NULL, 't'},
+        {"threads", required_argument, NULL, 't'}, {"recompute", required_argument, NULL, 'Q'},
         {NULL, 0, NULL, 0}};
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -302,6 +309,7 @@ int bt_cmd_plan(int argc, char **argv)
         case 'S': o.schedule = optarg; break;
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
+        case 'Q': o.model.recompute = optarg; break;
         case 't': rc = bt_cli_parse_int32("plan", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;

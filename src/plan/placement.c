@@ -103,6 +103,20 @@ static double bytes_ms(double bytes, double gb_per_s)
     return gb_per_s > 0 ? bytes / (gb_per_s * 1e6) : 0;
 }
 
+/* Whether layer l, on a stage ending at layer `last` (not the final stage: `sends`), is
+ * recomputed: the params' choice or the graph's flag, except the stage's last layer, whose output
+ * goes on to the next stage and is kept (the engine keeps every value sent on; a skip connection's
+ * source is kept too, which this per-layer model counts as recomputed). */
+static int layer_recomputed(const bt_placement_params *pp, int l, int last, int sends)
+{
+    int on = pp->recompute >= 0 ? pp->recompute : 0;
+    if (pp->recompute < 0 && pp->graph) {
+        bt_layer_info li;
+        on = bt_graph_layer(pp->graph, l, &li) == BT_OK && li.recompute;
+    }
+    return on && !(sends && l == last);
+}
+
 static bt_status fill_arrays(const bt_profile *prof, const bt_placement_params *pp, bt_placement_problem *pb)
 {
     int L = prof->n_layers, D = pb->n_devices;
@@ -128,9 +142,10 @@ static bt_status fill_arrays(const bt_profile *prof, const bt_placement_params *
         /* recomputing every layer keeps only a stage's inputs and what it sends on per
          * micro-batch in flight, which depends on the cuts: the search's per-layer sum counts
          * nothing for it, and the chosen cuts are priced (and refused) by the memory model */
-        uint64_t per = pp->recompute == 1 && pb->training ? 0 : pl->activation_bytes_per_sample;
+        int rec = pb->training && layer_recomputed(pp, l, -1, 0);
+        uint64_t per = rec ? 0 : pl->activation_bytes_per_sample;
         pb->act_bytes[l] = per * (uint64_t)pb->microbatch_size;
-        if (pp->recompute == 1 && pb->training)
+        if (rec)
             for (int d = 0; d < D; d++)
                 pb->cost[(size_t)d * L + l] += bt_profile_time_at(prof, l, pb->kind[d])->fwd_ms * pb->time_scale;
     }
@@ -189,20 +204,6 @@ fail:
 }
 
 /* ---- describing a placement ------------------------------------------------------------------- */
-
-/* Whether layer l, on a stage ending at layer `last` (not the final stage: `sends`), is
- * recomputed: the params' choice or the graph's flag, except the stage's last layer, whose output
- * goes on to the next stage and is kept (the engine keeps every value sent on; a skip connection's
- * source is kept too, which this per-layer model counts as recomputed). */
-static int layer_recomputed(const bt_placement_params *pp, int l, int last, int sends)
-{
-    int on = pp->recompute >= 0 ? pp->recompute : 0;
-    if (pp->recompute < 0 && pp->graph) {
-        bt_layer_info li;
-        on = bt_graph_layer(pp->graph, l, &li) == BT_OK && li.recompute;
-    }
-    return on && !(sends && l == last);
-}
 
 static void fill_stage(const bt_profile *prof, const bt_placement_params *pp, const bt_placement_problem *pb,
                        const bt_partition_plan *plan, int k, bt_placement_stage *out)
