@@ -288,5 +288,22 @@ def bad(c): raise ValueError("non-finite number " + c)
   fi
 fi
 
+# activation recomputation and parallel: auto (docs/recompute.md, docs/planner.md)
+expect_rc 0 "--recompute stage" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --stages 2 --microbatches 4 --recompute stage
+expect_rc 2 "--recompute of no layer" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --recompute fc9 &&
+  { tests=$((tests + 1)); grep -q "'fc9', which is no layer" "$tmp/err" || fail "--recompute fc9: $(cat "$tmp/err")"; }
+expect_rc 2 "--recompute without train:" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 1 --recompute stage
+sed 's/^parallel:.*/parallel: auto/; /^  devices:/d; /^  pipeline:/d; /^    [a-z]*:/d' "$srcdir/models/mlp.yaml" >"$tmp/auto.yaml"
+if grep -q '^parallel: auto$' "$tmp/auto.yaml"; then
+  expect_rc 0 "parallel: auto" "$baton" run "$tmp/auto.yaml" --steps 2 &&
+    { tests=$((tests + 1)); grep -q "^best: .* predicted .* ms per step" "$tmp/out" || fail "parallel: auto: no choice printed: $(head -5 "$tmp/out")"; }
+  expect_rc 0 "plan --schedule auto" "$baton" plan "$tmp/auto.yaml" --repeats 1 &&
+    { tests=$((tests + 1)); grep -Eq "^(one stage is fastest|pipelining pays|one stage: )" "$tmp/out" || fail "plan auto: no comparison: $(cat "$tmp/out")"; }
+  expect_rc 0 "layout flags replace parallel: auto" "$baton" run "$tmp/auto.yaml" --steps 1 --stages 2 &&
+    { tests=$((tests + 1)); ! grep -q "^best:" "$tmp/out" || fail "flags did not replace auto"; }
+else
+  fail "could not make a parallel: auto copy of mlp.yaml"
+fi
+
 echo "cli: $tests tests, $failed failed"
 [ "$failed" = 0 ]
