@@ -8,16 +8,18 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/run.h"
+#include "core/error.h"
 #include "optim/optim.h"
 #include "profile/auto_layout.h"
 
-static const char *rec_name(int r) { return r ? "stage" : "none"; }
+static const char *rec_name(int r) { return r > 0 ? "stage" : r < 0 ? "file's" : "none"; }
 
 static void describe(const bt_search_candidate *k, char *buf, size_t size)
 {
     snprintf(buf, size, "%d stage%s x %d thread%s, %d micro-batch%s, %s%s", k->stages, k->stages == 1 ? "" : "s",
              k->threads, k->threads == 1 ? "" : "s", k->microbatches, k->microbatches == 1 ? "" : "es",
-             bt_schedule_name(k->schedule), k->recompute ? ", recompute" : "");
+             bt_schedule_name(k->schedule), k->recompute > 0 ? ", recompute" : "");
 }
 
 void bt_cli_auto_report(const bt_search_result *r, int64_t batch, int full)
@@ -81,7 +83,7 @@ void bt_cli_auto_params(const bt_model *m, const char *devices, int threads, bt_
         bt_layer_info li;
         if (bt_graph_layer(m->graph, l, &li) == BT_OK) any |= li.recompute;
     }
-    sp->recompute = any ? 1 : -1;
+    sp->recompute = any ? -1 : -2;
 }
 
 int bt_cli_auto_search(const char *cmd, const bt_model *m, const bt_search_params *sp, int repeats,
@@ -100,7 +102,115 @@ int bt_cli_auto_search(const char *cmd, const bt_model *m, const bt_search_param
     return BT_EXIT_OK;
 }
 
-int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, bt_cli_auto *a)
+/* The fastest prediction not yet in idx[0..n) with a distinct layout (stages, threads,
+ * micro-batches: schedule and recomputation variants of one layout differ only as predicted),
+ * within 1.5x of the best; kind 0: one stage only, 1: pipelines only, -1: either. -1 if none. */
+static int next_fastest(const bt_search_result *r, const int *idx, int n, int kind)
+{
+    int pick = -1;
+    for (int i = 0; i < r->n; i++) {
+        const bt_search_candidate *k = &r->cand[i];
+        if (!k->fits || k->step_ms > 1.5 * r->cand[r->best].step_ms) continue;
+        if (kind >= 0 && (k->stages > 1) != kind) continue;
+        int dup = 0;
+        for (int j = 0; j < n && !dup; j++) {
+            const bt_search_candidate *o = &r->cand[idx[j]];
+            dup = o->stages == k->stages && o->threads == k->threads && o->microbatches == k->microbatches;
+        }
+        if (!dup && (pick < 0 || k->step_ms < r->cand[pick].step_ms ||
+                     (k->step_ms == r->cand[pick].step_ms && k->peak_bytes < r->cand[pick].peak_bytes)))
+            pick = i;
+    }
+    return pick;
+}
+
+/* The candidates worth running for real, best first: the fastest prediction, the fastest of the
+ * other kind (one stage against a pipeline), then the next fastest; at most max. */
+static int top_candidates(const bt_search_result *r, int *idx, int max)
+{
+    int n = 0, k;
+    idx[n++] = r->best;
+    if (n < max && (k = next_fastest(r, idx, n, r->cand[r->best].stages == 1)) >= 0) idx[n++] = k;
+    while (n < max && (k = next_fastest(r, idx, n, -1)) >= 0) idx[n++] = k;
+    return n;
+}
+
+/* Builds candidate `which` as an engine and times `steps` steps (after `warmup`) on synthetic
+ * data; *best_ms keeps the fastest seen. The graph's recomputation flags are left as the
+ * candidate wants them. */
+static bt_status trial(bt_model *m, const bt_search_result *r, int which, int threads, int warmup, int steps,
+                       const bt_cli_synth *data, double *best_ms)
+{
+    bt_parallel_config cfg = m->parallel;
+    char *devices = NULL, *layout = NULL;
+    int t = 0, rec = 0;
+    bt_engine *e = NULL;
+    BT_TRY(bt_auto_apply(m->graph, r, which, &cfg, &t, &rec, &devices, &layout));
+    bt_status st = BT_OK;
+    if (rec >= 0) st = bt_graph_set_recompute(m->graph, -1, rec);
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel = cfg;
+    p.training = m->train.enabled;
+    if (!p.training) p.parallel.schedule = BT_SCHEDULE_STREAM;
+    p.optimizer = m->train.optimizer;
+    p.batch = m->train.batch;
+    p.threads = threads > 0 ? threads : t;
+    if (p.training) p.precision = m->train.precision, p.loss_scale = m->train.loss_scale;
+    if (st == BT_OK) st = bt_engine_create(m->graph, &p, &e);
+    for (int i = 0; st == BT_OK && i < warmup + steps; i++) {
+        bt_step_result res;
+        st = p.training ? bt_engine_train_step(e, data->feeds, data->n, &res)
+                        : bt_engine_forward(e, data->feeds, data->n, NULL, &res);
+        if (st == BT_OK && i >= warmup && (*best_ms <= 0 || res.step_ms < *best_ms)) *best_ms = res.step_ms;
+    }
+    bt_engine_destroy(e);
+    free(devices);
+    free(layout);
+    return st;
+}
+
+#define TRIALS 3       /* candidates run for real */
+#define TRIAL_PASSES 2 /* alternating passes over them */
+#define TRIAL_STEPS 2  /* timed steps per pass */
+
+/* Runs the top predictions for real, alternating, and returns the fastest measured (the
+ * simulator does not see the executor's own costs: thread hand-offs, waits on a busy machine). */
+static int measure_top(const char *cmd, bt_model *m, const bt_search_result *r, int threads, int verbose)
+{
+    int idx[TRIALS], n = top_candidates(r, idx, TRIALS);
+    double ms[TRIALS] = {0};
+    if (n <= 1) return r->best;
+    bt_cli_synth data;
+    if (bt_cli_synth_make(m->graph, m->train.batch, 1, &data) != 0) {
+        bt_cli_synth_free(&data);
+        return r->best;
+    }
+    for (int pass = 0; pass < TRIAL_PASSES; pass++)
+        for (int i = 0; i < n; i++)
+            if (trial(m, r, idx[i], threads, pass == 0, TRIAL_STEPS, &data, &ms[i]) != BT_OK) {
+                fprintf(stderr, "baton %s: parallel: auto: trying a layout failed (%s); it is left out\n", cmd,
+                        bt_last_error());
+                ms[i] = -1;
+            }
+    bt_cli_synth_free(&data);
+    int pick = -1;
+    for (int i = 0; i < n; i++)
+        if (ms[i] > 0 && (pick < 0 || ms[i] < ms[pick])) pick = i;
+    if (verbose) {
+        printf("tried the %d fastest predictions for real (fastest of %d steps each, alternating):\n", n,
+               TRIAL_PASSES * TRIAL_STEPS);
+        for (int i = 0; i < n; i++) {
+            char what[160];
+            describe(&r->cand[idx[i]], what, sizeof what);
+            printf("  %-52s predicted %9.3f ms  measured %9.3f ms%s\n", what, r->cand[idx[i]].step_ms, ms[i],
+                   i == pick ? "  <- runs" : "");
+        }
+    }
+    return pick < 0 ? r->best : idx[pick];
+}
+
+int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, int try_top, bt_cli_auto *a)
 {
     memset(a, 0, sizeof *a);
     if (!m->parallel.auto_layout) return BT_EXIT_OK;
@@ -109,19 +219,25 @@ int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, 
     bt_search_result r;
     int rc = bt_cli_auto_search(cmd, m, &sp, 0, &r);
     if (rc == BT_EXIT_OK) {
+        if (verbose) {
+            printf("parallel: auto (%d layouts predicted from %s, measured now)\n", r.n, sp.devices);
+            bt_cli_auto_report(&r, sp.batch, 0);
+        }
+        int which = try_top ? measure_top(cmd, m, &r, threads, verbose) : r.best;
         int rec = 0;
         char *old_devices = (char *)m->parallel.devices, *old_layout = (char *)m->parallel.layout;
-        bt_status st = bt_auto_apply(&r, &m->parallel, &a->threads, &rec, &a->devices, &a->layout);
+        bt_status st = bt_auto_apply(m->graph, &r, which, &m->parallel, &a->threads, &rec, &a->devices, &a->layout);
         if (st == BT_OK) { /* the model owns its config's strings */
             free(old_devices);
             free(old_layout);
             a->devices = a->layout = NULL;
         }
-        if (st == BT_OK && rec) st = bt_graph_set_recompute(m->graph, -1, 1);
+        if (st == BT_OK && rec >= 0) st = bt_graph_set_recompute(m->graph, -1, rec);
         if (st != BT_OK) rc = bt_cli_fail(cmd, st);
-        if (rc == BT_EXIT_OK && verbose) {
-            printf("parallel: auto (%d layouts predicted from %s, measured now)\n", r.n, sp.devices);
-            bt_cli_auto_report(&r, sp.batch, 0);
+        if (rc == BT_EXIT_OK && verbose && which != r.best) {
+            char what[160];
+            describe(&r.cand[which], what, sizeof what);
+            printf("runs: %s (measured fastest)\n", what);
         }
     }
     bt_search_result_clear(&r);

@@ -108,9 +108,10 @@ typedef struct bt_cli_auto {
     char *devices, *layout;
 } bt_cli_auto;
 /* When m says parallel: auto, measures and searches, and rewrites m->parallel (and the graph's
- * recomputation) to the fastest layout; threads > 0 fixes the thread count. Prints the choice when
- * verbose. Exit code. */
-int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, bt_cli_auto *a);
+ * recomputation) to the fastest layout; threads > 0 fixes the thread count. With try_top, the few
+ * fastest predictions are first built and timed for a few steps each, alternating, and the
+ * fastest measured runs. Prints the choice when verbose. Exit code. */
+int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, int try_top, bt_cli_auto *a);
 void bt_cli_auto_clear(bt_cli_auto *a);
 /* The search's parameters for m: candidate devices (NULL or "auto": one cpu:N per core), fixed
  * threads (0: search). */

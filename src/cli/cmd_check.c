@@ -149,7 +149,7 @@ int bt_cmd_check(int argc, char **argv)
     if (rc != BT_EXIT_OK) return rc;
     print_layers(m);
     bt_cli_auto au; /* parallel: auto: measured and chosen now, then checked like any layout */
-    rc = bt_cli_resolve_auto("check", m, 0, 1, &au);
+    rc = bt_cli_resolve_auto("check", m, 0, 1, 0, &au);
     if (rc == BT_EXIT_OK) rc = print_plan(m);
     bt_cli_auto_clear(&au);
     bt_model_destroy(m);

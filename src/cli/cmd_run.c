@@ -79,18 +79,12 @@ static int64_t int_input_range(const bt_graph *g, int value)
     return 2;
 }
 
-typedef struct synth_data {
-    int n;
-    bt_feed feeds[64];
-    void *buf[64];
-} synth_data;
-
-static void synth_free(synth_data *d)
+void bt_cli_synth_free(bt_cli_synth *d)
 {
     for (int i = 0; i < d->n; i++) free(d->buf[i]);
 }
 
-static int synth_make(const bt_graph *g, int64_t batch, uint64_t seed, synth_data *d)
+int bt_cli_synth_make(const bt_graph *g, int64_t batch, uint64_t seed, bt_cli_synth *d)
 {
     memset(d, 0, sizeof *d);
     uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
@@ -228,7 +222,7 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
 static int run_model(const run_opts *opts, bt_model *m)
 {
     bt_cli_auto au; /* parallel: auto: measured and chosen now */
-    int rc = bt_cli_resolve_auto("run", m, opts->threads, !opts->jsonl, &au);
+    int rc = bt_cli_resolve_auto("run", m, opts->threads, !opts->jsonl, 1, &au);
     if (rc != BT_EXIT_OK) return rc;
     rc = run_resolved(opts, m, au.threads);
     bt_cli_auto_clear(&au);
@@ -290,12 +284,12 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
         int rc = bt_cli_train(o, m, e, &p);
         if (rc >= 0) return rc;
     }
-    synth_data data;
+    bt_cli_synth data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
     if (rc != BT_EXIT_OK) return rc;
     double *times = calloc((size_t)steps, sizeof *times);
-    if (!times || synth_make(m->graph, p.batch, o->seed, &data) != 0) {
+    if (!times || bt_cli_synth_make(m->graph, p.batch, o->seed, &data) != 0) {
         fprintf(stderr, "baton run: out of memory for synthetic data\n");
         free(times);
         bt_cli_metrics_close(mt);
@@ -332,7 +326,7 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     }
     int mrc = bt_cli_metrics_close(mt);
     if (rc == BT_EXIT_OK) rc = mrc;
-    synth_free(&data);
+    bt_cli_synth_free(&data);
     free(times);
     return rc;
 }

@@ -19,7 +19,7 @@ void bt_search_params_init(bt_search_params *p)
     p->precision = BT_F32;
     p->devices = "cpu:0";
     p->cores = 1;
-    p->recompute = -1;
+    p->recompute = -2;
 }
 
 static int all_cpu(const char (*dev)[32], int n)
@@ -68,7 +68,7 @@ static bt_status resolve(const bt_search_params *sp, choices *c)
         c->n_sched = bt_schedule_kinds(1, c->sched, BT_SEARCH_MAX_CHOICES);
     }
     if (!sp->training || sp->recompute == 0) c->rec[c->n_rec++] = 0;
-    else if (sp->recompute == 1) c->rec[c->n_rec++] = 1;
+    else if (sp->recompute == 1 || sp->recompute == -1) c->rec[c->n_rec++] = sp->recompute;
     else c->rec[c->n_rec++] = 0, c->rec[c->n_rec++] = 1;
     return BT_OK;
 }
@@ -158,8 +158,11 @@ static void try_one(const bt_search_params *sp, const choices *c, const bt_profi
     k->fits = 1;
     k->step_ms = pl->step_ms;
     k->bubble = pl->bubble;
-    for (int s = 0; s < pl->stages; s++)
+    for (int s = 0; s < pl->stages; s++) {
         if (pl->stage[s].peak_bytes > k->peak_bytes) k->peak_bytes = pl->stage[s].peak_bytes;
+        k->first_layer[s] = pl->stage[s].first_layer;
+    }
+    k->first_layer[pl->stages] = bt_graph_num_layers(sp->graph);
 }
 
 /* a beats b (index -1: nothing yet): faster, or as fast with less memory. */
@@ -179,6 +182,7 @@ bt_status bt_search_layouts(const bt_search_params *sp, const bt_search_point *p
     memset(r, 0, sizeof *r);
     r->best = r->best_single = r->best_multi = -1;
     BT_TRY(resolve(sp, &c));
+    bt_plan_join_devices((const char (*)[32])c.dev, c.n_dev, r->candidates, sizeof r->candidates);
     for (int p = 1; p <= c.max_p; p++)
         for (int t = 1; t <= top_threads(sp, &c); t++) {
             if (!thread_ok(sp, &c, p, t)) continue;

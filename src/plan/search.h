@@ -40,7 +40,8 @@ typedef struct bt_search_params {
     int microbatches[BT_SEARCH_MAX_CHOICES];
     int n_schedules;            /* 0: every training kind src/sched offers */
     bt_schedule_kind schedules[BT_SEARCH_MAX_CHOICES];
-    int recompute;              /* -1: search none and every layer; 0: none; 1: every layer */
+    int recompute;              /* -2: search none and every layer; -1: the graph's own layer flags
+                                   only (a model file that chose); 0: none; 1: every layer */
     uint64_t memory;            /* bytes per device; 0: the device's own (placement.h) */
 } bt_search_params;
 
@@ -59,10 +60,12 @@ typedef struct bt_search_point {
 bt_status bt_search_points(const bt_search_params *params, bt_search_point *out, int max, int *n);
 
 typedef struct bt_search_candidate {
-    int stages, threads, microbatches, recompute;
+    int stages, threads, microbatches;
+    int recompute;              /* 0 none, 1 every layer, -1 the graph's own flags */
     bt_schedule_kind schedule;
     double step_ms, bubble;     /* predicted; 0 when it could not be placed */
     uint64_t peak_bytes;        /* the largest stage's memory (equal times: the smaller wins) */
+    int first_layer[BT_MAX_STAGES + 1]; /* the cuts chosen for it */
     int fits;                   /* 1: placed within memory */
     char why[160];              /* when not: the reason */
 } bt_search_candidate;
@@ -74,6 +77,7 @@ typedef struct bt_search_result {
     int best_single, best_multi; /* fastest fitting one-stage / several-stage layouts; -1: none */
     bt_placement placement;     /* the best one, described (stages, cuts, YAML) */
     char devices[BT_MAX_STAGES * 33]; /* the best one's devices */
+    char candidates[BT_MAX_STAGES * 33]; /* every candidate device (a layout of p stages: the first p) */
 } bt_search_result;
 
 /* Searches with profiles[i] measured at points[i] (as bt_search_points listed them; each must be

@@ -66,14 +66,40 @@ done:
     return st;
 }
 
-bt_status bt_auto_apply(const bt_search_result *r, bt_parallel_config *cfg, int *threads, int *recompute,
-                        char **devices, char **layout)
+/* "a,b|c,d" from the cuts; caller frees. */
+static char *layout_of(const bt_graph *g, const bt_search_candidate *k)
 {
-    if (r->best < 0) return bt_error(BT_ERR_INVALID_ARG, "layout search: no layout chosen");
-    const bt_search_candidate *k = &r->cand[r->best];
-    *devices = bt_strdup(r->devices);
-    *layout = bt_strdup(r->placement.layout ? r->placement.layout : "");
-    if (!*devices || !*layout) {
+    size_t cap = 16, len = 0;
+    for (int l = 0; l < bt_graph_num_layers(g); l++) {
+        bt_layer_info li;
+        if (bt_graph_layer(g, l, &li) == BT_OK) cap += strlen(li.name) + 1;
+    }
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = '\0';
+    for (int s = 0; s < k->stages; s++)
+        for (int l = k->first_layer[s]; l < k->first_layer[s + 1]; l++) {
+            bt_layer_info li;
+            if (bt_graph_layer(g, l, &li) != BT_OK) continue;
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", l == 0 ? "" : l == k->first_layer[s] ? "|" : ",",
+                                    li.name);
+        }
+    return out;
+}
+
+bt_status bt_auto_apply(const bt_graph *g, const bt_search_result *r, int which, bt_parallel_config *cfg,
+                        int *threads, int *recompute, char **devices, char **layout)
+{
+    if (which < 0 || which >= r->n || !r->cand[which].fits)
+        return bt_error(BT_ERR_INVALID_ARG, "layout search: no layout chosen");
+    const bt_search_candidate *k = &r->cand[which];
+    char devs[BT_MAX_STAGES][32], list[BT_MAX_STAGES * 33];
+    int n = bt_plan_split_devices(r->candidates, devs, BT_MAX_STAGES);
+    if (n < k->stages) return bt_error(BT_ERR_INVALID_ARG, "layout search: %d devices for %d stages", n, k->stages);
+    bt_plan_join_devices((const char (*)[32])devs, k->stages, list, sizeof list);
+    *devices = bt_strdup(list);
+    *layout = k->stages > 1 ? layout_of(g, k) : NULL;
+    if (!*devices || (k->stages > 1 && !*layout)) {
         free(*devices), free(*layout);
         *devices = *layout = NULL;
         return bt_error(BT_ERR_NOMEM, "out of memory");
@@ -84,10 +110,6 @@ bt_status bt_auto_apply(const bt_search_result *r, bt_parallel_config *cfg, int 
     cfg->microbatches = k->microbatches;
     cfg->schedule = k->schedule;
     cfg->partition = k->stages > 1 ? BT_PARTITION_LAYOUT : BT_PARTITION_UNIFORM;
-    if (k->stages == 1) {
-        free(*layout);
-        *layout = NULL;
-    }
     cfg->layout = *layout;
     cfg->n_balance = 0;
     *threads = k->threads;

@@ -18,10 +18,10 @@ void bt_auto_devices(const char *given, int cores, char *list, size_t size);
  * (bt_search_result_clear) whatever the status. */
 bt_status bt_auto_search(const bt_graph *g, const char *name, const bt_search_params *sp,
                          const bt_profile_params *base, bt_search_result *out, int *n_measured);
-/* Writes the best candidate into cfg (devices, stages, micro-batches, schedule, layout; auto off),
+/* Writes candidate `which` (r->best: the predicted fastest) into cfg (devices, stages, micro-batches, schedule, layout; auto off),
  * *threads and *recompute (1: every layer). cfg's strings point to *devices and *layout (NULL for
  * one stage), new strings the caller owns (a bt_model's config owns its strings: hand them over). */
-bt_status bt_auto_apply(const bt_search_result *r, bt_parallel_config *cfg, int *threads, int *recompute,
-                        char **devices, char **layout);
+bt_status bt_auto_apply(const bt_graph *g, const bt_search_result *r, int which, bt_parallel_config *cfg,
+                        int *threads, int *recompute, char **devices, char **layout);
 
 #endif
