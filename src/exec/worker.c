@@ -5,7 +5,9 @@
  * the optimizer once every stage has finished its backward and the global gradient norm is
  * finite (a barrier: a step is all or nothing). On any failure it records
  * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting.
- * (A little over 600 lines: feeding inputs, rounded under mixed precision, stays beside FWD.) */
+ * Activation recomputation reruns the recomputed nodes' forward just before a BWD (recompute).
+ * (A little over 600 lines: feeding inputs, rounded under mixed precision, and recomputation
+ * stay beside FWD and BWD, which they share forward_node with.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -7,9 +7,10 @@
  * shape errors carry the layer's position through bt_layer_desc.loc.
  * Invariants of a returned model: every string in it is malloc'ed and owned by it; the graph has
  * at least one layer; a model with train: ends in a loss. Nothing here prints or exits.
- * Size: about 670 lines, kept in one file because every helper reads the same private loader
- * state (names, expanded layers, positions); the natural next seam is layer arguments (check_arg,
- * add_arg, build_args) into their own file once blocks that repeat add to them. */
+ * Size: about 730 lines, kept in one file because every helper reads the same private loader
+ * state (names, expanded layers, positions; recomputation marks layers and repeat groups by name
+ * too); the natural next seam is layer arguments (check_arg, add_arg, build_args) into their own
+ * file once blocks that repeat add to them. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
