@@ -9,6 +9,7 @@
 # Hand layouts: 1 stage x {1, 2} BLAS threads x {1, 2, 4} micro-batches; 2 stages x 1 thread x
 # {1f1b, gpipe} x {2, 4, 8, 16} micro-batches (2 threads each would oversubscribe 2 cores).
 # Usage: bench/auto_layout.sh BUILD_DIR [ROUNDS] [STEPS_MLP] [STEPS_MLP7]
+# MODELS="mlp mlp7" (default) picks the models; KEEP=DIR keeps every run's output there.
 set -eu
 build=${1:?usage: auto_layout.sh BUILD_DIR [ROUNDS] [STEPS_MLP] [STEPS_MLP7]}
 rounds=${2:-3}; steps3=${3:-30}; steps7=${4:-8}
@@ -17,7 +18,7 @@ baton=$build/baton
 python=/usr/bin/python3
 have_torch=1; $python -c 'import torch' 2>/dev/null || have_torch=0
 core=$(grep -q avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ -n "${KEEP:-}" ]; then tmp=$KEEP; mkdir -p "$tmp"; else tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT; fi
 
 layouts="1s-t1-m1 1s-t1-m2 1s-t1-m4 1s-t2-m1 1s-t2-m2 1s-t2-m4"
 for s in 1f1b gpipe; do for m in 2 4 8 16; do layouts="$layouts 2s-$s-m$m"; done; done
@@ -58,8 +59,11 @@ bench_model() { # name file steps widths batch
     if [ "$l" != auto ] && { [ -z "$best_ms" ] || awk -v a="$m" -v b="$best_ms" 'BEGIN { exit !(a < b) }'; }; then best=$l; best_ms=$m; fi
   done
   auto_ms=$(median <"$tmp/$name-auto" | tr -d '\n')
-  chose=$(sed -n 's/^best: \(.*\) on .*predicted.*/\1/p' "$tmp/$name-auto-1.log")
-  echo "  auto chose (round 1): $chose"
+  for r in $(seq "$rounds"); do
+    pred=$(sed -n 's/^best: \(.*\) on .*predicted.*/\1/p' "$tmp/$name-auto-$r.log")
+    ran=$(sed -n 's/^runs: \(.*\) (measured fastest)/\1/p' "$tmp/$name-auto-$r.log")
+    echo "  auto, round $r: predicted fastest $pred; ran ${ran:-that one (fastest in its trial steps too)}"
+  done
   awk -v a="$auto_ms" -v b="$best_ms" -v l="$best" 'BEGIN { printf "  auto / fastest hand layout (%s): %.3f of its speed (target >= 0.95)\n", l, b / a }'
   if [ $have_torch = 1 ]; then
     t1=$(median <"$tmp/$name-torch-t1" | tr -d '\n'); t2=$(median <"$tmp/$name-torch-t2" | tr -d '\n')
@@ -69,5 +73,10 @@ bench_model() { # name file steps widths batch
 }
 
 echo "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; OpenBLAS kernels $core"
-bench_model mlp "$src/models/fashion-mlp.yaml" "$steps3" 784,1024,1024,10 256
-bench_model mlp7 "$here/mlp7.yaml" "$steps7" 784,1024,1024,1024,1024,1024,1024,10 1024
+for model in ${MODELS:-mlp mlp7}; do
+  case $model in
+    mlp) bench_model mlp "$src/models/fashion-mlp.yaml" "$steps3" 784,1024,1024,10 256 ;;
+    mlp7) bench_model mlp7 "$here/mlp7.yaml" "$steps7" 784,1024,1024,1024,1024,1024,1024,10 1024 ;;
+    *) echo "unknown model $model (mlp, mlp7)" >&2; exit 2 ;;
+  esac
+done

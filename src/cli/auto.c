@@ -124,13 +124,34 @@ static int next_fastest(const bt_search_result *r, const int *idx, int n, int ki
     return pick;
 }
 
+/* The plainest layout: one stage, the most threads, the whole batch at once (no pipelining at
+ * all), if it fits and is not in idx[0..n) already; -1 otherwise. */
+static int whole_batch(const bt_search_result *r, const int *idx, int n)
+{
+    int pick = -1;
+    for (int i = 0; i < r->n; i++) {
+        const bt_search_candidate *k = &r->cand[i];
+        if (!k->fits || k->stages != 1 || k->microbatches != 1) continue;
+        if (pick < 0 || k->threads > r->cand[pick].threads ||
+            (k->threads == r->cand[pick].threads && k->step_ms < r->cand[pick].step_ms))
+            pick = i;
+    }
+    for (int j = 0; j < n && pick >= 0; j++) {
+        const bt_search_candidate *o = &r->cand[idx[j]];
+        if (o->stages == 1 && o->microbatches == 1 && o->threads == r->cand[pick].threads) pick = -1;
+    }
+    return pick;
+}
+
 /* The candidates worth running for real, best first: the fastest prediction, the fastest of the
- * other kind (one stage against a pipeline), then the next fastest; at most max. */
+ * other kind (one stage against a pipeline), the whole batch on one stage with every core, then
+ * the next fastest; at most max. */
 static int top_candidates(const bt_search_result *r, int *idx, int max)
 {
     int n = 0, k;
     idx[n++] = r->best;
     if (n < max && (k = next_fastest(r, idx, n, r->cand[r->best].stages == 1)) >= 0) idx[n++] = k;
+    if (n < max && (k = whole_batch(r, idx, n)) >= 0) idx[n++] = k;
     while (n < max && (k = next_fastest(r, idx, n, -1)) >= 0) idx[n++] = k;
     return n;
 }
@@ -170,7 +191,7 @@ static bt_status trial(bt_model *m, const bt_search_result *r, int which, int th
     return st;
 }
 
-#define TRIALS 3       /* candidates run for real */
+#define TRIALS 4       /* candidates run for real */
 #define TRIAL_PASSES 2 /* alternating passes over them */
 #define TRIAL_STEPS 2  /* timed steps per pass */
 
