@@ -53,7 +53,8 @@ if expect_rc 0 "run jsonl" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 --lo
       fail "run jsonl: not JSON: $(cat "$tmp/perr")"
   fi
 fi
-# a model fed token ids (no float input): trained on generic synthetic inputs
+# a model fed token ids (no float input): trained on synthetic inputs shaped like its declaration
+# when asked (--synthetic; without data: and without it, tests/data_cli.sh: exit 2)
 cat >"$tmp/tokens.yaml" <<'YAML'
 format: 1
 name: tokens
@@ -68,11 +69,11 @@ layers:
 parallel: {devices: [cpu:0, cpu:1], pipeline: {microbatches: 2}}
 train: {batch: 8}
 YAML
-if expect_rc 0 "run a token model" "$baton" run "$tmp/tokens.yaml" --steps 3; then
+if expect_rc 0 "run a token model" "$baton" run "$tmp/tokens.yaml" --steps 3 --synthetic; then
   tests=$((tests + 1))
   [ "$(grep -c '^step ' "$tmp/out")" = 3 ] || fail "token model: expected 3 step lines: $(cat "$tmp/out")"
 fi
-if expect_rc 0 "run inference" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 2; then
+if expect_rc 0 "run inference" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 2 --synthetic; then
   tests=$((tests + 1))
   [ "$(grep -c '^batch .*latency .*samples/s' "$tmp/out")" = 2 ] || fail "inference: expected 2 batch lines: $(cat "$tmp/out")"
 fi

@@ -87,10 +87,16 @@ typedef struct bt_train_config {
 
 typedef enum bt_data_kind { BT_DATA_NONE = 0, BT_DATA_SYNTHETIC = 1, BT_DATA_IDX = 2, BT_DATA_NPY = 3 } bt_data_kind;
 
+#define BT_DATA_MAX_INPUTS 16
+
 typedef struct bt_data_source {
     bt_data_kind kind;
     const char *images;       /* idx/npy: file with the inputs */
     const char *labels;       /* idx/npy: file with the labels */
+    int n_inputs;             /* npy per input (inputs: {name: file}): how many pairs; then images
+                                 and labels are NULL */
+    const char *input_names[BT_DATA_MAX_INPUTS];
+    const char *input_files[BT_DATA_MAX_INPUTS];
     int64_t samples;          /* synthetic: how many samples an epoch has */
     int shuffle;
 } bt_data_source;

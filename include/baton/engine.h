@@ -85,7 +85,9 @@ BT_API bt_status bt_engine_compute_grads(bt_engine *engine, const bt_feed *feeds
 BT_API bt_status bt_engine_train_step(bt_engine *engine, const bt_feed *feeds, int n_feeds,
                                       bt_step_result *result);
 /* Forward only (inference schedule). output, if not NULL, receives batch times the last layer's
- * per-sample elements, in the engine's dtype. */
+ * per-sample elements, in the engine's dtype. When the last layer is a loss (a training graph,
+ * fed its labels too), result->loss is the mean loss over the batch, as a training step reports
+ * it. */
 BT_API bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int n_feeds, void *output,
                                    bt_step_result *result);
 
@@ -93,6 +95,16 @@ BT_API bt_status bt_engine_forward(bt_engine *engine, const bt_feed *feeds, int 
  * output: for example the logits before a loss, for accuracy. */
 BT_API bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds, int n_feeds,
                                          const char *layer, void *output, bt_step_result *result);
+
+/* Forward only on one batch (the forward-only schedule, across every stage and device), for
+ * serving: output, if not NULL, receives the output of the named layer (NULL: the last layer),
+ * batch times its per-sample elements in the engine's dtype (i32 for an integer output);
+ * losses, if not NULL, receives each sample's loss (batch values in the engine's dtype) and is
+ * only allowed when the last layer is a loss, whose labels must then be fed too. result->loss is
+ * their mean, result->step_ms the batch's latency. The engine may be an inference engine
+ * (training = 0) or a training one; nothing in it changes. */
+BT_API bt_status bt_engine_predict(bt_engine *engine, const bt_feed *feeds, int n_feeds, const char *layer,
+                                   void *output, void *losses, bt_step_result *result);
 
 /* Page-locked host memory for feeds, from the engine's devices (cudaHostAlloc when a stage is on a
  * GPU, ordinary aligned memory otherwise). Inputs fed from it reach a GPU by asynchronous copies;

@@ -23,6 +23,7 @@ typedef struct bt_model {
     bt_parallel_config parallel;
     bt_train_config train;
     bt_data_config data;
+    bt_dtype dtype;           /* dtype: f32 (default) or f64, the engine's compute and parameter type */
 } bt_model;
 
 /* Loads path, applying n_overrides "dotted.key=value" strings. The caller owns *out (free with

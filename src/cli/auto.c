@@ -71,6 +71,7 @@ void bt_cli_auto_params(const bt_model *m, const char *devices, int threads, bt_
     sp->graph = m->graph;
     sp->training = m->train.enabled && bt_graph_is_trainable(m->graph);
     sp->batch = m->train.batch;
+    sp->dtype = m->dtype;
     sp->precision = sp->training ? m->train.precision : BT_F32;
     sp->optimizer_slots = sp->training ? bt_optim_state_count(&m->train.optimizer) : 0;
     sp->cores = bt_auto_cores();
@@ -176,6 +177,7 @@ static bt_status trial(bt_model *m, const bt_search_result *r, int which, int th
     if (!p.training) p.parallel.schedule = BT_SCHEDULE_STREAM;
     p.optimizer = m->train.optimizer;
     p.batch = m->train.batch;
+    p.dtype = m->dtype;
     p.threads = threads > 0 ? threads : t;
     if (p.training) p.precision = m->train.precision, p.loss_scale = m->train.loss_scale;
     if (st == BT_OK) st = bt_engine_create(m->graph, &p, &e);

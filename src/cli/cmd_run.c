@@ -46,7 +46,8 @@ static void run_usage(FILE *f)
             "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
             "  --resume DIR          continue exactly from a checkpoint\n"
             "  --init FILE           start from weights in a safetensors file (PyTorch names)\n"
-            "  --synthetic           train on synthetic data even if the model names data files\n"
+            "  --synthetic           made-up data shaped like the declared inputs, in place of data:\n"
+            "                        (without data: and without this flag, a run is refused)\n"
             "  --batch N             samples per step (beats train.batch)\n"
             "  --seed N              seed for initialisation, data and dropout (default 0)\n"
             "  --threads N           BLAS threads of each CPU stage (default: the cores shared\n"
@@ -238,7 +239,7 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
     p.parallel = m->parallel;
     int training = m->train.enabled;
     p.training = training;
-    if (!training && p.parallel.schedule != BT_SCHEDULE_STREAM) p.parallel.schedule = BT_SCHEDULE_STREAM;
+    p.dtype = m->dtype;
     p.optimizer = m->train.optimizer;
     p.lr_schedule = m->train.lr_schedule;
     p.clip_norm = m->train.clip_norm;
@@ -273,17 +274,17 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
     return rc;
 }
 
-/* Trains on the model's data through the trainer, or runs synthetic steps. */
+/* Trains on the model's data through the trainer, streams an inference model's data, or runs
+ * synthetic inference batches when asked. */
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params)
 {
     bt_engine_params p = *params;
     int training = p.training;
     bt_status st;
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
-    if (training) {
-        int rc = bt_cli_train(o, m, e, &p);
-        if (rc >= 0) return rc;
-    }
+    if (training) return bt_cli_train(o, m, e, &p);
+    int irc = bt_cli_infer(o, m, e, &p);
+    if (irc >= 0) return irc;
     bt_cli_synth data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
@@ -429,6 +430,7 @@ int bt_cmd_run(int argc, char **argv)
     } else {
         rc = bt_cli_tensorboard_check(&o, m);
     }
+    if (rc == BT_EXIT_OK) rc = bt_cli_infer_check(&o, m);
     if (rc == BT_EXIT_OK) rc = run_model(&o, m);
     bt_model_destroy(m);
     return rc;

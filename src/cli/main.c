@@ -17,6 +17,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  check MODEL.yaml     validate a model; print its layers and pipeline plan\n"
             "  run MODEL.yaml       train (or serve) a model as a pipeline\n"
+            "  predict MODEL.yaml   outputs, accuracy and latency of trained weights on npy inputs\n"
             "  profile MODEL.yaml   measure each layer's time and memory on devices\n"
             "  plan MODEL.yaml      choose stage cuts and devices from measured costs\n"
             "  plot RUN.jsonl ...   draw runs' JSON records as an SVG report (-o FILE)\n"
@@ -36,7 +37,7 @@ typedef struct command {
 static const command commands[] = {
     {"check", bt_cmd_check},     {"run", bt_cmd_run},   {"schedule", bt_cmd_schedule},
     {"ops", bt_cmd_ops},         {"profile", bt_cmd_profile}, {"plan", bt_cmd_plan},
-    {"devices", bt_cmd_devices}, {"plot", bt_cmd_plot},
+    {"devices", bt_cmd_devices}, {"plot", bt_cmd_plot},   {"predict", bt_cmd_predict},
 };
 
 static const command *find_command(const char *name)

@@ -29,10 +29,14 @@ typedef struct bt_run_opts {
     bt_cli_tracer *tracer;       /* set while a traced run is under way */
 } bt_run_opts;
 
-/* Trains m on its data with engine e; prints the run display. Returns the exit code, or -1 when
- * the model's inputs do not fit a (samples, labels) data source (the caller then falls back to
- * generic synthetic inputs). */
+/* Trains m on its data with engine e; prints the run display. Returns the exit code. */
 int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p);
+/* A model without train: (run_infer.c). Before anything runs: BT_EXIT_USAGE, with a message naming
+ * it, for a flag only training honours, a training schedule, or no data and no --synthetic. */
+int bt_cli_infer_check(const bt_run_opts *o, const bt_model *m);
+/* Applies --init, then streams the model's data through e and prints the display; returns the
+ * exit code, or -1 when the run asked for synthetic batches (the caller's generic loop). */
+int bt_cli_infer(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p);
 /* Per-step measurements beyond bt_step_result, and the TensorBoard event file (run_metrics.c).
  * Every function accepts a NULL bt_cli_metrics and does nothing. */
 typedef struct bt_cli_stage_step {

@@ -45,7 +45,16 @@ static const char *data_text(const bt_data_source *d, char *buf, size_t size)
     case BT_DATA_NONE: snprintf(buf, size, "none"); break;
     case BT_DATA_SYNTHETIC: snprintf(buf, size, "synthetic, %lld samples", (long long)d->samples); break;
     case BT_DATA_IDX: snprintf(buf, size, "idx %s", d->images); break;
-    case BT_DATA_NPY: snprintf(buf, size, "npy %s", d->images); break;
+    case BT_DATA_NPY:
+        if (d->n_inputs > 0) {
+            size_t used = (size_t)snprintf(buf, size, "npy");
+            for (int i = 0; i < d->n_inputs && used < size; i++)
+                used += (size_t)snprintf(buf + used, size - used, "%s %s: %s", i ? "," : "", d->input_names[i],
+                                         d->input_files[i]);
+        } else {
+            snprintf(buf, size, "npy %s", d->images);
+        }
+        break;
     }
     return buf;
 }
@@ -87,6 +96,8 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
     printf("  data          %s (%lld samples)\n", data_text(&m->data.train, buf, sizeof buf),
            (long long)bt_trainer_train_samples(t));
     if (m->data.eval.kind != BT_DATA_NONE) printf("  eval          %s\n", data_text(&m->data.eval, buf, sizeof buf));
+    else if (bt_trainer_evaluates_on_train(t))
+        printf("  eval          the training set (no data.eval: the accuracy is not a held-out one)\n");
     printf("  steps         %lld of batch %lld%s\n", (long long)bt_trainer_total_steps(t), (long long)p->batch,
            bt_trainer_first_step(t) ? " (resumed)" : "");
     printf("  blas          %s\n\n", bt_blas_describe());
@@ -149,11 +160,12 @@ static void on_event(const bt_train_event *ev, void *user)
             printf("{\"eval\": true, \"step\": %lld, \"loss\": %s", (long long)ev->step,
                    bt_json_num(ev->loss, 'g', 9).s);
             if (!isnan(ev->accuracy)) printf(", \"accuracy\": %s", bt_json_num(ev->accuracy, 'f', 6).s);
-            printf(", \"samples\": %lld, \"eval_ms\": %s}\n", (long long)ev->samples,
-                   bt_json_num(ev->eval_ms, 'f', 1).s);
+            printf(", \"samples\": %lld, \"eval_ms\": %s%s}\n", (long long)ev->samples,
+                   bt_json_num(ev->eval_ms, 'f', 1).s, ev->on_train ? ", \"on_train\": true" : "");
         } else {
             if (o->progress && ev->step != ev->total_steps) printf("\n");
-            printf("eval  step %lld: ", (long long)ev->step);
+            printf("eval  step %lld%s: ", (long long)ev->step,
+                   ev->on_train ? " (on the training set: the model has no data.eval)" : "");
             if (!isnan(ev->accuracy)) printf("accuracy %.2f%%  ", 100 * ev->accuracy);
             printf("loss %.4f  (%lld samples, %.0f ms)\n", ev->loss, (long long)ev->samples, ev->eval_ms);
         }
@@ -189,7 +201,6 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     }
     bt_trainer *t = NULL;
     bt_status st = bt_trainer_create(&local, e, &to, &t);
-    if (st == BT_ERR_UNSUPPORTED) return -1;
     if (st != BT_OK) return bt_cli_fail("run", st);
     if (bt_trainer_nothing_to_do(t)) {
         fprintf(stderr,
@@ -222,7 +233,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     } else if (d.n_steps > 0) {
         double median = bt_median(d.step_ms, (int)d.n_steps);
         if (!o->jsonl && d.evaluated) {
-            printf("\nfinal: ");
+            printf("\nfinal%s: ", bt_trainer_evaluates_on_train(t) ? " (on the training set)" : "");
             if (!isnan(d.last_accuracy)) printf("accuracy %.2f%%, ", 100 * d.last_accuracy);
             printf("eval loss %.4f, %lld steps", d.last_eval_loss, (long long)d.n_steps);
         }

@@ -149,6 +149,7 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     e->dtype = params->dtype;
     e->mb_size = params->batch / params->parallel.microbatches;
     e->loss_value = bt_graph_output_value(graph);
+    e->has_loss = bt_graph_is_trainable(graph);
     e->drop_send_stage = -1;
     e->test_start_delay_stage = -1;
     e->drop_send_mb = -1;
@@ -414,9 +415,10 @@ static void clear_mailboxes(bt_engine *e)
 }
 
 static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
-                         int out_value, void *out, bt_step_result *result)
+                         int out_value, void *out, void *losses, bt_step_result *result)
 {
     BT_TRY(bt_engine_check_usable(e));
+    e->loss_out = job == BT_JOB_FORWARD ? losses : NULL;
     if (job != BT_JOB_FORWARD && !e->train_sched)
         return bt_error(BT_ERR_INVALID_ARG, "this engine was created for inference (training = 0)");
     BT_TRY(bind_feeds(e, feeds, n_feeds));
@@ -484,7 +486,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         result->grad_norm = e->grad_norm;
         result->skipped = skipped;
         result->loss_scale = e->loss_scale;
-        if (job != BT_JOB_FORWARD)
+        if (job != BT_JOB_FORWARD || e->has_loss)
             result->loss = e->worker[e->stages - 1].loss_sum / (double)e->params.batch;
     }
     return BT_OK;
@@ -493,29 +495,42 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
 bt_status bt_engine_compute_grads(bt_engine *e, const bt_feed *feeds, int n_feeds,
                                   bt_step_result *result)
 {
-    return run_job(e, BT_JOB_GRADS, feeds, n_feeds, -1, NULL, result);
+    return run_job(e, BT_JOB_GRADS, feeds, n_feeds, -1, NULL, NULL, result);
 }
 
 bt_status bt_engine_train_step(bt_engine *e, const bt_feed *feeds, int n_feeds,
                                bt_step_result *result)
 {
-    return run_job(e, BT_JOB_TRAIN, feeds, n_feeds, -1, NULL, result);
+    return run_job(e, BT_JOB_TRAIN, feeds, n_feeds, -1, NULL, NULL, result);
 }
 
 bt_status bt_engine_forward(bt_engine *e, const bt_feed *feeds, int n_feeds, void *output,
                             bt_step_result *result)
 {
     if (!e) return bt_error(BT_ERR_INVALID_ARG, "engine is NULL");
-    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, e->loss_value, output, result);
+    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, e->loss_value, output, NULL, result);
 }
 
 bt_status bt_engine_forward_layer(bt_engine *e, const bt_feed *feeds, int n_feeds,
                                   const char *layer, void *output, bt_step_result *result)
 {
     if (!e || !layer) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_forward_layer: NULL argument");
-    int l = bt_graph_find_layer(e->graph, layer);
-    if (l < 0) return bt_error(BT_ERR_INVALID_ARG, "no layer named '%s'", layer);
-    const bt_layer *ly = &e->graph->layers[l];
-    int value = e->graph->nodes[ly->first_node + ly->n_nodes - 1].out;
-    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, value, output, result);
+    return bt_engine_predict(e, feeds, n_feeds, layer, output, NULL, result);
+}
+
+bt_status bt_engine_predict(bt_engine *e, const bt_feed *feeds, int n_feeds, const char *layer, void *output,
+                            void *losses, bt_step_result *result)
+{
+    if (!e) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_predict: engine is NULL");
+    int value = e->loss_value;
+    if (layer) {
+        int l = bt_graph_find_layer(e->graph, layer);
+        if (l < 0) return bt_error(BT_ERR_INVALID_ARG, "no layer named '%s'", layer);
+        const bt_layer *ly = &e->graph->layers[l];
+        value = e->graph->nodes[ly->first_node + ly->n_nodes - 1].out;
+    }
+    if (losses && !e->has_loss)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_engine_predict: the model's last layer is not a loss, so there "
+                        "are no losses to return");
+    return run_job(e, BT_JOB_FORWARD, feeds, n_feeds, value, output, losses, result);
 }

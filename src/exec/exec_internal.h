@@ -175,6 +175,8 @@ struct bt_engine {
     int n_channels;
     bt_channel *channels;
     int loss_value;            /* graph output value */
+    int has_loss;              /* the last layer is a loss: forward jobs report it too */
+    void *loss_out;            /* forward: each sample's loss goes here too (bt_engine_predict), or NULL */
     int64_t step;              /* optimizer steps taken */
     /* the job workers run */
     pthread_mutex_t mu;

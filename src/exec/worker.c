@@ -156,7 +156,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
                                   (unsigned char *)e->out_ptr + (size_t)mb * bytes,
                                   bt_slot_value(st, mb, e->out_value), bytes));
     }
-    if (training && st->index == e->stages - 1) {
+    if ((training || e->has_loss) && st->index == e->stages - 1) {
         size_t bytes = (size_t)e->mb_size * bt_dtype_size(e->dtype);
         BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2H,
                                   (unsigned char *)st->loss_host + (size_t)mb * bytes,
@@ -492,9 +492,10 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
         default: w->transfer_ms += d; break;
         }
     }
-    if (e->job != BT_JOB_FORWARD && st->index == e->stages - 1) {
+    if ((e->job != BT_JOB_FORWARD || e->has_loss) && st->index == e->stages - 1) {
         size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
         double sum = 0;
+        if (e->job == BT_JOB_FORWARD && e->loss_out) memcpy(e->loss_out, st->loss_host, n * bt_dtype_size(e->dtype));
         if (e->dtype == BT_F64)
             for (size_t i = 0; i < n; i++) sum += ((const double *)st->loss_host)[i];
         else

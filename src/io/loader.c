@@ -1,6 +1,7 @@
 /* io/loader.c: the prefetching batch loader (see loader.h). A ring of `prefetch` slots: the
  * loader thread fills slot k with the k-th batch of the stream while the consumer trains on an
- * earlier one. The permutation of an epoch is a seeded Fisher-Yates shuffle, recomputed by the
+ * earlier one. It gathers rows of columns (io/columns.h); a classic bt_dataset is its two columns
+ * (samples, labels), and its batches also carry them as inputs and labels. The permutation of an epoch is a seeded Fisher-Yates shuffle, recomputed by the
  * thread when it enters an epoch, so (seed, epoch, index) fully determines a batch. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,14 +12,14 @@
 #include "io/loader.h"
 
 typedef struct loader_slot {
-    float *inputs;
-    int32_t *labels;
+    void *cols[BT_COLUMNS_MAX];
     bt_batch batch;
     int full;
 } loader_slot;
 
 struct bt_loader {
-    const bt_dataset *ds;
+    bt_columns cols;       /* views: the data belongs to the caller */
+    int classic;           /* made from a bt_dataset: column 0 samples, column 1 labels */
     int64_t batch, per_epoch;
     int shuffle, drop_last;
     uint64_t seed;
@@ -41,7 +42,7 @@ struct bt_loader {
 
 static void make_perm(bt_loader *l, int64_t epoch)
 {
-    int64_t n = l->ds->n;
+    int64_t n = l->cols.n;
     for (int64_t i = 0; i < n; i++) l->perm[i] = i;
     if (l->shuffle) {
         uint64_t s = bt_mix64(l->seed ^ bt_mix64((uint64_t)epoch + 1));
@@ -56,19 +57,31 @@ static void make_perm(bt_loader *l, int64_t epoch)
     l->perm_epoch = epoch;
 }
 
+static size_t row_bytes(const bt_column *c) { return (size_t)c->numel * bt_dtype_size(c->dtype); }
+
 static void fill(bt_loader *l, loader_slot *slot, int64_t epoch, int64_t index)
 {
-    const bt_dataset *ds = l->ds;
+    const bt_columns *cols = &l->cols;
     if (l->perm_epoch != epoch) make_perm(l, epoch);
-    int64_t numel = ds->sample_numel, start = index * l->batch, valid = 0;
+    int64_t start = index * l->batch, valid = 0;
     for (int64_t r = 0; r < l->batch; r++) {
         int64_t pos = start + r;
-        int64_t src = pos < ds->n ? l->perm[pos] : l->perm[0];
-        if (pos < ds->n) valid++;
-        memcpy(slot->inputs + r * numel, ds->inputs + src * numel, (size_t)numel * sizeof(float));
-        slot->labels[r] = ds->labels[src];
+        int64_t src = pos < cols->n ? l->perm[pos] : l->perm[0];
+        if (pos < cols->n) valid++;
+        for (int c = 0; c < cols->n_cols; c++) {
+            size_t row = row_bytes(&cols->col[c]);
+            memcpy((char *)slot->cols[c] + (size_t)r * row, (const char *)cols->col[c].data + (size_t)src * row, row);
+        }
     }
-    slot->batch = (bt_batch){slot->inputs, slot->labels, valid, epoch, index};
+    memset(&slot->batch, 0, sizeof slot->batch);
+    for (int c = 0; c < cols->n_cols; c++) slot->batch.cols[c] = slot->cols[c];
+    if (l->classic) {
+        slot->batch.inputs = slot->cols[0];
+        slot->batch.labels = slot->cols[1];
+    }
+    slot->batch.valid = valid;
+    slot->batch.epoch = epoch;
+    slot->batch.index = index;
 }
 
 static void *loader_main(void *arg)
@@ -109,17 +122,18 @@ static void buffer_free(bt_loader *l, void *p)
     else free(p);
 }
 
-bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
-                           uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out)
+static bt_status create(const bt_columns *cols, int classic, int64_t batch, int shuffle, int drop_last,
+                        uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out)
 {
-    if (!ds || batch < 1 || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create: bad arguments");
-    int64_t per_epoch = drop_last ? ds->n / batch : (ds->n + batch - 1) / batch;
+    int64_t per_epoch = drop_last ? cols->n / batch : (cols->n + batch - 1) / batch;
     if (per_epoch < 1)
         return bt_error(BT_ERR_INVALID_ARG, "the dataset has %lld samples, fewer than one batch of %lld",
-                        (long long)ds->n, (long long)batch);
+                        (long long)cols->n, (long long)batch);
     bt_loader *l = calloc(1, sizeof *l);
     if (!l) return bt_error(BT_ERR_NOMEM, "loader: out of memory");
-    l->ds = ds;
+    l->cols = *cols;
+    for (int c = 0; c < l->cols.n_cols; c++) l->cols.col[c].owned = 0;
+    l->classic = classic;
     l->mem = mem;
     l->batch = batch;
     l->per_epoch = per_epoch;
@@ -128,14 +142,14 @@ bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int
     l->seed = seed;
     l->perm_epoch = -1;
     l->n_slots = prefetch < 1 ? 1 : prefetch;
-    l->perm = malloc((size_t)ds->n * sizeof *l->perm);
+    l->perm = malloc((size_t)cols->n * sizeof *l->perm);
     l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
     int ok = l->perm && l->slots;
-    for (int i = 0; ok && i < l->n_slots; i++) {
-        l->slots[i].inputs = buffer(l, (size_t)batch * (size_t)ds->sample_numel * sizeof(float));
-        l->slots[i].labels = buffer(l, (size_t)batch * sizeof(int32_t));
-        ok = l->slots[i].inputs && l->slots[i].labels;
-    }
+    for (int i = 0; ok && i < l->n_slots; i++)
+        for (int c = 0; ok && c < cols->n_cols; c++) {
+            l->slots[i].cols[c] = buffer(l, (size_t)batch * row_bytes(&cols->col[c]));
+            ok = l->slots[i].cols[c] != NULL;
+        }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     if (!ok || pthread_create(&l->thread, NULL, loader_main, l) != 0) {
@@ -146,6 +160,27 @@ bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int
     l->started = 1;
     *out = l;
     return BT_OK;
+}
+
+bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
+                           uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out)
+{
+    if (!ds || batch < 1 || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create: bad arguments");
+    bt_columns cols;
+    memset(&cols, 0, sizeof cols);
+    cols.n = ds->n;
+    cols.n_cols = 2;
+    cols.col[0] = (bt_column){.dtype = BT_F32, .numel = ds->sample_numel, .data = ds->inputs};
+    cols.col[1] = (bt_column){.dtype = BT_I32, .numel = 1, .data = ds->labels};
+    return create(&cols, 1, batch, shuffle, drop_last, seed, prefetch, mem, out);
+}
+
+bt_status bt_loader_create_columns(const bt_columns *cols, int64_t batch, int shuffle, int drop_last,
+                                   uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out)
+{
+    if (!cols || cols->n_cols < 1 || batch < 1 || !out)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create_columns: bad arguments");
+    return create(cols, 0, batch, shuffle, drop_last, seed, prefetch, mem, out);
 }
 
 void bt_loader_destroy(bt_loader *l)
@@ -160,10 +195,8 @@ void bt_loader_destroy(bt_loader *l)
     }
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
-    for (int i = 0; l->slots && i < l->n_slots; i++) {
-        buffer_free(l, l->slots[i].inputs);
-        buffer_free(l, l->slots[i].labels);
-    }
+    for (int i = 0; l->slots && i < l->n_slots; i++)
+        for (int c = 0; c < l->cols.n_cols; c++) buffer_free(l, l->slots[i].cols[c]);
     free(l->slots);
     free(l->perm);
     free(l);

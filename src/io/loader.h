@@ -11,13 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/columns.h"
 #include "io/idx.h"
 
 typedef struct bt_loader bt_loader;
 
 typedef struct bt_batch {
-    const float *inputs;   /* (batch, sample_numel) */
-    const int32_t *labels; /* (batch) */
+    const float *inputs;   /* (batch, sample_numel): a loader of a bt_dataset; else NULL */
+    const int32_t *labels; /* (batch): a loader of a bt_dataset; else NULL */
+    const void *cols[BT_COLUMNS_MAX]; /* (batch, numel) of each column, in the columns' order */
     int64_t valid;         /* rows that are real samples (< batch only for a padded last batch) */
     int64_t epoch, index;  /* position of this batch */
 } bt_batch;
@@ -33,6 +35,10 @@ typedef struct bt_host_memory {
  * (pads with row 0). */
 bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int drop_last,
                            uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out);
+/* The same for any input signature: a batch holds rows of every column (cols must outlive the
+ * loader; its data is read, never changed). */
+bt_status bt_loader_create_columns(const bt_columns *cols, int64_t batch, int shuffle, int drop_last,
+                                   uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out);
 void bt_loader_destroy(bt_loader *loader);
 /* Batches per epoch. */
 int64_t bt_loader_batches_per_epoch(const bt_loader *loader);

@@ -602,7 +602,7 @@ static bt_status read_recompute(loader *L, const bt_ynode *train)
 
 /* ---- the model -------------------------------------------------------------------------------- */
 
-static const char *const top_keys[] = {"format", "name", "inputs", "layers", "parallel",
+static const char *const top_keys[] = {"format", "name", "dtype", "inputs", "layers", "parallel",
                                        "train", "data", NULL};
 
 /* The model's default name: the file name without directories and extension. */
@@ -642,6 +642,13 @@ static bt_status interpret(loader *L, const bt_ynode *root, bt_model *m)
         m->name = default_name(ld->file);
     }
     if (!m->name) return bt_error(BT_ERR_NOMEM, "out of memory");
+    m->dtype = BT_F32;
+    if ((v = bt_ymap_get(root, "dtype"))) {
+        static const char *const dtypes[] = {"f32", "f64", NULL};
+        int k;
+        BT_TRY(bt_ld_enum(ld, v, "dtype", dtypes, &k));
+        m->dtype = k ? BT_F64 : BT_F32;
+    }
 
     BT_TRY(bt_graph_create(&m->graph));
     L->graph = m->graph;
@@ -656,7 +663,11 @@ static bt_status interpret(loader *L, const bt_ynode *root, bt_model *m)
     BT_TRY(read_recompute(L, bt_ymap_get(root, "train")));
     BT_TRY(bt_ld_parallel(ld, bt_ymap_get(root, "parallel"), m->graph, L->pinned_stages,
                           &m->train, &m->parallel));
-    BT_TRY(bt_ld_data(ld, bt_ymap_get(root, "data"), &m->data));
+    BT_TRY(bt_ld_data(ld, bt_ymap_get(root, "data"), m->graph, &m->data));
+    if (m->dtype == BT_F64 && m->train.precision != BT_F32)
+        return bt_ld_error(ld, bt_ymap_get(root, "dtype"), BT_ERR_MODEL,
+                           "dtype: f64 computes in float64; train.precision %s needs dtype: f32 (f32 master "
+                           "weights)", bt_dtype_name(m->train.precision));
     return BT_OK;
 }
 
@@ -716,6 +727,10 @@ static void free_source(bt_data_source *src)
 {
     free((char *)src->images);
     free((char *)src->labels);
+    for (int i = 0; i < src->n_inputs; i++) {
+        free((char *)src->input_names[i]);
+        free((char *)src->input_files[i]);
+    }
 }
 
 void bt_model_destroy(bt_model *m)

@@ -455,11 +455,54 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
 
 /* ---- data: ----------------------------------------------------------------------------------- */
 
-static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what,
+/* npy per input: inputs: {name: file, ...}, naming every model input and nothing else; the files'
+ * shapes and values are checked when the data is loaded (io/columns.c). */
+static bt_status read_input_files(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
+                                  bt_data_source *src)
+{
+    char sub[96];
+    if (!node || node->kind != BT_Y_MAP || bt_ymap_len(node) == 0)
+        return bt_ld_error(ld, node, BT_ERR_MODEL, "%s.inputs must be a non-empty mapping of input name: file.npy",
+                           what);
+    if (bt_ymap_len(node) > BT_DATA_MAX_INPUTS)
+        return bt_ld_error(ld, node, BT_ERR_MODEL, "%s.inputs names %d files; at most %d", what, bt_ymap_len(node),
+                           BT_DATA_MAX_INPUTS);
+    for (int i = 0; i < bt_ymap_len(node); i++) {
+        const bt_ynode *key = bt_ymap_key(node, i);
+        const char *s;
+        snprintf(sub, sizeof sub, "%s.inputs.%s", what, key->text);
+        int known = 0;
+        for (int k = 0; k < bt_graph_num_inputs(graph); k++) {
+            bt_input_info in;
+            if (bt_graph_input(graph, k, &in) == BT_OK && strcmp(in.name, key->text) == 0) known = 1;
+        }
+        if (!known)
+            return bt_ld_error(ld, key, BT_ERR_MODEL, "%s.inputs: '%s' is not one of the model's inputs", what,
+                               key->text);
+        BT_TRY(bt_ld_string(ld, bt_ymap_val(node, i), sub, &s));
+        src->input_names[i] = bt_strdup(key->text);
+        src->input_files[i] = bt_strdup(s);
+        src->n_inputs = i + 1;
+        if (!src->input_names[i] || !src->input_files[i]) return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k < bt_graph_num_inputs(graph); k++) {
+        bt_input_info in;
+        int given = 0;
+        BT_TRY(bt_graph_input(graph, k, &in));
+        for (int i = 0; i < src->n_inputs; i++) given |= strcmp(src->input_names[i], in.name) == 0;
+        if (!given)
+            return bt_ld_error(ld, node, BT_ERR_MODEL, "%s.inputs has no file for the model's input '%s'", what,
+                               in.name);
+    }
+    return BT_OK;
+}
+
+static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
                              bt_data_source *src)
 {
     static const char *const types[] = {"synthetic", "idx", "npy", NULL};
     static const char *const file_keys[] = {"type", "images", "labels", "shuffle", NULL};
+    static const char *const npy_keys[] = {"type", "images", "labels", "inputs", "shuffle", NULL};
     static const char *const synthetic_keys[] = {"type", "samples", "shuffle", NULL};
     const bt_ynode *map, *v;
     char sub[64];
@@ -470,12 +513,19 @@ static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *
     int k;
     BT_TRY(bt_ld_enum(ld, v, sub, types, &k));
     src->kind = (bt_data_kind)(k + 1);
-    BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys : file_keys));
+    BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys
+                                     : src->kind == BT_DATA_NPY     ? npy_keys
+                                                                    : file_keys));
     if (src->kind == BT_DATA_SYNTHETIC) {
         src->samples = 10000;
         snprintf(sub, sizeof sub, "%s.samples", what);
         if ((v = bt_ymap_get(map, "samples")))
             BT_TRY(bt_ld_int(ld, v, sub, 1, INT64_MAX, &src->samples));
+    } else if (src->kind == BT_DATA_NPY && (v = bt_ymap_get(map, "inputs"))) {
+        if (bt_ymap_get(map, "images") || bt_ymap_get(map, "labels"))
+            return bt_ld_error(ld, v, BT_ERR_MODEL,
+                               "%s: give either inputs: {name: file, ...} or images: and labels:, not both", what);
+        BT_TRY(read_input_files(ld, v, what, graph, src));
     } else {
         const char *s;
         snprintf(sub, sizeof sub, "%s.images", what);
@@ -492,13 +542,22 @@ static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *
     return BT_OK;
 }
 
-bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, bt_data_config *cfg)
+bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph, bt_data_config *cfg)
 {
     static const char *const keys[] = {"train", "eval", NULL};
     const bt_ynode *map, *v;
+    if (node && node->kind == BT_Y_SCALAR && !bt_ynode_is_null(node)) {
+        /* data: synthetic, the short form of data: {train: {type: synthetic}} */
+        if (strcmp(node->text, "synthetic") != 0)
+            return bt_ld_error(ld, node, BT_ERR_MODEL,
+                               "data must be a mapping (train:, eval:) or 'synthetic', not '%s'", node->text);
+        cfg->train.kind = BT_DATA_SYNTHETIC;
+        cfg->train.samples = 10000;
+        return BT_OK;
+    }
     BT_TRY(bt_ld_map(ld, node, "data", &map));
     BT_TRY(bt_ld_keys(ld, map, "data", keys));
-    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", &cfg->train));
-    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", &cfg->eval));
+    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", graph, &cfg->train));
+    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", graph, &cfg->eval));
     return BT_OK;
 }

@@ -18,6 +18,7 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph,
                          int pinned_stages, const bt_train_config *train,
                          bt_parallel_config *cfg);
-bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, bt_data_config *cfg);
+/* graph: the model's inputs, which npy inputs: must name (each of them, none other). */
+bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, const bt_graph *graph, bt_data_config *cfg);
 
 #endif

@@ -16,6 +16,7 @@ void bt_search_params_init(bt_search_params *p)
 {
     memset(p, 0, sizeof *p);
     p->training = 1;
+    p->dtype = BT_F32;
     p->precision = BT_F32;
     p->devices = "cpu:0";
     p->cores = 1;
@@ -141,6 +142,7 @@ static void try_one(const bt_search_params *sp, const choices *c, const bt_profi
     lp.schedule = k->schedule;
     lp.memory = sp->memory;
     lp.graph = sp->graph;
+    lp.dtype = sp->dtype;
     lp.precision = sp->precision;
     lp.optimizer_slots = sp->optimizer_slots;
     lp.recompute = k->recompute;

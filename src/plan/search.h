@@ -30,6 +30,7 @@ typedef struct bt_search_params {
     const bt_graph *graph;      /* for the memory model (required) */
     int64_t batch;              /* samples per step */
     int training;               /* 0: forward only (the stream schedule, no recomputation) */
+    bt_dtype dtype;             /* the engine's (f32, or f64: memory priced at 8 bytes) */
     bt_dtype precision;
     int optimizer_slots;
     const char *devices;        /* candidate devices in pipeline order; p stages use the first p */

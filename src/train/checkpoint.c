@@ -459,7 +459,7 @@ done:
 bt_status bt_checkpoint_load_weights(bt_engine *e, const bt_graph *g, const char *path)
 {
     bt_st_file *f = NULL;
-    BT_TRY(bt_st_open(path, &f));
+    BT_TRY(open_checkpoint(path, &f));
     bt_status st = bt_checkpoint_verify_tensors(f);
     if (st == BT_OK) st = restore(e, g, f, 0);
     bt_st_close(f);

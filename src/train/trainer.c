@@ -1,6 +1,10 @@
-/* train/trainer.c: the training loop (see trainer.h). The model must have one float input (the
- * samples) and one integer input (the labels) read by the loss layer; that is the shape of every
- * supervised data source baton reads. Nothing non-finite passes silently: the engine stops a step
+/* train/trainer.c: the training loop (see trainer.h). Any input signature trains: the data is one
+ * column per model input (io/columns.h), from npy files named per input, synthetic columns shaped
+ * like the declaration, or, for the classic signature (one float input, one integer label), an
+ * IDX or npy (images, labels) pair or the synthetic teacher task. Accuracy is scored where the
+ * loss's second input is a model input holding class indices into its first input's last
+ * dimension. Without an eval source, synthetic data holds out an eval set; files are evaluated
+ * on the training set, and the eval events say so (bt_train_event.on_train). Nothing non-finite passes silently: the engine stops a step
  * whose gradients are not finite, the trainer a loss or an eval loss that is not, and no
  * checkpoint is written unless every weight and optimizer buffer is finite, so a diverged run
  * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). */
@@ -13,6 +17,7 @@
 #include "core/util.h"
 #include "core/error.h"
 #include "graph/graph_internal.h"
+#include "io/columns.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "train/checkpoint.h"
@@ -23,49 +28,108 @@ struct bt_trainer {
     const bt_model *model;
     bt_engine *engine;
     bt_trainer_opts opts;
-    const char *input_name, *label_name;
+    bt_column spec[BT_COLUMNS_MAX]; /* one per model input, in the graph's order */
+    int n_spec;
+    int input_col, label_col;  /* classic signature: the float input and the i32 label; else -1 */
+    int score_col;             /* the column holding the loss's class labels, or -1 */
     const char *logits_layer;  /* layer whose output the loss reads as logits, or NULL */
-    int64_t sample_numel;
     int n_classes;
-    bt_dataset train, eval;
+    bt_dataset train, eval;    /* classic sources (IDX, npy pairs, the teacher task) */
+    bt_columns train_cols, eval_cols;
     int has_eval;
+    int eval_on_train;         /* no eval source: evaluation reads the training set */
     bt_loader *train_loader, *eval_loader;
     bt_dir_lock *ckpt_lock;    /* held while checkpoint_dir is ours */
     bt_host_memory host_mem;   /* the loaders' buffers: the engine's page-locked memory */
     int64_t total_steps, first_step; /* first_step: batches already consumed (the data position) */
     int64_t saved_step;        /* the step of the last checkpoint this run wrote or resumed, -1: none */
-    float *logits;             /* (batch, classes) */
-    float *losses;             /* (batch) */
+    void *logits;              /* (batch, classes), engine dtype */
+    void *losses;              /* (batch), engine dtype */
 };
 
-/* Finds the sample and label inputs and the logits layer from the graph. */
+/* Exclusive upper bound a consumer's shape rule declared for an integer value (a class count, a
+ * vocabulary), or 0. */
+static int64_t int_range(const bt_graph *g, int value)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] == value && g->nodes[i].int_hi[k] > 0) return g->nodes[i].int_hi[k];
+    return 0;
+}
+
+/* One column per model input, the classic pair if the signature is one, and the logits layer. */
 static bt_status inspect_graph(bt_trainer *t)
 {
     const bt_graph *g = t->model->graph;
     if (!bt_graph_is_trainable(g))
         return bt_error(BT_ERR_MODEL, "%s: the last layer is not a loss, so there is nothing to train",
                         t->model->path ? t->model->path : "model");
+    if (g->n_inputs > BT_COLUMNS_MAX)
+        return bt_error(BT_ERR_UNSUPPORTED, "training from data takes at most %d inputs; this model has %d",
+                        BT_COLUMNS_MAX, g->n_inputs);
     const bt_node *loss = &g->nodes[g->n_nodes - 1];
+    int n_float = 0, n_int = 0;
+    t->input_col = t->label_col = t->score_col = -1;
     for (int i = 0; i < g->n_inputs; i++) {
         const bt_value *v = &g->values[g->inputs[i]];
-        if (v->dtype == BT_I32) {
-            if (!t->label_name) t->label_name = v->name;
-        } else if (!t->input_name) {
-            t->input_name = v->name;
-            t->sample_numel = bt_shape_numel(&v->shape);
-        }
+        bt_column *c = &t->spec[i];
+        memset(c, 0, sizeof *c);
+        snprintf(c->name, sizeof c->name, "%s", v->name);
+        c->dtype = v->dtype == BT_I32 ? BT_I32 : bt_engine_dtype(t->engine);
+        c->shape = v->shape;
+        c->numel = bt_shape_numel(&v->shape);
+        c->int_hi = v->dtype == BT_I32 ? int_range(g, g->inputs[i]) : 0;
+        if (v->dtype == BT_I32) n_int++, t->label_col = i;
+        else n_float++, t->input_col = i;
     }
-    if (!t->input_name || !t->label_name || g->n_inputs != 2)
-        return bt_error(BT_ERR_UNSUPPORTED,
-                        "training from data needs exactly one float input and one i32 label input; "
-                        "this model has %d inputs", g->n_inputs);
+    t->n_spec = g->n_inputs;
+    if (!(g->n_inputs == 2 && n_float == 1 && n_int == 1)) t->input_col = t->label_col = -1;
     const bt_value *logits = &g->values[loss->in[0]];
     t->n_classes = logits->shape.ndim ? (int)logits->shape.dim[logits->shape.ndim - 1] : 1;
-    /* A loss whose second input holds class indices into its first input's last dimension (the
-     * range its shape rule declares, as cross_entropy's does) scores accuracy on that input. */
+    /* A loss whose second input is a model input holding class indices into its first input's
+     * last dimension (the range its shape rule declares, as cross_entropy's does) scores accuracy
+     * on that input, one class per sample. */
     if (loss->n_in > 1 && loss->int_hi[1] == t->n_classes && logits->producer >= 0)
-        t->logits_layer = g->layers[g->nodes[logits->producer].layer].name;
+        for (int i = 0; i < g->n_inputs; i++)
+            if (g->inputs[i] == loss->in[1] && t->spec[i].numel == 1) t->score_col = i;
+    if (t->score_col >= 0) t->logits_layer = g->layers[g->nodes[logits->producer].layer].name;
     return BT_OK;
+}
+
+/* The inputs' names, "image (f32 [784]), label (i32 [])", for messages. */
+static const char *signature(const bt_trainer *t, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < t->n_spec && used < size; i++) {
+        char shape[64];
+        used += (size_t)snprintf(buf + used, size - used, "%s%s (%s %s)", i ? ", " : "", t->spec[i].name,
+                                 bt_dtype_name(t->spec[i].dtype), bt_shape_format(&t->spec[i].shape, shape, sizeof shape));
+    }
+    return buf;
+}
+
+/* Loads one source into cols (ds holds a classic source's arrays). */
+static bt_status load_source(bt_trainer *t, const bt_data_source *src, const char *what, int split, bt_dataset *ds,
+                             bt_columns *cols)
+{
+    char sig[512];
+    int classic = t->input_col >= 0;
+    if (src->kind == BT_DATA_NPY && src->n_inputs > 0) {
+        bt_status st = bt_columns_load_npy(src, t->spec, t->n_spec, cols);
+        return st == BT_OK ? BT_OK : bt_error_context(st, "%s", what);
+    }
+    if (src->kind == BT_DATA_SYNTHETIC && !classic)
+        return bt_columns_synthetic(t->spec, t->n_spec, src->samples > 0 ? src->samples : 10000, t->opts.seed, split,
+                                    cols);
+    if (!classic)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s: images: and labels: feed a model with one float input and one integer label; this "
+                        "model's inputs are %s: name a file per input (type: npy, inputs: {name: file.npy, ...})",
+                        what, signature(t, sig, sizeof sig));
+    int64_t numel = t->spec[t->input_col].numel;
+    BT_TRY(bt_dataset_load(src, numel, t->n_classes, t->opts.seed, split, ds));
+    return bt_columns_from_dataset(ds, t->spec, t->n_spec, t->input_col, t->label_col, cols);
 }
 
 static bt_status engine_host_alloc(void *ctx, size_t bytes, void **out)
@@ -79,28 +143,30 @@ static bt_status load_data(bt_trainer *t)
 {
     const bt_data_config *d = &t->model->data;
     bt_data_source train = d->train;
-    if (train.kind == BT_DATA_NONE) {
-        train.kind = BT_DATA_SYNTHETIC;
-        train.samples = 10000;
-        train.shuffle = 1;
-    }
-    BT_TRY(bt_dataset_load(&train, t->sample_numel, t->n_classes, t->opts.seed, 0, &t->train));
+    if (train.kind == BT_DATA_NONE)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s has no data.train: give data: {train: {type: npy, inputs: {...}}} (or idx), or ask for "
+                        "made-up data with data: synthetic (the baton command: --synthetic)",
+                        t->model->path ? t->model->path : "the model");
+    BT_TRY(load_source(t, &train, "data.train", 0, &t->train, &t->train_cols));
     if (d->eval.kind != BT_DATA_NONE) {
-        BT_TRY(bt_dataset_load(&d->eval, t->sample_numel, t->n_classes, t->opts.seed, 1, &t->eval));
+        BT_TRY(load_source(t, &d->eval, "data.eval", 1, &t->eval, &t->eval_cols));
         t->has_eval = 1;
     } else if (train.kind == BT_DATA_SYNTHETIC) {
         bt_data_source held_out = train;
         held_out.samples = train.samples / 5 > 0 ? train.samples / 5 : 1;
-        BT_TRY(bt_dataset_load(&held_out, t->sample_numel, t->n_classes, t->opts.seed, 1, &t->eval));
+        BT_TRY(load_source(t, &held_out, "data.train", 1, &t->eval, &t->eval_cols));
         t->has_eval = 1;
+    } else {
+        t->eval_on_train = 1;
     }
     int64_t batch = bt_engine_batch(t->engine);
     int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
     t->host_mem = (bt_host_memory){.alloc = engine_host_alloc, .free = engine_host_free, .ctx = t->engine};
-    BT_TRY(bt_loader_create(&t->train, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
-                            &t->train_loader));
-    const bt_dataset *ev = t->has_eval ? &t->eval : &t->train;
-    BT_TRY(bt_loader_create(ev, batch, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
+    BT_TRY(bt_loader_create_columns(&t->train_cols, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
+                                    &t->train_loader));
+    const bt_columns *ev = t->has_eval ? &t->eval_cols : &t->train_cols;
+    BT_TRY(bt_loader_create_columns(ev, batch, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
     return BT_OK;
 }
 
@@ -158,8 +224,9 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
     BT_TRY_GOTO(st, load_data(t), fail);
     int64_t batch = bt_engine_batch(engine);
-    t->logits = malloc((size_t)batch * (size_t)t->n_classes * sizeof *t->logits);
-    t->losses = malloc((size_t)batch * sizeof *t->losses);
+    size_t real = bt_dtype_size(bt_engine_dtype(engine));
+    t->logits = malloc((size_t)batch * (size_t)t->n_classes * real);
+    t->losses = malloc((size_t)batch * real);
     if (!t->logits || !t->losses) {
         st = bt_error(BT_ERR_NOMEM, "trainer: out of memory");
         goto fail;
@@ -183,6 +250,8 @@ void bt_trainer_destroy(bt_trainer *t)
     bt_loader_destroy(t->train_loader);
     bt_loader_destroy(t->eval_loader);
     bt_dir_lock_release(t->ckpt_lock);
+    bt_columns_free(&t->train_cols);
+    bt_columns_free(&t->eval_cols);
     bt_dataset_free(&t->train);
     bt_dataset_free(&t->eval);
     free(t->logits);
@@ -193,12 +262,33 @@ void bt_trainer_destroy(bt_trainer *t)
 int64_t bt_trainer_total_steps(const bt_trainer *t) { return t->total_steps; }
 int64_t bt_trainer_first_step(const bt_trainer *t) { return t->first_step; }
 int bt_trainer_nothing_to_do(const bt_trainer *t) { return t->opts.resume && t->first_step >= t->total_steps; }
-int64_t bt_trainer_train_samples(const bt_trainer *t) { return t->train.n; }
+int64_t bt_trainer_train_samples(const bt_trainer *t) { return t->train_cols.n; }
+int bt_trainer_evaluates_on_train(const bt_trainer *t) { return t->eval_on_train; }
 
 static void feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
 {
-    feeds[0] = (bt_feed){t->input_name, b->inputs, BT_F32};
-    feeds[1] = (bt_feed){t->label_name, b->labels, BT_I32};
+    for (int c = 0; c < t->n_spec; c++) feeds[c] = (bt_feed){t->spec[c].name, b->cols[c], t->spec[c].dtype};
+}
+
+static double real_at(const void *p, int64_t i, bt_dtype dtype)
+{
+    return dtype == BT_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
+}
+
+void bt_score_logits(const void *logits, bt_dtype dtype, int64_t rows, int classes, const int32_t *labels,
+                     double *loss_sum, int64_t *correct)
+{
+    int C = classes;
+    for (int64_t r = 0; r < rows; r++) {
+        int best = 0;
+        double mx = real_at(logits, r * C, dtype), sum = 0;
+        for (int c = 1; c < C; c++)
+            if (real_at(logits, r * C + c, dtype) > real_at(logits, r * C + best, dtype)) best = c;
+        for (int c = 1; c < C; c++) mx = fmax(mx, real_at(logits, r * C + c, dtype));
+        for (int c = 0; c < C; c++) sum += exp(real_at(logits, r * C + c, dtype) - mx);
+        *loss_sum += mx + log(sum) - real_at(logits, r * C + labels[r], dtype);
+        *correct += best == labels[r];
+    }
 }
 
 bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int64_t *samples)
@@ -207,28 +297,19 @@ bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int
     int64_t batches = bt_loader_batches_per_epoch(t->eval_loader), correct = 0, seen = 0;
     double loss_sum = 0;
     int C = t->n_classes;
+    bt_dtype dtype = bt_engine_dtype(t->engine);
     BT_TRY(bt_loader_seek(t->eval_loader, 0, 0));
     for (int64_t k = 0; k < batches && st == BT_OK; k++) {
         bt_batch b;
         BT_TRY(bt_loader_next(t->eval_loader, &b));
-        bt_feed feeds[2];
+        bt_feed feeds[BT_COLUMNS_MAX];
         feeds_for(t, &b, feeds);
         if (t->logits_layer) {
-            st = bt_engine_forward_layer(t->engine, feeds, 2, t->logits_layer, t->logits, NULL);
-            for (int64_t r = 0; st == BT_OK && r < b.valid; r++) {
-                const float *z = t->logits + r * C;
-                int best = 0;
-                double mx = z[0], sum = 0;
-                for (int c = 1; c < C; c++)
-                    if (z[c] > z[best]) best = c;
-                for (int c = 1; c < C; c++) mx = fmax(mx, z[c]);
-                for (int c = 0; c < C; c++) sum += exp((double)z[c] - mx);
-                loss_sum += mx + log(sum) - z[b.labels[r]];
-                correct += best == b.labels[r];
-            }
+            st = bt_engine_forward_layer(t->engine, feeds, t->n_spec, t->logits_layer, t->logits, NULL);
+            if (st == BT_OK) bt_score_logits(t->logits, dtype, b.valid, C, b.cols[t->score_col], &loss_sum, &correct);
         } else {
-            st = bt_engine_forward(t->engine, feeds, 2, t->losses, NULL);
-            for (int64_t r = 0; st == BT_OK && r < b.valid; r++) loss_sum += t->losses[r];
+            st = bt_engine_forward(t->engine, feeds, t->n_spec, t->losses, NULL);
+            for (int64_t r = 0; st == BT_OK && r < b.valid; r++) loss_sum += real_at(t->losses, r, dtype);
         }
         seen += b.valid;
         bt_loader_release(t->eval_loader);
@@ -314,7 +395,8 @@ static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *u
 
 static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
 {
-    bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps};
+    bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps,
+                         .on_train = t->eval_on_train};
     double t0 = bt_now_ms();
     BT_TRY(bt_trainer_evaluate(t, &ev.accuracy, &ev.loss, &ev.samples));
     ev.eval_ms = bt_now_ms() - t0;
@@ -332,10 +414,10 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
     for (int64_t step = t->first_step; step < t->total_steps; step++) {
         bt_batch b;
         BT_TRY(bt_loader_next(t->train_loader, &b));
-        bt_feed feeds[2];
+        bt_feed feeds[BT_COLUMNS_MAX];
         feeds_for(t, &b, feeds);
         bt_step_result r;
-        bt_status st = bt_engine_train_step(t->engine, feeds, 2, &r);
+        bt_status st = bt_engine_train_step(t->engine, feeds, t->n_spec, &r);
         bt_loader_release(t->train_loader);
         if (st == BT_ERR_NUMERIC) return st; /* the engine's message names the step */
         if (st != BT_OK) return bt_error_context(st, "step %lld", (long long)step + 1);

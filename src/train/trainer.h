@@ -1,7 +1,8 @@
 /* train/trainer.h: training a model for real. A trainer owns the datasets and loaders of a model's
- * data: section (synthetic when it has none), drives an engine step by step, evaluates on the eval
- * set through the forward-only schedule (accuracy from the loss layer's logits), writes
- * checkpoints, and resumes exactly from one. It reports through a callback and never prints. */
+ * data: section (one column per model input, any signature; a model without data.train is
+ * refused: synthetic data only when the section asks for it), drives an engine step by step,
+ * evaluates on the eval set through the forward-only schedule (accuracy from the loss layer's
+ * logits), writes checkpoints, and resumes exactly from one. It reports through a callback and never prints. */
 #ifndef BT_TRAIN_TRAINER_H
 #define BT_TRAIN_TRAINER_H
 
@@ -35,6 +36,7 @@ typedef struct bt_train_event {
     int64_t samples;                   /* BT_EV_EVAL: samples evaluated */
     double eval_ms;
     const char *path;                  /* BT_EV_CHECKPOINT */
+    int on_train;                      /* BT_EV_EVAL: measured on the training set (no eval source) */
 } bt_train_event;
 
 typedef void (*bt_train_callback)(const bt_train_event *ev, void *user);
@@ -51,13 +53,22 @@ void bt_trainer_destroy(bt_trainer *trainer);
 int64_t bt_trainer_total_steps(const bt_trainer *trainer);
 int64_t bt_trainer_first_step(const bt_trainer *trainer);
 int64_t bt_trainer_train_samples(const bt_trainer *trainer);
+/* 1 when there is no eval source and evaluation reads the training set (files without data.eval;
+ * synthetic data holds an eval set out instead). */
+int bt_trainer_evaluates_on_train(const bt_trainer *trainer);
 /* 1 when the resumed checkpoint is already at or past the last step (a run asked for fewer
  * steps than it holds): bt_trainer_run then does nothing (no step, evaluation or checkpoint), so
  * the checkpoint file is left exactly as it is, keeping its data position. */
 int bt_trainer_nothing_to_do(const bt_trainer *trainer);
+/* Scores rows of logits (classes per row, in dtype BT_F32 or BT_F64) against labels the way
+ * evaluation does: adds each row's cross-entropy (computed in double) to *loss_sum and each
+ * correct argmax to *correct. `baton predict` uses it, so it reproduces an eval exactly. */
+void bt_score_logits(const void *logits, bt_dtype dtype, int64_t rows, int classes, const int32_t *labels,
+                     double *loss_sum, int64_t *correct);
 /* Runs the remaining steps, evaluations and checkpoints. */
 bt_status bt_trainer_run(bt_trainer *trainer, bt_train_callback cb, void *user);
-/* Evaluates once on the eval set (or the training set when there is none). */
+/* Evaluates once on the eval set (or the training set when there is none: see
+ * bt_trainer_evaluates_on_train). */
 bt_status bt_trainer_evaluate(bt_trainer *trainer, double *accuracy, double *loss, int64_t *samples);
 
 #endif

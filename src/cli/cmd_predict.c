@@ -1,0 +1,207 @@
+/* cli/cmd_predict.c: `baton predict MODEL.yaml --weights CKPT --input x.npy [--output y.npy]
+ * [--output-layer NAME] [--labels y.npy]`: loads trained weights into an inference engine (the
+ * forward-only schedule across the model's stages and devices), streams the npy inputs through it
+ * in batches (train/predict.c), writes the chosen layer's outputs, and reports accuracy and loss
+ * when labels are given, throughput and per-batch latency (p50, p99). A file that does not exist
+ * is a usage error (exit 2), as is data that does not fit the model. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "core/strutil.h"
+#include "train/checkpoint.h"
+#include "train/predict.h"
+
+static void predict_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: baton predict MODEL.yaml --weights CKPT --input X.npy [KEY=VALUE ...] [options]\n"
+            "\n"
+            "Runs trained weights forward on npy inputs through the model's pipeline (forward-only\n"
+            "schedule), writes the outputs, and reports accuracy and loss when labels are given, and\n"
+            "samples/s and per-batch latency (p50, p99).\n"
+            "\n"
+            "options:\n"
+            "  --weights PATH        a checkpoint directory or a safetensors file (PyTorch names)\n"
+            "  --input [NAME=]FILE   an npy file of inputs, shaped (N, *the input's shape); NAME= picks\n"
+            "                        the input (repeat for each); without it, the model's one input\n"
+            "                        besides its labels\n"
+            "  --labels FILE         npy labels for the loss's label input: report accuracy and loss\n"
+            "  --data train|eval     instead of --input: the model's own data.train or data.eval\n"
+            "                        (IDX, npy or synthetic), labels included\n"
+            "  --output FILE         write the outputs (N, *the layer's shape) as npy\n"
+            "  --output-layer NAME   the layer whose outputs are gathered (default: the logits a\n"
+            "                        classifier's loss reads, else the last layer)\n"
+            "  --batch N             samples per batch (default train.batch)\n"
+            "  --devices LIST        devices, one per stage\n"
+            "  --stages N            pipeline stages\n"
+            "  --microbatches M      micro-batches per batch\n"
+            "  --threads N           BLAS threads of each CPU stage\n"
+            "  --seed N              seed of parameter initialisation (before the weights load)\n"
+            "  --log-format F        text (default) | jsonl: one JSON record at the end\n"
+            "  -h, --help            this help\n");
+}
+
+static int missing(const char *what, const char *path)
+{
+    if (access(path, R_OK) == 0) return 0;
+    char shown[512];
+    fprintf(stderr, "baton predict: %s %s: no such file or not readable\n", what,
+            bt_cli_escape(path, shown, sizeof shown));
+    return 1;
+}
+
+static void print_report(const bt_predict_report *r, const char *output, int jsonl)
+{
+    if (jsonl) {
+        printf("{\"predict\": true, \"samples\": %lld, \"batches\": %lld, \"samples_per_s\": %s, "
+               "\"p50_ms\": %s, \"p99_ms\": %s, \"output_layer\": ",
+               (long long)r->samples, (long long)r->batches, bt_json_num(r->samples_per_s, 'f', 1).s,
+               bt_json_num(r->p50_ms, 'f', 3).s, bt_json_num(r->p99_ms, 'f', 3).s);
+        bt_cli_print_json_string(stdout, r->output_layer);
+        if (r->has_loss) printf(", \"loss\": %s", bt_json_num(r->loss, 'g', 9).s);
+        if (!isnan(r->accuracy)) printf(", \"accuracy\": %s", bt_json_num(r->accuracy, 'f', 6).s);
+        if (output) {
+            printf(", \"output\": ");
+            bt_cli_print_json_string(stdout, output);
+        }
+        printf("}\n");
+        return;
+    }
+    char shape[64], name[128];
+    printf("predicted %lld samples in %lld batches: %.0f samples/s, latency p50 %.2f ms, p99 %.2f ms\n",
+           (long long)r->samples, (long long)r->batches, r->samples_per_s, r->p50_ms, r->p99_ms);
+    if (r->has_loss) {
+        printf("  ");
+        if (!isnan(r->accuracy)) printf("accuracy %.2f%%  ", 100 * r->accuracy);
+        printf("loss %.4f\n", r->loss);
+    }
+    if (output)
+        printf("  outputs of '%s' (%s per sample) -> %s\n", bt_cli_escape(r->output_layer, name, sizeof name),
+               bt_shape_format(&r->output_shape, shape, sizeof shape), output);
+}
+
+int bt_cmd_predict(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"weights", required_argument, NULL, 'W'},      {"input", required_argument, NULL, 'i'},
+        {"labels", required_argument, NULL, 'y'},       {"output", required_argument, NULL, 'o'},
+        {"output-layer", required_argument, NULL, 'O'}, {"batch", required_argument, NULL, 'b'},
+        {"devices", required_argument, NULL, 'd'},      {"stages", required_argument, NULL, 's'},
+        {"microbatches", required_argument, NULL, 'm'}, {"threads", required_argument, NULL, 't'},
+        {"seed", required_argument, NULL, 'r'},         {"log-format", required_argument, NULL, 'l'},
+        {"data", required_argument, NULL, 'D'},         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    bt_cli_model_opts mo;
+    bt_predict_opts po;
+    const char *weights = NULL, *data = NULL;
+    long long batch = 0;
+    int threads = 0, jsonl = 0, rc, c;
+    unsigned long long seed = 0;
+    memset(&mo, 0, sizeof mo);
+    memset(&po, 0, sizeof po);
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'W': weights = optarg; break;
+        case 'i': {
+            if (po.n_inputs == BT_DATA_MAX_INPUTS) {
+                fprintf(stderr, "baton predict: --input: at most %d files\n", BT_DATA_MAX_INPUTS);
+                return BT_EXIT_USAGE;
+            }
+            char *eq = strchr(optarg, '=');
+            po.input_names[po.n_inputs] = NULL;
+            po.input_files[po.n_inputs] = optarg;
+            if (eq && eq != optarg) {
+                *eq = '\0';
+                po.input_names[po.n_inputs] = optarg;
+                po.input_files[po.n_inputs] = eq + 1;
+            }
+            po.n_inputs++;
+            break;
+        }
+        case 'y': po.labels = optarg; break;
+        case 'D':
+            if (strcmp(optarg, "train") != 0 && strcmp(optarg, "eval") != 0) {
+                fprintf(stderr, "baton predict: --data must be train or eval, not '%s'\n", optarg);
+                return BT_EXIT_USAGE;
+            }
+            data = optarg;
+            break;
+        case 'o': po.output_path = optarg; break;
+        case 'O': po.output_layer = optarg; break;
+        case 'b': rc = bt_cli_parse_int("predict", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &batch); if (rc != BT_EXIT_OK) return rc; break;
+        case 'd': mo.devices = optarg; break;
+        case 's': rc = bt_cli_parse_int32("predict", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages); if (rc != BT_EXIT_OK) return rc; break;
+        case 'm': rc = bt_cli_parse_int32("predict", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &mo.microbatches); if (rc != BT_EXIT_OK) return rc; break;
+        case 't': rc = bt_cli_parse_int32("predict", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &threads); if (rc != BT_EXIT_OK) return rc; break;
+        case 'r': rc = bt_cli_parse_u64("predict", "--seed", optarg, &seed); if (rc != BT_EXIT_OK) return rc; break;
+        case 'l':
+            if (strcmp(optarg, "jsonl") == 0) jsonl = 1;
+            else if (strcmp(optarg, "text") != 0) {
+                fprintf(stderr, "baton predict: --log-format must be text or jsonl, not '%s'\n", optarg);
+                return BT_EXIT_USAGE;
+            }
+            break;
+        case 'h': predict_usage(stdout); return BT_EXIT_OK;
+        default: predict_usage(stderr); return BT_EXIT_USAGE;
+        }
+    }
+    if ((rc = bt_cli_take_positional("predict", argc, argv, optind, &mo)) != BT_EXIT_OK) return rc;
+    if (!weights) {
+        fprintf(stderr, "baton predict: --weights is required (a checkpoint directory or a safetensors file): "
+                        "predicting with untrained weights means nothing\n");
+        return BT_EXIT_USAGE;
+    }
+    if (po.n_inputs == 0 && !data) {
+        fprintf(stderr, "baton predict: --input is required (an npy file of inputs), or --data train|eval\n");
+        return BT_EXIT_USAGE;
+    }
+    if (data && (po.n_inputs > 0 || po.labels)) {
+        fprintf(stderr, "baton predict: --data reads the model's data: section; it cannot be combined with %s\n",
+                po.labels ? "--labels" : "--input");
+        return BT_EXIT_USAGE;
+    }
+    if (missing("--weights", weights) || (po.labels && missing("--labels", po.labels))) return BT_EXIT_USAGE;
+    for (int i = 0; i < po.n_inputs; i++)
+        if (missing("--input", po.input_files[i])) return BT_EXIT_USAGE;
+    bt_model *m = NULL;
+    if ((rc = bt_cli_load_model("predict", &mo, &m)) != BT_EXIT_OK) return rc;
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel = m->parallel;
+    p.parallel.schedule = BT_SCHEDULE_STREAM; /* serving is forward-only, whatever the model trains with */
+    p.training = 0;
+    p.batch = batch > 0 ? batch : m->train.batch;
+    p.dtype = m->dtype;
+    p.seed = seed;
+    p.threads = threads;
+    if (data) {
+        po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
+        po.seed = seed;
+        if (po.source->kind == BT_DATA_NONE) {
+            char path[512];
+            fprintf(stderr, "baton predict: --data %s: %s has no data.%s\n", data,
+                    bt_cli_escape(m->path, path, sizeof path), data);
+            bt_model_destroy(m);
+            return BT_EXIT_USAGE;
+        }
+    }
+    bt_engine *e = NULL;
+    bt_predict_report rep;
+    bt_status st = bt_engine_create(m->graph, &p, &e);
+    if (st == BT_OK) st = bt_checkpoint_load_weights(e, m->graph, weights);
+    if (st == BT_OK) st = bt_predict_run(m, e, &po, NULL, NULL, &rep);
+    if (st == BT_OK) {
+        print_report(&rep, po.output_path, jsonl);
+        rc = BT_EXIT_OK;
+    } else {
+        rc = bt_cli_fail("predict", st);
+    }
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+    return rc;
+}
