@@ -235,10 +235,19 @@ static int measure_top(const char *cmd, bt_model *m, const bt_search_result *r, 
 
 int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, int try_top, bt_cli_auto *a)
 {
+    return bt_cli_resolve_auto_for(cmd, m, threads, verbose, try_top, 0, 0, a);
+}
+
+int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbose, int try_top, int forward_only,
+                            int64_t batch, bt_cli_auto *a)
+{
     memset(a, 0, sizeof *a);
     if (!m->parallel.auto_layout) return BT_EXIT_OK;
     bt_search_params sp;
     bt_cli_auto_params(m, NULL, threads, &sp);
+    if (forward_only) sp.training = 0;
+    if (batch > 0) sp.batch = batch;
+    if (forward_only) try_top = 0; /* the trials train */
     bt_search_result r;
     int rc = bt_cli_auto_search(cmd, m, &sp, 0, &r);
     if (rc == BT_EXIT_OK) {
