@@ -6,6 +6,7 @@
 
 #include "baton/args.h"
 #include "baton/config.h"
+#include "baton/data.h"
 #include "baton/engine.h"
 #include "baton/graph.h"
 #include "baton/model.h"
@@ -13,6 +14,7 @@
 #include "baton/profile.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
+#include "baton/train.h"
 
 #define BATON_VERSION "0.1.0"
 

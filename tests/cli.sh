@@ -85,13 +85,29 @@ expect_rc 2 "check without a model" "$baton" check
 expect_rc 2 "bad flag value" "$baton" run "$srcdir/models/mlp.yaml" --steps zero
 expect_rc 2 "bad override" "$baton" run "$srcdir/models/mlp.yaml" train.batch=abc
 expect_rc 2 "missing model file" "$baton" check "$tmp/nope.yaml"
-expect_rc 1 "missing init weights" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --init "$tmp/nope.safetensors"
+expect_rc 2 "missing init weights" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --init "$tmp/nope.safetensors"
 if expect_rc 1 "plan too big for --memory" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --memory 4K; then
   tests=$((tests + 1))
   grep -q "the plan does not fit in memory: stage [0-9] (cpu:[0-9]) needs" "$tmp/err" ||
     fail "--memory: message does not name the stage: $(cat "$tmp/err")"
 fi
 expect_rc 0 "schedule grid" "$baton" schedule --stages 3 --microbatches 4 --validate
+# zb-h1 prints W cells; interleaved one row per device with the logical stage in each cell
+if expect_rc 0 "schedule grid zb-h1" "$baton" schedule --stages 2 --microbatches 4 --schedule zb-h1 --validate; then
+  tests=$((tests + 1))
+  grep -q '^stage 1 .* 1W3 ' "$tmp/out" || fail "zb-h1 grid lacks 1W3: $(cat "$tmp/out")"
+fi
+if expect_rc 0 "schedule grid interleaved" "$baton" schedule --stages 4 --virtual 2 --microbatches 4 \
+     --schedule interleaved-1f1b; then
+  tests=$((tests + 1))
+  grep -q '^device 0 .* 2F3 ' "$tmp/out" || fail "interleaved grid: device 0 lacks stage 2's 2F3: $(cat "$tmp/out")"
+fi
+expect_rc 2 "interleaved: micro-batches not in groups of the devices" "$baton" schedule --stages 4 --virtual 2 \
+  --microbatches 3 --schedule interleaved-1f1b
+expect_rc 2 "--virtual without interleaved" "$baton" schedule --stages 4 --virtual 2 --microbatches 4
+expect_rc 0 "run interleaved-1f1b" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 \
+  --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b
+expect_rc 0 "run zb-h1" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 --stages 2 --schedule zb-h1
 
 # transfers: the summary names each boundary's path; --transfer forces one
 if expect_rc 0 "run, local transfers" "$baton" run "$srcdir/models/mlp.yaml" --steps 2; then
@@ -122,7 +138,8 @@ expect_rc 0 "bf16 run" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 train.pr
 for w in inf nan 1e19 1.5e9 -1 0 "" 5s; do
   if expect_rc 2 "--watchdog '$w'" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --watchdog "$w"; then
     tests=$((tests + 1))
-    grep -q -- "--watchdog must be seconds above 0 and at most 1e+09, not '$w'" "$tmp/err" ||
+    case "$w" in ''|*[!0-9-]*) shown="'$w'" ;; *) shown=$w ;; esac
+    grep -q -- "--watchdog: must be seconds above 0 and at most 1e+09, got $shown$" "$tmp/err" ||
       fail "--watchdog '$w': $(cat "$tmp/err")"
   fi
 done
@@ -144,7 +161,8 @@ for co in $int_opts; do
     model="$srcdir/models/mlp.yaml"; [ "$cmd" = schedule ] && model=--validate
     if expect_rc 2 "$cmd $opt '$v'" "$baton" "$cmd" "$model" "$opt" "$v"; then
       tests=$((tests + 1))
-      grep -q "^baton $cmd: $opt wants a whole number .*, not '$v'$" "$tmp/err" ||
+      case "$v" in ''|*[!0-9-]*) shown="'$v'" ;; *) shown=$v ;; esac   # digits unquoted: "got 0"
+      grep -q "^baton $cmd: $opt: must be .*, got $shown$" "$tmp/err" && grep -q "^(baton $cmd --help lists" "$tmp/err" ||
         fail "$cmd $opt '$v': message does not name the option and value: $(cat "$tmp/err")"
     fi
   done

@@ -88,7 +88,7 @@ if expect_rc 0 "token model, synthetic data" "$baton" run "$tmp/tokens.yaml" 'da
   tests=$((tests + 1))
   [ -f "$tmp/tck/checkpoint.safetensors" ] || fail "--checkpoint-dir: no checkpoint written"
 fi
-expect_rc 1 "token model --init of a missing file" "$baton" run "$tmp/tokens.yaml" --synthetic --steps 1 --init "$tmp/nope.safetensors"
+expect_rc 2 "token model --init of a missing file" "$baton" run "$tmp/tokens.yaml" --synthetic --steps 1 --init "$tmp/nope.safetensors"
 
 # 3. token ids and labels from npy files; an exact resume; the eval says it read the training set
 data="data={train: {type: npy, inputs: {tokens: $tmp/tok.npy, label: $tmp/tlab.npy}}}"
@@ -191,7 +191,7 @@ if expect_rc 2 "inference --checkpoint-dir" "$baton" run "$infer" --synthetic --
   check "inference --checkpoint-dir" "^baton run: --checkpoint-dir: .* runs forward only" "$tmp/err"
 fi
 expect_rc 2 "inference --resume" "$baton" run "$infer" --synthetic --resume "$tmp/clf"
-expect_rc 1 "inference --init of a missing file" "$baton" run "$infer" --synthetic --steps 1 --init "$tmp/nope.safetensors"
+expect_rc 2 "inference --init of a missing file" "$baton" run "$infer" --synthetic --steps 1 --init "$tmp/nope.safetensors"
 python3 - "$tmp" <<'PY'
 import struct, sys
 d = "{'descr': '<f4', 'fortran_order': False, 'shape': (100, 64), }"

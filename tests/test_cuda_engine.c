@@ -15,6 +15,9 @@
  *   - the instruction records come from device events: per stage, slices in order, not
  *     overlapping on a stream, forward and backward taking time;
  *   - feeds from bt_engine_host_alloc memory give the same result as ordinary memory;
+ *   - ZB-H1 on cuda:0,cuda:0,cuda:0 (every linear and layernorm backward split into B and the
+ *     CUDA W) and interleaved 1F1B with 4 logical stages on cuda:0,cuda:0 (virtual 2, the stages
+ *     of each device taking turns) match the one-stage CPU run within 1e-4;
  *   - forward only (the stream schedule) on cuda:0,cuda:0,cuda:0 with 4 micro-batches and fewer
  *     slots, so a slot is reused while the previous micro-batch's copy may still read it: the
  *     logits (layer head) of several batches equal the one-stage CPU forward's within 1e-4, in
@@ -78,6 +81,32 @@ static void test_pipeline_matches_cpu(void)
     free_result(&cpu);
     free_result(&local);
     free_result(&staged);
+    bt_graph_destroy(g);
+}
+
+/* The new schedules on logical stages of cuda:0 against the one-stage CPU run. */
+static void test_new_schedules_match_cpu(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    run_result cpu, zb, il;
+    engine_params(&p, 1, 4, BT_SCHEDULE_1F1B);
+    run_three_steps(g, &p, &cpu);
+    engine_params(&p, 3, 4, BT_SCHEDULE_ZB_H1);
+    p.parallel.devices = "cuda:0,cuda:0,cuda:0";
+    run_three_steps(g, &p, &zb);
+    engine_params(&p, 4, 4, BT_SCHEDULE_INTERLEAVED_1F1B);
+    p.parallel.devices = "cuda:0,cuda:0";
+    p.parallel.virtual_stages = 2;
+    run_three_steps(g, &p, &il);
+    double e_zb = worst_error(&zb, &cpu), e_il = worst_error(&il, &cpu);
+    printf("\n  vs 1 CPU stage: zb-h1 on 3 stages %.3g, interleaved-1f1b 4 stages on 2 devices %.3g\n", e_zb,
+           e_il);
+    CU_ASSERT(e_zb <= 1e-4);
+    CU_ASSERT(e_il <= 1e-4);
+    free_result(&cpu);
+    free_result(&zb);
+    free_result(&il);
     bt_graph_destroy(g);
 }
 
@@ -332,6 +361,7 @@ int main(void)
         {"3 logical stages on cuda:0 = CPU (local and staged)", test_pipeline_matches_cpu},
         {"peer, staged and host paths across GPUs and a CPU stage = CPU", test_paths_across_devices},
         {"boundaries report their path", test_boundary_paths},
+        {"zb-h1 and interleaved-1f1b on cuda:0 = CPU", test_new_schedules_match_cpu},
         {"bf16 and f16 on the GPU = the same precision on the CPU", test_mixed_precision_matches_cpu},
         {"instruction records come from device events", test_records_from_events},
         {"pinned feeds = ordinary feeds", test_pinned_feeds},

@@ -113,6 +113,7 @@ static void test_save_load_round_trip(void)
         CU_ASSERT_EQUAL(q->layers[l].cut_bytes_per_sample, p->layers[l].cut_bytes_per_sample);
         const bt_profile_time *a = bt_profile_time_at(p, l, 0), *b = bt_profile_time_at(q, l, 0);
         CU_ASSERT(a->fwd_ms == b->fwd_ms && a->bwd_ms == b->bwd_ms && a->step_ms == b->step_ms);
+        CU_ASSERT(a->b_ms == b->b_ms && a->w_ms == b->w_ms);
     }
     CU_ASSERT_EQUAL_FATAL(q->n_transfers, 2);
     CU_ASSERT(q->transfers[0].gb_per_s == p->transfers[0].gb_per_s);
@@ -295,7 +296,11 @@ static void test_planner_balances_measured_costs(void)
         const bt_profile_time *t = bt_profile_time_at(p, l, 0);
         CU_ASSERT(wide->fwd_ms > t->fwd_ms);
         CU_ASSERT(wide->bwd_ms > t->bwd_ms);
+        CU_ASSERT(wide->w_ms > t->w_ms); /* W measured on its own: the weight GEMM */
     }
+    /* the first layer's input is the graph's: its B computes nothing but its W the whole weight
+     * gradient, so W is a real measurement and B is not the fused backward */
+    CU_ASSERT(wide->w_ms > 0 && wide->b_ms < wide->w_ms);
     bt_placement_params lp;
     bt_placement_params_init(&lp);
     lp.devices = "cpu:0,cpu:1";

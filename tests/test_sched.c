@@ -134,16 +134,16 @@ static void test_notation_parse(void)
         int stage;
         bt_instr ins;
     } cases[] = {
-        {1, {BT_I_FWD, 3, -1, -1, 0}},       {0, {BT_I_BWD, 0, -1, -1, 0}},
-        {2, {BT_I_SEND_ACT, 3, 3, -1, 0}},   {1, {BT_I_RECV_ACT, 3, 0, -1, 0}},
-        {2, {BT_I_SEND_GRAD, 3, 1, -1, 0}},  {2, {BT_I_RECV_GRAD, 3, 3, -1, 0}},
-        {1, {BT_I_STEP, -1, -1, -1, 0}},     {12, {BT_I_FWD, 345, -1, -1, 0}},
-        {16777215, {BT_I_BWD, 16777215, -1, -1, 0}},
+        {1, {BT_I_FWD, 3, -1, -1, 0, -1}},       {0, {BT_I_BWD, 0, -1, -1, 0, -1}},
+        {2, {BT_I_SEND_ACT, 3, 3, -1, 0, -1}},   {1, {BT_I_RECV_ACT, 3, 0, -1, 0, -1}},
+        {2, {BT_I_SEND_GRAD, 3, 1, -1, 0, -1}},  {2, {BT_I_RECV_GRAD, 3, 3, -1, 0, -1}},
+        {1, {BT_I_STEP, -1, -1, -1, 0, -1}},     {12, {BT_I_FWD, 345, -1, -1, 0, -1}},
+        {16777215, {BT_I_BWD, 16777215, -1, -1, 0, -1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[48];
         int stage = -7;
-        bt_instr ins = {BT_I_STEP, 9, 9, 9, 9};
+        bt_instr ins = {BT_I_STEP, 9, 9, 9, 9, -1};
         const char *end = NULL;
         bt_instr_format(cases[i].stage, &cases[i].ins, text, sizeof text);
         strcat(text, "  next");
@@ -174,8 +174,8 @@ static void test_notation_malformed(void)
         {"16777216F0",
          "schedule text: \"16777216F0\" does not start with a stage number (below 16777216)"},
         {"1X3 1F0", "schedule text: \"1X3\" has no instruction letter after the stage (one of F "
-                    "B S R s r U)"},
-        {"1", "schedule text: \"1\" has no instruction letter after the stage (one of F B S R s r "
+                    "B W S R s r U)"},
+        {"1", "schedule text: \"1\" has no instruction letter after the stage (one of F B W S R s r "
               "U)"},
         {"1F", "schedule text: \"1F\" has no micro-batch number (below 16777216) after 'F'"},
         {"1F-3", "schedule text: \"1F-3\" has no micro-batch number (below 16777216) after 'F'"},
@@ -187,7 +187,7 @@ static void test_notation_malformed(void)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int stage = 5;
-        bt_instr ins = {BT_I_BWD, 4, -1, -1, 0};
+        bt_instr ins = {BT_I_BWD, 4, -1, -1, 0, -1};
         CU_ASSERT_EQUAL(bt_instr_parse(cases[c].text, &stage, &ins, NULL), BT_ERR_INVALID_ARG);
         if (strcmp(bt_last_error(), cases[c].message) != 0)
             printf("\n  got  %s\n  want %s\n", bt_last_error(), cases[c].message);
@@ -208,7 +208,7 @@ static void test_notation_malformed(void)
     CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 1, 1, bad_token, &sched),
                     BT_ERR_INVALID_ARG);
     CU_ASSERT_STRING_EQUAL(bt_last_error(), "stage 0, token 1: schedule text: \"0Q0\" has no "
-                                            "instruction letter after the stage (one of F B S R "
+                                            "instruction letter after the stage (one of F B W S R "
                                             "s r U)");
     const char *const one_row[] = {"0F0"};
     CU_ASSERT_EQUAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 0, 1, one_row, &sched),
@@ -228,8 +228,9 @@ static void test_parse_round_trips_built_schedules(void)
 {
     /* Each built schedule written as text and read back is the same schedule, slots included
      * (the parser assigns them as the builders do). */
-    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
-    for (int k = 0; k < 3; k++)
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM,
+                                      BT_SCHEDULE_ZB_H1};
+    for (int k = 0; k < 4; k++)
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 9; m++) {
                 bt_schedule *built = NULL, *parsed = NULL;
@@ -242,6 +243,7 @@ static void test_parse_round_trips_built_schedules(void)
                 }
                 CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(kinds[k], p, m, rows, &parsed), BT_OK);
                 CU_ASSERT_EQUAL(parsed->training, built->training);
+                CU_ASSERT_EQUAL(parsed->split_backward, built->split_backward);
                 CU_ASSERT_EQUAL(parsed->chunks, 1);
                 for (int s = 0; s < p; s++) {
                     CU_ASSERT_EQUAL_FATAL(parsed->len[s], built->len[s]);
@@ -322,8 +324,9 @@ static void test_build_rejects_bad_sizes(void)
 
 static void test_built_schedules_validate(void)
 {
-    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
-    for (int k = 0; k < 3; k++)
+    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM,
+                                      BT_SCHEDULE_ZB_H1};
+    for (int k = 0; k < 4; k++)
         for (int p = 1; p <= 8; p++)
             for (int m = 1; m <= 16; m++) {
                 bt_schedule *sched = NULL;
@@ -476,7 +479,7 @@ static void test_validate_slot_fields(void)
 
     /* A hand-made schedule from bt_schedule_alloc names no slots until they are assigned. */
     CU_ASSERT_EQUAL_FATAL(bt_schedule_alloc(BT_SCHEDULE_STREAM, 1, 1, 0, 4, &sched), BT_OK);
-    sched->list[0][sched->len[0]++] = (bt_instr){BT_I_FWD, 0, -1, -1, 0};
+    sched->list[0][sched->len[0]++] = (bt_instr){BT_I_FWD, 0, -1, -1, 0, -1};
     assert_validation(sched, "stage 0, instruction 0 (0F0): forward of micro-batch 0 names slot -1 "
                              "(the stage has 0: 0..-1)");
     CU_ASSERT_EQUAL(bt_schedule_assign_slots(sched), BT_OK);
@@ -767,7 +770,7 @@ static void test_simulate_unequal_1f1b_by_hand(void)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     const double fwd[] = {1, 2}, bwd[] = {2, 3}, send_act[] = {0.5, 0}, send_grad[] = {0, 0.25};
-    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5};
+    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5, NULL};
     CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
     CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &costs, &res), BT_OK);
     CU_ASSERT_EQUAL(res.stages, 2);
@@ -845,6 +848,228 @@ static void test_simulate_rejects_bad_costs(void)
 }
 
 /* ---- grid ------------------------------------------------------------------------------------ */
+
+
+/* ---- interleaved 1F1B and ZB-H1 ------------------------------------------------------------- */
+
+/* Every ZB-H1 schedule (p 1..8, m 1..16) and interleaved schedule (P 1..4 devices, v 1..3, m a
+ * multiple of P up to 16) validates; ZB-H1 holds min(p, m) on every stage, interleaved stages
+ * never hold more than their device's bound and each device's order holds exactly Megatron's
+ * warm-up + 1 (or every forward when m = P). */
+static void test_new_schedules_validate(void)
+{
+    int built = 0;
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 16; m++) {
+            bt_schedule *sched = NULL;
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_ZB_H1, p, m, &sched), BT_OK);
+            CU_ASSERT(sched->split_backward);
+            bt_status st = bt_schedule_validate(sched);
+            if (st != BT_OK) printf("\n  zb-h1 p=%d m=%d: %s\n", p, m, bt_last_error());
+            CU_ASSERT_EQUAL(st, BT_OK);
+            for (int s = 0; s < p; s++)
+                CU_ASSERT_EQUAL(sched->slots[s], bt_schedule_slot_bound(BT_SCHEDULE_ZB_H1, p, m, 1, s));
+            bt_schedule_destroy(sched);
+            built++;
+        }
+    for (int P = 1; P <= 4; P++)
+        for (int v = 1; v <= 3; v++)
+            for (int m = P; m <= 16; m += P) {
+                bt_schedule *sched = NULL;
+                int p = P * v;
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, p, m, v, &sched),
+                                      BT_OK);
+                CU_ASSERT_EQUAL(sched->devices, P);
+                CU_ASSERT_EQUAL(sched->chunks, v);
+                bt_status st = bt_schedule_validate(sched);
+                if (st != BT_OK) printf("\n  interleaved P=%d v=%d m=%d: %s\n", P, v, m, bt_last_error());
+                CU_ASSERT_EQUAL(st, BT_OK);
+                for (int d = 0; d < P; d++) {
+                    int n = 0, *stage = NULL, *index = NULL, live = 0, peak = 0;
+                    CU_ASSERT_EQUAL_FATAL(bt_schedule_device_order(sched, d, &n, &stage, &index), BT_OK);
+                    for (int k = 0; k < n; k++) {
+                        const bt_instr *ins = &sched->list[stage[k]][index[k]];
+                        CU_ASSERT_EQUAL(stage[k] % P, d);
+                        CU_ASSERT_EQUAL(ins->chunk, stage[k] / P);
+                        if (ins->kind == BT_I_FWD && ++live > peak) peak = live;
+                        if (ins->kind == BT_I_BWD) live--;
+                    }
+                    int bound = bt_schedule_slot_bound(BT_SCHEDULE_INTERLEAVED_1F1B, p, m, v, d);
+                    if (v > 1) CU_ASSERT_EQUAL(peak, bound);
+                    for (int c = 0; c < v; c++) CU_ASSERT(sched->slots[c * P + d] <= bound);
+                    free(stage);
+                    free(index);
+                }
+                bt_schedule_destroy(sched);
+                built++;
+            }
+    CU_ASSERT_EQUAL(built, 128 + 3 * (16 + 8 + 5 + 4));
+}
+
+/* Unit costs (F = 1, fused B = 2; split B = W = 1): ZB-H1 idles (p - 1) per stage, a third of
+ * 1F1B's 3 (p - 1) (Qi et al.: (p-1)(T_F + T_B - T_W) against (p-1)(T_F + T_B + T_W)); with the
+ * model cut into v chunks per device (F = 1/v, B = 2/v per chunk) interleaved 1F1B idles
+ * (p - 1) 3 / v per device: its bubble (p-1)/(v m) of the ideal 3m against 1F1B's (p-1)/m. */
+static void test_bubble_formulas(void)
+{
+    double one[32], two[32], third[32], two_thirds[32];
+    for (int s = 0; s < 32; s++) one[s] = 1, two[s] = 2;
+    const int ps[] = {2, 3, 4}, ms[] = {4, 8};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++) {
+            int p = ps[a], m = ms[b];
+            bt_schedule *f1b = NULL, *zb = NULL;
+            bt_sim_result r1, rz;
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, p, m, &f1b), BT_OK);
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_ZB_H1, p, m, &zb), BT_OK);
+            bt_sim_costs fused = {.fwd = one, .bwd = two}, split = {.fwd = one, .bwd = one, .wgt = one};
+            CU_ASSERT_EQUAL_FATAL(bt_simulate(f1b, &fused, &r1), BT_OK);
+            CU_ASSERT_EQUAL_FATAL(bt_simulate(zb, &split, &rz), BT_OK);
+            double idle_1f1b = r1.step_time - 3.0 * m, idle_zb = rz.step_time - 3.0 * m;
+            CU_ASSERT_DOUBLE_EQUAL(idle_1f1b, 3.0 * (p - 1), 1e-12);
+            CU_ASSERT_DOUBLE_EQUAL(idle_zb, (double)(p - 1), 1e-12);
+            CU_ASSERT_DOUBLE_EQUAL(idle_zb / idle_1f1b, 1.0 / 3.0, 1e-12);
+            CU_ASSERT(rz.bubble < r1.bubble);
+            bt_sim_result_free(&r1);
+            bt_sim_result_free(&rz);
+            bt_schedule_destroy(f1b);
+            bt_schedule_destroy(zb);
+        }
+    for (int P = 2; P <= 4; P++)
+        for (int v = 2; v <= 3; v++)
+            for (int g = 1; g <= 4; g *= 2) {
+                int m = P * g;
+                bt_schedule *il = NULL;
+                bt_sim_result r;
+                for (int s = 0; s < 32; s++) third[s] = 1.0 / v, two_thirds[s] = 2.0 / v;
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, P * v, m, v, &il),
+                                      BT_OK);
+                bt_sim_costs chunk = {.fwd = third, .bwd = two_thirds};
+                CU_ASSERT_EQUAL_FATAL(bt_simulate(il, &chunk, &r), BT_OK);
+                CU_ASSERT_EQUAL(r.devices, P);
+                double ideal = 3.0 * m, idle = r.step_time - ideal;
+                if (fabs(idle / ideal - (P - 1.0) / (v * m)) > 1e-12)
+                    printf("\n  interleaved P=%d v=%d m=%d: idle %.4f of %.4f\n", P, v, m, idle, ideal);
+                CU_ASSERT_DOUBLE_EQUAL(idle / ideal, (P - 1.0) / (v * m), 1e-12);
+                bt_sim_result_free(&r);
+                bt_schedule_destroy(il);
+            }
+}
+
+/* Grids show W (zb-h1) and, for interleaved, one row per device with the logical stage in each
+ * token (device 0 runs stages 0 and 2). */
+static void test_grid_new_schedules(void)
+{
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_ZB_H1, 2, 2, &sched), BT_OK);
+    char *grid = bt_schedule_format_grid(sched);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(grid);
+    const char *want = "slot     0   1   2   3   4   5   6   7\n"
+                       "stage 0  0F0 0F1 .   0B0 0W0 0B1 0W1 0U\n"
+                       "stage 1  .   1F0 1B0 1F1 1B1 1W0 1W1 1U\n";
+    if (strcmp(grid, want) != 0) printf("\n%s", grid);
+    CU_ASSERT_STRING_EQUAL(grid, want);
+    free(grid);
+    bt_schedule_destroy(sched);
+
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, 4, 2, 2, &sched), BT_OK);
+    grid = bt_schedule_format_grid(sched);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(grid);
+    /* m = P: every forward first (Megatron), chunk 0 then chunk 1; backwards chunk 1 first */
+    want = "slot      0   1   2   3   4   5   6   7   8   9   10  11\n"
+           "device 0  0F0 0F1 2F0 2F1 .   .   2B0 2B1 0B0 0B1 0U  2U\n"
+           "device 1  .   1F0 1F1 3F0 3F1 3B0 3B1 1B0 1B1 1U  3U  .\n";
+    if (strcmp(grid, want) != 0) printf("\n%s", grid);
+    CU_ASSERT_STRING_EQUAL(grid, want);
+    free(grid);
+    bt_schedule_destroy(sched);
+}
+
+static void test_check_shape(void)
+{
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_INTERLEAVED_1F1B, 6, 6, 2), BT_OK);
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_INTERLEAVED_1F1B, 6, 4, 2), BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "interleaved-1f1b runs micro-batches in groups of the 3 devices: "
+                                            "4 micro-batches is not a multiple of 3");
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_INTERLEAVED_1F1B, 5, 4, 2), BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "interleaved-1f1b: 5 stages do not split into 2 chunks per device "
+                                            "(stages must be a multiple of virtual)");
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_ZB_H1, 4, 4, 2), BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "virtual 2: only interleaved-1f1b runs several chunks per device "
+                                            "(zb-h1 takes virtual 1)");
+    int n = 0;
+    const bt_schedule_kind *kinds = bt_schedule_training_kinds(&n);
+    CU_ASSERT_EQUAL(n, 4);
+    for (int i = 0; i < n; i++) CU_ASSERT(kinds[i] != BT_SCHEDULE_STREAM);
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, 4, 3, 2, &sched), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(sched);
+}
+
+/* The validator on split backwards: W only where the backward is split, exactly one per
+ * micro-batch, after its B, and STEP after the last W. */
+static void test_validate_weight_gradients(void)
+{
+    const char *const ok[] = {"0F0 0S0 0r0 0B0 0W0 0U", "1R0 1F0 1B0 1s0 1W0 1U"};
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(BT_SCHEDULE_ZB_H1, 2, 1, ok, &sched), BT_OK);
+    assert_validation(sched, NULL);
+    CU_ASSERT_EQUAL(sched->list[1][4].slot, 0); /* W holds the slot */
+    bt_schedule_destroy(sched);
+    const char *const before[] = {"0F0 0S0 0r0 0W0 0B0 0U", "1R0 1F0 1B0 1s0 1W0 1U"};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(BT_SCHEDULE_ZB_H1, 2, 1, before, &sched), BT_OK);
+    assert_validation(sched, "stage 0, instruction 3 (0W0): weight gradient of micro-batch 0 before its "
+                             "backward (B)");
+    bt_schedule_destroy(sched);
+    const char *const missing[] = {"0F0 0S0 0r0 0B0 0U", "1R0 1F0 1B0 1s0 1W0 1U"};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(BT_SCHEDULE_ZB_H1, 2, 1, missing, &sched), BT_OK);
+    assert_validation(sched, "stage 0: no weight gradient of micro-batch 0 (the backward is split: every B "
+                             "needs its W)");
+    bt_schedule_destroy(sched);
+    const char *const late[] = {"0F0 0S0 0r0 0B0 0U 0W0", "1R0 1F0 1B0 1s0 1W0 1U"};
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(BT_SCHEDULE_ZB_H1, 2, 1, late, &sched), BT_OK);
+    assert_validation(sched, "stage 0, instruction 4 (0U): optimizer step before the stage's last weight "
+                             "gradient (instruction 5)");
+    bt_schedule_destroy(sched);
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_parse(BT_SCHEDULE_1F1B, 2, 1, ok, &sched), BT_OK);
+    assert_validation(sched, "stage 0, instruction 4 (0W0): weight gradient in a schedule whose backward "
+                         "computes them (only split-backward schedules such as zb-h1 have W)");
+    bt_schedule_destroy(sched);
+}
+
+/* Device turns: every instruction of a device's stages once, in each stage's list order; an order
+ * that makes the device wait for itself is a deadlock naming the devices. */
+static void test_validate_device_turns(void)
+{
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, 2, 1, 2, &sched), BT_OK);
+    /* one device, stages 0 and 1: 0F0 0S0 1R0 1F0 1B0 1s0 0r0 0B0 0U 1U */
+    assert_validation(sched, NULL);
+    CU_ASSERT_EQUAL(sched->list[0][0].turn, 0);
+    CU_ASSERT_EQUAL(sched->list[1][0].turn, 2);
+    sched->list[1][0].turn = 0;
+    assert_validation(sched, "stage 1, instruction 0: turn 0 on device 0 is taken twice (the device runs 10 "
+                             "instructions: turns 0..9, each once)");
+    sched->list[1][0].turn = 10;
+    assert_validation(sched, "stage 1, instruction 0: turn 10 on device 0 is out of range (the device runs 10 "
+                             "instructions: turns 0..9, each once)");
+    /* swap 0F0 and 0S0's turns: the stage's own list order is broken */
+    sched->list[1][0].turn = 2;
+    sched->list[0][0].turn = 1;
+    sched->list[0][1].turn = 0;
+    assert_validation(sched, "stage 0, instruction 1 (0S0): turn 0 on device 0 comes before the stage's "
+                             "previous instruction (turn 1): a device runs each stage's list in order");
+    sched->list[0][0].turn = 0;
+    sched->list[0][1].turn = 1;
+    /* stage 1's receive before stage 0's send on the one device: it waits for itself.
+     * Order: 1R0 1F0 1B0 1s0 0F0 0S0 0r0 0B0 0U 1U */
+    for (int i = 0; i < 4; i++) sched->list[1][i].turn = i;
+    for (int i = 0; i < 5; i++) sched->list[0][i].turn = 4 + i;
+    sched->list[1][4].turn = 9;
+    assert_validation(sched, "the devices cannot proceed: device 0 waits at 1R0 (stage 1, instruction 0) for "
+                             "0S0");
+    bt_schedule_destroy(sched);
+}
 
 static void test_grid_by_hand(void)
 {
@@ -938,6 +1163,12 @@ int main(void)
         {"simulator: rejects bad costs", test_simulate_rejects_bad_costs},
         {"grid by hand", test_grid_by_hand},
         {"grid columns are fixed width", test_grid_columns_are_fixed_width},
+        {"interleaved and zb-h1 validate, within their memory bounds", test_new_schedules_validate},
+        {"simulator: the published bubble formulas", test_bubble_formulas},
+        {"grid: zb-h1 and interleaved", test_grid_new_schedules},
+        {"schedule shapes the generators accept", test_check_shape},
+        {"validator: weight gradients", test_validate_weight_gradients},
+        {"validator: device turns", test_validate_device_turns},
         {NULL, NULL},
     };
     return bt_test_main("sched", cases);

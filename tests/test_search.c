@@ -34,6 +34,8 @@ static void synth_times(bt_profile *p, int threads, const cost_model *cm)
         int has = p->layers[l].params > 0;
         t->fwd_ms = has ? 0.01 * mbs / eff / speed : 0.0001;
         t->bwd_ms = 2 * t->fwd_ms;
+        t->b_ms = has ? t->fwd_ms : t->bwd_ms; /* split backward: B and W a forward each */
+        t->w_ms = has ? t->fwd_ms : 0;
         t->step_ms = has ? cm->step_ms : 0;
     }
 }
@@ -166,11 +168,12 @@ static void test_pipeline_fastest(void)
     CU_ASSERT_EQUAL(b->microbatches, 32); /* the smallest bubble */
     CU_ASSERT(r.best_single >= 0 && r.cand[r.best_single].step_ms > b->step_ms);
     CU_ASSERT_STRING_EQUAL(r.devices, "cpu:0,cpu:1");
-    /* the schedules came from src/sched: every training kind was tried */
+    /* the schedules came from src/sched: every training kind was tried (but interleaving) */
     bt_schedule_kind kinds[BT_SEARCH_MAX_CHOICES];
     int nk = bt_schedule_kinds(1, kinds, BT_SEARCH_MAX_CHOICES);
     CU_ASSERT(nk >= 2);
     for (int k = 0; k < nk; k++) {
+        if (kinds[k] == BT_SCHEDULE_INTERLEAVED_1F1B) continue; /* needs virtual chunks: not searched */
         int tried = 0;
         for (int i = 0; i < r.n; i++) tried |= r.cand[i].schedule == kinds[k];
         CU_ASSERT(tried);

@@ -175,15 +175,21 @@ static void test_resume_on_another_placement(void)
     bt_model_destroy(m);
 }
 
-/* Files in dir named like a temporary checkpoint file (checkpoint.safetensors.tmp.XXXXXX). */
+/* Files in dir named like a temporary checkpoint file: checkpoint.safetensors.tmp.XXXXXX, or
+ * checkpoint-<step>.safetensors.tmp.XXXXXX for the numbered files. */
 static int count_temporaries(const char *dir)
 {
     DIR *d = opendir(dir);
     int n = 0;
     if (!d) return -1;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += strncmp(e->d_name, BT_CHECKPOINT_FILE ".tmp.", sizeof BT_CHECKPOINT_FILE + 4) == 0 &&
-             strlen(e->d_name) == sizeof BT_CHECKPOINT_FILE + 4 + 6;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *tmp = strstr(e->d_name, ".safetensors.tmp.");
+        size_t digits = strspn(e->d_name + strlen("checkpoint-"), "0123456789");
+        int numbered = strncmp(e->d_name, "checkpoint-", 11) == 0 && digits >= 8 &&
+                       tmp == e->d_name + strlen("checkpoint-") + digits;
+        n += (strncmp(e->d_name, BT_CHECKPOINT_FILE ".tmp.", sizeof BT_CHECKPOINT_FILE + 4) == 0 || numbered) &&
+             tmp && strlen(tmp) == strlen(".safetensors.tmp.") + 6;
+    }
     closedir(d);
     return n;
 }
@@ -680,6 +686,14 @@ static void test_resume_checks_the_run(void)
     /* another batch size: the data position means something else */
     const char *batch[] = {"train.batch=8"};
     CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", batch, 1, &other) == BT_OK);
+    o = make_engine(other, 1, 1);
+    CU_ASSERT_EQUAL(create_trainer(other, o, 6, NULL, dir, &t), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "was saved by a run of batch 16, but this run has batch 8"));
+    bt_engine_destroy(o);
+    bt_model_destroy(other);
+    /* the same batch over other data: another epoch length */
+    const char *data[] = {"data.train.samples=400"};
+    CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", data, 1, &other) == BT_OK);
     o = make_engine(other, 1, 1);
     CU_ASSERT_EQUAL(create_trainer(other, o, 6, NULL, dir, &t), BT_ERR_INVALID_ARG);
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "was saved by a run of 12 batches per epoch, but this run has 25"));

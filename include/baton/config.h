@@ -20,7 +20,9 @@ extern "C" {
 typedef enum bt_schedule_kind {
     BT_SCHEDULE_GPIPE = 0,  /* fill-drain: all forwards, then all backwards */
     BT_SCHEDULE_1F1B = 1,   /* one forward one backward after warm-up */
-    BT_SCHEDULE_STREAM = 2  /* forward only, for inference */
+    BT_SCHEDULE_STREAM = 2, /* forward only, for inference */
+    BT_SCHEDULE_INTERLEAVED_1F1B = 3, /* Megatron's interleaved 1F1B: `virtual` chunks per device */
+    BT_SCHEDULE_ZB_H1 = 4   /* zero bubble ZB-H1: backward split into B (input) and W (weights) */
 } bt_schedule_kind;
 
 typedef enum bt_partition_kind {
@@ -34,7 +36,8 @@ typedef enum bt_partition_kind {
 
 typedef struct bt_parallel_config {
     const char *devices;      /* "auto", or a list "cpu:0,cpu:1" / "cuda:0,cuda:0" */
-    int stages;               /* 0: one per device */
+    int stages;               /* 0: one per device; the logical stages the model is cut into
+                                 (devices x virtual_stages under interleaved-1f1b) */
     int microbatches;         /* >= 1 */
     bt_schedule_kind schedule;
     bt_partition_kind partition;
@@ -44,6 +47,8 @@ typedef struct bt_parallel_config {
     const struct bt_profile *profile; /* for BT_PARTITION_PROFILE: the measured costs the cuts are
                                  chosen from (baton/profile.h), made by the caller before the plan
                                  is built; not owned, read only while the plan is built */
+    int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1; 0 reads
+                                 as 1): logical stage l runs on device l mod (stages / virtual) */
     int auto_layout;          /* `parallel: auto`: stages, threads, micro-batches, schedule and
                                  cuts are chosen by measuring (`baton run` does it, see
                                  docs/planner.md); an engine or plan given it unresolved refuses */
@@ -82,6 +87,7 @@ typedef struct bt_train_config {
     int64_t eval_every;       /* steps; 0: only at the end */
     int64_t checkpoint_every; /* steps; 0: only at the end (when a checkpoint dir is set) */
     const char *checkpoint_dir;
+    int checkpoint_keep_last; /* numbered checkpoints kept in the directory; 0: all (default 1) */
     const char *tensorboard;  /* TensorBoard event files go here (the baton command); NULL: none */
 } bt_train_config;
 

@@ -43,7 +43,12 @@ typedef struct bt_engine_params {
                                  stops with BT_ERR_TIMEOUT; 0: 60 s; at most BT_WATCHDOG_MAX_S
                                  (bt_engine_create refuses anything else, NaN included) */
     size_t device_memory;     /* bytes each device may hold; 0: what the device reports free.
-                                 A plan that needs more is refused before anything is allocated */
+                                 A plan that needs more is refused before anything is allocated.
+                                 The limit is per memory pool (every cpu:N shares the host's one)
+                                 unless device_memory_each is set */
+    int device_memory_each;   /* 1: device_memory limits each device name (cpu:0, cpu:1, cuda:0)
+                                 separately, as `baton plan --memory` prices them (the CLI's
+                                 --memory sets this) */
     bt_dtype precision;       /* BT_F32 (default), BT_BF16 or BT_F16: compute precision with f32
                                  master weights (dtype must be BT_F32); see docs/c-api.md */
     double loss_scale;        /* BT_F16: initial dynamic loss scale; 0: 65536 */

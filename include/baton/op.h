@@ -7,7 +7,8 @@
  *   - forward writes out (and may fill `saved` for its own backward);
  *   - backward ADDS into in_grad[i] and param_grad[j] (values feeding several layers, and gradients
  *     accumulated over micro-batches, rely on this); in_grad[i].data is NULL where input i needs
- *     no gradient (data inputs, labels);
+ *     no gradient (data inputs, labels); an op with a backward_weight (split backward, below)
+ *     must also skip a param_grad[j] whose .data is NULL;
  *   - both return BT_OK or a status with a message set through bt_op_error. */
 #ifndef BATON_OP_H
 #define BATON_OP_H
@@ -116,6 +117,15 @@ typedef struct bt_op_def {
     bt_op_fn cpu_forward, cpu_backward;   /* required */
     bt_op_fn cuda_forward, cuda_backward; /* optional; NULL: the op cannot run on a GPU */
     const char *help;
+    /* Optional: the weight-gradient half of a split backward (zero-bubble schedules such as zb-h1).
+     * An op that gives one promises that its backward skips every parameter gradient whose .data
+     * is NULL: the schedule's B then calls backward with no parameter gradients (input gradients
+     * only, on the critical path) and its W calls backward_weight later with no input gradients
+     * (every in_grad[i].data NULL), adding only into param_grad. in, out_grad, saved and config are
+     * the forward's, as for backward; out is not given (its space may hold out_grad). Ops without one keep a fused backward: B computes both and W
+     * does nothing for them. A CUDA W is needed to run W on a GPU (NULL there: an error naming the
+     * op). */
+    bt_op_fn cpu_backward_weight, cuda_backward_weight;
 } bt_op_def;
 
 /* Registers a custom op for the whole process. The name must be new and contain a '.'; the

@@ -22,6 +22,9 @@ typedef enum bt_stream_id { BT_STREAM_COMPUTE = 0, BT_STREAM_COPY = 1 } bt_strea
 
 typedef enum bt_copy_kind { BT_COPY_D2D = 0, BT_COPY_D2H = 1, BT_COPY_H2D = 2 } bt_copy_kind;
 
+/* run_op's third argument for the weight-gradient half of a split backward (op->*_backward_weight) */
+#define BT_RUN_WEIGHT 2
+
 typedef struct bt_backend {
     const char *name;                                 /* "cpu", "cuda" */
     int copies_overlap;       /* 1: the copy stream runs beside compute (CUDA); 0: in turn (CPU) */
@@ -45,6 +48,7 @@ typedef struct bt_backend {
     bt_status (*from_host)(bt_device *dev, void *dst, const void *src, size_t bytes);
     /* dst += src, n elements of dtype (gradient accumulation across stages). */
     bt_status (*accumulate)(bt_device *dev, bt_dtype dtype, void *dst, const void *src, size_t n);
+    /* backward: 0 forward, 1 backward, BT_RUN_WEIGHT the op's weight gradient (backward_weight) */
     bt_status (*run_op)(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call);
     /* Sum of squares of every element of count arrays (global-norm clipping): one wait for the
      * device. Infinity or NaN in the input gives a non-finite sum (f16 overflow checks). */

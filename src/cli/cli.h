@@ -62,12 +62,22 @@ void bt_cli_print_json_string(FILE *f, const char *s);
 int bt_cli_plain_file_name(const char *s);
 
 /* Integer options, parsed strictly: an optional '-' and decimal digits only, no overflow, within
- * [lo, hi]. Otherwise prints "baton CMD: OPTION wants a whole number from LO to HI, not 'TEXT'"
- * and returns BT_EXIT_USAGE; BT_EXIT_OK on success. Every integer option of every command goes
+ * [lo, hi]. Otherwise prints "baton CMD: OPTION: must be a positive integer, got 0" (the range in
+ * words: "an integer from LO to HI", ...; the text quoted unless it is digits) and the one-line
+ * hint, and returns BT_EXIT_USAGE; BT_EXIT_OK on success. Every integer option of every command goes
  * through these. */
 int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long long lo, long long hi,
                      long long *out);
 int bt_cli_parse_int32(const char *cmd, const char *option, const char *text, int lo, int hi, int *out);
+/* Any option's bad value: "baton CMD: OPTION: must be RANGE, got TEXT" and the hint. Returns
+ * BT_EXIT_USAGE. */
+int bt_cli_bad_value(const char *cmd, const char *option, const char *range, const char *text);
+/* The one-line hint after an option error: "(baton CMD --help lists the options ...)". */
+void bt_cli_hint(const char *cmd);
+/* For getopt's '?' and ':' (with opterr = 0 and a leading ':' in the option string): prints
+ * "baton CMD: unknown option '--x'" or "baton CMD: --x needs a value" and the hint, not the
+ * whole help. Returns BT_EXIT_USAGE. */
+int bt_cli_bad_option(const char *cmd, int argc, char **argv, int opt);
 /* 0 to 2^64-1 (--seed). */
 int bt_cli_parse_u64(const char *cmd, const char *option, const char *text, unsigned long long *out);
 
@@ -80,11 +90,19 @@ typedef struct bt_cli_model_opts {
     int stages;
     int microbatches;
     const char *schedule;
+    int virtual_stages;       /* --virtual (interleaved-1f1b); 0: the file's */
     const char *balance;
     const char *layout;
     const char *partition;
+    const char *plugins[16];     /* --plugin LIB.so, loaded before the model (plugin.c) */
+    int n_plugins;
     const char *recompute;       /* --recompute none | stage | LAYER,LAYER (beats train.recompute) */
 } bt_cli_model_opts;
+
+/* --plugin (plugin.c): add remembers a library (at most 16); load dlopens each and calls its
+ * bt_status baton_plugin_register(void). Exit codes; messages name cmd and the library. */
+int bt_cli_add_plugin(const char *cmd, bt_cli_model_opts *o, const char *path);
+int bt_cli_load_plugins(const char *cmd, const bt_cli_model_opts *o);
 
 /* Takes argv[first..] after the options: KEY=VALUE overrides and one model path. Returns
  * BT_EXIT_OK, or prints a message naming cmd and returns BT_EXIT_USAGE. */

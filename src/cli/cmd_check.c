@@ -1,11 +1,16 @@
 /* cli/cmd_check.c: `baton check MODEL.yaml`: loads and validates a model, prints its layer table
  * and totals, then the pipeline plan (stage, device, layers, parameters, bytes each stage sends per
  * micro-batch, and the activation memory the schedule makes it hold). Nothing is allocated on a
- * device and nothing runs. */
+ * device and nothing runs. --json prints the same as one JSON object (jansson): "model", "layers"
+ * [{index, name, op, act, shape, params}], the totals, and "plan" {stages, microbatches,
+ * microbatch_samples, schedule, "n_stages", "stages": [{stage, device, layers: [names], params,
+ * send_bytes_per_microbatch, in_flight, activation_bytes}], "crossings": [...]}. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "cli/cli.h"
 #include "graph/graph_internal.h"
@@ -28,14 +33,38 @@ static void check_usage(FILE *f)
             "  --recompute R         none | stage | LAYER,LAYER: activation recomputation\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b | stream\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
+            "  --json                print the layers and the plan as one JSON object\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
 }
 
-static void print_layers(const bt_model *m)
+/* The layer table and totals: printed, or (j not NULL) added to j. */
+static void print_layers(const bt_model *m, json_t *j)
 {
     const bt_graph *g = m->graph;
     char shape[64], num[32], opname[64], name[256], path[1024];
+    if (j) {
+        json_t *layers = json_array();
+        for (int i = 0; i < bt_graph_num_layers(g); i++) {
+            bt_layer_info info;
+            bt_graph_layer(g, i, &info);
+            json_t *dims = json_array();
+            for (int d = 0; d < info.shape.ndim; d++) json_array_append_new(dims, json_integer(info.shape.dim[d]));
+            json_array_append_new(layers, json_pack("{s:i, s:s, s:s, s:o, s:o, s:I}", "index", i, "name", info.name,
+                                                    "op", info.op, "act", info.act ? json_string(info.act) : json_null(),
+                                                    "shape", dims, "params", (json_int_t)info.n_params));
+        }
+        json_object_set_new(j, "model", json_string(m->name ? m->name : ""));
+        json_object_set_new(j, "path", json_string(m->path ? m->path : ""));
+        json_object_set_new(j, "layers", layers);
+        json_object_set_new(j, "inputs", json_integer(bt_graph_num_inputs(g)));
+        json_object_set_new(j, "parameter_tensors", json_integer(bt_graph_num_params(g)));
+        json_object_set_new(j, "params", json_integer(bt_graph_total_params(g)));
+        json_object_set_new(j, "trainable", json_boolean(bt_graph_is_trainable(g)));
+        return;
+    }
     printf("model %s (%s)\n\n", bt_cli_escape(m->name ? m->name : "?", name, sizeof name),
            bt_cli_escape(m->path, path, sizeof path));
     printf("  %-3s %-20s %-20s %-18s %12s\n", "#", "layer", "op", "output", "params");
@@ -55,7 +84,8 @@ static void print_layers(const bt_model *m)
                                               : "inference only: the last layer is not a loss");
 }
 
-static int print_plan(const bt_model *m)
+/* The plan: printed, or (j not NULL) added to j as "plan". */
+static int print_plan(const bt_model *m, json_t *j)
 {
     const bt_graph *g = m->graph;
     bt_plan *plan = NULL;
@@ -69,7 +99,8 @@ static int print_plan(const bt_model *m)
     if (st != BT_OK) return bt_cli_fail("check", st);
     int mb = m->parallel.microbatches;
     bt_schedule_kind kind = m->train.enabled ? m->parallel.schedule : BT_SCHEDULE_STREAM;
-    st = bt_schedule_build(kind, plan->stages, mb, &sched);
+    int v = m->train.enabled && m->parallel.virtual_stages > 1 ? m->parallel.virtual_stages : 1;
+    st = bt_schedule_build_virtual(kind, plan->stages, mb, v, &sched);
     if (st == BT_OK) st = bt_schedule_validate(sched);
     if (st != BT_OK) {
         bt_plan_destroy(plan);
@@ -77,10 +108,22 @@ static int print_plan(const bt_model *m)
         return bt_cli_fail("check", st);
     }
     int64_t mbs = m->train.batch / mb > 0 ? m->train.batch / mb : 1;
-    printf("\nplan: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n\n", plan->stages,
+    json_t *jstages = json_array(), *jcross = json_array();
+    if (j) {
+        json_object_set_new(j, "plan", json_pack("{s:i, s:i, s:I, s:s, s:o, s:o}", "n_stages", plan->stages,
+                                                 "microbatches", mb, "microbatch_samples", (json_int_t)mbs,
+                                                 "schedule", bt_schedule_name(kind), "stages", jstages,
+                                                 "crossings", jcross));
+    } else {
+        json_decref(jstages);
+        json_decref(jcross);
+        jstages = jcross = NULL;
+    }
+    if (!j) printf("\nplan: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n\n", plan->stages,
            plan->stages == 1 ? "" : "s", mb, mb == 1 ? "" : "es", (long long)mbs, bt_schedule_name(kind));
-    printf("  %-5s %-8s %-34s %12s %14s %9s %14s\n", "stage", "device", "layers", "params",
-           "sends/mb", "in flight", "activations");
+    if (!j)
+        printf("  %-5s %-8s %-34s %12s %14s %9s %14s\n", "stage", "device", "layers", "params", "sends/mb",
+               "in flight", "activations");
     for (int s = 0; s < plan->stages; s++) {
         char layers[128], num[32], sends[32], acts[32];
         const char *first = g->layers[plan->first_layer[s]].name;
@@ -94,6 +137,18 @@ static int print_plan(const bt_model *m)
             params += info.n_params;
         }
         int inflight = bt_schedule_max_inflight(sched, s);
+        if (j) {
+            json_t *names = json_array();
+            for (int l = plan->first_layer[s]; l < plan->first_layer[s] + plan->n_stage_layers[s]; l++)
+                json_array_append_new(names, json_string(g->layers[l].name));
+            json_array_append_new(
+                jstages, json_pack("{s:i, s:s, s:o, s:I, s:I, s:i, s:I}", "stage", s, "device", plan->device[s],
+                                   "layers", names, "params", (json_int_t)params, "send_bytes_per_microbatch",
+                                   (json_int_t)((double)bt_plan_send_bytes(plan, s) * (double)mbs), "in_flight",
+                                   inflight, "activation_bytes",
+                                   (json_int_t)((double)bt_plan_activation_bytes(g, plan, s) * (double)mbs * inflight)));
+            continue;
+        }
         printf("  %-5d %-8s %-34s %12s %14s %9d %14s\n", s, plan->device[s], layers,
                bt_cli_group(params, num, sizeof num),
                bt_cli_bytes((double)bt_plan_send_bytes(plan, s) * (double)mbs, sends, sizeof sends),
@@ -105,6 +160,12 @@ static int print_plan(const bt_model *m)
     for (int c = 0; c < plan->n_crossings; c++) {
         const bt_crossing *x = &plan->crossings[c];
         if (x->src < 0) continue;
+        if (j) {
+            json_array_append_new(jcross, json_pack("{s:s, s:i, s:i, s:I}", "value", g->values[x->value].name, "from",
+                                                    x->src, "to", x->dst, "bytes_per_microbatch",
+                                                    (json_int_t)((double)x->bytes_per_sample * (double)mbs)));
+            continue;
+        }
         if (!shown++) printf("\n  values crossing cuts (per micro-batch):\n");
         char b[32];
         printf("    %-20s stage %d -> stage %d  %s%s\n", g->values[x->value].name, x->src, x->dst,
@@ -123,12 +184,13 @@ int bt_cmd_check(int argc, char **argv)
         {"partition", required_argument, NULL, 'P'}, {"balance", required_argument, NULL, 'B'},
         {"layout", required_argument, NULL, 'L'},    {"recompute", required_argument, NULL, 'Q'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'}, {"json", no_argument, NULL, 'J'}, {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
     bt_cli_model_opts o;
     memset(&o, 0, sizeof o);
-    int c, rc;
+    int c, rc, json = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.devices = optarg; break;
         case 's': rc = bt_cli_parse_int32("check", "--stages", optarg, 1, BT_MAX_STAGES, &o.stages); if (rc != BT_EXIT_OK) return rc; break;
@@ -138,8 +200,10 @@ int bt_cmd_check(int argc, char **argv)
         case 'B': o.balance = optarg; break;
         case 'L': o.layout = optarg; break;
         case 'Q': o.recompute = optarg; break;
+        case 'J': json = 1; break;
+        case 'U': rc = bt_cli_add_plugin("check", &o, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': check_usage(stdout); return BT_EXIT_OK;
-        default: check_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("check", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("check", argc, argv, optind, &o);
@@ -147,11 +211,17 @@ int bt_cmd_check(int argc, char **argv)
     bt_model *m = NULL;
     rc = bt_cli_load_model("check", &o, &m);
     if (rc != BT_EXIT_OK) return rc;
-    print_layers(m);
-    bt_cli_auto au; /* parallel: auto: measured and chosen now, then checked like any layout */
-    rc = bt_cli_resolve_auto("check", m, 0, 1, 0, &au);
-    if (rc == BT_EXIT_OK) rc = print_plan(m);
+    json_t *j = json ? json_object() : NULL;
+    print_layers(m, j);
+    bt_cli_auto au; /* parallel: auto: measured and chosen now (quietly under --json), then checked */
+    rc = bt_cli_resolve_auto("check", m, 0, !json, 0, &au);
+    if (rc == BT_EXIT_OK) rc = print_plan(m, j);
     bt_cli_auto_clear(&au);
+    if (j && rc == BT_EXIT_OK) {
+        json_dumpf(j, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        printf("\n");
+    }
+    json_decref(j);
     bt_model_destroy(m);
     return rc;
 }

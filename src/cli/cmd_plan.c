@@ -2,7 +2,9 @@
  * with --permute, the device order) that minimise the slowest stage within each device's memory,
  * from a profile file or from a quick measurement, then prints the per-stage table, the predicted
  * step time and bubble (the schedule simulated on the chosen stages' costs), the uniform split for
- * comparison, and the `parallel:` YAML to paste into the model file.
+ * comparison, and the `parallel:` YAML to paste into the model file; --json prints all of it as one
+ * JSON object. --devices goes through the model (parallel.devices), so its shorthands (cpu*4,
+ * cpu:0-3) and the one-stage-per-device rule are the same as check's and run's.
  * Exit codes: 0 ok, 2 usage, model or profile-file errors (and no placement fitting in memory),
  * 1 runtime failures while measuring. */
 #include <ctype.h>
@@ -10,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "cli/cli.h"
 #include "plan/partition.h"
@@ -22,10 +26,9 @@
 
 typedef struct plan_opts {
     bt_cli_model_opts model;
-    const char *devices;
     const char *profile;
     const char *schedule;
-    int microbatches, repeats, permute, threads;
+    int microbatches, repeats, permute, json, threads;
     unsigned long long memory;
 } plan_opts;
 
@@ -53,6 +56,9 @@ static void plan_usage(FILE *f)
             "                        device's own; cpu devices share the machine's memory)\n"
             "  --permute             let the planner choose the order of the devices too\n"
             "  --repeats R           timed runs per measurement when measuring (default 5)\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
+            "  --json                print the plan as one JSON object (the YAML in it)\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the model file, e.g. train.batch=512\n");
 }
@@ -75,7 +81,6 @@ static int parse_schedule(const char *name, bt_schedule_kind *out)
 /* --devices, else the model's list, else cpu:0..cpu:(stages-1) for devices: auto. */
 static const char *plan_devices(const plan_opts *o, const bt_model *m, char *buf, size_t size)
 {
-    if (o->devices) return o->devices;
     if (m->parallel.devices && strcmp(m->parallel.devices, "auto") != 0) return m->parallel.devices;
     int n = m->parallel.stages > 0 ? m->parallel.stages : 1;
     size_t len = 0;
@@ -160,6 +165,45 @@ static void print_memory_note(const plan_opts *o, const bt_placement *pl)
     else printf("memory: device capacity unknown, not limited (give --memory)\n");
 }
 
+/* --json: the plan as one object (jansson). */
+static void print_plan_json(const plan_opts *o, const bt_model *m, const bt_profile *p, const bt_placement *pl,
+                            const bt_placement *uniform, int worst)
+{
+    json_t *stages = json_array(), *kinds = json_array();
+    for (int k = 0; k < pl->stages; k++) {
+        const bt_placement_stage *s = &pl->stage[k];
+        json_t *names = json_array();
+        for (int l = s->first_layer; l < s->first_layer + s->n_layers; l++)
+            json_array_append_new(names, json_string(p->layers[l].name));
+        json_array_append_new(stages, json_pack("{s:i, s:s, s:o, s:I, s:I, s:f, s:f, s:f}", "stage", k, "device",
+                                                s->device, "layers", names, "params", (json_int_t)s->params,
+                                                "peak_bytes", (json_int_t)s->peak_bytes, "fwd_ms", s->fwd_ms,
+                                                "bwd_ms", s->bwd_ms, "idle", s->idle));
+    }
+    for (int k = 0; k < p->n_kinds; k++) json_array_append_new(kinds, json_string(p->measured_on[k]));
+    const bt_placement_stage *s0 = &pl->stage[0];
+    json_t *memory = o->memory ? json_pack("{s:I, s:s}", "bytes_per_device", (json_int_t)o->memory, "source", "--memory")
+                     : s0->capacity != UINT64_MAX
+                         ? json_pack("{s:I, s:s}", "bytes_per_device", (json_int_t)s0->capacity, "source",
+                                     "the machine's memory shared by its cpu devices")
+                         : json_pack("{s:n, s:s}", "bytes_per_device", "source", "unknown: not limited");
+    json_t *j = json_pack("{s:s, s:i, s:i, s:I, s:s, s:{s:s, s:o, s:i}, s:o, s:o, s:i, s:f, s:f, s:f, s:s}", "model",
+                          m->name ? m->name : "", "n_stages", pl->stages, "microbatches", pl->microbatches,
+                          "microbatch_samples", (json_int_t)pl->microbatch_size, "schedule",
+                          bt_schedule_name(pl->schedule), "costs", "source", o->profile ? o->profile : "measured now",
+                          "measured_on", kinds, "repeats", p->repeats, "memory", memory, "stages", stages,
+                          "bottleneck_stage", worst, "bottleneck_ms", pl->bottleneck_ms, "step_ms", pl->step_ms,
+                          "bubble", pl->bubble, "yaml", pl->yaml);
+    if (j && uniform)
+        json_object_set_new(j, "uniform", json_pack("{s:f, s:f}", "bottleneck_ms", uniform->bottleneck_ms, "step_ms",
+                                                    uniform->step_ms));
+    if (j) {
+        json_dumpf(j, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        printf("\n");
+    }
+    json_decref(j);
+}
+
 static void print_plan(const plan_opts *o, const bt_model *m, const bt_profile *p, const bt_placement *pl,
                        const bt_placement *uniform)
 {
@@ -167,6 +211,10 @@ static void print_plan(const plan_opts *o, const bt_model *m, const bt_profile *
     char name[256];
     for (int k = 1; k < pl->stages; k++)
         if (pl->stage[k].stage_ms > pl->stage[worst].stage_ms) worst = k;
+    if (o->json) {
+        print_plan_json(o, m, p, pl, uniform, worst);
+        return;
+    }
     printf("plan for %s: %d stage%s, %d micro-batch%s of %lld samples, schedule %s\n",
            bt_cli_escape(m->name ? m->name : "model", name, sizeof name),
            pl->stages, pl->stages == 1 ? "" : "s", pl->microbatches, pl->microbatches == 1 ? "" : "es",
@@ -205,7 +253,7 @@ static int plan_auto(const plan_opts *o, const bt_model *m)
         return BT_EXIT_USAGE;
     }
     bt_search_params sp;
-    const char *given = o->devices ? o->devices : (m->parallel.auto_layout ? NULL : m->parallel.devices);
+    const char *given = o->model.devices ? o->model.devices : (m->parallel.auto_layout ? NULL : m->parallel.devices);
     bt_cli_auto_params(m, given, o->threads, &sp);
     sp.memory = o->memory;
     if (o->microbatches > 0) sp.n_microbatches = 1, sp.microbatches[0] = o->microbatches;
@@ -252,8 +300,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.auto_layout ? 0 : m->parallel.microbatches;
     lp.schedule = training ? m->parallel.schedule : BT_SCHEDULE_STREAM;
     if (o->schedule && !parse_schedule(o->schedule, &lp.schedule)) {
-        fprintf(stderr, "baton plan: --schedule must be gpipe, 1f1b, stream or auto, not '%s'\n", o->schedule);
-        return BT_EXIT_USAGE;
+        return bt_cli_bad_value("plan", "--schedule", "gpipe, 1f1b, interleaved-1f1b, zb-h1, stream or auto", o->schedule);
     }
     if (training && lp.schedule == BT_SCHEDULE_STREAM) {
         fprintf(stderr, "baton plan: the stream schedule is forward-only: use gpipe or 1f1b for a model that trains\n");
@@ -294,16 +341,18 @@ int bt_cmd_plan(int argc, char **argv)
         {"devices", required_argument, NULL, 'd'}, {"profile", required_argument, NULL, 'p'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
-        {"repeats", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+        {"repeats", required_argument, NULL, 'r'}, {"plugin", required_argument, NULL, 'U'}, {"json", no_argument, NULL, 'J'}, {"help", no_argument, NULL, 'h'},
         {"threads", required_argument, NULL, 't'}, {"recompute", required_argument, NULL, 'Q'},
         {NULL, 0, NULL, 0}};
     plan_opts o;
     memset(&o, 0, sizeof o);
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'd': o.devices = optarg; break;
+        case 'd': o.model.devices = optarg; break; /* through the model: shorthands, one stage per device */
+        case 'J': o.json = 1; break;
         case 'p': o.profile = optarg; break;
         case 'm': rc = bt_cli_parse_int32("plan", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.schedule = optarg; break;
@@ -312,8 +361,9 @@ int bt_cmd_plan(int argc, char **argv)
         case 'Q': o.model.recompute = optarg; break;
         case 't': rc = bt_cli_parse_int32("plan", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
+        case 'U': rc = bt_cli_add_plugin("plan", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;
-        default: plan_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("plan", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("plan", argc, argv, optind, &o.model);
@@ -325,6 +375,5 @@ int bt_cmd_plan(int argc, char **argv)
     bt_model_destroy(m);
     return rc;
 bad:
-    fprintf(stderr, "baton plan: --memory wants a byte count such as 512M or 2G, not '%s'\n", optarg);
-    return BT_EXIT_USAGE;
+    return bt_cli_bad_value("plan", "--memory", "a byte count per device such as 512M or 2G", optarg);
 }

@@ -180,12 +180,13 @@ int bt_cmd_plot(int argc, char **argv)
     const char *out = "report.svg", *title = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 't': title = optarg; break;
         case 'h': plot_usage(stdout); return BT_EXIT_OK;
-        default: plot_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("plot", argc, argv, c);
         }
     }
     int n = argc - optind;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "core/strutil.h"
 #include "train/checkpoint.h"
 #include "train/predict.h"
@@ -56,19 +57,19 @@ static int missing(const char *what, const char *path)
 
 static void print_report(const bt_predict_report *r, const char *output, int jsonl)
 {
-    if (jsonl) {
-        printf("{\"predict\": true, \"samples\": %lld, \"batches\": %lld, \"samples_per_s\": %s, "
-               "\"p50_ms\": %s, \"p99_ms\": %s, \"output_layer\": ",
-               (long long)r->samples, (long long)r->batches, bt_json_num(r->samples_per_s, 'f', 1).s,
-               bt_json_num(r->p50_ms, 'f', 3).s, bt_json_num(r->p99_ms, 'f', 3).s);
-        bt_cli_print_json_string(stdout, r->output_layer);
-        if (r->has_loss) printf(", \"loss\": %s", bt_json_num(r->loss, 'g', 9).s);
-        if (!isnan(r->accuracy)) printf(", \"accuracy\": %s", bt_json_num(r->accuracy, 'f', 6).s);
-        if (output) {
-            printf(", \"output\": ");
-            bt_cli_print_json_string(stdout, output);
+    if (jsonl) { /* one record, built with jansson: a layer or path with '"' or '\\' stays valid */
+        json_t *rec = json_pack("{s:b, s:I, s:I, s:o, s:o, s:o, s:s}", "predict", 1, "samples", (json_int_t)r->samples,
+                                "batches", (json_int_t)r->batches, "samples_per_s", bt_cli_json_num(r->samples_per_s),
+                                "p50_ms", bt_cli_json_num(r->p50_ms), "p99_ms", bt_cli_json_num(r->p99_ms),
+                                "output_layer", r->output_layer);
+        if (rec && r->has_loss) json_object_set_new(rec, "loss", bt_cli_json_num(r->loss));
+        if (rec && !isnan(r->accuracy)) json_object_set_new(rec, "accuracy", bt_cli_json_num(r->accuracy));
+        if (rec && output) json_object_set_new(rec, "output", json_string(output));
+        if (rec) {
+            json_dumpf(rec, stdout, JSON_REAL_PRECISION(9) | JSON_ENSURE_ASCII);
+            printf("\n");
         }
-        printf("}\n");
+        json_decref(rec);
         return;
     }
     char shape[64], name[128];
@@ -104,7 +105,8 @@ int bt_cmd_predict(int argc, char **argv)
     memset(&mo, 0, sizeof mo);
     memset(&po, 0, sizeof po);
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'W': weights = optarg; break;
         case 'i': {
@@ -125,10 +127,8 @@ int bt_cmd_predict(int argc, char **argv)
         }
         case 'y': po.labels = optarg; break;
         case 'D':
-            if (strcmp(optarg, "train") != 0 && strcmp(optarg, "eval") != 0) {
-                fprintf(stderr, "baton predict: --data must be train or eval, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            if (strcmp(optarg, "train") != 0 && strcmp(optarg, "eval") != 0)
+                return bt_cli_bad_value("predict", "--data", "train or eval", optarg);
             data = optarg;
             break;
         case 'o': po.output_path = optarg; break;
@@ -141,13 +141,11 @@ int bt_cmd_predict(int argc, char **argv)
         case 'r': rc = bt_cli_parse_u64("predict", "--seed", optarg, &seed); if (rc != BT_EXIT_OK) return rc; break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) jsonl = 1;
-            else if (strcmp(optarg, "text") != 0) {
-                fprintf(stderr, "baton predict: --log-format must be text or jsonl, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            else if (strcmp(optarg, "text") != 0)
+                return bt_cli_bad_value("predict", "--log-format", "text or jsonl", optarg);
             break;
         case 'h': predict_usage(stdout); return BT_EXIT_OK;
-        default: predict_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("predict", argc, argv, c);
         }
     }
     if ((rc = bt_cli_take_positional("predict", argc, argv, optind, &mo)) != BT_EXIT_OK) return rc;

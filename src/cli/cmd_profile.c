@@ -13,7 +13,6 @@
 
 typedef struct profile_opts {
     bt_cli_model_opts model;
-    const char *devices;
     const char *output;
     long long batch;
     int microbatches, repeats, warmup, threads;
@@ -41,10 +40,10 @@ static void profile_usage(FILE *f)
             "KEY=VALUE overrides any field of the model file, e.g. train.optimizer.type=sgd\n");
 }
 
-/* The devices to measure: --devices, else the model's list, else cpu:0. */
+/* The devices to measure: --devices (given to the model as parallel.devices, so cpu*2 and
+ * cpu:0-1 expand as for run), else the model's list, else cpu:0. */
 static const char *default_devices(const profile_opts *o, const bt_model *m)
 {
-    if (o->devices) return o->devices;
     if (m->parallel.devices && strcmp(m->parallel.devices, "auto") != 0) return m->parallel.devices;
     return "cpu:0";
 }
@@ -52,22 +51,23 @@ static const char *default_devices(const profile_opts *o, const bt_model *m)
 static void print_layers(const bt_profile *p, int k)
 {
     char num[32], act[32], outb[32], opname[96];
-    double fwd = 0, bwd = 0, step = 0;
+    double fwd = 0, bwd = 0, step = 0, b = 0, w = 0;
     printf("\nlayers on %s (measured on %s), times per micro-batch of %lld samples:\n\n", p->kinds[k],
            p->measured_on[k], (long long)p->microbatch_size);
-    printf("  %-3s %-20s %-18s %9s %9s %9s %12s %12s %12s\n", "#", "layer", "op", "fwd ms", "bwd ms",
-           "step ms", "params", "act/sample", "out/sample");
+    printf("  %-3s %-20s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", "#", "layer", "op", "fwd ms", "bwd ms",
+           "B ms", "W ms", "step ms", "params", "act/sample", "out/sample");
     for (int l = 0; l < p->n_layers; l++) {
         const bt_profile_layer *pl = &p->layers[l];
         const bt_profile_time *t = bt_profile_time_at(p, l, k);
         snprintf(opname, sizeof opname, "%s%s%s", pl->op, pl->act ? "+" : "", pl->act ? pl->act : "");
-        printf("  %-3d %-20s %-18s %9.4f %9.4f %9.4f %12s %12s %12s\n", l, pl->name, opname, t->fwd_ms,
-               t->bwd_ms, t->step_ms, bt_cli_group(pl->params, num, sizeof num),
+        printf("  %-3d %-20s %-18s %9.4f %9.4f %9.4f %9.4f %9.4f %12s %12s %12s\n", l, pl->name, opname, t->fwd_ms,
+               t->bwd_ms, t->b_ms, t->w_ms, t->step_ms, bt_cli_group(pl->params, num, sizeof num),
                bt_cli_bytes((double)pl->activation_bytes_per_sample, act, sizeof act),
                bt_cli_bytes((double)pl->output_bytes_per_sample, outb, sizeof outb));
-        fwd += t->fwd_ms, bwd += t->bwd_ms, step += t->step_ms;
+        fwd += t->fwd_ms, bwd += t->bwd_ms, step += t->step_ms, b += t->b_ms, w += t->w_ms;
     }
-    printf("  %-3s %-20s %-18s %9.4f %9.4f %9.4f\n", "", "total", "", fwd, bwd, step);
+    printf("  %-3s %-20s %-18s %9.4f %9.4f %9.4f %9.4f %9.4f\n", "", "total", "", fwd, bwd, b, w, step);
+    printf("  (B and W: the backward split as zb-h1 runs it, input gradients and deferred weight gradients)\n");
 }
 
 static void print_profile(const bt_profile *p)
@@ -144,9 +144,10 @@ int bt_cmd_profile(int argc, char **argv)
     o.threads = 1;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":ho:", longopts, NULL)) != -1) {
         switch (c) {
-        case 'd': o.devices = optarg; break;
+        case 'd': o.model.devices = optarg; break; /* through the model: the same shorthands as run's */
         case 'b': rc = bt_cli_parse_int("profile", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("profile", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_int32("profile", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
@@ -154,7 +155,7 @@ int bt_cmd_profile(int argc, char **argv)
         case 't': rc = bt_cli_parse_int32("profile", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'o': o.output = optarg; break;
         case 'h': profile_usage(stdout); return BT_EXIT_OK;
-        default: profile_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("profile", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("profile", argc, argv, optind, &o.model);

@@ -36,16 +36,22 @@ static void run_usage(FILE *f)
             "  --balance N,N,...     layers per stage, e.g. 3,2\n"
             "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
             "  --microbatches M      micro-batches per step\n"
+            "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 (training), stream\n"
+            "                        (inference)\n"
+            "  --virtual V           interleaved-1f1b: model chunks per device (stages = devices x V)\n"
             "  --recompute R         none | stage | LAYER,LAYER: recompute these layers' activations\n"
             "                        before backward instead of keeping them (beats train.recompute)\n"
-            "  --schedule S          gpipe | 1f1b (training), stream (inference)\n"
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
             "  --eval-every N        evaluate every N steps (0: only at the end)\n"
-            "  --checkpoint-dir DIR  write DIR/checkpoint.safetensors (atomically; one run per DIR)\n"
+            "  --checkpoint-dir DIR  write DIR/checkpoint-<step>.safetensors, DIR/checkpoint.safetensors\n"
+            "                        the latest (created like mkdir -p; one run per DIR)\n"
             "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
-            "  --resume DIR          continue exactly from a checkpoint\n"
-            "  --init FILE           start from weights in a safetensors file (PyTorch names)\n"
+            "  --keep-last N         numbered checkpoints kept in DIR (default 1; 0: all)\n"
+            "  --resume DIR          continue exactly from DIR's latest checkpoint (or a file)\n"
+            "  --init FILE           start from weights in a safetensors file or checkpoint DIR\n"
+            "                        (PyTorch names; F32, F64, F16 or BF16)\n"
+            "  --init-partial FILE   the same, loading what matches and listing what it skipped\n"
             "  --synthetic           made-up data shaped like the declared inputs, in place of data:\n"
             "                        (without data: and without this flag, a run is refused)\n"
             "  --batch N             samples per step (beats train.batch)\n"
@@ -64,6 +70,10 @@ static void run_usage(FILE *f)
             "  --tensorboard DIR     write TensorBoard event files to DIR (beats\n"
             "                        train.tensorboard): watch with tensorboard --logdir\n"
             "  --log-format F        text (default) | jsonl\n"
+            "  --log-every N         a step line (or record) every N steps, and the first and last\n"
+            "  --log-file FILE       write the JSON records to FILE too, whatever the terminal shows\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the file, e.g. train.optimizer.lr=3e-4\n");
 }
@@ -111,21 +121,24 @@ int bt_cli_synth_make(const bt_graph *g, int64_t batch, uint64_t seed, bt_cli_sy
 static void print_step(const run_opts *o, long long step, long long steps, const bt_step_result *r, int training,
                        const bt_cli_metrics *mt)
 {
-    if (o->jsonl) {
+    if (o->jsonl || o->log) {
+        json_t *rec;
         if (training) {
-            printf("{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"step_ms\": %s, "
-                   "\"samples_per_s\": %s, \"bubble\": %s, \"loss_scale\": %s, \"skipped\": %s",
-                   step, bt_json_num(r->loss, 'g', 9).s, bt_json_num(r->lr, 'g', 6).s,
-                   bt_json_num(r->grad_norm, 'g', 6).s, bt_json_num(r->step_ms, 'f', 3).s,
-                   bt_json_num(r->samples_per_s, 'f', 1).s, bt_json_num(r->bubble, 'f', 4).s,
-                   bt_json_num(r->loss_scale, 'g', 6).s, r->skipped ? "true" : "false");
-            bt_cli_metrics_json_stages(mt);
-            printf("}\n");
+            rec = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "step", (json_int_t)step, "loss",
+                            bt_cli_json_num(r->loss), "lr", bt_cli_json_num(r->lr), "grad_norm",
+                            bt_cli_json_num(r->grad_norm), "step_ms", bt_cli_json_num(r->step_ms), "samples_per_s",
+                            bt_cli_json_num(r->samples_per_s), "bubble", bt_cli_json_num(r->bubble), "loss_scale",
+                            bt_cli_json_num(r->loss_scale), "skipped", r->skipped);
+            json_t *stages = bt_cli_metrics_json(mt);
+            if (rec && stages) json_object_set_new(rec, "stages", stages);
+            else json_decref(stages);
         } else
-            printf("{\"step\": %lld, \"step_ms\": %s, \"latency_ms\": %s, \"samples_per_s\": %s, "
-                   "\"bubble\": %s}\n",
-                   step, bt_json_num(r->step_ms, 'f', 3).s, bt_json_num(r->step_ms, 'f', 3).s,
-                   bt_json_num(r->samples_per_s, 'f', 1).s, bt_json_num(r->bubble, 'f', 4).s);
+            rec = json_pack("{s:I, s:o, s:o, s:o, s:o}", "step", (json_int_t)step, "step_ms",
+                            bt_cli_json_num(r->step_ms), "latency_ms", bt_cli_json_num(r->step_ms), "samples_per_s",
+                            bt_cli_json_num(r->samples_per_s), "bubble", bt_cli_json_num(r->bubble));
+        bt_cli_record(o, rec);
+    }
+    if (o->jsonl) {
     } else if (training) {
         if (r->skipped) {
             char msg[160];
@@ -161,35 +174,37 @@ static void print_boundaries(const bt_engine *e)
 
 void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
 {
+    json_t *stages = json_array(), *boundaries = json_array();
+    for (int s = 0; stages && s < bt_engine_num_stages(e); s++) {
+        bt_memory_stats m;
+        bt_stage_info si;
+        bt_time_stats t;
+        bt_engine_memory(e, s, &m);
+        bt_engine_stage(e, s, &si);
+        bt_engine_time(e, s, &t);
+        double wall = t.wall_ms > 0 ? t.wall_ms : 1;
+        json_array_append_new(stages, json_pack("{s:i, s:s, s:I, s:I, s:i, s:o, s:o, s:o}", "stage", s, "device",
+                                                si.device, "peak_bytes", (json_int_t)m.peak, "activation_peak_bytes",
+                                                (json_int_t)m.activation_peak, "peak_microbatches",
+                                                m.peak_microbatches, "busy", bt_cli_json_num(t.busy_ms / wall),
+                                                "transfer", bt_cli_json_num(t.transfer_ms / wall), "idle",
+                                                bt_cli_json_num(t.idle_ms / wall)));
+    }
+    for (int i = 0; boundaries && i < bt_engine_num_boundaries(e); i++) {
+        bt_boundary_stats b;
+        bt_engine_boundary(e, i, &b);
+        json_array_append_new(boundaries, json_pack("{s:i, s:i, s:s, s:s, s:I, s:I, s:o}", "from", b.from, "to", b.to,
+                                                    "what", b.grad ? "gradients" : "activations", "path",
+                                                    bt_transfer_path_name(b.path), "message_bytes",
+                                                    (json_int_t)b.message_bytes, "messages", (json_int_t)b.messages,
+                                                    "gb_per_s",
+                                                    bt_cli_json_num(b.copy_ms > 0 ? b.bytes / b.copy_ms / 1e6 : 0.0)));
+    }
+    bt_cli_record(o, json_pack("{s:b, s:o, s:o, s:o, s:o}", "summary", 1, "median_step_ms", bt_cli_json_num(median_ms),
+                               "samples_per_s",
+                               bt_cli_json_num(median_ms > 0 ? (double)batch * 1000 / median_ms : 0), "stages",
+                               stages ? stages : json_null(), "boundaries", boundaries ? boundaries : json_null()));
     if (o->jsonl) {
-        printf("{\"summary\": true, \"median_step_ms\": %s, \"samples_per_s\": %s, \"stages\": [",
-               bt_json_num(median_ms, 'f', 3).s,
-               bt_json_num(median_ms > 0 ? (double)batch * 1000 / median_ms : 0, 'f', 1).s);
-        for (int s = 0; s < bt_engine_num_stages(e); s++) {
-            bt_memory_stats m;
-            bt_stage_info si;
-            bt_engine_memory(e, s, &m);
-            bt_engine_stage(e, s, &si);
-            bt_time_stats t;
-            bt_engine_time(e, s, &t);
-            double wall = t.wall_ms > 0 ? t.wall_ms : 1;
-            printf("%s{\"stage\": %d, \"device\": \"%s\", \"peak_bytes\": %zu, \"activation_peak_bytes\": %zu, "
-                   "\"peak_microbatches\": %d, \"busy\": %s, \"transfer\": %s, \"idle\": %s}",
-                   s ? ", " : "", s, si.device, m.peak, m.activation_peak, m.peak_microbatches,
-                   bt_json_num(t.busy_ms / wall, 'f', 4).s, bt_json_num(t.transfer_ms / wall, 'f', 4).s,
-                   bt_json_num(t.idle_ms / wall, 'f', 4).s);
-        }
-        printf("], \"boundaries\": [");
-        for (int i = 0; i < bt_engine_num_boundaries(e); i++) {
-            bt_boundary_stats b;
-            bt_engine_boundary(e, i, &b);
-            printf("%s{\"from\": %d, \"to\": %d, \"what\": \"%s\", \"path\": \"%s\", \"message_bytes\": %zu, "
-                   "\"messages\": %lld, \"gb_per_s\": %s}",
-                   i ? ", " : "", b.from, b.to, b.grad ? "gradients" : "activations", bt_transfer_path_name(b.path),
-                   b.message_bytes, (long long)b.messages,
-                   bt_json_num(b.copy_ms > 0 ? b.bytes / b.copy_ms / 1e6 : 0.0, 'f', 3).s);
-        }
-        printf("]}\n");
         bt_cli_tracer_summary(o->tracer, 1, median_ms);
         return;
     }
@@ -248,6 +263,7 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
     p.threads = o->threads > 0 ? o->threads : auto_threads;
     p.watchdog_s = o->watchdog_s;
     p.device_memory = (size_t)o->device_memory;
+    p.device_memory_each = 1; /* --memory is bytes per device, as in baton plan */
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
     p.transfer = (bt_transfer_mode)o->transfer;
@@ -347,7 +363,10 @@ int bt_cmd_run(int argc, char **argv)
         {"resume", required_argument, NULL, 'R'},       {"init", required_argument, NULL, 'I'},
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
-        {"tensorboard", required_argument, NULL, 'G'},  {"recompute", required_argument, NULL, 'Q'},
+        {"tensorboard", required_argument, NULL, 'G'},  {"virtual", required_argument, NULL, 'V'},
+        {"keep-last", required_argument, NULL, 'K'},    {"log-every", required_argument, NULL, 'e'},
+        {"log-file", required_argument, NULL, 'F'},    {"init-partial", required_argument, NULL, 'J'},
+        {"plugin", required_argument, NULL, 'U'}, {"recompute", required_argument, NULL, 'Q'},
         {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
@@ -355,17 +374,20 @@ int bt_cmd_run(int argc, char **argv)
     o.watchdog_s = 60;
     o.eval_every = -1;
     o.checkpoint_every = -1;
+    o.keep_last = -1;
     o.progress = isatty(STDOUT_FILENO);
     int c, rc;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': o.model.devices = optarg; break;
         case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("run", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.model.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.model.schedule = optarg; break;
         case 'Q': o.model.recompute = optarg; break;
+        case 'V': rc = bt_cli_parse_int32("run", "--virtual", optarg, 1, BT_MAX_STAGES, &o.model.virtual_stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'P': o.model.partition = optarg; break;
         case 'B': o.model.balance = optarg; break;
         case 'y': o.model.layout = optarg; break;
@@ -375,48 +397,43 @@ int bt_cmd_run(int argc, char **argv)
         case 'b': rc = bt_cli_parse_int("run", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
         case 'w':
             o.watchdog_s = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S)) {
-                char shown[64];
-                fprintf(stderr, "baton run: --watchdog must be seconds above 0 and at most %g, not '%s'\n",
-                        BT_WATCHDOG_MAX_S, bt_cli_escape(optarg, shown, sizeof shown));
-                return BT_EXIT_USAGE;
-            }
+            if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S))
+                return bt_cli_bad_value("run", "--watchdog", "seconds above 0 and at most 1e+09", optarg);
             break;
         case 'E': rc = bt_cli_parse_int32("run", "--epochs", optarg, 1, BT_CLI_MAX_EPOCHS, &o.epochs); if (rc != BT_EXIT_OK) return rc; break;
         case 'v': rc = bt_cli_parse_int("run", "--eval-every", optarg, 0, LLONG_MAX, &o.eval_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'k': rc = bt_cli_parse_int("run", "--checkpoint-every", optarg, 0, LLONG_MAX, &o.checkpoint_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'C': o.checkpoint_dir = optarg; break;
+        case 'e': rc = bt_cli_parse_int("run", "--log-every", optarg, 1, BT_CLI_MAX_STEPS, &o.log_every); if (rc != BT_EXIT_OK) return rc; break;
+        case 'F': if (!*optarg) return bt_cli_bad_value("run", "--log-file", "a file name", optarg); o.log_file = optarg; break;
         case 'R': o.resume = optarg; break;
-        case 'I': o.init = optarg; break;
+        case 'I': o.init = optarg; o.init_partial = 0; break;
+        case 'J': o.init = optarg; o.init_partial = 1; break;
+        case 'K': rc = bt_cli_parse_int32("run", "--keep-last", optarg, 0, 1000000, &o.keep_last); if (rc != BT_EXIT_OK) return rc; break;
         case 'Y': o.synthetic = 1; break;
         case 'M':
-            if (!bt_cli_parse_bytes(optarg, &o.device_memory)) {
-                fprintf(stderr, "baton run: --memory wants a byte count such as 512M or 2G, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            if (!bt_cli_parse_bytes(optarg, &o.device_memory))
+                return bt_cli_bad_value("run", "--memory", "a byte count per device such as 512M or 2G", optarg);
             break;
         case 'T': o.trace_path = optarg; break;
         case 'L': o.timeline_path = optarg; break;
-        case 'G': if (!*optarg) goto bad; o.tensorboard = optarg; break;
+        case 'G': if (!*optarg) return bt_cli_bad_value("run", "--tensorboard", "a directory", optarg); o.tensorboard = optarg; break;
         case 'X':
             if (strcmp(optarg, "auto") == 0) o.transfer = BT_TRANSFER_AUTO;
             else if (strcmp(optarg, "staged") == 0) o.transfer = BT_TRANSFER_STAGED;
             else if (strcmp(optarg, "host") == 0) o.transfer = BT_TRANSFER_HOST;
-            else {
-                fprintf(stderr, "baton run: --transfer must be auto, staged or host, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            else
+                return bt_cli_bad_value("run", "--transfer", "auto, staged or host", optarg);
             break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1, o.progress = 0;
             else if (strcmp(optarg, "text") == 0) o.jsonl = 0;
-            else {
-                fprintf(stderr, "baton run: --log-format must be text or jsonl, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
-            }
+            else
+                return bt_cli_bad_value("run", "--log-format", "text or jsonl", optarg);
             break;
+        case 'U': rc = bt_cli_add_plugin("run", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': run_usage(stdout); return BT_EXIT_OK;
-        default: run_usage(stderr); return BT_EXIT_USAGE;
+        default: return bt_cli_bad_option("run", argc, argv, c);
         }
     }
     int prc = bt_cli_take_positional("run", argc, argv, optind, &o.model);
@@ -431,10 +448,12 @@ int bt_cmd_run(int argc, char **argv)
         rc = bt_cli_tensorboard_check(&o, m);
     }
     if (rc == BT_EXIT_OK) rc = bt_cli_infer_check(&o, m);
-    if (rc == BT_EXIT_OK) rc = run_model(&o, m);
+    if (rc == BT_EXIT_OK) rc = bt_cli_log_open(&o);
+    if (rc == BT_EXIT_OK) {
+        rc = run_model(&o, m);
+        int lrc = bt_cli_log_close(&o);
+        if (rc == BT_EXIT_OK) rc = lrc;
+    }
     bt_model_destroy(m);
     return rc;
-bad:
-    fprintf(stderr, "baton run: bad value '%s' for an option\n", optarg);
-    return BT_EXIT_USAGE;
 }

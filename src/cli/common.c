@@ -1,6 +1,7 @@
 /* cli/common.c: what the subcommands share: loading a model with command-line flags turned into
  * overrides (so flags are validated exactly like the file), error reporting and number formats. */
 #include <ctype.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -112,13 +113,17 @@ static int file_is_auto(const bt_cli_model_opts *o)
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[100];
-    char *flags[8] = {NULL};
+    char *flags[9] = {NULL};
     int n = 0, nf = 0;
+    *out = NULL;
+    int prc = bt_cli_load_plugins(cmd, o);
+    if (prc != BT_EXIT_OK) return prc;
     /* heap copies: a long --layout must never be cut short */
     if (o->devices) flags[nf++] = bt_strfmt("parallel.devices=%s", o->devices);
     if (o->stages > 0) flags[nf++] = bt_strfmt("parallel.pipeline.stages=%d", o->stages);
     if (o->microbatches > 0) flags[nf++] = bt_strfmt("parallel.pipeline.microbatches=%d", o->microbatches);
     if (o->schedule) flags[nf++] = bt_strfmt("parallel.pipeline.schedule=%s", o->schedule);
+    if (o->virtual_stages > 0) flags[nf++] = bt_strfmt("parallel.pipeline.virtual=%d", o->virtual_stages);
     if (o->partition) flags[nf++] = bt_strfmt("parallel.pipeline.partition=%s", o->partition);
     if (o->balance) flags[nf++] = bt_strfmt("parallel.pipeline.partition={balance: [%s]}", o->balance);
     if (o->layout) flags[nf++] = bt_strfmt("parallel.pipeline.partition={layout: \"%s\"}", o->layout);
@@ -139,6 +144,12 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
         bt_cli_print_error(cmd);
         return BT_EXIT_USAGE;
     }
+    /* --devices without --stages: one stage per device given (--devices cpu:0 runs the model as
+     * one stage), unless the file's partition fixes the stages (balance, layout, stage: N). */
+    bt_parallel_config *pc = &(*out)->parallel;
+    if (o->devices && o->stages == 0 && pc->partition != BT_PARTITION_BALANCE &&
+        pc->partition != BT_PARTITION_LAYOUT && pc->partition != BT_PARTITION_PINNED)
+        pc->stages = 0;
     return BT_EXIT_OK;
 }
 
@@ -161,11 +172,39 @@ static int read_integer(const char *text, int *neg, uint64_t *mag)
     return *p == '\0';
 }
 
+/* "baton CMD: OPTION: must be RANGE, got TEXT" (TEXT quoted unless it is a plain number), then
+ * the one-line hint. */
 static int bad_integer(const char *cmd, const char *option, const char *text, const char *range)
 {
-    fprintf(stderr, "baton %s: %s wants %s, not '", cmd, option, range);
+    int plain = *text != '\0' && strspn(text, "-0123456789") == strlen(text);
+    fprintf(stderr, "baton %s: %s: must be %s, got %s", cmd, option, range, plain ? "" : "'");
     bt_cli_print_escaped(stderr, text);
-    fprintf(stderr, "'\n");
+    fprintf(stderr, "%s\n", plain ? "" : "'");
+    bt_cli_hint(cmd);
+    return BT_EXIT_USAGE;
+}
+
+int bt_cli_bad_value(const char *cmd, const char *option, const char *range, const char *text)
+{
+    return bad_integer(cmd, option, text ? text : "", range);
+}
+
+void bt_cli_hint(const char *cmd)
+{
+    fprintf(stderr, "(baton %s --help lists the options and their ranges)\n", cmd);
+}
+
+int bt_cli_bad_option(const char *cmd, int argc, char **argv, int opt)
+{
+    const char *arg = optind - 1 < argc && optind >= 1 ? argv[optind - 1] : "?";
+    if (opt == ':')
+        fprintf(stderr, "baton %s: %s needs a value\n", cmd, arg);
+    else {
+        fprintf(stderr, "baton %s: unknown option '", cmd);
+        bt_cli_print_escaped(stderr, arg);
+        fprintf(stderr, "'\n");
+    }
+    bt_cli_hint(cmd);
     return BT_EXIT_USAGE;
 }
 
@@ -173,8 +212,11 @@ int bt_cli_parse_int(const char *cmd, const char *option, const char *text, long
                      long long *out)
 {
     char range[96];
-    if (hi == LLONG_MAX) snprintf(range, sizeof range, "a whole number of at least %lld", lo);
-    else snprintf(range, sizeof range, "a whole number from %lld to %lld", lo, hi);
+    if (lo == 1 && hi == LLONG_MAX) snprintf(range, sizeof range, "a positive integer");
+    else if (lo == 0 && hi == LLONG_MAX) snprintf(range, sizeof range, "an integer of 0 or more");
+    else if (hi == LLONG_MAX) snprintf(range, sizeof range, "an integer of at least %lld", lo);
+    else if (lo == 1) snprintf(range, sizeof range, "a positive integer up to %lld", hi);
+    else snprintf(range, sizeof range, "an integer from %lld to %lld", lo, hi);
     int neg;
     uint64_t mag;
     if (!text || !read_integer(text, &neg, &mag)) return bad_integer(cmd, option, text ? text : "", range);
@@ -204,7 +246,7 @@ int bt_cli_parse_u64(const char *cmd, const char *option, const char *text, unsi
     int neg;
     uint64_t mag;
     if (!text || !read_integer(text, &neg, &mag) || (neg && mag != 0))
-        return bad_integer(cmd, option, text ? text : "", "a whole number from 0 to 18446744073709551615");
+        return bad_integer(cmd, option, text ? text : "", "an integer from 0 to 18446744073709551615");
     *out = mag;
     return BT_EXIT_OK;
 }

@@ -3,6 +3,11 @@
 #ifndef BT_CLI_RUN_H
 #define BT_CLI_RUN_H
 
+#include <signal.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
 #include "cli/cli.h"
 
 typedef struct bt_run_opts {
@@ -20,6 +25,11 @@ typedef struct bt_run_opts {
     const char *checkpoint_dir;
     const char *resume;
     const char *init;
+    int init_partial;            /* --init-partial FILE: load what matches, list what was skipped */
+    int keep_last;               /* --keep-last N; -1: unset (train.checkpoint_keep_last) */
+    long long log_every;         /* --log-every N: step lines and records every N steps (0, 1: all) */
+    const char *log_file;        /* --log-file FILE: JSON records, whatever the terminal shows */
+    FILE *log;                   /* open while the run goes (run_log.c) */
     int synthetic;               /* ignore the data: section */
     int progress;                /* draw a progress bar (stdout is a terminal) */
     const char *trace_path;      /* --trace FILE.json */
@@ -57,11 +67,32 @@ int bt_cli_metrics_open(const bt_run_opts *o, const bt_model *m, const bt_engine
 void bt_cli_metrics_step(bt_cli_metrics *mt, const bt_engine *e, int64_t step, const bt_step_result *r);
 /* After an evaluation (accuracy NaN: loss only). */
 void bt_cli_metrics_eval(bt_cli_metrics *mt, const bt_engine *e, int64_t step, double loss, double accuracy);
-/* Prints ', "stages": [{"busy": .., "transfer": .., "idle": .., "peak_bytes": ..}, ...]' for the
- * JSON step record. */
-void bt_cli_metrics_json_stages(const bt_cli_metrics *mt);
 /* Closes the event file; accepts NULL. Exit code. */
 int bt_cli_metrics_close(bt_cli_metrics *mt);
+
+/* SIGINT/SIGTERM during training (run_signals.c). begin installs the handlers and returns the flag
+ * the first signal sets (for bt_trainer_opts.stop); a second signal stops the process at once.
+ * end puts the previous handlers back and returns the signal that set the flag, or 0. */
+volatile sig_atomic_t *bt_cli_stop_begin(void);
+volatile sig_atomic_t *bt_cli_stop_flag(void);
+int bt_cli_stop_end(void);
+
+/* JSON records (run_log.c): built with jansson, written to stdout under --log-format jsonl and to
+ * the --log-file. bt_cli_record takes rec (NULL: nothing). bt_cli_json_num gives null for a
+ * number that is not finite. bt_cli_log_step: 1 when step's line or record is shown under
+ * --log-every (every Nth, the first of the run and the last). */
+int bt_cli_log_open(bt_run_opts *o);
+int bt_cli_log_close(bt_run_opts *o);
+void bt_cli_record(const bt_run_opts *o, json_t *rec);
+json_t *bt_cli_json_num(double v);
+int bt_cli_log_step(const bt_run_opts *o, int64_t step, int64_t first, int64_t total);
+/* The stage shares of the step just done as a JSON array ([{"busy", "transfer", "idle",
+ * "peak_bytes"}, ...]); NULL without metrics. */
+json_t *bt_cli_metrics_json(const bt_cli_metrics *mt);
+/* The progress bar (run_progress.c): one line, redrawn, as wide as the terminal; elapsed time and
+ * an ETA from this run's steps so far. */
+void bt_cli_progress(int64_t step, int64_t first, int64_t total, int64_t epoch, const bt_step_result *r,
+                     double loss_avg, double elapsed_s);
 
 /* Synthetic feeds for every graph input (cmd_run.c): floats uniform in [-1, 1], integers uniform
  * below the range their consumer declares. 0, or -1 when out of memory. */

@@ -1,6 +1,6 @@
 /* cli/run_infer.c: `baton run` on a model without train: (inference). What only training means is
  * refused before anything runs (exit 2, naming the flag): --checkpoint-dir, --checkpoint-every,
- * --resume, --eval-every, --epochs, and a schedule other than stream. --init loads weights. The
+ * --keep-last, --resume, --init-partial, --eval-every, --epochs, and a schedule other than stream. --init loads weights. The
  * batches come from the model's data: (data.eval, else data.train) streamed once through the
  * forward-only schedule (train/predict.c), or are synthetic when asked (--synthetic, or
  * data: synthetic); a model with neither is refused rather than fed made-up inputs. */
@@ -29,6 +29,8 @@ int bt_cli_infer_check(const bt_run_opts *o, const bt_model *m)
     if (o->checkpoint_dir) return refuse(m, "--checkpoint-dir");
     if (o->checkpoint_every >= 0) return refuse(m, "--checkpoint-every");
     if (o->resume) return refuse(m, "--resume");
+    if (o->keep_last >= 0) return refuse(m, "--keep-last");
+    if (o->init_partial) return refuse(m, "--init-partial (an inference run loads every weight with --init)");
     if (o->eval_every >= 0) return refuse(m, "--eval-every");
     if (o->epochs > 0) return refuse(m, "--epochs");
     if (m->parallel.schedule != BT_SCHEDULE_STREAM) {
@@ -69,11 +71,11 @@ static void on_batch(int64_t k, int64_t batches, const bt_step_result *r, void *
     if (k == 0) d->ms = calloc((size_t)batches, sizeof *d->ms);
     if (d->ms) d->ms[d->n++] = r->step_ms;
     bt_cli_tracer_step(d->o->tracer);
-    if (d->o->jsonl)
-        printf("{\"step\": %lld, \"step_ms\": %s, \"latency_ms\": %s, \"samples_per_s\": %s, \"bubble\": %s}\n",
-               (long long)k + 1, bt_json_num(r->step_ms, 'f', 3).s, bt_json_num(r->step_ms, 'f', 3).s,
-               bt_json_num(r->samples_per_s, 'f', 1).s, bt_json_num(r->bubble, 'f', 4).s);
-    else
+    bt_cli_record(d->o, json_pack("{s:I, s:o, s:o, s:o, s:o}", "step", (json_int_t)k + 1, "step_ms",
+                                  bt_cli_json_num(r->step_ms), "latency_ms", bt_cli_json_num(r->step_ms),
+                                  "samples_per_s", bt_cli_json_num(r->samples_per_s), "bubble",
+                                  bt_cli_json_num(r->bubble)));
+    if (!d->o->jsonl)
         printf("batch %*lld/%lld  latency %8.2f ms  %9.0f samples/s  bubble %4.1f%%\n", batches > 999 ? 5 : 3,
                (long long)k + 1, (long long)batches, r->step_ms, r->samples_per_s, 100 * r->bubble);
     fflush(stdout);

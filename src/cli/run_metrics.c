@@ -211,14 +211,16 @@ void bt_cli_metrics_eval(bt_cli_metrics *mt, const bt_engine *e, int64_t step, d
     tb_failed(mt, st);
 }
 
-void bt_cli_metrics_json_stages(const bt_cli_metrics *mt)
+json_t *bt_cli_metrics_json(const bt_cli_metrics *mt)
 {
-    if (!mt) return;
-    printf(", \"stages\": [");
-    for (int s = 0; s < mt->stages; s++)
-        printf("%s{\"busy\": %.4f, \"transfer\": %.4f, \"idle\": %.4f, \"peak_bytes\": %zu}", s ? ", " : "",
-               mt->now[s].busy, mt->now[s].transfer, mt->now[s].idle, mt->now[s].peak_bytes);
-    printf("]");
+    if (!mt) return NULL;
+    json_t *a = json_array();
+    for (int s = 0; a && s < mt->stages; s++)
+        json_array_append_new(a, json_pack("{s:o, s:o, s:o, s:I}", "busy", bt_cli_json_num(mt->now[s].busy),
+                                           "transfer", bt_cli_json_num(mt->now[s].transfer), "idle",
+                                           bt_cli_json_num(mt->now[s].idle), "peak_bytes",
+                                           (json_int_t)mt->now[s].peak_bytes));
+    return a;
 }
 
 int bt_cli_metrics_close(bt_cli_metrics *mt)

@@ -3,8 +3,11 @@
  * the end the step time predicted from the measured per-stage costs beside the measured one and
  * each stage's busy / transfer / idle shares, and writes the Chrome/Perfetto JSON and the SVG of
  * the last step. Every function accepts a NULL tracer (no tracing asked for) and does nothing. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <jansson.h>
 
 #include "cli/cli.h"
 #include "core/strutil.h"
@@ -47,6 +50,9 @@ int bt_cli_tracer_step(bt_cli_tracer *t)
     return st == BT_OK ? BT_EXIT_OK : bt_cli_fail("run", st);
 }
 
+/* A JSON number, or null when it is not finite. */
+static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
 void bt_cli_tracer_summary(const bt_cli_tracer *t, int jsonl, double measured_ms)
 {
     if (!t || bt_trace_num_steps(t->trace) == 0) return;
@@ -54,18 +60,24 @@ void bt_cli_tracer_summary(const bt_cli_tracer *t, int jsonl, double measured_ms
     int have_prediction = bt_trace_predict(t->trace, &predicted, &traced) == BT_OK;
     int p = bt_trace_num_stages(t->trace);
     if (jsonl) {
-        printf("{\"trace\": true, \"steps\": %d", bt_trace_num_steps(t->trace));
-        if (have_prediction) printf(", \"predicted_step_ms\": %s", bt_json_num(predicted, 'f', 3).s);
-        printf(", \"measured_step_ms\": %s, \"stages\": [", bt_json_num(measured_ms, 'f', 3).s);
-        for (int s = 0; s < p; s++) {
+        json_t *rec = json_pack("{s:b, s:i}", "trace", 1, "steps", bt_trace_num_steps(t->trace)), *stages = json_array();
+        if (rec && have_prediction) json_object_set_new(rec, "predicted_step_ms", json_num(predicted));
+        if (rec) json_object_set_new(rec, "measured_step_ms", json_num(measured_ms));
+        for (int s = 0; stages && s < p; s++) {
             bt_trace_stage_stats ss;
             if (bt_trace_stage_summary(t->trace, s, &ss) != BT_OK) continue;
-            printf("%s{\"stage\": %d, \"busy\": %s, \"transfer\": %s, \"idle\": %s, \"fwd_ms\": %s, "
-                   "\"bwd_ms\": %s}",
-                   s ? ", " : "", s, bt_json_num(ss.busy, 'f', 4).s, bt_json_num(ss.transfer, 'f', 4).s,
-                   bt_json_num(ss.idle, 'f', 4).s, bt_json_num(ss.fwd_ms, 'f', 4).s, bt_json_num(ss.bwd_ms, 'f', 4).s);
+            json_array_append_new(stages, json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "stage", s, "busy",
+                                                    json_num(ss.busy), "transfer", json_num(ss.transfer), "idle",
+                                                    json_num(ss.idle), "fwd_ms", json_num(ss.fwd_ms), "bwd_ms",
+                                                    json_num(ss.bwd_ms)));
         }
-        printf("]}\n");
+        if (rec && stages) json_object_set_new(rec, "stages", stages);
+        else json_decref(stages);
+        if (rec) {
+            json_dumpf(rec, stdout, JSON_REAL_PRECISION(9) | JSON_ENSURE_ASCII);
+            printf("\n");
+        }
+        json_decref(rec);
         return;
     }
     printf("\ntraced %d step%s:", bt_trace_num_steps(t->trace), bt_trace_num_steps(t->trace) == 1 ? "" : "s");

@@ -4,6 +4,7 @@
  * throughput and memory per stage. With --log-format jsonl every line is a JSON object instead
  * (a number that is not finite is written null). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ typedef struct display {
     int evaluated;
     const bt_engine *e;
     bt_cli_metrics *mt;   /* stage shares per step, and the TensorBoard file */
+    double t0_ms;         /* when the first step of this run started (for the bar's ETA) */
 } display;
 
 static const char *optimizer_text(const bt_optimizer_config *c, char *buf, size_t size)
@@ -63,16 +65,13 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
                          const bt_trainer *t)
 {
     char buf[512], num[32];
-    if (o->jsonl) {
-        printf("{\"config\": true, \"model\": ");
-        bt_cli_print_json_string(stdout, m->name ? m->name : "");
-        printf(", \"stages\": %d, \"microbatches\": %d, \"schedule\": \"%s\", "
-               "\"batch\": %lld, \"steps\": %lld, \"train_samples\": %lld, \"params\": %lld}\n",
-               bt_engine_num_stages(e), p->parallel.microbatches,
-               bt_schedule_name(p->parallel.schedule), (long long)p->batch, (long long)bt_trainer_total_steps(t),
-               (long long)bt_trainer_train_samples(t), (long long)bt_graph_total_params(m->graph));
-        return;
-    }
+    bt_cli_record(o, json_pack("{s:b, s:s, s:i, s:i, s:s, s:I, s:I, s:I, s:I}", "config", 1, "model",
+                               m->name ? m->name : "", "stages", bt_engine_num_stages(e), "microbatches",
+                               p->parallel.microbatches, "schedule", bt_schedule_name(p->parallel.schedule),
+                               "batch", (json_int_t)p->batch, "steps", (json_int_t)bt_trainer_total_steps(t),
+                               "train_samples", (json_int_t)bt_trainer_train_samples(t), "params",
+                               (json_int_t)bt_graph_total_params(m->graph)));
+    if (o->jsonl) return;
     char name[256];
     printf("baton run %s\n", bt_cli_escape(m->path, buf, sizeof buf));
     printf("  model         %s, %d layers, %s parameters\n", bt_cli_escape(m->name ? m->name : "?", name, sizeof name),
@@ -86,8 +85,10 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
         printf("  stage %-7d %s: %s%s%s (%s parameters)\n", s, si.device, first.name, si.n_layers > 1 ? " .. " : "",
                si.n_layers > 1 ? last.name : "", bt_cli_group(si.n_params, num, sizeof num));
     }
-    printf("  pipeline      %s, %d micro-batches of %lld\n", bt_schedule_name(p->parallel.schedule),
-           p->parallel.microbatches, (long long)(p->batch / p->parallel.microbatches));
+    printf("  pipeline      %s", bt_schedule_name(p->parallel.schedule));
+    if (p->parallel.virtual_stages > 1) printf(" (virtual %d stages per device)", p->parallel.virtual_stages);
+    printf(", %d micro-batches of %lld\n", p->parallel.microbatches,
+           (long long)(p->batch / p->parallel.microbatches));
     printf("  optimizer     %s\n", optimizer_text(&p->optimizer, buf, sizeof buf));
     const char *lr[] = {"constant", "step", "cosine"};
     printf("  lr schedule   %s", lr[p->lr_schedule.kind]);
@@ -123,46 +124,49 @@ static void on_event(const bt_train_event *ev, void *user)
         d->step_ms[d->n_steps++] = r->step_ms;
         d->loss_avg = d->have_avg ? 0.95 * d->loss_avg + 0.05 * r->loss : r->loss;
         d->have_avg = 1;
+        int shown = bt_cli_log_step(o, ev->step, d->first_step, ev->total_steps);
+        if (shown && (o->jsonl || o->log)) {
+            json_t *rec = json_pack("{s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "step", (json_int_t)ev->step, "epoch",
+                                    (json_int_t)ev->epoch, "loss", bt_cli_json_num(r->loss), "lr",
+                                    bt_cli_json_num(r->lr), "grad_norm", bt_cli_json_num(r->grad_norm), "step_ms",
+                                    bt_cli_json_num(r->step_ms), "samples_per_s", bt_cli_json_num(r->samples_per_s),
+                                    "bubble", bt_cli_json_num(r->bubble));
+            if (rec && r->loss_scale != 1) {
+                json_object_set_new(rec, "loss_scale", bt_cli_json_num(r->loss_scale));
+                json_object_set_new(rec, "skipped", json_boolean(r->skipped));
+            }
+            json_t *stages = bt_cli_metrics_json(d->mt);
+            if (rec && stages) json_object_set_new(rec, "stages", stages);
+            else json_decref(stages);
+            bt_cli_record(o, rec);
+        }
         if (o->jsonl) {
-            printf("{\"step\": %lld, \"epoch\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
-                   "\"step_ms\": %s, \"samples_per_s\": %s, \"bubble\": %s",
-                   (long long)ev->step, (long long)ev->epoch, bt_json_num(r->loss, 'g', 9).s,
-                   bt_json_num(r->lr, 'g', 6).s, bt_json_num(r->grad_norm, 'g', 6).s,
-                   bt_json_num(r->step_ms, 'f', 3).s, bt_json_num(r->samples_per_s, 'f', 1).s,
-                   bt_json_num(r->bubble, 'f', 4).s);
-            if (r->loss_scale != 1)
-                printf(", \"loss_scale\": %s, \"skipped\": %s", bt_json_num(r->loss_scale, 'g', 6).s,
-                       r->skipped ? "true" : "false");
-            bt_cli_metrics_json_stages(d->mt);
-            printf("}\n");
         } else if (o->progress) {
             if (r->skipped) printf("\n%s\n", skip_text(ev->step, r, msg, sizeof msg));
-            int width = 28, filled = (int)(width * ev->step / (ev->total_steps ? ev->total_steps : 1));
-            char bar[64];
-            for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '-';
-            bar[width] = '\0';
-            printf("\r[%s] %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %6.1f ms  %7.0f samples/s  bubble %4.1f%% ", bar,
-                   (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, d->loss_avg, r->lr,
-                   r->step_ms, r->samples_per_s, 100 * r->bubble);
-            if (ev->step == ev->total_steps) printf("\n");
-        } else {
+            bt_cli_progress(ev->step, d->first_step, ev->total_steps, ev->epoch, r, d->loss_avg,
+                            (bt_now_ms() - d->t0_ms) / 1000);
+        } else if (shown || r->skipped) {
             if (r->skipped) printf("%s\n", skip_text(ev->step, r, msg, sizeof msg));
-            printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
-                   (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
-                   r->step_ms, r->samples_per_s, 100 * r->bubble);
+            if (shown)
+                printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
+                       (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
+                       r->step_ms, r->samples_per_s, 100 * r->bubble);
         }
     } else if (ev->kind == BT_EV_EVAL) {
         d->last_accuracy = ev->accuracy;
         d->last_eval_loss = ev->loss;
         d->evaluated = 1;
         bt_cli_metrics_eval(d->mt, d->e, ev->step, ev->loss, ev->accuracy);
-        if (o->jsonl) {
-            printf("{\"eval\": true, \"step\": %lld, \"loss\": %s", (long long)ev->step,
-                   bt_json_num(ev->loss, 'g', 9).s);
-            if (!isnan(ev->accuracy)) printf(", \"accuracy\": %s", bt_json_num(ev->accuracy, 'f', 6).s);
-            printf(", \"samples\": %lld, \"eval_ms\": %s%s}\n", (long long)ev->samples,
-                   bt_json_num(ev->eval_ms, 'f', 1).s, ev->on_train ? ", \"on_train\": true" : "");
-        } else {
+        json_t *rec = json_pack("{s:b, s:I, s:o}", "eval", 1, "step", (json_int_t)ev->step, "loss",
+                                bt_cli_json_num(ev->loss));
+        if (rec && !isnan(ev->accuracy)) json_object_set_new(rec, "accuracy", bt_cli_json_num(ev->accuracy));
+        if (rec) {
+            json_object_set_new(rec, "samples", json_integer((json_int_t)ev->samples));
+            json_object_set_new(rec, "eval_ms", bt_cli_json_num(ev->eval_ms));
+            if (ev->on_train) json_object_set_new(rec, "on_train", json_true());
+        }
+        bt_cli_record(o, rec);
+        if (!o->jsonl) {
             if (o->progress && ev->step != ev->total_steps) printf("\n");
             printf("eval  step %lld%s: ", (long long)ev->step,
                    ev->on_train ? " (on the training set: the model has no data.eval)" : "");
@@ -170,12 +174,49 @@ static void on_event(const bt_train_event *ev, void *user)
             printf("loss %.4f  (%lld samples, %.0f ms)\n", ev->loss, (long long)ev->samples, ev->eval_ms);
         }
     } else if (ev->kind == BT_EV_CHECKPOINT) {
-        if (o->jsonl)
-            printf("{\"checkpoint\": \"%s\", \"step\": %lld}\n", ev->path, (long long)ev->step);
-        else {
+        bt_cli_record(o, json_pack("{s:s, s:I}", "checkpoint", ev->path, "step", (json_int_t)ev->step));
+        if (!o->jsonl) {
+            char shown[1024];
             if (o->progress && ev->step != ev->total_steps) printf("\n");
-            printf("checkpoint step %lld -> %s\n", (long long)ev->step, ev->path);
+            printf("checkpoint step %lld -> %s\n", (long long)ev->step, bt_cli_escape(ev->path, shown, sizeof shown));
         }
+    }
+    fflush(stdout);
+}
+
+/* What --init-partial loaded, and every tensor it skipped and parameter it did not fill. */
+static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
+{
+    if (!r) return;
+    FILE *f = o->jsonl ? stderr : stdout;
+    fprintf(f, "init %s: loaded %d parameters, skipped %d tensors, %d parameters keep their initial values\n",
+            o->init, r->loaded, r->n_skipped, r->n_missing);
+    for (int i = 0; i < r->n_skipped; i++) {
+        fprintf(f, "  skipped ");
+        bt_cli_print_escaped(f, r->skipped[i]);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < r->n_missing; i++) {
+        fprintf(f, "  not in the file: ");
+        bt_cli_print_escaped(f, r->missing[i]);
+        fputc('\n', f);
+    }
+}
+
+static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir)
+{
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    bt_cli_record(o, json_pack("{s:s, s:I, s:I}", "interrupted", name, "step", (json_int_t)step, "total_steps",
+                               (json_int_t)total));
+    if (!o->jsonl) {
+        if (o->progress) printf("\n");
+        printf("interrupted by %s after step %lld of %lld", name, (long long)step, (long long)total);
+        if (dir) {
+            char shown[1024];
+            printf("; continue with --resume %s", bt_cli_escape(dir, shown, sizeof shown));
+        } else
+            printf(" (no checkpoint directory: the weights are not saved)");
+        printf("\n");
     }
     fflush(stdout);
 }
@@ -184,14 +225,19 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
 {
     bt_trainer_opts to;
     memset(&to, 0, sizeof to);
-    to.steps = o->steps > 0 ? o->steps : m->train.steps;
+    /* flags beat the file: --epochs replaces train.steps as well as train.epochs */
+    to.steps = o->steps > 0 ? o->steps : o->epochs > 0 ? 0 : m->train.steps;
     to.epochs = o->epochs > 0 ? o->epochs : m->train.epochs;
     to.eval_every = o->eval_every >= 0 ? o->eval_every : m->train.eval_every;
     to.checkpoint_every = o->checkpoint_every >= 0 ? o->checkpoint_every : m->train.checkpoint_every;
     to.checkpoint_dir = o->checkpoint_dir ? o->checkpoint_dir : m->train.checkpoint_dir;
     to.resume = o->resume;
     to.init = o->init;
+    to.init_partial = o->init_partial;
+    int keep = o->keep_last >= 0 ? o->keep_last : m->train.checkpoint_keep_last;
+    to.keep_last = keep == 0 ? -1 : keep;
     to.seed = o->seed;
+    to.stop = bt_cli_stop_flag();
     bt_model local = *m;
     if (o->synthetic) {
         bt_data_config_init(&local.data);
@@ -226,7 +272,13 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
         bt_trainer_destroy(t);
         return rc;
     }
+    print_init_report(o, bt_trainer_init_report(t));
+    bt_cli_stop_begin();
+    d.t0_ms = bt_now_ms();
     st = bt_trainer_run(t, on_event, &d);
+    int sig = bt_cli_stop_end();
+    int64_t stopped = bt_trainer_stopped_at(t);
+    if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir);
     if (st != BT_OK) {
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);
@@ -241,6 +293,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     }
     int mrc = bt_cli_metrics_close(d.mt);
     if (rc == BT_EXIT_OK) rc = mrc;
+    if (rc == BT_EXIT_OK && stopped) rc = 128 + sig;
     free(d.step_ms);
     bt_trainer_destroy(t);
     return rc;

@@ -95,6 +95,11 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
 {
     call->threads = dev->threads;
     call->stream = NULL;
+    if (backward == BT_RUN_WEIGHT) {
+        if (!op->cpu_backward_weight)
+            return bt_error(BT_ERR_INTERNAL, "op '%s' has no weight-gradient kernel", op->name);
+        return op->cpu_backward_weight(call);
+    }
     return backward ? op->cpu_backward(call) : op->cpu_forward(call);
 }
 

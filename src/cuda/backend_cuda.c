@@ -322,10 +322,12 @@ static bt_status cuda_accumulate(bt_device *dev, bt_dtype dtype, void *dst, cons
 
 static bt_status cuda_run_op(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call)
 {
-    bt_op_fn fn = backward ? op->cuda_backward : op->cuda_forward;
+    bt_op_fn fn = backward == BT_RUN_WEIGHT ? op->cuda_backward_weight
+                  : backward                  ? op->cuda_backward
+                                              : op->cuda_forward;
     if (!fn)
         return bt_error(BT_ERR_UNSUPPORTED, "op '%s' has no CUDA %s kernel", op->name,
-                        backward ? "backward" : "forward");
+                        backward == BT_RUN_WEIGHT ? "weight-gradient (W)" : backward ? "backward" : "forward");
     BT_TRY(use_device(dev));
     call->stream = dev->exec.stream;
     call->threads = 1;

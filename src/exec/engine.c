@@ -70,7 +70,7 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
         return bt_error(BT_ERR_MODEL,
                         "cannot train: the last layer must be a loss (one scalar per sample)");
     if (p->training && p->parallel.schedule == BT_SCHEDULE_STREAM)
-        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe or 1f1b to train");
+        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe, 1f1b, interleaved-1f1b or zb-h1 to train");
     if (g->n_inputs > 64) return bt_error(BT_ERR_UNSUPPORTED, "more than 64 graph inputs");
     return BT_OK;
 }
@@ -89,9 +89,11 @@ static bt_status open_stage(bt_engine *e, int s)
     st->be = bt_backend_find(kind);
     if (!st->be) return bt_error_context(BT_ERR_UNSUPPORTED, "stage %d", s);
     int threads = e->params.threads;
-    if (threads < 1) { /* auto: the machine's cores shared out among the stages, a preference */
+    if (threads < 1) { /* auto: the machine's cores shared out among the devices, a preference
+                          * (the stages of one device take turns: interleaved) */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = -(cpus > e->stages ? (int)(cpus / e->stages) : 1);
+        int devices = e->train_sched ? e->train_sched->devices : e->stages;
+        threads = -(cpus > devices ? (int)(cpus / devices) : 1);
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
     /* as many activation slots as the schedules this engine runs name (see sched.h) */
@@ -160,8 +162,22 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     e->stages = e->plan->stages;
     int m = params->parallel.microbatches;
     if (params->training) {
-        BT_TRY_GOTO(st, bt_schedule_build(params->parallel.schedule, e->stages, m, &e->train_sched), fail);
+        int v = params->parallel.virtual_stages > 1 ? params->parallel.virtual_stages : 1;
+        BT_TRY_GOTO(st, bt_schedule_build_virtual(params->parallel.schedule, e->stages, m, v, &e->train_sched),
+                    fail);
         BT_TRY_GOTO(st, bt_schedule_validate(e->train_sched), fail);
+        if (e->train_sched->devices < e->stages) { /* several stages per device take turns */
+            e->turn_devices = e->train_sched->devices;
+            e->turn = calloc((size_t)e->turn_devices, sizeof *e->turn);
+            if (!e->turn) {
+                st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
+                goto fail;
+            }
+        }
+    } else if (params->parallel.virtual_stages > 1) {
+        st = bt_error(BT_ERR_INVALID_ARG, "virtual %d: interleaving is a training schedule; inference "
+                      "streams each stage on its own", params->parallel.virtual_stages);
+        goto fail;
     }
     BT_TRY_GOTO(st, bt_schedule_build(BT_SCHEDULE_STREAM, e->stages, m, &e->infer_sched), fail);
     BT_TRY_GOTO(st, bt_schedule_validate(e->infer_sched), fail);
@@ -229,6 +245,7 @@ void bt_engine_destroy(bt_engine *e)
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
     free(e->sumsq);
+    free(e->turn);
     bt_schedule_destroy(e->train_sched);
     bt_schedule_destroy(e->infer_sched);
     bt_plan_destroy(e->plan);
@@ -430,6 +447,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     atomic_store(&e->abort, 0);
     clear_mailboxes(e);
     e->barrier_count = 0;
+    for (int d = 0; d < e->turn_devices; d++) e->turn[d] = 0; /* workers are idle: no lock needed */
     e->grad_norm = 0;
     for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;
 
@@ -480,7 +498,9 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         result->samples = e->params.batch;
         result->step_ms = ms;
         result->samples_per_s = ms > 0 ? (double)e->params.batch * 1000.0 / ms : 0;
-        result->bubble = ms > 0 ? 1.0 - busy / ((double)e->stages * ms) : 0;
+        /* idle share of the devices: several stages of one device (interleaved) share its time */
+        int devices = e->job_sched->devices > 0 ? e->job_sched->devices : e->stages;
+        result->bubble = ms > 0 ? 1.0 - busy / ((double)devices * ms) : 0;
         if (result->bubble < 0) result->bubble = 0;
         result->lr = e->lr;
         result->grad_norm = e->grad_norm;

@@ -5,6 +5,7 @@
  *   topology.c      transfer paths between stages and the channels that follow the crossings
  *   engine_query.c  accessors: parameters and state by name, statistics, boundaries
  *   worker.c        the instruction interpreter each stage's thread runs
+ *   worker_step.c   its STEP instruction: the barrier, the global norm, the optimizer update
  *   transfer.c      how a message crosses a stage boundary
  *   channel.c       the mailbox that tells the receiver a message is there
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
@@ -99,6 +100,8 @@ typedef struct bt_stage {
     bt_stage_memory need;      /* the memory model's bytes; the fields below are laid out from it */
     int *value_offset;         /* [graph n_values] offset in a slot, or -1 if not local */
     size_t *node_saved_offset; /* [n_nodes] */
+    size_t *node_wgrad_offset; /* [n_nodes]: the output-gradient stash a deferred W reads (split
+                                * backward), or BT_MEMORY_NO_WGRAD */
     unsigned char *recomputed; /* [n_nodes]: 1 where the node is recomputed before backward */
     size_t slot_bytes;
     /* [n_slots][slot_bytes], then the recompute region (need.recompute_bytes): one shared copy of
@@ -198,6 +201,10 @@ struct bt_engine {
     uint64_t barrier_generation;
     pthread_cond_t cv_barrier;
     double grad_norm;
+    /* several stages per device (interleaved): the turn of the instruction device d runs next
+     * (bt_instr.turn), under mu; waiters sleep on cv_barrier, which every abort wakes */
+    int turn_devices;          /* the training schedule's devices when below its stages, else 0 */
+    int *turn;                 /* [turn_devices] */
     /* timeline of the last step (see bt_trace_rec) */
     double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
     /* failure: raised by the first failing worker, read by every waiter */
@@ -273,8 +280,11 @@ bt_status bt_topology_build_channels(bt_engine *e);
 
 /* worker.c */
 void *bt_worker_main(void *arg);
+/* worker_step.c */
 /* Mixed precision: copies p's master weights into its compute copy, rounded (queued). */
 bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p);
+/* The STEP instruction of stage st: barrier, global norm, update. */
+bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st);
 
 /* transfer.c */
 /* The path between stages a and b (devices open), given the engine's transfer mode. */

@@ -42,6 +42,15 @@ bt_status bt_layout_memory_params(bt_engine *e)
     mp->optimizer_slots = e->params.training ? bt_optim_state_count(&e->params.optimizer) : 0;
     mp->n_slots = e->stage_slots;
     mp->host_path = e->host_path;
+    mp->split_backward = e->train_sched && e->train_sched->split_backward;
+    /* a deferred W reads a micro-batch's activations after later forwards ran: recomputation
+     * (one shared copy) cannot serve it; refused, never ignored */
+    for (int l = 0; mp->split_backward && mp->training && l < e->graph->n_layers; l++)
+        if (e->graph->layers[l].recompute)
+            return bt_error(BT_ERR_UNSUPPORTED, "layer '%s' is recomputed (recompute:), which the %s schedule's "
+                            "split backward cannot combine with (its W reads activations after later "
+                            "forwards); use 1f1b, gpipe or interleaved-1f1b, or no recomputation",
+                            e->graph->layers[l].name, bt_schedule_name(e->train_sched->kind));
     return BT_OK;
 }
 
@@ -51,10 +60,13 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->value_offset = malloc((size_t)nv * sizeof *st->value_offset + 1);
     st->grad_offset = malloc((size_t)nv * sizeof *st->grad_offset + 1);
     st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
+    st->node_wgrad_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_wgrad_offset);
     st->recomputed = calloc((size_t)st->n_nodes + 1, 1);
-    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->recomputed)
+    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->node_wgrad_offset ||
+        !st->recomputed)
         return bt_error(BT_ERR_NOMEM, "engine: out of memory");
-    bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset};
+    bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset,
+                              st->node_wgrad_offset};
     bt_memory_stage(e->graph, e->plan, &e->memory, st->index, &st->need, &layout);
     for (int k = 0; k < st->n_nodes; k++)
         st->recomputed[k] = (unsigned char)bt_memory_node_recomputed(e->graph, e->plan, &e->memory, st->index,
@@ -91,8 +103,36 @@ static size_t pool_need(const bt_engine *e, const bt_stage *st)
     return need;
 }
 
+/* device_memory_each: every device name (its stages together) against the limit. */
+static bt_status check_each_device(bt_engine *e)
+{
+    size_t limit = e->params.device_memory;
+    for (int s = 0; s < e->stages; s++) {
+        int seen = 0;
+        size_t need = 0;
+        for (int k = 0; k < e->stages; k++) {
+            if (strcmp(e->stage[k].device_name, e->stage[s].device_name) != 0) continue;
+            seen |= k < s;
+            need += e->stage[k].need.device_total + e->stage[k].need.host_channels;
+        }
+        if (seen || need <= limit) continue;
+        const bt_stage_memory *w = &e->stage[s].need;
+        size_t other = w->device_total - w->weights - w->gradients - w->optimizer - w->activations;
+        return bt_error(BT_ERR_NOMEM,
+                        "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
+                        "gradients %.1f, optimizer state %.1f, activations %.1f, buffers and workspace "
+                        "%.1f MiB) and %s holds %.1f MiB in all, but the limit given for each device "
+                        "(--memory; bt_engine_params.device_memory) is %.1f MiB",
+                        s, e->stage[s].device_name, mib(w->device_total), mib(w->weights), mib(w->gradients),
+                        mib(w->optimizer), mib(w->activations), mib(other), e->stage[s].device_name, mib(need),
+                        mib(limit));
+    }
+    return BT_OK;
+}
+
 bt_status bt_layout_check_memory(bt_engine *e)
 {
+    if (e->params.device_memory && e->params.device_memory_each) return check_each_device(e);
     for (int s = 0; s < e->stages; s++) {
         bt_stage *st = &e->stage[s];
         int seen = 0;
@@ -112,11 +152,13 @@ bt_status bt_layout_check_memory(bt_engine *e)
         return bt_error(BT_ERR_NOMEM,
                         "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
                         "gradients %.1f, optimizer state %.1f, activations %.1f, buffers and workspace "
-                        "%.1f MiB) and the stages on %s need %.1f MiB in all, but %s has %.1f MiB free",
+                        "%.1f MiB) and the stages on %s need %.1f MiB in all, but %s has %.1f MiB free (%s)",
                         worst, e->stage[worst].device_name, mib(w->device_total), mib(w->weights),
                         mib(w->gradients), mib(w->optimizer), mib(w->activations), mib(other),
                         host ? "the host's memory" : st->device_name, mib(need),
-                        host ? "the machine" : st->device_name, mib(free_bytes));
+                        host ? "the machine" : st->device_name, mib(free_bytes),
+                        e->params.device_memory ? "the limit given: bt_engine_params.device_memory, for the pool"
+                                                : "as its backend reports it now");
     }
     return BT_OK;
 }
@@ -261,6 +303,7 @@ void bt_layout_free_stage(bt_stage *st)
     free(st->value_offset);
     free(st->grad_offset);
     free(st->node_saved_offset);
+    free(st->node_wgrad_offset);
     free(st->recomputed);
     free(st->slot_of);
     free(st->slot_owner);

@@ -1,13 +1,13 @@
 /* exec/worker.c: the interpreter each stage's thread runs. A worker waits for a job (compute
  * gradients, train, or forward), walks its stage's instruction list from the schedule, and
- * executes each instruction through the backend table: FWD/BWD run the stage's nodes on the
- * micro-batch's slot, SEND/RECV move activations and gradients through channels, STEP applies
- * the optimizer once every stage has finished its backward and the global gradient norm is
- * finite (a barrier: a step is all or nothing). On any failure it records
- * the message, raises the engine's abort flag and wakes everyone, so no stage is left waiting.
- * Activation recomputation reruns the recomputed nodes' forward just before a BWD (recompute).
- * (A little over 600 lines: feeding inputs, rounded under mixed precision, and recomputation
- * stay beside FWD and BWD, which they share forward_node with.) */
+ * executes each instruction through the backend table: FWD/BWD (and W, the deferred weight
+ * gradients of a split backward) run the stage's nodes on the micro-batch's slot, SEND/RECV move
+ * activations and gradients through channels, STEP applies the optimizer once every stage has
+ * finished its backward and the global gradient norm is finite (a barrier: a step is all or
+ * nothing; worker_step.c). Where a device runs several stages (interleaved), their workers take
+ * turns in the schedule's order. On any failure it records the message, raises the engine's abort
+ * flag and wakes everyone, so no stage is left waiting. Activation recomputation reruns the
+ * recomputed nodes' forward just before a BWD (recompute), sharing forward_node with FWD. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,10 +35,26 @@ static int node_input_wants_grad(const bt_engine *e, const bt_stage *st, const b
     return st->grad_offset[n->in[i]] >= 0;
 }
 
+/* What a call computes: the forward, the backward (under a split backward, B: no parameter
+ * gradients for the nodes whose W comes later), or the deferred W (no input gradients, the output
+ * gradient from the slot's stash). */
+enum { PHASE_FWD = 0, PHASE_BWD = 1, PHASE_WGT = 2 };
+
+static int node_defers_wgrad(const bt_stage *st, int k)
+{
+    return st->node_wgrad_offset[k] != BT_MEMORY_NO_WGRAD;
+}
+
+static void *wgrad_stash(const bt_stage *st, int k, int mb)
+{
+    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->node_wgrad_offset[k];
+}
+
 /* Builds the call of node k on micro-batch mb (bt_op_call_build, the profiler's builder too). */
-static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward, bt_op_call *call,
+static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, bt_op_call *call,
                          bt_op_call_tensors *t)
 {
+    int backward = phase != PHASE_FWD;
     const bt_graph *g = e->graph;
     const bt_node *n = &g->nodes[st->first_node + k];
     bt_op_call_data d;
@@ -48,14 +64,17 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int backward
     for (int j = 0; j < n->n_params; j++) {
         bt_param_store *ps = st->node_params[k][j];
         d.param[j] = ps->w_lp ? ps->w_lp : ps->w;
-        d.param_grad[j] = ps->g;
+        d.param_grad[j] = phase == PHASE_BWD && node_defers_wgrad(st, k) ? NULL : ps->g;
     }
     d.saved = bt_slot_at(st, mb, st->node_saved_offset[k]);
     d.workspace = st->workspace;
-    if (backward) {
+    if (phase == PHASE_BWD) {
         d.out_grad = st->grads + st->grad_offset[n->out];
         for (int i = 0; i < n->n_in; i++)
             d.in_grad[i] = node_input_wants_grad(e, st, n, i) ? st->grads + st->grad_offset[n->in[i]] : NULL;
+    } else if (phase == PHASE_WGT) {
+        d.out_grad = wgrad_stash(st, k, mb); /* the in_grad stay NULL */
+        d.out = NULL; /* op.h: W never reads out, whose space may hold the stash */
     }
     bt_op_call_build(g, st->first_node + k, e->mb_size, e->dtype, backward, &d, t, call);
     call->precision = e->params.precision;
@@ -130,7 +149,7 @@ static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int tra
     const bt_node *n = &g->nodes[st->first_node + k];
     bt_op_call_tensors t;
     bt_op_call call;
-    prepare_call(e, st, k, mb, 0, &call, &t);
+    prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
     call.training = training;
     bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
     if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
@@ -197,15 +216,41 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
         const bt_node *n = &g->nodes[st->first_node + k];
         bt_op_call_tensors t;
         bt_op_call call;
-        prepare_call(e, st, k, mb, 1, &call, &t);
+        prepare_call(e, st, k, mb, PHASE_BWD, &call, &t);
         call.training = 1;
         /* mixed precision: a value's gradient is rounded once it is complete, as its producer
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
         bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
+        /* W reads the output gradient after the next B reused the buffer: a copy in the slot, taken
+         * after B (the stash may be the node's own output, which B may still read) */
+        if (s == BT_OK && node_defers_wgrad(st, k))
+            s = st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, wgrad_stash(st, k, mb),
+                                   t.out_grad.data, bt_memory_value_bytes(g, &e->memory, n->out));
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
+                                    st->index, g->layers[n->layer].name, mb);
+    }
+    return BT_OK;
+}
+
+/* W of a split backward: the weight gradients of every node that deferred them, from the
+ * activations and output-gradient stashes its slot still holds. */
+static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb)
+{
+    const bt_graph *g = e->graph;
+    for (int k = st->n_nodes - 1; k >= 0; k--) {
+        if (!node_defers_wgrad(st, k)) continue;
+        const bt_node *n = &g->nodes[st->first_node + k];
+        bt_op_call_tensors t;
+        bt_op_call call;
+        prepare_call(e, st, k, mb, PHASE_WGT, &call, &t);
+        call.training = 1;
+        bt_status s = st->be->run_op(st->dev, n->op, BT_RUN_WEIGHT, &call);
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+        if (s != BT_OK)
+            return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
     }
     return BT_OK;
@@ -292,114 +337,6 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
     return st->be->event_record(st->dev, st->ev_end[instr], BT_STREAM_COMPUTE);
 }
 
-/* Every stage arrives here at STEP; returns when all have, or on abort. */
-static bt_status stage_barrier(bt_engine *e, bt_worker *w)
-{
-    bt_status st = BT_OK;
-    pthread_mutex_lock(&e->mu);
-    uint64_t gen = e->barrier_generation;
-    if (++e->barrier_count == e->stages) {
-        e->barrier_count = 0;
-        e->barrier_generation++;
-        pthread_cond_broadcast(&e->cv_barrier);
-    } else {
-        atomic_store(&w->waiting, 1);
-        while (gen == e->barrier_generation && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
-        atomic_store(&w->waiting, 0);
-        if (gen == e->barrier_generation) st = BT_ERR_INTERNAL;
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (st != BT_OK) return bt_error(st, "stopped at the optimizer step (another stage failed)");
-    return BT_OK;
-}
-
-/* Refreshes the rounded compute copy of a parameter after its master weights changed. */
-bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p)
-{
-    if (!p->w_lp) return BT_OK;
-    BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, p->w_lp, p->w,
-                              p->numel * bt_dtype_size(e->dtype)));
-    return st->be->round_to(st->dev, e->params.precision, p->w_lp, p->numel);
-}
-
-/* The first of st's parameters whose gradient is not finite, or -1 when each is but their sum of
- * squares overflowed. The failure path only: one wait for the device per parameter. */
-static int first_nonfinite_grad(bt_engine *e, bt_stage *st, double *sumsq)
-{
-    for (int i = 0; i < st->n_params; i++) {
-        double v = 0;
-        if (st->be->sum_squares(st->dev, e->dtype, &st->sq_ptr[i], &st->sq_n[i], 1, &v) != BT_OK) continue;
-        if (!isfinite(v)) {
-            *sumsq = v;
-            return i;
-        }
-    }
-    return -1;
-}
-
-/* Every stage sees the same non-finite global sum and stops before its update. The stage whose own
- * gradients are not finite names the first such parameter (collect_failure reports the lowest
- * such stage: the first non-finite gradient in the graph's order); the others say why they stopped. */
-static bt_status nonfinite_grads(bt_engine *e, bt_stage *st)
-{
-    long long step = (long long)e->step + 1;
-    double own = e->sumsq[st->index];
-    int culprit = -1;
-    for (int s = 0; s < e->stages && culprit < 0; s++)
-        if (!isfinite(e->sumsq[s])) culprit = s;
-    if (culprit < 0) { /* every stage's sum is finite but not their total: stage 0 says so */
-        if (st->index != 0) return bt_error(BT_ERR_INTERNAL, "stopped at the optimizer step of step %lld", step);
-        return bt_error(BT_ERR_NUMERIC,
-                        "step %lld: the global gradient norm overflowed; no stage applied the update", step);
-    }
-    if (isfinite(own))
-        return bt_error(BT_ERR_INTERNAL, "stopped at the optimizer step of step %lld: stage %d's gradients are "
-                        "not finite", step, culprit);
-    double v = own;
-    int i = first_nonfinite_grad(e, st, &v);
-    const char *what = isnan(v) ? "NaN" : "infinite";
-    if (i < 0)
-        return bt_error(BT_ERR_NUMERIC, "step %lld, stage %d (%s): the gradients' sum of squares is %s; no stage "
-                        "applied the update", step, st->index, st->device_name, what);
-    return bt_error(BT_ERR_NUMERIC,
-                    "step %lld, stage %d (%s): the gradient of '%s' is not finite (%s); no stage applied the "
-                    "update (look for NaN or infinity in the data, or lower the learning rate)",
-                    step, st->index, st->device_name, e->graph->params[st->params[i].param].name, what);
-}
-
-/* The optimizer step of one stage. A step is all or nothing: each stage first waits for its
- * device (so an error a kernel raised during backward surfaces here), adds up the squares of its
- * gradients and meets the others at a barrier; no stage updates before every stage's backward
- * has succeeded, so a step that fails anywhere changes no weights and can be retried. The total
- * is the global gradient norm: when it is not finite, f16 loss scaling skips the step on every
- * stage (and halves the scale); otherwise the step stops, naming the first parameter whose
- * gradient is not finite. Clipping scales by it. The gradients are scaled by the loss scale,
- * which the update divides out (grad_scale). */
-static bt_status run_step(bt_engine *e, bt_worker *w, bt_stage *st)
-{
-    double sumsq = 0;
-    BT_TRY(st->be->sync(st->dev));
-    if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
-    e->sumsq[st->index] = sumsq;
-    BT_TRY(stage_barrier(e, w));
-    double total = 0;
-    for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
-    if (!isfinite(total)) {
-        if (e->params.precision != BT_F16) return nonfinite_grads(e, st);
-        w->skipped = 1; /* every stage sees the same total: all skip */
-        return BT_OK;
-    }
-    double unscale = 1.0 / e->loss_scale, scale = unscale;
-    if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
-    for (int i = 0; i < st->n_params; i++) {
-        bt_param_store *p = &st->params[i];
-        BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
-                                        p->state, p->numel, e->lr, e->step + 1, scale));
-        BT_TRY(bt_worker_refresh_lowp(e, st, p));
-    }
-    return BT_OK;
-}
-
 static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const bt_instr *ins, int instr)
 {
     int training = e->job != BT_JOB_FORWARD;
@@ -413,10 +350,14 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         break;
     case BT_I_BWD:
         s = run_backward(e, st, ins->mb);
+        if (!e->job_sched->split_backward) w->live--; /* else the slot is held until W */
+        break;
+    case BT_I_WGT:
+        s = run_weight_grads(e, st, ins->mb);
         w->live--;
         break;
     case BT_I_STEP:
-        if (e->job == BT_JOB_TRAIN) s = run_step(e, w, st);
+        if (e->job == BT_JOB_TRAIN) s = bt_worker_run_step(e, w, st);
         break;
     default:
         s = bt_error(BT_ERR_INTERNAL, "not a compute instruction: kind %d", (int)ins->kind);
@@ -484,6 +425,7 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
         switch (ins->kind) {
         case BT_I_FWD:
         case BT_I_BWD:
+        case BT_I_WGT:
         case BT_I_STEP: w->busy_ms += d; break;
         case BT_I_SEND_ACT:
         case BT_I_SEND_GRAD:
@@ -562,6 +504,40 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     return BT_OK;
 }
 
+/* Several stages on one device: waits until it is this instruction's turn on the device (the
+ * schedule's order, which the validator proved cannot hang), or the job aborts. A STEP hands the
+ * turn on before it runs, since its barrier waits for the device's other stages. */
+static bt_status wait_turn(bt_engine *e, bt_worker *w, const bt_instr *ins)
+{
+    int d = w->stage % e->turn_devices;
+    bt_status st = BT_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->turn[d] != ins->turn) {
+        atomic_store(&w->waiting, 1);
+        while (e->turn[d] != ins->turn && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
+        atomic_store(&w->waiting, 0);
+        if (e->turn[d] != ins->turn) st = BT_ERR_INTERNAL;
+    }
+    if (st == BT_OK && ins->kind == BT_I_STEP) {
+        e->turn[d]++;
+        pthread_cond_broadcast(&e->cv_barrier);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != BT_OK)
+        return bt_error(st, "stage %d stopped waiting for its device's turn %d (another stage failed)",
+                        w->stage, ins->turn);
+    return BT_OK;
+}
+
+static void pass_turn(bt_engine *e, bt_worker *w, const bt_instr *ins)
+{
+    if (ins->kind == BT_I_STEP) return; /* handed on before it ran */
+    pthread_mutex_lock(&e->mu);
+    e->turn[w->stage % e->turn_devices]++;
+    pthread_cond_broadcast(&e->cv_barrier);
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void run_job(bt_engine *e, bt_worker *w)
 {
     bt_stage *st = &e->stage[w->stage];
@@ -578,9 +554,14 @@ static void run_job(bt_engine *e, bt_worker *w)
     atomic_store_explicit(&w->last_done, -1, memory_order_relaxed);
     bt_status s = start_job(e, w, st);
     if (s != BT_OK) fail_job(e, w, s);
+    int turns = e->turn_devices > 0 && sched == e->train_sched;
     for (int i = 0; i < sched->len[st->index] && !atomic_load(&e->abort); i++) {
         w->cur_instr = i;
         const bt_instr *ins = &sched->list[st->index][i];
+        if (turns && (s = wait_turn(e, w, ins)) != BT_OK) {
+            fail_job(e, w, s);
+            break;
+        }
         if (st->be->range_begin) {
             char name[32];
             bt_instr_format(st->index, ins, name, sizeof name);
@@ -592,6 +573,7 @@ static void run_job(bt_engine *e, bt_worker *w)
             fail_job(e, w, s);
             break;
         }
+        if (turns) pass_turn(e, w, ins);
         bt_trace_rec *r = &w->trace[w->n_trace++];
         r->instr = i;
         r->bytes = instr_bytes(st, ins);

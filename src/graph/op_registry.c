@@ -103,6 +103,10 @@ static bt_status check_def(const bt_op_def *def)
         return bt_error(BT_ERR_INVALID_ARG,
                         "bt_op_register: op '%s' needs infer, cpu_forward and cpu_backward",
                         def->name);
+    if (def->cuda_backward_weight && !def->cpu_backward_weight)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "bt_op_register: op '%s' gives a CUDA weight-gradient kernel but no CPU one "
+                        "(cpu_backward_weight is the reference)", def->name);
     if (def->min_inputs < 1 || def->max_inputs < def->min_inputs || def->max_inputs > BT_MAX_INPUTS)
         return bt_error(BT_ERR_INVALID_ARG, "bt_op_register: op '%s' has inputs %d..%d (1..%d)",
                         def->name, def->min_inputs, def->max_inputs, BT_MAX_INPUTS);
@@ -169,6 +173,9 @@ bt_status bt_op_registry_set_cuda(const bt_op_def *builtin, bt_op_fn forward, bt
         if (registry_builtin[i] != builtin) continue;
         registry[i]->cuda_forward = forward;
         registry[i]->cuda_backward = backward;
+        /* a built-in's W is its backward called with no input gradients (op.h), and every
+         * built-in CUDA backward skips the gradients it is not given, as the CPU's do */
+        if (registry[i]->cpu_backward_weight) registry[i]->cuda_backward_weight = backward;
         st = BT_OK;
     }
     pthread_mutex_unlock(&registry_lock);

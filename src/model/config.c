@@ -12,6 +12,7 @@ void bt_parallel_config_init(bt_parallel_config *cfg)
     cfg->stages = 0;
     cfg->microbatches = 1;
     cfg->schedule = BT_SCHEDULE_1F1B;
+    cfg->virtual_stages = 1;
     cfg->partition = BT_PARTITION_PARAMS;
     cfg->n_balance = 0;
     cfg->layout = NULL;
@@ -42,6 +43,7 @@ void bt_train_config_init(bt_train_config *cfg)
     cfg->eval_every = 0;
     cfg->checkpoint_every = 0;
     cfg->checkpoint_dir = NULL;
+    cfg->checkpoint_keep_last = 1;
     cfg->tensorboard = NULL;
 }
 
@@ -60,6 +62,8 @@ const char *bt_schedule_name(bt_schedule_kind kind)
     case BT_SCHEDULE_GPIPE: return "gpipe";
     case BT_SCHEDULE_1F1B: return "1f1b";
     case BT_SCHEDULE_STREAM: return "stream";
+    case BT_SCHEDULE_INTERLEAVED_1F1B: return "interleaved-1f1b";
+    case BT_SCHEDULE_ZB_H1: return "zb-h1";
     }
     return "unknown";
 }

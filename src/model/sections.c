@@ -107,8 +107,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 {
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
                                        "clip_grad_norm", "precision", "loss_scale", "eval_every",
-                                       "checkpoint_every", "checkpoint_dir", "tensorboard", "recompute",
-                                       NULL};
+                                       "checkpoint_every", "checkpoint_dir", "checkpoint_keep_last",
+                                       "tensorboard", "recompute", NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
     const bt_ynode *map, *v;
@@ -144,6 +144,8 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
         BT_TRY(bt_ld_int(ld, v, "train.eval_every", 0, INT64_MAX, &cfg->eval_every));
     if ((v = bt_ymap_get(map, "checkpoint_every")))
         BT_TRY(bt_ld_int(ld, v, "train.checkpoint_every", 0, INT64_MAX, &cfg->checkpoint_every));
+    if ((v = bt_ymap_get(map, "checkpoint_keep_last")))
+        BT_TRY(bt_ld_int32(ld, v, "train.checkpoint_keep_last", 0, 1000000, &cfg->checkpoint_keep_last));
     if ((v = bt_ymap_get(map, "checkpoint_dir"))) {
         const char *s;
         BT_TRY(bt_ld_string(ld, v, "train.checkpoint_dir", &s));
@@ -186,14 +188,73 @@ static int valid_device(const char *s, size_t n)
     return 1;
 }
 
-/* Appends one device to the comma-joined list in *joined (owned). */
+/* Reads digits s[0..n) as a count of at most 4 digits; -1 when they are not one. */
+static int small_number(const char *s, size_t n)
+{
+    if (n == 0 || n > 4) return -1;
+    int v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i])) return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static bt_status add_device(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n, char **joined);
+
+/* Device shorthands: "cpu:0-3" (cpu:0 to cpu:3), "cpu*4" (cpu:0 to cpu:3), "cuda:0*2" (cuda:0
+ * twice: two stages sharing one GPU). Sets *done when s[0..n) was one and its devices were added. */
+static bt_status add_shorthand(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n, char **joined,
+                               int *done)
+{
+    const char *colon = memchr(s, ':', n), *star = memchr(s, '*', n), *dash = colon ? memchr(colon, '-', n - (size_t)(colon - s)) : NULL;
+    size_t kind_len = colon ? (size_t)(colon - s) : star ? (size_t)(star - s) : n;
+    int first, count;
+    *done = 0;
+    if (!(kind_len == 3 && strncmp(s, "cpu", 3) == 0) && !(kind_len == 4 && strncmp(s, "cuda", 4) == 0)) return BT_OK;
+    if (star) { /* kind*N or kind:I*N */
+        count = small_number(star + 1, n - (size_t)(star + 1 - s));
+        int repeat = colon != NULL;
+        first = repeat ? small_number(colon + 1, (size_t)(star - colon - 1)) : 0;
+        if (count < 1 || count > BT_MAX_STAGES || first < 0)
+            return bt_ld_error(ld, at, BT_ERR_MODEL,
+                               "parallel.devices: '%.*s' is not a device shorthand (%.*s*N: N devices from %.*s:0; "
+                               "%.*s:I*N: device I N times; N from 1 to %d)",
+                               (int)n, s, (int)kind_len, s, (int)kind_len, s, (int)kind_len, s, BT_MAX_STAGES);
+        for (int i = 0; i < count; i++) {
+            char dev[32];
+            snprintf(dev, sizeof dev, "%.*s:%d", (int)kind_len, s, repeat ? first : i);
+            BT_TRY(add_device(ld, at, dev, strlen(dev), joined));
+        }
+        *done = 1;
+    } else if (colon && dash) { /* kind:A-B */
+        first = small_number(colon + 1, (size_t)(dash - colon - 1));
+        int last = small_number(dash + 1, n - (size_t)(dash + 1 - s));
+        if (first < 0 || last < first || last - first + 1 > BT_MAX_STAGES)
+            return bt_ld_error(ld, at, BT_ERR_MODEL,
+                               "parallel.devices: '%.*s' is not a device range (%.*s:A-B with A <= B, at most %d "
+                               "devices)", (int)n, s, (int)kind_len, s, BT_MAX_STAGES);
+        for (int i = first; i <= last; i++) {
+            char dev[32];
+            snprintf(dev, sizeof dev, "%.*s:%d", (int)kind_len, s, i);
+            BT_TRY(add_device(ld, at, dev, strlen(dev), joined));
+        }
+        *done = 1;
+    }
+    return BT_OK;
+}
+
+/* Appends one device (or the devices of a shorthand) to the comma-joined list in *joined (owned). */
 static bt_status add_device(const bt_ld *ld, const bt_ynode *at, const char *s, size_t n,
                             char **joined)
 {
+    int done = 0;
+    BT_TRY(add_shorthand(ld, at, s, n, joined, &done));
+    if (done) return BT_OK;
     if (!valid_device(s, n))
         return bt_ld_error(ld, at, BT_ERR_MODEL,
                            "parallel.devices: '%.*s' is not a device (auto, or a list of cpu:N "
-                           "and cuda:N)",
+                           "and cuda:N; shorthands cpu:0-3, cpu*4, cuda:0*2)",
                            (int)n, s);
     char *next = *joined ? bt_strfmt("%s,%.*s", *joined, (int)n, s) : bt_strfmt("%.*s", (int)n, s);
     if (!next) return bt_error(BT_ERR_NOMEM, "out of memory");
@@ -382,8 +443,9 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
 {
     static const char *const keys[] = {"devices", "pipeline", NULL};
     static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
-                                                NULL};
-    static const char *const schedules[] = {"gpipe", "1f1b", "stream", NULL};
+                                                "virtual", NULL};
+    /* indexed by bt_schedule_kind */
+    static const char *const schedules[] = {"gpipe", "1f1b", "stream", "interleaved-1f1b", "zb-h1", NULL};
     const bt_ynode *map, *pipe, *v;
     const bt_ynode *stages_node = NULL, *micro_node = NULL, *schedule_node = NULL;
     const bt_ynode *partition_node = NULL;
@@ -417,7 +479,17 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
         if (train->enabled && cfg->schedule == BT_SCHEDULE_STREAM)
             return bt_ld_error(ld, schedule_node, BT_ERR_MODEL,
                                "parallel.pipeline.schedule 'stream' runs forward only; a model "
-                               "with train: needs gpipe or 1f1b");
+                               "with train: needs gpipe, 1f1b, interleaved-1f1b or zb-h1");
+    }
+    const bt_ynode *virtual_node = bt_ymap_get(pipe, "virtual");
+    if (virtual_node) {
+        BT_TRY(bt_ld_int32(ld, virtual_node, "parallel.pipeline.virtual", 1, BT_MAX_STAGES,
+                           &cfg->virtual_stages));
+        if (cfg->virtual_stages > 1 && cfg->schedule != BT_SCHEDULE_INTERLEAVED_1F1B)
+            return bt_ld_error(ld, virtual_node, BT_ERR_MODEL,
+                               "parallel.pipeline.virtual %d needs schedule: interleaved-1f1b (the %s "
+                               "schedule runs one chunk per device)",
+                               cfg->virtual_stages, bt_schedule_name(cfg->schedule));
     }
 
     int n_layers = bt_graph_num_layers(graph);
@@ -445,6 +517,19 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
         return bt_ld_error(ld, stages_node, BT_ERR_MODEL,
                            "parallel.pipeline.stages is %d, but the model has only %d layers",
                            cfg->stages, n_layers);
+    if (cfg->virtual_stages > 1 && cfg->stages % cfg->virtual_stages != 0)
+        return bt_ld_error(ld, stages_node ? stages_node : virtual_node, BT_ERR_MODEL,
+                           "parallel.pipeline.stages %d (logical stages) is not a multiple of virtual "
+                           "%d: each device runs virtual of them",
+                           cfg->stages, cfg->virtual_stages);
+    if (cfg->schedule == BT_SCHEDULE_INTERLEAVED_1F1B && cfg->stages > 0) {
+        int devices = cfg->stages / (cfg->virtual_stages > 1 ? cfg->virtual_stages : 1);
+        if (cfg->microbatches % devices != 0)
+            return bt_ld_error(ld, micro_node ? micro_node : schedule_node, BT_ERR_MODEL,
+                               "interleaved-1f1b runs micro-batches in groups of the %d devices: "
+                               "parallel.pipeline.microbatches %d is not a multiple of %d",
+                               devices, cfg->microbatches, devices);
+    }
     if (train->enabled && train->batch % cfg->microbatches != 0)
         return bt_ld_error(ld, micro_node, BT_ERR_MODEL,
                            "train.batch %lld is not divisible by parallel.pipeline.microbatches "

@@ -83,5 +83,8 @@ const bt_op_def bt_op_conv2d = {
     .infer = conv2d_infer,
     .cpu_forward = conv2d_forward,
     .cpu_backward = conv2d_backward,
+    /* W of a split backward: the same kernel, called with no input gradients (it skips every
+     * gradient whose .data is NULL, so B is it called with no parameter gradients) */
+    .cpu_backward_weight = conv2d_backward,
     .help = "2-D convolution of [C, H, W]; weight [out, C, kh, kw], bias [out]",
 };

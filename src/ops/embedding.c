@@ -75,5 +75,8 @@ const bt_op_def bt_op_embedding = {
     .infer = embedding_infer,
     .cpu_forward = embedding_forward,
     .cpu_backward = embedding_backward,
+    /* W of a split backward: the same kernel, called with no input gradients (it skips every
+     * gradient whose .data is NULL, so B is it called with no parameter gradients) */
+    .cpu_backward_weight = embedding_backward,
     .help = "rows of weight [num, dim] picked by i32 indices",
 };

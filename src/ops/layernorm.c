@@ -50,5 +50,8 @@ const bt_op_def bt_op_layernorm = {
     .infer = layernorm_infer,
     .cpu_forward = layernorm_forward,
     .cpu_backward = layernorm_backward,
+    /* W of a split backward: the same kernel, called with no input gradients (it skips every
+     * gradient whose .data is NULL, so B is it called with no parameter gradients) */
+    .cpu_backward_weight = layernorm_backward,
     .help = "layer normalisation over the last dimension; weight [d], bias [d]",
 };

@@ -58,5 +58,8 @@ const bt_op_def bt_op_linear = {
     .infer = linear_infer,
     .cpu_forward = linear_forward,
     .cpu_backward = linear_backward,
+    /* W of a split backward: the same kernel, called with no input gradients (it skips every
+     * gradient whose .data is NULL, so B is it called with no parameter gradients) */
+    .cpu_backward_weight = linear_backward,
     .help = "y = x W^T + b over the last dimension; weight [out, in], bias [out]",
 };

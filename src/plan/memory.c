@@ -56,14 +56,40 @@ int bt_memory_node_recomputed(const bt_graph *g, const bt_plan *plan, const bt_m
 {
     const bt_node *n = &g->nodes[node];
     int on = mp->recompute ? mp->recompute[n->layer] : g->layers[n->layer].recompute;
-    return on && !is_outgoing(plan, s, n->out);
+    /* a split backward's W reads activations after later forwards ran: never recomputed (the
+     * engine refuses the combination) */
+    return on && !(mp->training && mp->split_backward) && !is_outgoing(plan, s, n->out);
 }
 
-/* Slot layout: received values (unless read in place), kept node outputs, their saved state; then
- * the recompute region (one copy, addressed from slot_bytes on): recomputed nodes' outputs and
- * saved state. */
+int bt_memory_node_has_wgrad(const bt_graph *g, int node)
+{
+    const bt_node *n = &g->nodes[node];
+    return n->n_params > 0 && n->op && n->op->cpu_backward_weight != NULL;
+}
+
+/* Whether node's W stash can live in the slot space of node's own output: once the node's B has
+ * run nothing reads that value again (its consumers on the stage ran their backward before it,
+ * later stages hold their own copies), unless a consumer on the stage defers a W that reads it
+ * as its input. Op W kernels never read `out` (op.h). */
+static int stash_in_place(const bt_graph *g, const bt_plan *plan, int s, int node)
+{
+    int first = plan->first_node[s], end = first + plan->n_stage_nodes[s];
+    if (node - first >= BT_MEMORY_MAX_STAGE_NODES) return 0;
+    for (int j = first; j < end; j++) {
+        const bt_node *c = &g->nodes[j];
+        for (int i = 0; i < c->n_in; i++)
+            if (c->in[i] == g->nodes[node].out && bt_memory_node_has_wgrad(g, j)) return 0;
+    }
+    return 1;
+}
+
+/* Slot layout: received values (unless read in place), kept node outputs, their saved state, then
+ * (split backward) the output-gradient stashes of the nodes with a deferred W that cannot reuse
+ * their own output's space (stash_in_place); after the slot, the recompute region (one copy,
+ * addressed from slot_bytes on): recomputed nodes' outputs and saved state. */
 static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
-                        int *value_offset, size_t *saved_offset, bt_stage_memory *out)
+                        int *value_offset, size_t *saved_offset, size_t *wgrad_offset,
+                        bt_stage_memory *out)
 {
     size_t off = 0;
     for (int c = 0; c < plan->n_crossings; c++) {
@@ -74,6 +100,7 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         off = align_up(off + bt_memory_value_bytes(g, mp, x->value));
     }
     size_t roff = 0; /* in the recompute region */
+    size_t out_offset[BT_MEMORY_MAX_STAGE_NODES];
     out->n_recomputed = 0;
     for (int pass = 0; pass < 2; pass++) /* 0: outputs, 1: saved state */
         for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
@@ -85,6 +112,7 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
             size_t *o = rec ? &roff : &off;
             if (pass == 0) {
                 if (value_offset) value_offset[n->out] = (int)*o; /* rebased below */
+                if (k < BT_MEMORY_MAX_STAGE_NODES) out_offset[k] = *o;
                 size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
                 if (w > out->workspace) out->workspace = w;
                 out->n_recomputed += rec;
@@ -93,6 +121,16 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
             }
             *o = align_up(*o + bytes);
         }
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) { /* no node is recomputed under a split backward */
+        int node = plan->first_node[s] + k;
+        int stash = mp->training && mp->split_backward && bt_memory_node_has_wgrad(g, node);
+        if (stash && stash_in_place(g, plan, s, node)) {
+            if (wgrad_offset) wgrad_offset[k] = out_offset[k];
+            continue;
+        }
+        if (wgrad_offset) wgrad_offset[k] = stash ? off : BT_MEMORY_NO_WGRAD;
+        if (stash) off = align_up(off + bt_memory_value_bytes(g, mp, g->nodes[node].out));
+    }
     out->slot_bytes = off;
     out->recompute_bytes = roff;
     for (int k = 0; k < plan->n_stage_nodes[s]; k++) { /* recompute-region offsets follow the slot */
@@ -176,7 +214,8 @@ void bt_memory_stage(const bt_graph *g, const bt_plan *plan, const bt_memory_par
     if (layout)
         for (int v = 0; v < g->n_values; v++) layout->value_offset[v] = layout->grad_offset[v] = -1;
     out->n_slots = mp->n_slots && mp->n_slots[s] > 1 ? mp->n_slots[s] : 1;
-    slot_layout(g, plan, mp, s, layout ? layout->value_offset : NULL, layout ? layout->saved_offset : NULL, out);
+    slot_layout(g, plan, mp, s, layout ? layout->value_offset : NULL, layout ? layout->saved_offset : NULL,
+                layout ? layout->wgrad_offset : NULL, out);
     grad_layout(g, plan, mp, s, layout ? layout->grad_offset : NULL, out);
     param_bytes(g, plan, mp, s, out);
     channel_bytes(g, plan, mp, s, out);

@@ -11,7 +11,11 @@
  *   optimizer    optimizer state, optimizer_slots buffers per parameter (training)
  *   activations  n_slots activation slots of slot_bytes each: every value the stage reads or
  *                produces (values arriving by a device path excepted: they are read in place from
- *                the channel buffer), each rounded up to 64 bytes, then every node's saved state;
+ *                the channel buffer), each rounded up to 64 bytes, then every node's saved state,
+ *                then (split backward, zero-bubble schedules) for every node with a separate
+ *                weight gradient a copy of its output's gradient, kept from B until its W: in
+ *                the space of the node's own output, dead once B has run, unless a node on the
+ *                stage whose W comes later reads that output (then a space of its own);
  *                nodes of recomputed layers (bt_graph_set_recompute) are left out of the slots
  *                and take one shared recompute region instead (recompute_bytes), unless their
  *                output is sent to a later stage: their values are rebuilt from the slot's kept
@@ -53,6 +57,7 @@ typedef struct bt_memory_params {
     /* [stages * stages]: nonzero at [a * stages + b] when messages from stage a to b go through
      * host memory (different backends, or forced); NULL: none do */
     const unsigned char *host_path;
+    int split_backward;        /* the schedule defers weight gradients (W): slots keep their stash */
     /* [graph layers]: 1 where the layer is recomputed; NULL: the graph's own flags
      * (bt_graph_set_recompute). The planner prices recomputation choices through it. */
     const unsigned char *recompute;
@@ -82,10 +87,20 @@ typedef struct bt_stage_layout {
     int *value_offset;
     int *grad_offset;          /* [graph values]: offset in the value gradients, or -1 */
     size_t *saved_offset;      /* [stage nodes]: each node's saved state in a slot */
+    size_t *wgrad_offset;      /* [stage nodes]: the output-gradient stash W reads, in a slot;
+                                  BT_MEMORY_NO_WGRAD where the node has no deferred W (may be NULL) */
 } bt_stage_layout;
 
+#define BT_MEMORY_NO_WGRAD ((size_t)-1)
+/* A stash reuses its node's output space only among a stage's first this many nodes. */
+#define BT_MEMORY_MAX_STAGE_NODES 4096
+
+/* Whether node runs a deferred weight gradient (W) under a split backward: its op gives a
+ * backward_weight and it has parameters. */
+int bt_memory_node_has_wgrad(const bt_graph *graph, int node);
 /* Whether node (a graph node index on stage `stage`) is recomputed before backward: its layer is
- * marked (params->recompute, else the graph's flag) and its output is not sent to a later stage. */
+ * marked (params->recompute, else the graph's flag), its output is not sent to a later stage, and
+ * the backward is not split (a deferred W reads activations after later forwards ran). */
 int bt_memory_node_recomputed(const bt_graph *graph, const bt_plan *plan, const bt_memory_params *params,
                               int stage, int node);
 

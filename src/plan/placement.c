@@ -221,12 +221,15 @@ static void fill_stage(const bt_profile *prof, const bt_placement_params *pp, co
         out->fwd_ms += t->fwd_ms * pb->time_scale;
         if (pb->training) {
             out->bwd_ms += t->bwd_ms * pb->time_scale;
+            out->b_ms += t->b_ms * pb->time_scale;
+            out->w_ms += t->w_ms * pb->time_scale;
             out->step_ms += t->step_ms;
             if (layer_recomputed(pp, l, b - 1, k + 1 < plan->stages))
                 out->recompute_ms += t->fwd_ms * pb->time_scale;
         }
     }
     out->bwd_ms += out->recompute_ms;
+    out->b_ms += out->recompute_ms;
     out->inflight = plan->inflight[k];
     out->peak_bytes = plan->stage_bytes[k];
     out->capacity = pb->capacity_known[d] ? pb->capacity[d] : UINT64_MAX;
@@ -258,9 +261,12 @@ static bt_status simulate(bt_placement *pl, int training)
 {
     int p = pl->stages;
     double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], sa[BT_MAX_STAGES], sg[BT_MAX_STAGES], step = 0;
+    double b[BT_MAX_STAGES], w[BT_MAX_STAGES];
     for (int k = 0; k < p; k++) {
         fwd[k] = pl->stage[k].fwd_ms;
         bwd[k] = pl->stage[k].bwd_ms;
+        b[k] = pl->stage[k].b_ms;
+        w[k] = pl->stage[k].w_ms;
         sa[k] = pl->stage[k].send_act_ms;
         sg[k] = pl->stage[k].send_grad_ms;
         if (pl->stage[k].step_ms > step) step = pl->stage[k].step_ms;
@@ -268,8 +274,12 @@ static bt_status simulate(bt_placement *pl, int training)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     memset(&res, 0, sizeof res);
-    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0};
+    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL};
     bt_status st = bt_schedule_build(pl->schedule, p, pl->microbatches, &sched);
+    if (st == BT_OK && training && sched->split_backward) { /* zb-h1: B and W measured apart */
+        costs.bwd = b;
+        costs.wgt = w;
+    }
     if (st == BT_OK) st = bt_simulate(sched, &costs, &res);
     if (st == BT_OK) {
         pl->step_ms = res.step_time;

@@ -59,25 +59,32 @@ bt_status bt_plan_resolve_devices(const bt_parallel_config *cfg, int n_layers, c
 {
     const char *devices = cfg->devices ? cfg->devices : "auto";
     int stages = cfg->stages;
+    /* interleaved: each device runs v logical stages, stage l on the l mod P-th device */
+    int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+    if (v > 1 && (stages < 0 || stages % v != 0))
+        return bt_error(BT_ERR_MODEL, "%d stages do not split into virtual %d chunks per device (stages "
+                        "counts logical stages: devices x virtual)", stages, v);
     if (strcmp(devices, "auto") == 0) {
-        if (stages == 0) stages = 1;
+        if (stages == 0) stages = v;
         for (int s = 0; s < stages && s < BT_MAX_STAGES; s++)
-            snprintf(device[s], sizeof device[s], "cpu:%d", s);
+            snprintf(device[s], sizeof device[s], "cpu:%d", s % (stages / v));
     } else {
         int n = bt_plan_split_devices(devices, device, BT_MAX_STAGES);
         if (n < 1)
             return bt_error(BT_ERR_MODEL, "devices '%s': expected a list like cpu:0,cpu:1 (at most %d)",
                             devices, BT_MAX_STAGES);
-        if (stages == 0) stages = n;
-        if (stages != n)
+        if (stages == 0) stages = n * v;
+        if (stages != n * v) {
+            if (v > 1)
+                return bt_error(BT_ERR_MODEL, "%d stages with virtual %d need %d devices, but %d are "
+                                "given (%s)", stages, v, stages / v, n, devices);
             return bt_error(BT_ERR_MODEL, "%d stages but %d devices (%s): give one device per stage",
                             stages, n, devices);
+        }
+        if (n * v > BT_MAX_STAGES)
+            return bt_error(BT_ERR_MODEL, "stages must be 1 to %d, got %d", BT_MAX_STAGES, n * v);
+        for (int s = n; s < stages; s++) snprintf(device[s], sizeof device[s], "%s", device[s % n]);
     }
-    if (stages < 1 || stages > BT_MAX_STAGES)
-        return bt_error(BT_ERR_MODEL, "stages must be 1 to %d, got %d", BT_MAX_STAGES, stages);
-    if (stages > n_layers)
-        return bt_error(BT_ERR_MODEL, "%d stages but the model has only %d layers", stages,
-                        n_layers);
     *n_stages = stages;
     return BT_OK;
 }

@@ -35,6 +35,11 @@
 typedef struct bt_profile_time {
     double fwd_ms, bwd_ms;   /* one micro-batch through the layer's nodes */
     double step_ms;          /* one optimizer update of the layer's parameters (0 without) */
+    /* the backward split as zero-bubble schedules run it: B (input gradients, and the fused
+     * backward of nodes without a weight kernel) and W (the deferred weight gradients); measured
+     * separately, so b_ms + w_ms is close to bwd_ms but not equal to it. Profiles written before
+     * they existed read as b_ms = bwd_ms, w_ms = 0. */
+    double b_ms, w_ms;
 } bt_profile_time;
 
 typedef struct bt_profile_layer {

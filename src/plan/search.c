@@ -66,7 +66,10 @@ static bt_status resolve(const bt_search_params *sp, choices *c)
     } else if (sp->n_schedules > 0) {
         for (int i = 0; i < sp->n_schedules; i++) c->sched[c->n_sched++] = sp->schedules[i];
     } else {
-        c->n_sched = bt_schedule_kinds(1, c->sched, BT_SEARCH_MAX_CHOICES);
+        bt_schedule_kind all[BT_SEARCH_MAX_CHOICES];
+        int n = bt_schedule_kinds(1, all, BT_SEARCH_MAX_CHOICES);
+        for (int i = 0; i < n; i++) /* interleaving needs virtual chunks, which this search does not choose */
+            if (all[i] != BT_SCHEDULE_INTERLEAVED_1F1B) c->sched[c->n_sched++] = all[i];
     }
     if (!sp->training || sp->recompute == 0) c->rec[c->n_rec++] = 0;
     else if (sp->recompute == 1 || sp->recompute == -1) c->rec[c->n_rec++] = sp->recompute;
@@ -147,6 +150,10 @@ static void try_one(const bt_search_params *sp, const choices *c, const bt_profi
     lp.optimizer_slots = sp->optimizer_slots;
     lp.recompute = k->recompute;
     memset(pl, 0, sizeof *pl);
+    if (k->recompute && k->schedule == BT_SCHEDULE_ZB_H1) {
+        snprintf(k->why, sizeof k->why, "recomputation is not combined with a split backward");
+        return;
+    }
     if (!prof) {
         snprintf(k->why, sizeof k->why, "no measurement at %lld samples, %d threads",
                  (long long)(sp->batch / k->microbatches), k->threads);

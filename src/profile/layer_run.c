@@ -7,7 +7,9 @@
  * produced by some node; graph inputs take none), the saved state, the parameters, their
  * gradients and optimizer state, and the largest workspace. Forward runs the nodes in order,
  * backward zeroes the gradients produced inside the layer (as the engine does per micro-batch)
- * and runs the nodes in reverse, step applies the optimizer to every parameter. Each is timed
+ * and runs the nodes in reverse, step applies the optimizer to every parameter; the backward is
+ * also timed split as zero-bubble schedules run it, B (no parameter gradients for the nodes whose
+ * op has a weight kernel) and W (those nodes' weight gradients only). Each is timed
  * `repeats` times after `warmup` untimed runs, with a device sync inside the timed region, and
  * the median is kept. Op calls come from bt_op_call_build, the worker's builder.
  *
@@ -20,6 +22,7 @@
 #include "core/util.h"
 #include "graph/op_call.h"
 #include "optim/optim.h"
+#include "plan/memory.h"
 #include "profile/measure.h"
 
 /* Everything one layer's nodes touch, on one device. Values are indexed locally (0..n_vals). */
@@ -187,7 +190,9 @@ static bt_status alloc_node_state(layer_run *r)
     return dev_alloc(r, ws, &r->ws);
 }
 
-static bt_status run_node(layer_run *r, int k, int backward)
+/* backward: 0 forward, 1 the fused backward, BT_RUN_WEIGHT W; split: B, the backward without the
+ * parameter gradients of the nodes whose W comes later (the engine's split backward). */
+static bt_status run_node_split(layer_run *r, int k, int backward, int split)
 {
     const bt_graph *g = r->g;
     const bt_node *n = &g->nodes[r->layer->first_node + k];
@@ -203,10 +208,13 @@ static bt_status run_node(layer_run *r, int k, int backward)
     int o = local_value(r, n->out);
     d.out = r->data[o];
     d.out_grad = r->grad[o];
+    int defers = bt_memory_node_has_wgrad(g, r->layer->first_node + k);
+    if (backward == BT_RUN_WEIGHT)
+        for (int i = 0; i < n->n_in; i++) d.in_grad[i] = NULL;
     for (int j = 0; j < n->n_params; j++) {
         size_t slot = (size_t)k * BT_MAX_PARAMS + (size_t)j;
         d.param[j] = r->w[slot];
-        d.param_grad[j] = r->gw[slot];
+        d.param_grad[j] = backward == 1 && split && defers ? NULL : r->gw[slot];
     }
     d.saved = r->saved[k];
     d.workspace = r->ws;
@@ -215,10 +223,13 @@ static bt_status run_node(layer_run *r, int k, int backward)
     call.training = 1;
     bt_status st = r->be->run_op(r->dev, n->op, backward, &call);
     if (st != BT_OK)
-        return bt_error_context(st, "profiling the %s of layer '%s'", backward ? "backward" : "forward",
+        return bt_error_context(st, "profiling the %s of layer '%s'",
+                                backward == BT_RUN_WEIGHT ? "weight gradient" : backward ? "backward" : "forward",
                                 r->layer->name);
     return BT_OK;
 }
+
+static bt_status run_node(layer_run *r, int k, int backward) { return run_node_split(r, k, backward, 0); }
 
 static bt_status run_forward(layer_run *r)
 {
@@ -234,6 +245,24 @@ static bt_status run_backward(layer_run *r)
     for (int i = 0; i < r->n_vals; i++)
         if (r->internal[i] && i != out && r->grad[i]) BT_TRY(r->be->zero(r->dev, r->grad[i], r->bytes[i]));
     for (int k = r->layer->n_nodes - 1; k >= 0; k--) BT_TRY(run_node(r, k, 1));
+    return r->be->sync(r->dev);
+}
+
+/* B of a split backward: input gradients only where a node's W comes later. */
+static bt_status run_backward_input(layer_run *r)
+{
+    int out = local_value(r, r->g->nodes[r->layer->first_node + r->layer->n_nodes - 1].out);
+    for (int i = 0; i < r->n_vals; i++)
+        if (r->internal[i] && i != out && r->grad[i]) BT_TRY(r->be->zero(r->dev, r->grad[i], r->bytes[i]));
+    for (int k = r->layer->n_nodes - 1; k >= 0; k--) BT_TRY(run_node_split(r, k, 1, 1));
+    return r->be->sync(r->dev);
+}
+
+/* W: the weight gradients of the nodes that defer them (the output gradients B left in place). */
+static bt_status run_weight(layer_run *r)
+{
+    for (int k = r->layer->n_nodes - 1; k >= 0; k--)
+        if (bt_memory_node_has_wgrad(r->g, r->layer->first_node + k)) BT_TRY(run_node_split(r, k, BT_RUN_WEIGHT, 1));
     return r->be->sync(r->dev);
 }
 
@@ -295,6 +324,10 @@ bt_status bt_profile_measure_layer(const bt_graph *g, int l, const bt_backend *b
         int o = local_value(&r, g->nodes[r.layer->first_node + r.layer->n_nodes - 1].out);
         if (r.grad[o]) BT_TRY_GOTO(st, fill_random(&r, r.grad[o], r.bytes[o] / sizeof(float), 1e-2), done);
         BT_TRY_GOTO(st, time_median(run_backward, &r, pp->warmup, pp->repeats, pp->fastest, &out->bwd_ms), done);
+        BT_TRY_GOTO(st, time_median(run_backward_input, &r, pp->warmup, pp->repeats, pp->fastest, &out->b_ms), done);
+        int has_w = 0;
+        for (int k = 0; k < r.layer->n_nodes; k++) has_w |= bt_memory_node_has_wgrad(g, r.layer->first_node + k);
+        if (has_w) BT_TRY_GOTO(st, time_median(run_weight, &r, pp->warmup, pp->repeats, pp->fastest, &out->w_ms), done);
         int has_params = 0;
         for (int k = 0; k < r.layer->n_nodes; k++) has_params |= g->nodes[r.layer->first_node + k].n_params > 0;
         if (has_params) BT_TRY_GOTO(st, time_median(run_step, &r, pp->warmup, pp->repeats, pp->fastest, &out->step_ms), done);

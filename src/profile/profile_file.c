@@ -61,6 +61,8 @@ static json_t *layer_to_json(const bt_profile *p, int l)
         bad |= put(tk, "fwd_ms", number(t->fwd_ms));
         bad |= put(tk, "bwd_ms", number(t->bwd_ms));
         bad |= put(tk, "step_ms", number(t->step_ms));
+        bad |= put(tk, "b_ms", number(t->b_ms));
+        bad |= put(tk, "w_ms", number(t->w_ms));
         bad |= put(times, p->kinds[k], tk);
     }
     bad |= put(o, "times", times);
@@ -275,7 +277,7 @@ static bt_status read_measured_on(const reader *r, const json_t *root, bt_profil
 
 static bt_status read_times(const reader *r, const json_t *layer, const char *prefix, bt_profile *p, int l)
 {
-    static const char *const keys[] = {"fwd_ms", "bwd_ms", "step_ms", NULL};
+    static const char *const keys[] = {"fwd_ms", "bwd_ms", "step_ms", "b_ms", "w_ms", NULL};
     char tp[96];
     json_t *times;
     BT_TRY(member(r, layer, prefix, "times", &times));
@@ -298,6 +300,13 @@ static bt_status read_times(const reader *r, const json_t *layer, const char *pr
         BT_TRY(read_real(r, tk, kp, "fwd_ms", 0, BT_PROFILE_MAX_MS, &t->fwd_ms));
         BT_TRY(read_real(r, tk, kp, "bwd_ms", 0, BT_PROFILE_MAX_MS, &t->bwd_ms));
         BT_TRY(read_real(r, tk, kp, "step_ms", 0, BT_PROFILE_MAX_MS, &t->step_ms));
+        /* the split backward: optional (older files), as one fused B then */
+        t->b_ms = t->bwd_ms;
+        t->w_ms = 0;
+        if (json_object_get(tk, "b_ms") || json_object_get(tk, "w_ms")) {
+            BT_TRY(read_real(r, tk, kp, "b_ms", 0, BT_PROFILE_MAX_MS, &t->b_ms));
+            BT_TRY(read_real(r, tk, kp, "w_ms", 0, BT_PROFILE_MAX_MS, &t->w_ms));
+        }
     }
     return BT_OK;
 }

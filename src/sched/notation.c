@@ -1,9 +1,12 @@
 /* sched/notation.c: the text forms of a schedule. One instruction is written "1F3" (stage 1,
- * forward, micro-batch 3): the letters are F forward, B backward, S/R send/receive activations,
- * s/r send/receive gradients, and "1U" is stage 1's optimizer step. The parser reads the same
- * tokens back (the peer follows from the kind; the slot is assigned from the order, the chunk is
- * 0), so hand-made schedules in tests and tools are written as one row of tokens per stage. The
- * grid draws a unit-cost simulation: one row per stage, one column per time slot.
+ * forward, micro-batch 3): the letters are F forward, B backward (the input gradient where the
+ * backward is split), W weight gradient, S/R send/receive activations, s/r send/receive
+ * gradients, and "1U" is stage 1's optimizer step. The stage is the logical stage, as in
+ * torch.distributed.pipelining's actions: under interleaved 1F1B on P devices "5F3" is chunk 5 / P
+ * of device 5 mod P, so the token shows the chunk. The parser reads the same tokens back (the peer
+ * follows from the kind; the slot is assigned from the order, the chunk from the stage), so
+ * hand-made schedules in tests and tools are written as one row of tokens per stage. The grid draws
+ * a unit-cost simulation: one row per device, one column per time slot.
  *
  * Data flow: the validator and the watchdog name instructions with bt_instr_format, the trace
  * labels its slices with it, `baton schedule` prints the grid; tests build schedules with
@@ -19,14 +22,15 @@
 #define GRID_FWD_COST 1.0
 #define GRID_BWD_COST 1.0
 #define GRID_STEP_COST 1.0
+#define GRID_WGT_COST 1.0
 
 /* The letter of each kind, indexed by bt_instr_kind. */
-static const char kind_letters[] = "FBSRsrU";
+static const char kind_letters[] = "FBSRsrUW";
 
 void bt_instr_format(int stage, const bt_instr *ins, char *buf, size_t size)
 {
     if (!buf || size == 0) return;
-    if (!ins || (unsigned)ins->kind > BT_I_STEP) {
+    if (!ins || (unsigned)ins->kind >= BT_I_KINDS) {
         snprintf(buf, size, "%d?", stage);
         return;
     }
@@ -68,7 +72,7 @@ bt_status bt_instr_parse(const char *text, int *stage, bt_instr *ins, const char
     const char *at = text;
     size_t token_len = strcspn(text, " ");
     int s = 0;
-    bt_instr parsed = {BT_I_FWD, -1, -1, -1, 0};
+    bt_instr parsed = {BT_I_FWD, -1, -1, -1, 0, -1};
     if (token_len == 0) return bt_error(BT_ERR_INVALID_ARG, "schedule text: expected an instruction, found the end");
     if (!read_number(&at, &s))
         return bt_error(BT_ERR_INVALID_ARG,
@@ -78,7 +82,7 @@ bt_status bt_instr_parse(const char *text, int *stage, bt_instr *ins, const char
     if (!letter)
         return bt_error(BT_ERR_INVALID_ARG,
                         "schedule text: \"%.*s\" has no instruction letter after the stage (one of "
-                        "F B S R s r U)",
+                        "F B W S R s r U)",
                         (int)token_len, text);
     parsed.kind = (bt_instr_kind)(letter - kind_letters);
     at++;
@@ -172,19 +176,22 @@ static int decimal_digits(long long v)
 
 static int is_compute(bt_instr_kind kind)
 {
-    return kind == BT_I_FWD || kind == BT_I_BWD || kind == BT_I_STEP;
+    return kind == BT_I_FWD || kind == BT_I_BWD || kind == BT_I_STEP || kind == BT_I_WGT;
 }
 
-/* Layout (columns are time slots of a run with F = B = STEP = 1 and instant transfers; every cell
- * is padded to one width and the last cell of a row is not padded):
+/* Layout (columns are time slots of a run with F = B = W = STEP = 1 and instant transfers; every
+ * cell is padded to one width and the last cell of a row is not padded; one row per device, "stage"
+ * where each device runs one stage):
  *   slot     0   1   2   3   4   5   6
  *   stage 0  0F0 0F1 .   0B0 .   0B1 0U
- *   stage 1  .   1F0 1B0 1F1 1B1 1U  . */
+ *   stage 1  .   1F0 1B0 1F1 1B1 1U  .
+ * Interleaved rows are devices ("device 0  0F0 0F1 2F0 2F1 ...": stage 2 is device 0's chunk 1). */
 char *bt_schedule_format_grid(const bt_schedule *sched)
 {
     bt_sim_result sim = {0};
-    double *fwd = NULL, *bwd = NULL;
+    double *fwd = NULL, *bwd = NULL, *wgt = NULL;
     const bt_instr **cell = NULL;
+    int *cell_stage = NULL;
     char *text = NULL;
     char token[48];
 
@@ -192,15 +199,17 @@ char *bt_schedule_format_grid(const bt_schedule *sched)
         bt_error(BT_ERR_INVALID_ARG, "bt_schedule_format_grid: schedule is NULL");
         return NULL;
     }
-    int p = sched->stages;
+    int p = sched->stages, D = sched->devices > 0 ? sched->devices : p;
     fwd = malloc((size_t)p * sizeof *fwd);
     bwd = malloc((size_t)p * sizeof *bwd);
-    if (!fwd || !bwd) goto nomem;
+    wgt = malloc((size_t)p * sizeof *wgt);
+    if (!fwd || !bwd || !wgt) goto nomem;
     for (int s = 0; s < p; s++) {
         fwd[s] = GRID_FWD_COST;
         bwd[s] = GRID_BWD_COST;
+        wgt[s] = GRID_WGT_COST;
     }
-    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd, .step = GRID_STEP_COST};
+    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd, .wgt = wgt, .step = GRID_STEP_COST};
     if (bt_simulate(sched, &costs, &sim) != BT_OK) goto fail;
 
     int slots = (int)(sim.step_time + 0.5);
@@ -212,31 +221,37 @@ char *bt_schedule_format_grid(const bt_schedule *sched)
             if (is_compute(sched->list[s][i].kind) && n > width) width = n;
         }
 
-    /* cell[s * slots + t]: the compute instruction stage s starts in slot t, or NULL. */
-    cell = calloc((size_t)p * (size_t)(slots > 0 ? slots : 1), sizeof *cell);
-    if (!cell) goto nomem;
+    /* cell[d * slots + t]: the compute instruction device d starts in slot t (of cell_stage), or NULL. */
+    size_t cells = (size_t)D * (size_t)(slots > 0 ? slots : 1);
+    cell = calloc(cells, sizeof *cell);
+    cell_stage = calloc(cells, sizeof *cell_stage);
+    if (!cell || !cell_stage) goto nomem;
     for (int s = 0; s < p; s++)
         for (int i = 0; i < sched->len[s]; i++) {
             if (!is_compute(sched->list[s][i].kind)) continue;
             int t = (int)(sim.start[s][i] + 0.5);
-            if (t >= 0 && t < slots) cell[(size_t)s * slots + t] = &sched->list[s][i];
+            if (t >= 0 && t < slots) {
+                cell[(size_t)(s % D) * slots + t] = &sched->list[s][i];
+                cell_stage[(size_t)(s % D) * slots + t] = s;
+            }
         }
 
-    int label = (int)strlen("stage ") + decimal_digits(p - 1);
+    const char *row_name = D == p ? "stage " : "device ";
+    int label = (int)strlen(row_name) + decimal_digits(D - 1);
     size_t row_bytes = (size_t)label + 2 + (size_t)slots * (size_t)(width + 1) + 1;
-    text = malloc(row_bytes * (size_t)(p + 1) + 1);
+    text = malloc(row_bytes * (size_t)(D + 1) + 1);
     if (!text) goto nomem;
-    char *at = text, *text_end = text + row_bytes * (size_t)(p + 1) + 1;
+    char *at = text, *text_end = text + row_bytes * (size_t)(D + 1) + 1;
     at += snprintf(at, (size_t)(text_end - at), "%-*s ", label, "slot");
     for (int t = 0; t < slots; t++)
         at += snprintf(at, (size_t)(text_end - at), " %-*d", t == slots - 1 ? 0 : width, t);
     *at++ = '\n';
-    for (int s = 0; s < p; s++) {
-        int stage_digits = label - (int)strlen("stage ");
-        at += snprintf(at, (size_t)(text_end - at), "stage %-*d ", stage_digits, s);
+    for (int d = 0; d < D; d++) {
+        int digits = label - (int)strlen(row_name);
+        at += snprintf(at, (size_t)(text_end - at), "%s%-*d ", row_name, digits, d);
         for (int t = 0; t < slots; t++) {
-            const bt_instr *ins = cell[(size_t)s * slots + t];
-            if (ins) bt_instr_format(s, ins, token, sizeof token);
+            const bt_instr *ins = cell[(size_t)d * slots + t];
+            if (ins) bt_instr_format(cell_stage[(size_t)d * slots + t], ins, token, sizeof token);
             else strcpy(token, ".");
             at += snprintf(at, (size_t)(text_end - at), " %-*s", t == slots - 1 ? 0 : width, token);
         }
@@ -251,9 +266,11 @@ fail:
     free(text);
     text = NULL;
 done:
+    free(cell_stage);
     free(cell);
     bt_sim_result_free(&sim);
     free(fwd);
     free(bwd);
+    free(wgt);
     return text;
 }

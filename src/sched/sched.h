@@ -17,8 +17,18 @@
  * streaming: its SEND_ACT, or its FWD on the last stage) and keeps one slot throughout. The
  * schedule states how many slots each stage has (slots[s]); the executor allocates that many and
  * never computes a slot itself. The validator proves no micro-batch takes a slot another still
- * holds. The model chunk is 0 in every schedule today (interleaved schedules will run several
- * chunks of the model per stage). */
+ * holds.
+ *
+ * Devices: the lists are per logical stage; stage s runs on device s mod `devices`. Every schedule
+ * but interleaved 1F1B has one stage per device (devices == stages, turn -1 everywhere). Interleaved
+ * 1F1B with v chunks per device has stages = devices * v: device d runs stages d, d + P, ... (chunk
+ * c = s / P is stage s's model chunk), and every instruction names its `turn`, its position in its
+ * device's one sequence of work (Megatron's order); the executor runs a device's stages in that
+ * order, the validator proves the order cannot hang and the simulator charges a device once.
+ *
+ * Zero bubble (split_backward): BWD computes only the input gradients (B) and a W instruction per
+ * micro-batch computes the weight gradients later (ops without a separate weight kernel compute
+ * both in B); the micro-batch keeps its slot until its W. */
 #ifndef BT_SCHED_H
 #define BT_SCHED_H
 
@@ -34,22 +44,28 @@ typedef enum bt_instr_kind {
     BT_I_RECV_ACT = 3,  /* peer = s - 1 */
     BT_I_SEND_GRAD = 4, /* peer = s - 1 */
     BT_I_RECV_GRAD = 5, /* peer = s + 1 */
-    BT_I_STEP = 6       /* optimizer step; mb = -1 */
+    BT_I_STEP = 6,      /* optimizer step; mb = -1 */
+    BT_I_WGT = 7        /* weight gradients of mb (split_backward schedules), after its BWD */
 } bt_instr_kind;
+
+#define BT_I_KINDS 8
 
 typedef struct bt_instr {
     bt_instr_kind kind;
     int mb;             /* micro-batch, 0-based; -1 for STEP */
     int peer;           /* other stage for SEND/RECV, else -1 */
     int slot;           /* activation slot (0..slots[s]-1) for RECV_ACT, FWD, SEND_ACT, BWD; else -1 */
-    int chunk;          /* model chunk on this stage, 0..chunks-1 (0 for STEP) */
+    int chunk;          /* the stage's model chunk on its device: stage / devices (0..chunks-1) */
+    int turn;           /* devices < stages: position in the device's order; else unused (-1) */
 } bt_instr;
 
 typedef struct bt_schedule {
     bt_schedule_kind kind;
     int stages, microbatches;
     int training;       /* 0 for BT_SCHEDULE_STREAM */
-    int chunks;         /* model chunks per stage: 1 in every schedule kind today */
+    int chunks;         /* model chunks per device (interleaved: v; else 1) */
+    int devices;        /* stage s runs on device s % devices; stages / chunks */
+    int split_backward; /* BWD is the input gradient only, W instructions the weight gradients */
     int *len;           /* [stages] instructions per stage */
     bt_instr **list;    /* [stages][len[s]] */
     int *slots;         /* [stages] activation slots each stage needs */
@@ -58,23 +74,45 @@ typedef struct bt_schedule {
 /* Whether instructions of this kind touch the micro-batch's activation slot (and so name it). */
 static inline int bt_instr_has_slot(bt_instr_kind kind)
 {
-    return kind == BT_I_RECV_ACT || kind == BT_I_FWD || kind == BT_I_SEND_ACT || kind == BT_I_BWD;
+    return kind == BT_I_RECV_ACT || kind == BT_I_FWD || kind == BT_I_SEND_ACT || kind == BT_I_BWD ||
+           kind == BT_I_WGT;
 }
 
 /* The most stages and micro-batches a schedule has (and the largest number the notation reads). */
 #define BT_SCHEDULE_MAX_SIZE (1 << 24)
 
-/* The schedule kinds this build knows (each has a name, bt_schedule_name), those that train
- * (training 1) or those that only forward (0), in the enum's order, at most max of them into out;
- * returns how many. The planner searches these, so a new kind joins the search by being built
- * here. */
+/* The schedule kinds this build runs that train (training 1: bt_schedule_training_kinds, in its
+ * order) or that only forward (0: stream), at most max of them into out; returns how many. The
+ * planner searches these, so a new kind joins the search by being listed there. */
 int bt_schedule_kinds(int training, bt_schedule_kind *out, int max);
 
-/* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each).
- * Caller owns *out. */
+/* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each),
+ * one stage per device (interleaved 1F1B with v = 1 is 1F1B). Caller owns *out. */
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);
+/* The schedule generators, as the planner enumerates them: kind for p logical stages, m
+ * micro-batches and v model chunks per device (p / v devices). v > 1 only for interleaved 1F1B,
+ * where p must be a multiple of v and m a multiple of the devices (Megatron's groups). Caller
+ * owns *out. */
+bt_status bt_schedule_build_virtual(bt_schedule_kind kind, int p, int m, int v, bt_schedule **out);
+/* Whether bt_schedule_build_virtual accepts (kind, p, m, v): BT_OK, or BT_ERR_INVALID_ARG with the
+ * reason ("interleaved-1f1b needs micro-batches in groups of the 2 devices: 5 is not a multiple of
+ * 2"). Cheap; builds nothing. */
+bt_status bt_schedule_check_shape(bt_schedule_kind kind, int p, int m, int v);
+/* The training schedule kinds a planner may choose from, in order of preference for equal cost;
+ * *n gets their count. Interleaved needs v >= 2, the others take v = 1. */
+const bt_schedule_kind *bt_schedule_training_kinds(int *n);
+/* The peak activation slots (micro-batches in flight) each kind holds on stage s of p (v chunks
+ * per device; interleaved counts the device's stages together), the published bound the built
+ * schedules meet: 1F1B min(p - s, m), ZB-H1 min(p, m) (1F1B's peak, on every stage), GPipe m,
+ * interleaved Megatron's warm-up min(2(P - d - 1) + (v - 1)P, mv) + 1 on device d. */
+int bt_schedule_slot_bound(bt_schedule_kind kind, int p, int m, int v, int s);
+/* Device d's instructions in the order it runs them: n_out pairs (stage_out[i], index_out[i]).
+ * The caller frees both arrays. Turns are trusted to be a valid order (validate first) except
+ * that out-of-range or repeated turns are reported as BT_ERR_SCHEDULE. */
+bt_status bt_schedule_device_order(const bt_schedule *sched, int d, int *n_out, int **stage_out,
+                                   int **index_out);
 /* An empty schedule with room for hand-made lists (tests, custom schedules): list[s] gets
- * capacity cap each, len[s] = 0, slots[s] = 0, chunks = 1. Fill the lists, then give the slots with
+ * capacity cap each, len[s] = 0, slots[s] = 0, chunks = 1, devices = p, split_backward 0. Fill the lists, then give the slots with
  * bt_schedule_assign_slots (or set every slot and slots[s] by hand). */
 bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, int cap,
                             bt_schedule **out);
@@ -128,22 +166,25 @@ char *bt_schedule_format_grid(const bt_schedule *sched);
 
 typedef struct bt_sim_costs {
     const double *fwd;       /* [stages] time of one forward of one micro-batch */
-    const double *bwd;       /* [stages] */
+    const double *bwd;       /* [stages] (split_backward: the input-gradient part B) */
     const double *send_act;  /* [stages] time for stage s's activations to reach s+1; NULL: 0 */
     const double *send_grad; /* [stages] time for stage s's gradients to reach s-1; NULL: 0 */
     double step;             /* optimizer step time per stage; 0 allowed */
+    const double *wgt;       /* [stages] weight-gradient W; needed when the schedule has W */
 } bt_sim_costs;
 
 typedef struct bt_sim_result {
     double step_time;        /* makespan */
-    double bubble;           /* 1 - sum(busy) / (stages * step_time) */
+    double bubble;           /* 1 - sum(busy) / (devices * step_time) */
     double *busy;            /* [stages] compute time per stage */
+    int devices;             /* what bubble divides by */
     double **start, **end;   /* [stages][len[s]] per instruction (SEND/RECV: when they complete) */
     int stages;
 } bt_sim_result;
 
-/* Runs the schedule on the costs: each stage executes its list in order; a RECV completes at the
- * later of its own start and the matching SEND's completion plus the transfer time. Caller frees
+/* Runs the schedule on the costs: each device executes its instructions in order (its stage's
+ * list, or its turns); a RECV completes at the later of its own start and the matching SEND's
+ * completion plus the transfer time. Caller frees
  * the result with bt_sim_result_free. */
 bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_sim_result *out);
 void bt_sim_result_free(bt_sim_result *res);

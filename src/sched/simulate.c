@@ -1,15 +1,16 @@
 /* sched/simulate.c: predicting a schedule's timing from per-stage costs.
  *
- * Semantics (those of sched.h): each stage executes its list in order, each instruction starting
- * when the previous one on the same stage ended (the first at 0). FWD, BWD and STEP take
- * costs->fwd[s], costs->bwd[s] and costs->step. A SEND takes no time on its stage (sends never
+ * Semantics (those of sched.h): each device executes its instructions in order (one stage's list,
+ * or the turns of its stages), each instruction starting when the previous one on the same device
+ * ended (the first at 0). FWD, BWD, W and STEP take costs->fwd[s], costs->bwd[s], costs->wgt[s]
+ * and costs->step. A SEND takes no time on its stage (sends never
  * block); its data arrives at the peer transfer time later (send_act[s] towards s+1, send_grad[s]
  * towards s-1). A RECV completes at the later of its own start and that arrival. busy[s] is the
- * compute time (FWD + BWD + STEP) of stage s, step_time the latest end of any instruction, and
- * bubble = 1 - sum(busy) / (stages * step_time) (0 for an empty run).
+ * compute time (FWD + BWD + W + STEP) of stage s, step_time the latest end of any instruction,
+ * and bubble = 1 - sum(busy) / (devices * step_time) (0 for an empty run).
  *
  * The schedule is validated first, so pairing is exact and the run cannot hang; instructions are
- * processed stage by stage as far as their receives allow, which yields the unique times above.
+ * processed device by device as far as their receives allow, which yields the unique times above.
  *
  * Data flow: plan/ predicts step time and bubble with it, schedule.c draws the grid from a
  * unit-cost run, `baton schedule` prints its bubble. */
@@ -38,6 +39,10 @@ static bt_status check_costs(const bt_schedule *sched, const bt_sim_costs *costs
         return bt_error(BT_ERR_INVALID_ARG, "simulator: backward costs are missing");
     BT_TRY(check_cost(costs->fwd, p, "fwd"));
     if (costs->bwd) BT_TRY(check_cost(costs->bwd, p, "bwd"));
+    if (sched->split_backward && sched->training && !costs->wgt)
+        return bt_error(BT_ERR_INVALID_ARG, "simulator: the schedule splits the backward: weight-gradient "
+                        "(W) costs are missing");
+    if (costs->wgt) BT_TRY(check_cost(costs->wgt, p, "wgt"));
     if (costs->send_act) BT_TRY(check_cost(costs->send_act, p, "send_act"));
     if (costs->send_grad) BT_TRY(check_cost(costs->send_grad, p, "send_grad"));
     if (!isfinite(costs->step) || costs->step < 0)
@@ -85,8 +90,8 @@ nomem:
 bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_sim_result *out)
 {
     bt_status st = BT_OK;
-    int *pos = NULL;
-    double *stage_free_at = NULL, *act_arrives = NULL, *grad_arrives = NULL;
+    int *pos = NULL, *n = NULL, **order_stage = NULL, **order_index = NULL;
+    double *device_free_at = NULL, *act_arrives = NULL, *grad_arrives = NULL;
 
     if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_simulate: out is NULL");
     memset(out, 0, sizeof *out);
@@ -94,40 +99,39 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
     BT_TRY(check_costs(sched, costs));
     BT_TRY(alloc_result(sched, out));
 
-    int p = sched->stages, m = sched->microbatches;
+    int p = sched->stages, m = sched->microbatches, D = sched->devices;
+    out->devices = D;
     size_t cells = (size_t)p * (size_t)m;
-    pos = calloc((size_t)p, sizeof *pos);
-    stage_free_at = calloc((size_t)p, sizeof *stage_free_at);
+    pos = calloc((size_t)D, sizeof *pos);
+    n = calloc((size_t)D, sizeof *n);
+    order_stage = calloc((size_t)D, sizeof *order_stage);
+    order_index = calloc((size_t)D, sizeof *order_index);
+    device_free_at = calloc((size_t)D, sizeof *device_free_at);
     /* act_arrives[s * m + mb]: when stage s's activations of mb reach s+1 (NAN: not sent yet);
      * grad_arrives likewise for gradients reaching s-1. */
     act_arrives = malloc(cells * sizeof *act_arrives);
     grad_arrives = malloc(cells * sizeof *grad_arrives);
-    if (!pos || !stage_free_at || !act_arrives || !grad_arrives) {
+    if (!pos || !n || !order_stage || !order_index || !device_free_at || !act_arrives || !grad_arrives) {
         st = bt_error(BT_ERR_NOMEM, "out of memory simulating a schedule");
         goto fail;
     }
+    for (int d = 0; d < D; d++)
+        BT_TRY_GOTO(st, bt_schedule_device_order(sched, d, &n[d], &order_stage[d], &order_index[d]), fail);
     for (size_t c = 0; c < cells; c++) act_arrives[c] = grad_arrives[c] = NAN;
 
     for (;;) {
         int progress = 0, done = 1;
-        for (int s = 0; s < p; s++) {
+        for (int d = 0; d < D; d++) {
             int blocked = 0;
-            while (pos[s] < sched->len[s]) {
-                const bt_instr *ins = &sched->list[s][pos[s]];
-                double start = stage_free_at[s], end = start;
+            while (pos[d] < n[d]) {
+                int s = order_stage[d][pos[d]], i = order_index[d][pos[d]];
+                const bt_instr *ins = &sched->list[s][i];
+                double start = device_free_at[d], end = start, cost = 0;
                 switch (ins->kind) {
-                case BT_I_FWD:
-                    end = start + costs->fwd[s];
-                    out->busy[s] += costs->fwd[s];
-                    break;
-                case BT_I_BWD:
-                    end = start + costs->bwd[s];
-                    out->busy[s] += costs->bwd[s];
-                    break;
-                case BT_I_STEP:
-                    end = start + costs->step;
-                    out->busy[s] += costs->step;
-                    break;
+                case BT_I_FWD: cost = costs->fwd[s]; break;
+                case BT_I_BWD: cost = costs->bwd[s]; break;
+                case BT_I_WGT: cost = costs->wgt[s]; break;
+                case BT_I_STEP: cost = costs->step; break;
                 case BT_I_SEND_ACT:
                     act_arrives[(size_t)s * m + ins->mb] =
                         start + (costs->send_act ? costs->send_act[s] : 0.0);
@@ -146,14 +150,16 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
                 }
                 }
                 if (blocked) break;
-                out->start[s][pos[s]] = start;
-                out->end[s][pos[s]] = end;
-                stage_free_at[s] = end;
+                end += cost;
+                out->busy[s] += cost;
+                out->start[s][i] = start;
+                out->end[s][i] = end;
+                device_free_at[d] = end;
                 if (end > out->step_time) out->step_time = end;
-                pos[s]++;
+                pos[d]++;
                 progress = 1;
             }
-            if (pos[s] < sched->len[s]) done = 0;
+            if (pos[d] < n[d]) done = 0;
         }
         if (done) break;
         if (!progress) {
@@ -164,15 +170,22 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
 
     double total_busy = 0;
     for (int s = 0; s < p; s++) total_busy += out->busy[s];
-    out->bubble = out->step_time > 0 ? 1.0 - total_busy / ((double)p * out->step_time) : 0.0;
+    out->bubble = out->step_time > 0 ? 1.0 - total_busy / ((double)D * out->step_time) : 0.0;
     goto done;
 
 fail:
     bt_sim_result_free(out);
 done:
+    for (int d = 0; d < D && order_stage && order_index; d++) {
+        free(order_stage[d]);
+        free(order_index[d]);
+    }
+    free(order_stage);
+    free(order_index);
+    free(n);
     free(grad_arrives);
     free(act_arrives);
-    free(stage_free_at);
+    free(device_free_at);
     free(pos);
     return st;
 }

@@ -2,20 +2,25 @@
  *
  * The checks run in five passes and the first failure is reported:
  *   1. each instruction alone: known kind, micro-batch in range (-1 for STEP), the peer a SEND or
- *      RECV names is the neighbour its kind talks to (and exists), the model chunk in range, no
- *      backward-pass instruction in a forward-only schedule;
- *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training), each
- *      send and receive occurs at most once per micro-batch, BWD after its FWD, RECV_ACT before the
- *      FWD that needs it, RECV_GRAD before the BWD that needs it, SEND_ACT after its FWD,
- *      SEND_GRAD after its BWD; a training stage has exactly one STEP, after its last BWD;
+ *      RECV names is the neighbour its kind talks to (and exists), the model chunk is the stage's
+ *      (stage / devices, within chunks), no backward-pass instruction in a forward-only schedule, W only where
+ *      the backward is split; then the devices: stages = devices * chunks, and where a device runs
+ *      several stages their turns number its instructions 0..n-1 once each, increasing along every
+ *      stage's list (one stage per device: the list is the order and turns are not read);
+ *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training, and one
+ *      W after its BWD when the backward is split), each send and receive occurs at most once per
+ *      micro-batch, BWD after its FWD, RECV_ACT before the FWD that needs it, RECV_GRAD before the
+ *      BWD that needs it, SEND_ACT after its FWD, SEND_GRAD after its BWD; a training stage has
+ *      exactly one STEP, after its last BWD and its last W;
  *   3. between neighbours: every SEND pairs with exactly one RECV of the same kind and micro-batch
  *      on the stage it names, and every RECV with exactly one SEND;
- *   4. an abstract run (sends never block, a RECV waits for its SEND) completes; otherwise the
- *      stages that are stuck are named with the instruction each waits at, the wait cycle first;
+ *   4. an abstract run (sends never block, a RECV waits for its SEND, each device runs its
+ *      instructions in its order) completes; otherwise the stages that are stuck are named with the
+ *      instruction each waits at, the wait cycle first;
  *   5. activation slots: each stage states 0..m slots, the instructions that touch a slot
- *      (RECV_ACT, FWD, SEND_ACT, BWD) name one in range and the others none (-1), a micro-batch
+ *      (RECV_ACT, FWD, SEND_ACT, BWD, W) name one in range and the others none (-1), a micro-batch
  *      names the same slot throughout, and holds it from its first slot instruction to its last
- *      (training: its BWD; streaming: the last read), during which no other micro-batch may take
+ *      (training: its BWD, or its W; streaming: the last read), during which no other micro-batch may take
  *      it: "stage 0, instruction 4 (0F2): forward of micro-batch 2 takes slot 1 while micro-batch
  *      1 holds it (until instruction 7, 0B1)". Together with pass 2 this proves no FWD overwrites
  *      activations a BWD (or a later send) still reads.
@@ -38,7 +43,7 @@
 /* Per stage, per micro-batch: the index of the first instruction of each kind, NOT_SEEN if none.
  * Indexed [kind][s * m + mb]. */
 typedef struct stage_index {
-    int *first[BT_I_STEP];
+    int *first[BT_I_KINDS]; /* NULL for STEP */
 } stage_index;
 
 static const char *kind_phrase(bt_instr_kind kind)
@@ -51,6 +56,7 @@ static const char *kind_phrase(bt_instr_kind kind)
     case BT_I_SEND_GRAD: return "send of gradients";
     case BT_I_RECV_GRAD: return "receive of gradients";
     case BT_I_STEP: return "optimizer step";
+    case BT_I_WGT: return "weight gradient";
     }
     return "unknown instruction";
 }
@@ -76,7 +82,7 @@ static int is_transfer(bt_instr_kind kind)
 static int is_backward_pass(bt_instr_kind kind)
 {
     return kind == BT_I_BWD || kind == BT_I_SEND_GRAD || kind == BT_I_RECV_GRAD ||
-           kind == BT_I_STEP;
+           kind == BT_I_STEP || kind == BT_I_WGT;
 }
 
 /* Fails with "stage S, instruction I (TOKEN): <message>". */
@@ -105,8 +111,9 @@ static bt_status check_shape(const bt_schedule *sched)
                         sched->stages, sched->microbatches);
     if (!sched->len || !sched->list || !sched->slots)
         return bt_error(BT_ERR_SCHEDULE, "schedule has no instruction lists");
-    if (sched->chunks < 1)
-        return bt_error(BT_ERR_SCHEDULE, "schedule has %d model chunks per stage (need >= 1)",
+    if (sched->chunks < 1 || sched->devices < 1 || sched->devices * sched->chunks != sched->stages)
+        return bt_error(BT_ERR_SCHEDULE, "schedule has %d stages on %d devices with %d model chunks "
+                        "each (stages must be devices * chunks)", sched->stages, sched->devices,
                         sched->chunks);
     for (int s = 0; s < sched->stages; s++) {
         if (sched->len[s] < 0)
@@ -125,8 +132,11 @@ static bt_status check_instructions(const bt_schedule *sched)
     for (int s = 0; s < p; s++)
         for (int i = 0; i < sched->len[s]; i++) {
             const bt_instr *ins = &sched->list[s][i];
-            if ((unsigned)ins->kind > BT_I_STEP)
+            if ((unsigned)ins->kind >= BT_I_KINDS)
                 return fail_at(sched, s, i, "unknown instruction kind %d", (int)ins->kind);
+            if (ins->kind == BT_I_WGT && !sched->split_backward)
+                return fail_at(sched, s, i, "weight gradient in a schedule whose backward computes "
+                               "them (only split-backward schedules such as zb-h1 have W)");
             if (!sched->training && is_backward_pass(ins->kind))
                 return fail_at(sched, s, i, "%s in a forward-only schedule",
                                kind_phrase(ins->kind));
@@ -143,6 +153,11 @@ static bt_status check_instructions(const bt_schedule *sched)
                 return fail_at(sched, s, i,
                                "model chunk %d out of range (the schedule has %d per stage)",
                                ins->chunk, sched->chunks);
+            if (ins->chunk != s / sched->devices)
+                return fail_at(sched, s, i,
+                               "model chunk %d, but stage %d is chunk %d of device %d (%d devices)",
+                               ins->chunk, s, s / sched->devices, s % sched->devices,
+                               sched->devices);
             int want = bt_instr_peer(ins->kind, s);
             if (is_transfer(ins->kind)) {
                 if (want < 0 || want >= p)
@@ -162,7 +177,7 @@ static bt_status check_instructions(const bt_schedule *sched)
 
 static void stage_index_free(stage_index *idx)
 {
-    for (int k = 0; k < BT_I_STEP; k++) free(idx->first[k]);
+    for (int k = 0; k < BT_I_KINDS; k++) free(idx->first[k]);
 }
 
 /* Pass 2: each stage on its own; fills idx with the first index of every (kind, stage, mb). */
@@ -170,14 +185,15 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
 {
     int p = sched->stages, m = sched->microbatches;
     size_t cells = (size_t)p * (size_t)m;
-    for (int k = 0; k < BT_I_STEP; k++) {
+    for (int k = 0; k < BT_I_KINDS; k++) {
+        if (k == BT_I_STEP) continue;
         idx->first[k] = malloc(cells * sizeof *idx->first[k]);
         if (!idx->first[k]) return bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
         for (size_t c = 0; c < cells; c++) idx->first[k][c] = NOT_SEEN;
     }
 
     for (int s = 0; s < p; s++) {
-        int step_at = NOT_SEEN, last_bwd = NOT_SEEN;
+        int step_at = NOT_SEEN, last_bwd = NOT_SEEN, last_wgt = NOT_SEEN;
         for (int i = 0; i < sched->len[s]; i++) {
             const bt_instr *ins = &sched->list[s][i];
             if (ins->kind == BT_I_STEP) {
@@ -194,6 +210,7 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
                                kind_phrase(ins->kind), ins->mb, *first);
             *first = i;
             if (ins->kind == BT_I_BWD) last_bwd = i;
+            if (ins->kind == BT_I_WGT) last_wgt = i;
         }
 
         for (int mb = 0; mb < m; mb++) {
@@ -227,6 +244,13 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
             if (send_grad != NOT_SEEN && (bwd == NOT_SEEN || send_grad < bwd))
                 return fail_at(sched, s, send_grad,
                                "send of gradients for micro-batch %d before its backward", mb);
+            int wgt = idx->first[BT_I_WGT][c];
+            if (sched->split_backward && sched->training && wgt == NOT_SEEN)
+                return bt_error(BT_ERR_SCHEDULE, "stage %d: no weight gradient of micro-batch %d "
+                                "(the backward is split: every B needs its W)", s, mb);
+            if (wgt != NOT_SEEN && (bwd == NOT_SEEN || wgt < bwd))
+                return fail_at(sched, s, wgt, "weight gradient of micro-batch %d before its backward%s",
+                               mb, bwd == NOT_SEEN ? "" : " (B)");
         }
 
         if (sched->training) {
@@ -236,6 +260,9 @@ static bt_status check_stages(const bt_schedule *sched, stage_index *idx)
             if (step_at < last_bwd)
                 return fail_at(sched, s, step_at, "optimizer step before the stage's last backward "
                                "(instruction %d)", last_bwd);
+            if (step_at < last_wgt)
+                return fail_at(sched, s, step_at, "optimizer step before the stage's last weight "
+                               "gradient (instruction %d)", last_wgt);
         }
     }
     return BT_OK;
@@ -266,7 +293,7 @@ static void describe_wait(const bt_schedule *sched, const int *pos, int s, const
                           char *buf, size_t size)
 {
     const bt_instr *ins = &sched->list[s][pos[s]];
-    bt_instr partner = {partner_kind(ins->kind), ins->mb, s, -1, 0};
+    bt_instr partner = {partner_kind(ins->kind), ins->mb, s, -1, 0, -1};
     char mine[48], theirs[48];
     bt_instr_format(s, ins, mine, sizeof mine);
     bt_instr_format(ins->peer, &partner, theirs, sizeof theirs);
@@ -326,13 +353,72 @@ out:
     return st;
 }
 
-/* Pass 4: runs the lists abstractly. A RECV on stage s proceeds once its peer has executed the
- * matching SEND; everything else proceeds at once. */
-static bt_status check_deadlock(const bt_schedule *sched)
+/* The devices' orders: n[d] instructions, (stage[d][k], index[d][k]) the k-th device d runs. */
+typedef struct device_orders {
+    int devices;
+    int *n, **stage, **index;
+} device_orders;
+
+static void device_orders_free(device_orders *o)
 {
-    int p = sched->stages, m = sched->microbatches;
+    for (int d = 0; o->stage && d < o->devices; d++) {
+        free(o->stage[d]);
+        free(o->index[d]);
+    }
+    free(o->stage);
+    free(o->index);
+    free(o->n);
+    memset(o, 0, sizeof *o);
+}
+
+/* Pass 1, second half: each device's order is a permutation of its stages' instructions (turns
+ * 0..n-1, once each) that keeps every stage's list order. */
+static bt_status check_device_orders(const bt_schedule *sched, device_orders *o)
+{
+    int D = sched->devices;
+    o->devices = D;
+    o->n = calloc((size_t)D, sizeof *o->n);
+    o->stage = calloc((size_t)D, sizeof *o->stage);
+    o->index = calloc((size_t)D, sizeof *o->index);
+    if (!o->n || !o->stage || !o->index) return bt_error(BT_ERR_NOMEM, "out of memory validating a schedule");
+    for (int d = 0; d < D; d++)
+        BT_TRY(bt_schedule_device_order(sched, d, &o->n[d], &o->stage[d], &o->index[d]));
+    if (D == sched->stages) return BT_OK;
+    for (int s = 0; s < sched->stages; s++)
+        for (int i = 1; i < sched->len[s]; i++)
+            if (sched->list[s][i].turn <= sched->list[s][i - 1].turn)
+                return fail_at(sched, s, i, "turn %d on device %d comes before the stage's previous "
+                               "instruction (turn %d): a device runs each stage's list in order",
+                               sched->list[s][i].turn, s % D, sched->list[s][i - 1].turn);
+    return BT_OK;
+}
+
+/* Several stages per device: names each stuck device with the instruction it waits at. */
+static bt_status report_stuck_devices(const bt_schedule *sched, const device_orders *o, const int *pos)
+{
+    char msg[1024] = "", mine[48], theirs[48];
+    size_t used = 0;
+    for (int d = 0; d < o->devices && used < sizeof msg; d++) {
+        if (pos[d] >= o->n[d]) continue;
+        int s = o->stage[d][pos[d]];
+        const bt_instr *ins = &sched->list[s][o->index[d][pos[d]]];
+        bt_instr partner = {partner_kind(ins->kind), ins->mb, s, -1, 0, -1};
+        bt_instr_format(s, ins, mine, sizeof mine);
+        bt_instr_format(ins->peer, &partner, theirs, sizeof theirs);
+        used += (size_t)snprintf(msg + used, sizeof msg - used, "%sdevice %d waits at %s (stage %d, "
+                                 "instruction %d) for %s", used ? ", " : "the devices cannot proceed: ",
+                                 d, mine, s, o->index[d][pos[d]], theirs);
+    }
+    return bt_error(BT_ERR_SCHEDULE, "%s", msg);
+}
+
+/* Pass 4: runs the devices' orders abstractly. A RECV proceeds once its peer has executed the
+ * matching SEND; everything else proceeds at once. */
+static bt_status check_deadlock(const bt_schedule *sched, const device_orders *o)
+{
+    int p = sched->stages, m = sched->microbatches, D = o->devices;
     bt_status st = BT_OK;
-    int *pos = calloc((size_t)p, sizeof *pos);
+    int *pos = calloc((size_t)D, sizeof *pos);
     /* sent[s * m + mb] bit 0: SEND_ACT from s done, bit 1: SEND_GRAD from s done. */
     unsigned char *sent = calloc((size_t)p * (size_t)m, 1);
     if (!pos || !sent) {
@@ -342,23 +428,25 @@ static bt_status check_deadlock(const bt_schedule *sched)
 
     for (;;) {
         int progress = 0, done = 1;
-        for (int s = 0; s < p; s++) {
-            while (pos[s] < sched->len[s]) {
-                const bt_instr *ins = &sched->list[s][pos[s]];
+        for (int d = 0; d < D; d++) {
+            while (pos[d] < o->n[d]) {
+                int s = o->stage[d][pos[d]];
+                const bt_instr *ins = &sched->list[s][o->index[d][pos[d]]];
                 if (ins->kind == BT_I_RECV_ACT && !(sent[(size_t)ins->peer * m + ins->mb] & 1))
                     break;
                 if (ins->kind == BT_I_RECV_GRAD && !(sent[(size_t)ins->peer * m + ins->mb] & 2))
                     break;
                 if (ins->kind == BT_I_SEND_ACT) sent[(size_t)s * m + ins->mb] |= 1;
                 if (ins->kind == BT_I_SEND_GRAD) sent[(size_t)s * m + ins->mb] |= 2;
-                pos[s]++;
+                pos[d]++;
                 progress = 1;
             }
-            if (pos[s] < sched->len[s]) done = 0;
+            if (pos[d] < o->n[d]) done = 0;
         }
         if (done) break;
         if (!progress) {
-            st = report_wait_cycle(sched, pos);
+            /* one stage per device: pos[d] is stage d's position in its own list */
+            st = D == p ? report_wait_cycle(sched, pos) : report_stuck_devices(sched, o, pos);
             break;
         }
     }
@@ -435,14 +523,17 @@ static bt_status check_slots(const bt_schedule *sched)
 bt_status bt_schedule_validate(const bt_schedule *sched)
 {
     stage_index idx = {0};
+    device_orders orders = {0};
     bt_status st;
     BT_TRY(check_shape(sched));
     BT_TRY_GOTO(st, check_instructions(sched), out);
+    BT_TRY_GOTO(st, check_device_orders(sched, &orders), out);
     BT_TRY_GOTO(st, check_stages(sched, &idx), out);
     BT_TRY_GOTO(st, check_pairing(sched, &idx), out);
-    BT_TRY_GOTO(st, check_deadlock(sched), out);
+    BT_TRY_GOTO(st, check_deadlock(sched, &orders), out);
     BT_TRY_GOTO(st, check_slots(sched), out);
 out:
+    device_orders_free(&orders);
     stage_index_free(&idx);
     return st;
 }

@@ -32,6 +32,7 @@ static void draw_compute(bt_svg *b, const bt_trace_ev *ev, int s, double x, doub
     char fill[8] = "#9a9a9a", label[32];
     if (ev->ins.kind == BT_I_FWD) bt_svg_hsl(mb_hue(ev->ins.mb), 0.65, 0.78, fill);
     else if (ev->ins.kind == BT_I_BWD) bt_svg_hsl(mb_hue(ev->ins.mb), 0.65, 0.40, fill);
+    else if (ev->ins.kind == BT_I_WGT) bt_svg_hsl(mb_hue(ev->ins.mb), 0.45, 0.60, fill);
     bt_instr_format(s, &ev->ins, label, sizeof label);
     bt_svg_out(b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#ffffff\" "
            "stroke-width=\"0.5\"><title>%s %.3f ms</title></rect>\n",
@@ -55,7 +56,8 @@ static void draw_row(bt_svg *b, const bt_trace *t, const bt_trace_step *step, in
     for (int i = 0; i < step->n[s]; i++) {
         const bt_trace_ev *ev = &step->ev[s][i];
         double x = MARGIN_LEFT + ev->start_ms * scale, w = (ev->end_ms - ev->start_ms) * scale;
-        if (ev->ins.kind == BT_I_FWD || ev->ins.kind == BT_I_BWD || ev->ins.kind == BT_I_STEP) {
+        if (ev->ins.kind == BT_I_FWD || ev->ins.kind == BT_I_BWD || ev->ins.kind == BT_I_STEP ||
+            ev->ins.kind == BT_I_WGT) {
             draw_compute(b, ev, s, x, w > 0.5 ? w : 0.5, y);
             continue;
         }

@@ -126,6 +126,7 @@ bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
     memset(step, 0, sizeof *step);
     step->t0_ms = view.t0_ms - t->first_t0_ms;
     step->kind = sched->kind;
+    step->chunks = sched->chunks;
     step->microbatches = sched->microbatches;
     step->training = view.training;
     step->barrier = view.step_barrier;
@@ -140,7 +141,10 @@ bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
 
 /* ---- matching sends and receives ------------------------------------------------------------ */
 
-static int is_compute(bt_instr_kind k) { return k == BT_I_FWD || k == BT_I_BWD || k == BT_I_STEP; }
+static int is_compute(bt_instr_kind k)
+{
+    return k == BT_I_FWD || k == BT_I_BWD || k == BT_I_STEP || k == BT_I_WGT;
+}
 
 /* Per step, for every stage and micro-batch: the event index of its RECV_ACT and RECV_GRAD
  * (-1: none) and the end of its SEND_ACT and SEND_GRAD (NAN: none). */
@@ -379,7 +383,7 @@ static double median(samples *s)
     return s->n % 2 ? s->v[s->n / 2] : 0.5 * (s->v[s->n / 2 - 1] + s->v[s->n / 2]);
 }
 
-enum { S_FWD, S_BWD, S_STEP, S_SEND_ACT, S_RECV_ACT, S_SEND_GRAD, S_RECV_GRAD, S_COUNT };
+enum { S_FWD, S_BWD, S_STEP, S_SEND_ACT, S_RECV_ACT, S_SEND_GRAD, S_RECV_GRAD, S_WGT, S_COUNT };
 
 /* The part of a STEP that is the stage's own work: with a barrier, what follows the last
  * stage's arrival (all stages leave together); without, all of it. */
@@ -412,6 +416,7 @@ static bt_status collect_stage(const bt_trace *t, int s, samples *smp, double *b
             switch (ev->ins.kind) {
             case BT_I_FWD: *busy += dur, ok = push(&smp[S_FWD], dur); break;
             case BT_I_BWD: *busy += dur, ok = push(&smp[S_BWD], dur); break;
+            case BT_I_WGT: *busy += dur, ok = push(&smp[S_WGT], dur); break;
             case BT_I_STEP:
                 if (!step->training) break;
                 copy = step_work(t, step, ev);
@@ -455,6 +460,7 @@ bt_status bt_trace_stage_summary(const bt_trace *t, int s, bt_trace_stage_stats 
         if (out->idle < 0) out->idle = 0;
         out->fwd_ms = median(&smp[S_FWD]);
         out->bwd_ms = median(&smp[S_BWD]);
+        out->wgt_ms = median(&smp[S_WGT]);
         out->step_ms = median(&smp[S_STEP]);
         out->send_act_ms = median(&smp[S_SEND_ACT]);
         out->recv_act_ms = median(&smp[S_RECV_ACT]);
@@ -470,12 +476,13 @@ bt_status bt_trace_predict(const bt_trace *t, double *predicted_ms, double *meas
     if (!t || t->n_steps == 0 || !predicted_ms || !measured_ms)
         return bt_error(BT_ERR_INVALID_ARG, "bt_trace_predict: no traced step");
     const bt_trace_step *last = &t->steps[t->n_steps - 1];
-    double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], step = 0;
+    double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], wgt[BT_MAX_STAGES], step = 0;
     for (int s = 0; s < t->stages; s++) {
         bt_trace_stage_stats ss;
         BT_TRY(bt_trace_stage_summary(t, s, &ss));
         fwd[s] = ss.fwd_ms + ss.send_act_ms + ss.recv_act_ms;
         bwd[s] = ss.bwd_ms + ss.send_grad_ms + ss.recv_grad_ms;
+        wgt[s] = ss.wgt_ms;
         if (ss.step_ms > step) step = ss.step_ms;
     }
     samples walls = {0};
@@ -489,8 +496,10 @@ bt_status bt_trace_predict(const bt_trace *t, double *predicted_ms, double *meas
     bt_schedule *sched = NULL;
     bt_sim_result res;
     memset(&res, 0, sizeof res);
-    bt_sim_costs costs = {fwd, last->training ? bwd : NULL, NULL, NULL, last->training ? step : 0};
-    bt_status st = bt_schedule_build(last->kind, t->stages, last->microbatches, &sched);
+    bt_sim_costs costs = {fwd, last->training ? bwd : NULL, NULL, NULL, last->training ? step : 0,
+                          last->training ? wgt : NULL};
+    bt_status st = bt_schedule_build_virtual(last->kind, t->stages, last->microbatches,
+                                             last->chunks > 0 ? last->chunks : 1, &sched);
     if (st == BT_OK) st = bt_simulate(sched, &costs, &res);
     if (st == BT_OK) *predicted_ms = res.step_time;
     bt_sim_result_free(&res);

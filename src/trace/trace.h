@@ -56,6 +56,7 @@ bt_status bt_trace_write_svg(const bt_trace *trace, const char *path);
 typedef struct bt_trace_stage_stats {
     double busy, transfer, idle;
     double fwd_ms, bwd_ms, step_ms;
+    double wgt_ms;             /* split backward: the weight-gradient W (bwd_ms is then B) */
     double send_act_ms, recv_act_ms, send_grad_ms, recv_grad_ms;
 } bt_trace_stage_stats;
 
@@ -88,6 +89,7 @@ typedef struct bt_trace_step {
     double t0_ms;               /* start relative to the first traced step's start */
     double wall_ms;             /* latest instruction end, from the step's start */
     bt_schedule_kind kind;
+    int chunks;                 /* model chunks per device (interleaved: virtual) */
     int microbatches, training;
     int barrier;                /* STEP waited for every stage (exec says: clipping, f16 loss scaling) */
     int *n;                     /* [stages] */

@@ -12,6 +12,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/strutil.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -76,32 +77,8 @@ static uint32_t crc_pair(uint32_t crc, const char *key, const char *value)
 
 static char *crc_text(uint32_t crc) { return bt_strfmt("%08" PRIx32, crc); }
 
-static bt_status make_dir(const char *dir)
-{
-    if (mkdir(dir, 0777) == 0 || errno == EEXIST) return BT_OK;
-    return bt_error(BT_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
-}
-
-bt_status bt_checkpoint_dir_open(const char *dir, bt_dir_lock **lock)
-{
-    bt_dir_lock *l = NULL;
-    char *file = NULL;
-    *lock = NULL;
-    BT_TRY(make_dir(dir));
-    BT_TRY(bt_dir_lock_acquire(dir, "checkpoint directory", &l));
-    file = bt_strfmt("%s/%s", dir, BT_CHECKPOINT_FILE);
-    bt_status st = file ? bt_atomic_file_remove_stale(file, NULL) : bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-    free(file);
-    if (st != BT_OK) {
-        bt_dir_lock_release(l);
-        return st;
-    }
-    *lock = l;
-    return BT_OK;
-}
-
-bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *dir,
-                             const bt_checkpoint_meta *meta)
+bt_status bt_checkpoint_write_file(const bt_engine *e, const bt_graph *g, const char *path,
+                                   const bt_checkpoint_meta *meta)
 {
     bt_status st = BT_OK;
     bt_st_writer *w = NULL;
@@ -109,12 +86,10 @@ bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *
     int n = bt_graph_num_params(g), slots = bt_engine_optimizer_slots(e);
     void **bufs = calloc((size_t)n * (size_t)(slots + 1) + 1, sizeof *bufs);
     char **names = calloc((size_t)n * (size_t)slots + 1, sizeof *names);
-    char *path = NULL;
     if (!bufs || !names) {
         st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
         goto done;
     }
-    BT_TRY_GOTO(st, make_dir(dir), done);
     BT_TRY_GOTO(st, bt_st_writer_create(&w), done);
     for (int i = 0; i < n; i++) {
         bt_param_info p;
@@ -152,6 +127,8 @@ bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *
     if (meta->batches_per_epoch > 0)
         BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batches_per_epoch"), bt_strfmt("%" PRId64, meta->batches_per_epoch)),
                     done);
+    if (meta->batch > 0)
+        BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batch"), bt_strfmt("%" PRId64, meta->batch)), done);
     BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("seed"), bt_strfmt("%" PRIu64, meta->seed)), done);
     BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("optimizer_slots"), bt_strfmt("%d", slots)), done);
     qsort(ml.pairs, (size_t)ml.n, sizeof *ml.pairs, cmp_pair);
@@ -163,11 +140,6 @@ bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *
     char crc_buf[16];
     snprintf(crc_buf, sizeof crc_buf, "%08" PRIx32, crc);
     BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, META_CRC_KEY, crc_buf), done);
-    path = bt_strfmt("%s/%s", dir, BT_CHECKPOINT_FILE);
-    if (!path) {
-        st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-        goto done;
-    }
     st = bt_st_writer_write(w, path);
 done:
     bt_st_writer_destroy(w);
@@ -176,7 +148,6 @@ done:
     for (int i = 0; names && i < n * slots; i++) free(names[i]);
     free(bufs);
     free(names);
-    free(path);
     return st;
 }
 
@@ -203,34 +174,65 @@ static int shapes_equal(const bt_shape *a, const bt_shape *b)
     return 1;
 }
 
-static bt_status check_tensor(const bt_st_file *f, const char *name, const bt_shape *want)
+/* 1 for the dtypes a parameter can be read from: F32 and F64, and with halves F16 and BF16. */
+static int readable_dtype(const bt_st_tensor *t, int halves)
+{
+    if (!t->known) return 0;
+    return t->dtype == BT_F32 || t->dtype == BT_F64 || (halves && (t->dtype == BT_F16 || t->dtype == BT_BF16));
+}
+
+static bt_status check_tensor(const bt_st_file *f, const char *name, const bt_shape *want, int halves)
 {
     const bt_st_tensor *t = bt_st_find(f, name);
     char a[64], b[64];
     if (!t) return bt_error(BT_ERR_IO, "%s: tensor '%s' is missing", bt_st_path(f), name);
-    if (!t->known || (t->dtype != BT_F32 && t->dtype != BT_F64))
-        return bt_error(BT_ERR_IO, "%s: tensor '%s' has dtype %s (F32 or F64 expected)", bt_st_path(f), name,
-                        t->st_dtype);
+    if (!readable_dtype(t, halves))
+        return bt_error(BT_ERR_IO, "%s: tensor '%s' has dtype %s (%s expected)", bt_st_path(f), name, t->st_dtype,
+                        halves ? "F32, F64, F16 or BF16" : "F32 or F64");
     if (!shapes_equal(&t->shape, want))
         return bt_error(BT_ERR_IO, "%s: tensor '%s' has shape %s but the model's is %s", bt_st_path(f), name,
                         bt_shape_format(&t->shape, a, sizeof a), bt_shape_format(want, b, sizeof b));
     return BT_OK;
 }
 
-/* Copies tensor name into dst in dtype, converting between F32 and F64. */
+/* Element i of a tensor of dtype at p (unaligned-safe), as a double. */
+static double element(const unsigned char *p, bt_dtype dtype, size_t i)
+{
+    switch (dtype) {
+    case BT_F64: {
+        double v;
+        memcpy(&v, p + i * 8, 8);
+        return v;
+    }
+    case BT_F16:
+    case BT_BF16: {
+        uint16_t bits;
+        memcpy(&bits, p + i * 2, 2);
+        return dtype == BT_F16 ? bt_f16_bits_to_f32(bits) : bt_bf16_bits_to_f32(bits);
+    }
+    default: {
+        float v;
+        memcpy(&v, p + i * 4, 4);
+        return v;
+    }
+    }
+}
+
+/* Copies tensor name into dst in dtype (F32 or F64), converting from F32, F64, F16 or BF16 (every
+ * F16 and BF16 value is exact in F32). */
 static bt_status read_converted(const bt_st_file *f, const char *name, bt_dtype dtype, void *dst, size_t n)
 {
     const bt_st_tensor *t = bt_st_find(f, name);
     if (t->dtype == dtype) return bt_st_read(f, name, dtype, &t->shape, dst, n * bt_dtype_size(dtype));
-    void *tmp = malloc(n * bt_dtype_size(t->dtype) + 1);
-    if (!tmp) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-    bt_status st = bt_st_read(f, name, t->dtype, &t->shape, tmp, n * bt_dtype_size(t->dtype));
-    for (size_t i = 0; st == BT_OK && i < n; i++) {
-        if (dtype == BT_F32) ((float *)dst)[i] = (float)((double *)tmp)[i];
-        else ((double *)dst)[i] = ((float *)tmp)[i];
+    if ((size_t)t->numel != n || t->nbytes != n * bt_dtype_size(t->dtype))
+        return bt_error(BT_ERR_IO, "%s: tensor '%s' has %lld elements, %zu expected", bt_st_path(f), name,
+                        (long long)t->numel, n);
+    for (size_t i = 0; i < n; i++) {
+        double v = element(t->data, t->dtype, i);
+        if (dtype == BT_F32) ((float *)dst)[i] = (float)v;
+        else ((double *)dst)[i] = v;
     }
-    free(tmp);
-    return st;
+    return BT_OK;
 }
 
 static int is_model_tensor(const bt_graph *g, const char *name, int slots, const bt_engine *e)
@@ -248,7 +250,7 @@ static int is_model_tensor(const bt_graph *g, const char *name, int slots, const
     return 0;
 }
 
-static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, int slots)
+static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, int slots, int halves)
 {
     int n = bt_graph_num_params(g);
     char full[512];
@@ -256,10 +258,10 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, i
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
-        BT_TRY(check_tensor(f, p.name, &p.shape));
+        BT_TRY(check_tensor(f, p.name, &p.shape, halves));
         for (int s = 0; s < slots; s++) {
             snprintf(full, sizeof full, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s));
-            BT_TRY(check_tensor(f, full, &p.shape));
+            BT_TRY(check_tensor(f, full, &p.shape, halves));
         }
     }
     for (int i = 0; i < bt_st_count(f); i++) {
@@ -383,7 +385,7 @@ bt_status bt_checkpoint_verify_tensors(const bt_st_file *f)
 bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta)
 {
     const char *tag = bt_st_metadata(f, "format"), *model = bt_st_metadata(f, "model");
-    uint64_t step, epoch, index, per_epoch, seed, slots;
+    uint64_t step, epoch, index, per_epoch, seed, slots, batch;
     memset(meta, 0, sizeof *meta);
     if (!tag || strcmp(tag, FORMAT_TAG) != 0)
         return bt_error(BT_ERR_IO, "%s: not a baton checkpoint (metadata format is '%.40s', expected '%s')",
@@ -393,6 +395,7 @@ bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta
     BT_TRY(meta_count(f, "epoch", 0, INT64_MAX, &epoch));
     BT_TRY(meta_count(f, "batch_index", 0, INT64_MAX, &index));
     BT_TRY(meta_count(f, "batches_per_epoch", 1, INT64_MAX, &per_epoch));
+    BT_TRY(meta_count(f, "batch", 1, INT64_MAX, &batch));
     BT_TRY(meta_count(f, "seed", 0, UINT64_MAX, &seed));
     BT_TRY(meta_count(f, "optimizer_slots", 0, MAX_OPTIMIZER_SLOTS, &slots));
     if (model && strlen(model) >= sizeof meta->model)
@@ -418,6 +421,7 @@ bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta
     meta->epoch = (int64_t)epoch;
     meta->batch_index = (int64_t)index;
     meta->batches_per_epoch = (int64_t)per_epoch;
+    meta->batch = (int64_t)batch;
     meta->seed = seed;
     snprintf(meta->model, sizeof meta->model, "%s", model ? model : "");
     return BT_OK;
@@ -448,7 +452,7 @@ bt_status bt_checkpoint_resume(bt_engine *e, const bt_graph *g, const char *path
                       bt_st_path(f), slots, bt_engine_optimizer_slots(e));
         goto done;
     }
-    BT_TRY_GOTO(st, restore(e, g, f, slots), done);
+    BT_TRY_GOTO(st, restore(e, g, f, slots, 0), done);
     BT_TRY_GOTO(st, bt_engine_set_step(e, m.step), done);
     *meta = m;
 done:
@@ -456,12 +460,103 @@ done:
     return st;
 }
 
+/* Opens the weights at path (a checkpoint directory or a safetensors file) and verifies their
+ * checksums, where the file has them. A missing path is BT_ERR_INVALID_ARG (a usage error). */
+static bt_status open_weights(const char *path, bt_st_file **f)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: no weights there: %s", path, strerror(errno));
+    BT_TRY(open_checkpoint(path, f));
+    bt_status st = bt_checkpoint_verify_tensors(*f);
+    if (st != BT_OK) {
+        bt_st_close(*f);
+        *f = NULL;
+    }
+    return st;
+}
+
 bt_status bt_checkpoint_load_weights(bt_engine *e, const bt_graph *g, const char *path)
 {
     bt_st_file *f = NULL;
-    BT_TRY(open_checkpoint(path, &f));
-    bt_status st = bt_checkpoint_verify_tensors(f);
-    if (st == BT_OK) st = restore(e, g, f, 0);
+    BT_TRY(open_weights(path, &f));
+    bt_status st = restore(e, g, f, 0, 1);
     bt_st_close(f);
+    return st;
+}
+
+void bt_weights_report_free(bt_weights_report *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->n_skipped; i++) free(r->skipped[i]);
+    for (int i = 0; i < r->n_missing; i++) free(r->missing[i]);
+    free(r->skipped);
+    free(r->missing);
+    memset(r, 0, sizeof *r);
+}
+
+/* Appends a malloc'ed line (NULL: out of memory) to list. */
+static bt_status report_add(char ***list, int *n, char *line)
+{
+    char **grown = line ? realloc(*list, sizeof **list * (size_t)(*n + 1)) : NULL;
+    if (!grown) {
+        free(line);
+        return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    *list = grown;
+    (*list)[(*n)++] = line;
+    return BT_OK;
+}
+
+bt_status bt_checkpoint_load_weights_partial(bt_engine *e, const bt_graph *g, const char *path,
+                                             bt_weights_report *report)
+{
+    bt_st_file *f = NULL;
+    bt_status st = BT_OK;
+    void *buf = NULL;
+    memset(report, 0, sizeof *report);
+    BT_TRY(open_weights(path, &f));
+    for (int i = 0; i < bt_graph_num_params(g); i++) {
+        bt_param_info p;
+        bt_graph_param(g, i, &p);
+        const bt_st_tensor *t = bt_st_find(f, p.name);
+        char a[64], b[64];
+        if (!t) {
+            BT_TRY_GOTO(st, report_add(&report->missing, &report->n_missing, bt_strdup(p.name)), fail);
+            continue;
+        }
+        if (!readable_dtype(t, 1) || !shapes_equal(&t->shape, &p.shape)) {
+            char *why = !readable_dtype(t, 1)
+                            ? bt_strfmt("%s: dtype %s", p.name, t->st_dtype)
+                            : bt_strfmt("%s: shape %s, the model's is %s", p.name,
+                                        bt_shape_format(&t->shape, a, sizeof a), bt_shape_format(&p.shape, b, sizeof b));
+            BT_TRY_GOTO(st, report_add(&report->skipped, &report->n_skipped, why), fail);
+            BT_TRY_GOTO(st, report_add(&report->missing, &report->n_missing, bt_strdup(p.name)), fail);
+            continue;
+        }
+        size_t numel = (size_t)bt_shape_numel(&p.shape), bytes = param_bytes(e, &p);
+        void *grown = realloc(buf, bytes + 1);
+        if (!grown) {
+            st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+            goto fail;
+        }
+        buf = grown;
+        BT_TRY_GOTO(st, read_converted(f, p.name, bt_engine_dtype(e), buf, numel), fail);
+        BT_TRY_GOTO(st, bt_engine_write_param(e, p.name, buf, bytes), fail);
+        report->loaded++;
+    }
+    for (int i = 0; i < bt_st_count(f); i++) {
+        const char *name = bt_st_at(f, i)->name;
+        if (strncmp(name, "optimizer.", 10) == 0 || is_model_tensor(g, name, 0, e)) continue;
+        BT_TRY_GOTO(st, report_add(&report->skipped, &report->n_skipped,
+                                   bt_strfmt("%s: no parameter of the model has this name", name)), fail);
+    }
+    free(buf);
+    bt_st_close(f);
+    return BT_OK;
+fail:
+    free(buf);
+    bt_st_close(f);
+    bt_weights_report_free(report);
     return st;
 }

@@ -13,51 +13,48 @@
  * an epoch. A checkpoint with no "crc32c." key at all was written before checksums existed (or by
  * another program): it loads unverified; one with some but not all is refused.
  *
- * A checkpoint directory has one writer: bt_checkpoint_dir_open locks it (io/dir_lock.h) and
- * removes temporaries that killed writers left behind. */
+ * A checkpoint directory has one writer: bt_checkpoint_dir_prepare locks it (io/dir_lock.h) and
+ * removes temporaries that killed writers left behind. It holds numbered checkpoints and
+ * checkpoint.safetensors, a hard link to the newest (train/checkpoint_dir.c). */
 #ifndef BT_TRAIN_CHECKPOINT_H
 #define BT_TRAIN_CHECKPOINT_H
 
 #include <stdint.h>
 
 #include "baton/engine.h"
+#include "baton/train.h"
 #include "io/dir_lock.h"
 #include "io/safetensors.h"
 
 #define BT_CHECKPOINT_FILE "checkpoint.safetensors"
 
-typedef struct bt_checkpoint_meta {
-    int64_t step;              /* optimizer steps taken */
-    int64_t epoch;             /* data position of the next batch */
-    int64_t batch_index;
-    int64_t batches_per_epoch; /* of the run that saved it; 0 in checkpoints older than the field */
-    uint64_t seed;
-    char model[128];
-} bt_checkpoint_meta;
+/* bt_checkpoint_save, _resume, _read_meta, _load_weights(_partial) and bt_checkpoint_meta are
+ * public: baton/train.h. */
 
-/* Creates dir if needed, locks it for this process (a directory another run holds is refused
- * with BT_ERR_INVALID_ARG naming its pid and host) and removes stale temporary checkpoint files.
- * The caller owns *lock (bt_dir_lock_release) and holds it while it writes checkpoints there. */
+/* Prepares dir before training (train/checkpoint_dir.c): creates it and its parents, tests it
+ * for writing (a probe file, fsynced and hard-linked), locks it for this process (a directory
+ * another run holds is refused naming its pid and host), removes stale temporaries, and checks
+ * that its file system has checkpoint_bytes free (0: no check). Failures are
+ * BT_ERR_INVALID_ARG. The caller owns *lock (bt_dir_lock_release) and holds it while it writes
+ * checkpoints there. */
+bt_status bt_checkpoint_dir_prepare(const char *dir, size_t checkpoint_bytes, bt_dir_lock **lock);
+/* bt_checkpoint_dir_prepare without the space check. */
 bt_status bt_checkpoint_dir_open(const char *dir, bt_dir_lock **lock);
-/* Writes dir/checkpoint.safetensors (creating dir) with the engine's parameters, optimizer state,
- * meta and the checksums. */
-bt_status bt_checkpoint_save(const bt_engine *engine, const bt_graph *graph, const char *dir,
-                             const bt_checkpoint_meta *meta);
-/* Restores parameters, optimizer state and the step counter from dir (or a .safetensors path)
- * and fills meta. Every parameter must be present with its exact shape and checksum; a missing,
- * extra, mismatched or corrupted tensor is rejected with a message naming it, before anything
- * is changed. */
-bt_status bt_checkpoint_resume(bt_engine *engine, const bt_graph *graph, const char *path,
-                               bt_checkpoint_meta *meta);
-/* Reads and cross-checks only the metadata of the checkpoint at path (dir or file). */
-bt_status bt_checkpoint_read_meta(const char *path, bt_checkpoint_meta *meta);
+/* bt_checkpoint_save, then removes the oldest numbered checkpoints so that keep_last remain (the
+ * one just written always does; <= 0: keep all). */
+bt_status bt_checkpoint_save_kept(const bt_engine *engine, const bt_graph *graph, const char *dir,
+                                  const bt_checkpoint_meta *meta, int keep_last);
+/* Removes numbered checkpoints of dir but the one at position current and the keep_last - 1
+ * newest below it (numbers above current, from an earlier run of the directory, go first). */
+bt_status bt_checkpoint_prune(const char *dir, int64_t current, int keep_last);
+/* "dir/checkpoint-<position, 8 digits at least>.safetensors" (malloc'ed; NULL: out of memory). */
+char *bt_checkpoint_numbered_path(const char *dir, int64_t position);
+/* Writes one checkpoint file at path, atomically. */
+bt_status bt_checkpoint_write_file(const bt_engine *engine, const bt_graph *graph, const char *path,
+                                   const bt_checkpoint_meta *meta);
 /* The checks on an open file, without an engine (also the fuzzing entry points): the format tag,
  * the metadata values, their consistency and the metadata checksum; then every tensor's checksum. */
 bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta);
 bt_status bt_checkpoint_verify_tensors(const bt_st_file *f);
-/* Loads parameters only, from any safetensors file with PyTorch names (weights saved by PyTorch
- * with safetensors.torch.save_file). F32 or F64 tensors are converted to the engine's dtype.
- * Checksums, where the file has them, are verified. */
-bt_status bt_checkpoint_load_weights(bt_engine *engine, const bt_graph *graph, const char *path);
 
 #endif

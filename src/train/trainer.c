@@ -8,14 +8,17 @@
  * whose gradients are not finite, the trainer a loss or an eval loss that is not, and no
  * checkpoint is written unless every weight and optimizer buffer is finite, so a diverged run
  * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include "core/util.h"
 #include "core/error.h"
+#include "core/strutil.h"
 #include "graph/graph_internal.h"
 #include "io/columns.h"
 #include "io/dataset.h"
@@ -45,6 +48,9 @@ struct bt_trainer {
     int64_t saved_step;        /* the step of the last checkpoint this run wrote or resumed, -1: none */
     void *logits;              /* (batch, classes), engine dtype */
     void *losses;              /* (batch), engine dtype */
+    int64_t stopped_at;        /* the step after which opts.stop stopped the run; 0: none */
+    bt_weights_report init_report;
+    int has_init_report;
 };
 
 /* Exclusive upper bound a consumer's shape rule declared for an integer value (a class count, a
@@ -139,6 +145,23 @@ static bt_status engine_host_alloc(void *ctx, size_t bytes, void **out)
 
 static void engine_host_free(void *ctx, void *ptr) { bt_engine_host_free(ctx, ptr); }
 
+/* A data file that does not exist is a usage error (the model or a flag names it), not an I/O
+ * failure: BT_ERR_INVALID_ARG naming the key. */
+static bt_status check_files(const bt_data_source *src, const char *what)
+{
+    const char *files[2] = {src->images, src->labels}, *keys[2] = {"images", "labels"};
+    if (src->kind != BT_DATA_IDX && src->kind != BT_DATA_NPY) return BT_OK;
+    struct stat sb;
+    for (int i = 0; i < 2; i++)
+        if (files[i] && stat(files[i], &sb) != 0)
+            return bt_error(BT_ERR_INVALID_ARG, "%s.%s: %s: %s", what, keys[i], files[i], strerror(errno));
+    for (int i = 0; i < src->n_inputs; i++)
+        if (src->input_files[i] && stat(src->input_files[i], &sb) != 0)
+            return bt_error(BT_ERR_INVALID_ARG, "%s.inputs.%s: %s: %s", what, src->input_names[i],
+                            src->input_files[i], strerror(errno));
+    return BT_OK;
+}
+
 static bt_status load_data(bt_trainer *t)
 {
     const bt_data_config *d = &t->model->data;
@@ -148,6 +171,8 @@ static bt_status load_data(bt_trainer *t)
                         "%s has no data.train: give data: {train: {type: npy, inputs: {...}}} (or idx), or ask for "
                         "made-up data with data: synthetic (the baton command: --synthetic)",
                         t->model->path ? t->model->path : "the model");
+    BT_TRY(check_files(&train, "data.train"));
+    BT_TRY(check_files(&d->eval, "data.eval"));
     BT_TRY(load_source(t, &train, "data.train", 0, &t->train, &t->train_cols));
     if (d->eval.kind != BT_DATA_NONE) {
         BT_TRY(load_source(t, &d->eval, "data.eval", 1, &t->eval, &t->eval_cols));
@@ -179,6 +204,17 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
     bt_checkpoint_meta meta;
     char model[sizeof meta.model];
     int64_t position;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        char *latest = bt_strfmt("%s/%s", path, BT_CHECKPOINT_FILE);
+        int found = latest && stat(latest, &sb) == 0;
+        free(latest);
+        if (!found)
+            return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there (no %s in it)", path,
+                            BT_CHECKPOINT_FILE);
+    }
     BT_TRY(bt_checkpoint_read_meta(path, &meta));
     if (meta.seed != t->opts.seed)
         return bt_error(BT_ERR_INVALID_ARG,
@@ -188,6 +224,13 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
     snprintf(model, sizeof model, "%s", t->model->name ? t->model->name : "");
     if (meta.model[0] && model[0] && strcmp(meta.model, model) != 0)
         return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta.model, model);
+    if (meta.batch > 0 && meta.batch != bt_engine_batch(t->engine))
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved by a run of batch %lld, but this run has batch %lld: each step would read "
+                        "other samples than the saved data position means, so it cannot continue exactly; resume "
+                        "with batch %lld, or start a new run from its weights with --init %s",
+                        path, (long long)meta.batch, (long long)bt_engine_batch(t->engine), (long long)meta.batch,
+                        path);
     if (meta.batches_per_epoch && meta.batches_per_epoch != per_epoch)
         return bt_error(BT_ERR_INVALID_ARG,
                         "%s was saved by a run of %lld batches per epoch, but this run has %lld (were the data or "
@@ -210,6 +253,36 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
     return bt_loader_seek(t->train_loader, meta.epoch, meta.batch_index);
 }
 
+void bt_trainer_opts_init(bt_trainer_opts *opts) { memset(opts, 0, sizeof *opts); }
+
+/* What cannot be honoured together is refused, never ignored. */
+static bt_status check_opts(const bt_trainer_opts *o)
+{
+    if (o->resume && o->init)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "resuming (%s) and initialising from weights (%s) at once: a resumed run takes its weights "
+                        "from the checkpoint; give one of them", o->resume, o->init);
+    if (o->init_partial && !o->init)
+        return bt_error(BT_ERR_INVALID_ARG, "a partial weight load was asked for without weights to load");
+    if (o->checkpoint_every > 0 && !o->checkpoint_dir)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "checkpoints every %lld steps were asked for, but no checkpoint directory was given "
+                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written",
+                        (long long)o->checkpoint_every);
+    if (o->keep_last < -1)
+        return bt_error(BT_ERR_INVALID_ARG, "keep_last is %d: at least 1, or -1 to keep every checkpoint", o->keep_last);
+    return BT_OK;
+}
+
+/* The bytes of one checkpoint of this model: parameters and optimizer state, and room for the
+ * header. */
+static size_t checkpoint_bytes(const bt_trainer *t)
+{
+    size_t per = bt_dtype_size(bt_engine_dtype(t->engine)) * (size_t)(bt_engine_optimizer_slots(t->engine) + 1);
+    return (size_t)bt_graph_total_params(t->model->graph) * per + 64 * 1024 +
+           (size_t)bt_graph_num_params(t->model->graph) * 512;
+}
+
 bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_trainer_opts *opts,
                             bt_trainer **out)
 {
@@ -220,8 +293,10 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->engine = engine;
     t->opts = *opts;
     t->saved_step = -1;
+    BT_TRY_GOTO(st, check_opts(opts), fail);
     BT_TRY_GOTO(st, inspect_graph(t), fail);
-    if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
+    if (opts->checkpoint_dir)
+        BT_TRY_GOTO(st, bt_checkpoint_dir_prepare(opts->checkpoint_dir, checkpoint_bytes(t), &t->ckpt_lock), fail);
     BT_TRY_GOTO(st, load_data(t), fail);
     int64_t batch = bt_engine_batch(engine);
     size_t real = bt_dtype_size(bt_engine_dtype(engine));
@@ -235,7 +310,12 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->total_steps = opts->steps > 0 ? opts->steps : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) * per_epoch;
     BT_TRY_GOTO(st, bt_lr_schedule_validate(&model->train.lr_schedule, model->train.optimizer.lr, t->total_steps),
                 fail);
-    if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(engine, model->graph, opts->init), fail);
+    if (opts->init && opts->init_partial) {
+        t->has_init_report = 1;
+        BT_TRY_GOTO(st, bt_checkpoint_load_weights_partial(engine, model->graph, opts->init, &t->init_report), fail);
+    } else if (opts->init) {
+        BT_TRY_GOTO(st, bt_checkpoint_load_weights(engine, model->graph, opts->init), fail);
+    }
     if (opts->resume) BT_TRY_GOTO(st, resume(t, per_epoch), fail);
     *out = t;
     return BT_OK;
@@ -254,6 +334,7 @@ void bt_trainer_destroy(bt_trainer *t)
     bt_columns_free(&t->eval_cols);
     bt_dataset_free(&t->train);
     bt_dataset_free(&t->eval);
+    bt_weights_report_free(&t->init_report);
     free(t->logits);
     free(t->losses);
     free(t);
@@ -264,6 +345,8 @@ int64_t bt_trainer_first_step(const bt_trainer *t) { return t->first_step; }
 int bt_trainer_nothing_to_do(const bt_trainer *t) { return t->opts.resume && t->first_step >= t->total_steps; }
 int64_t bt_trainer_train_samples(const bt_trainer *t) { return t->train_cols.n; }
 int bt_trainer_evaluates_on_train(const bt_trainer *t) { return t->eval_on_train; }
+int64_t bt_trainer_stopped_at(const bt_trainer *t) { return t->stopped_at; }
+const bt_weights_report *bt_trainer_init_report(const bt_trainer *t) { return t->has_init_report ? &t->init_report : NULL; }
 
 static void feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
 {
@@ -381,15 +464,19 @@ static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *u
     meta.epoch = step / per_epoch;
     meta.batch_index = step % per_epoch;
     meta.batches_per_epoch = per_epoch;
+    meta.batch = bt_engine_batch(t->engine);
     meta.seed = t->opts.seed;
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name ? t->model->name : "");
-    BT_TRY(bt_checkpoint_save(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta));
+    int keep = t->opts.keep_last == 0 ? 1 : t->opts.keep_last;
+    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta, keep));
     t->saved_step = step;
+    char *file = bt_checkpoint_numbered_path(t->opts.checkpoint_dir, step);
     if (cb) {
         bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
-                             .path = t->opts.checkpoint_dir};
+                             .path = file ? file : t->opts.checkpoint_dir};
         cb(&ev, user);
     }
+    free(file);
     return BT_OK;
 }
 
@@ -410,6 +497,7 @@ static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, v
 bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
 {
     int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
+    t->stopped_at = 0;
     if (bt_trainer_nothing_to_do(t)) return BT_OK;
     for (int64_t step = t->first_step; step < t->total_steps; step++) {
         bt_batch b;
@@ -428,6 +516,12 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
             bt_train_event ev = {.kind = BT_EV_STEP, .step = step + 1, .total_steps = t->total_steps,
                                  .epoch = step / per_epoch, .result = &r};
             cb(&ev, user);
+        }
+        if (t->opts.stop && *t->opts.stop && step + 1 < t->total_steps) {
+            /* stopped from outside (a signal): keep the step just done, skip the evaluation */
+            t->stopped_at = step + 1;
+            if (t->opts.checkpoint_dir) BT_TRY(save(t, step + 1, cb, user));
+            return BT_OK;
         }
         int last = step + 1 == t->total_steps;
         if (t->opts.eval_every > 0 && (step + 1) % t->opts.eval_every == 0 && !last)

@@ -1,0 +1,41 @@
+#!/bin/sh
+# bench/compare_schedules.sh: bench_schedules (1F1B, interleaved 1F1B v2 and ZB-H1 on cpu:0 +
+# cpu:1, measured against the simulator) alternated with the PyTorch peer training the same model
+# in one process (bench/torch_deep.py at 1 and 2 threads, its best kept), ROUNDS times; prints each
+# round's lines, then per schedule the median step time and its throughput against PyTorch's best.
+# Usage: bench/compare_schedules.sh BUILD_DIR [ROUNDS] [STEPS]
+# Needs Debian's python3-torch (/usr/bin/python3).
+set -eu
+build=${1:?usage: compare_schedules.sh BUILD_DIR [ROUNDS] [STEPS]}
+rounds=${2:-3}; steps=${3:-5}
+here=$(cd "$(dirname "$0")" && pwd)
+python=/usr/bin/python3
+$python -c 'import torch' 2>/dev/null || { echo "compare_schedules: python3-torch is not installed"; exit 2; }
+make -s -C "$build" bench/bench_schedules >/dev/null
+core=$(env -u OPENBLAS_CORETYPE "$build/bench/bench_cpu" mlp --steps 1 --threads 1 2>/dev/null |
+  sed -n 's/^blas: OpenBLAS (\([A-Za-z0-9]*\) kernels.*/\1/p' || true)
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); cores: $(nproc)"
+f1=""; fi=""; fz=""; tb=""
+for r in $(seq "$rounds"); do
+  out=$("$build/bench/bench_schedules" --steps "$steps" --rounds 1)
+  [ "$r" = 1 ] && echo "$out" | head -1
+  a=$(echo "$out" | sed -n 's/^result schedule=1f1b measured_ms=\([0-9.]*\).*/\1/p')
+  b=$(echo "$out" | sed -n 's/^result schedule=interleaved-1f1b measured_ms=\([0-9.]*\).*/\1/p')
+  c=$(echo "$out" | sed -n 's/^result schedule=zb-h1 measured_ms=\([0-9.]*\).*/\1/p')
+  echo "$out" | grep '^result' | sed "s/^/round $r: /"
+  best=""
+  for t in 1 2; do
+    ms=$(OPENBLAS_CORETYPE=${core:-SkylakeX} OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t \
+      $python "$here/torch_deep.py" "$steps" "$t" | awk '{print $2}')
+    echo "round $r: pytorch $t thread(s) $ms ms"
+    best=$(awk -v a="$best" -v b="$ms" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }')
+  done
+  f1="$f1 $a"; fi="$fi $b"; fz="$fz $c"; tb="$tb $best"
+done
+median() { echo "$@" | tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+t=$(median $tb)
+echo "medians of $rounds rounds x $steps steps (load after: $(cut -d' ' -f1-3 /proc/loadavg)):"
+for pair in "1f1b:$(median $f1)" "interleaved-1f1b:$(median $fi)" "zb-h1:$(median $fz)"; do
+  awk -v n="${pair%%:*}" -v b="${pair#*:}" -v t="$t" 'BEGIN {
+    printf "  %-18s %9.2f ms   pytorch best %9.2f ms   baton/pytorch throughput %.2fx\n", n, b, t, t / b }'
+done

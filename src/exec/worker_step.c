@@ -1,0 +1,120 @@
+/* exec/worker_step.c: a stage's optimizer step, the STEP instruction of worker.c. A step is all or
+ * nothing: each stage waits for its device (a kernel error from the backward surfaces there), adds
+ * up the squares of its gradients and meets the others at a barrier; only then does any stage
+ * update, with the global gradient norm (clipping, f16 loss-scale skips). A non-finite norm stops
+ * the step on every stage before any update, the stage whose own gradients are not finite naming
+ * the first such parameter. Split from worker.c along the instruction it implements. */
+#include <math.h>
+#include <stdio.h>
+
+#include "core/error.h"
+#include "exec/exec_internal.h"
+#include "optim/optim.h"
+
+/* Every stage arrives here at STEP; returns when all have, or on abort. */
+static bt_status stage_barrier(bt_engine *e, bt_worker *w)
+{
+    bt_status st = BT_OK;
+    pthread_mutex_lock(&e->mu);
+    uint64_t gen = e->barrier_generation;
+    if (++e->barrier_count == e->stages) {
+        e->barrier_count = 0;
+        e->barrier_generation++;
+        pthread_cond_broadcast(&e->cv_barrier);
+    } else {
+        atomic_store(&w->waiting, 1);
+        while (gen == e->barrier_generation && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
+        atomic_store(&w->waiting, 0);
+        if (gen == e->barrier_generation) st = BT_ERR_INTERNAL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != BT_OK) return bt_error(st, "stopped at the optimizer step (another stage failed)");
+    return BT_OK;
+}
+
+/* Refreshes the rounded compute copy of a parameter after its master weights changed. */
+bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p)
+{
+    if (!p->w_lp) return BT_OK;
+    BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, p->w_lp, p->w,
+                              p->numel * bt_dtype_size(e->dtype)));
+    return st->be->round_to(st->dev, e->params.precision, p->w_lp, p->numel);
+}
+
+/* The first of st's parameters whose gradient is not finite, or -1 when each is but their sum of
+ * squares overflowed. The failure path only: one wait for the device per parameter. */
+static int first_nonfinite_grad(bt_engine *e, bt_stage *st, double *sumsq)
+{
+    for (int i = 0; i < st->n_params; i++) {
+        double v = 0;
+        if (st->be->sum_squares(st->dev, e->dtype, &st->sq_ptr[i], &st->sq_n[i], 1, &v) != BT_OK) continue;
+        if (!isfinite(v)) {
+            *sumsq = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Every stage sees the same non-finite global sum and stops before its update. The stage whose own
+ * gradients are not finite names the first such parameter (collect_failure reports the lowest
+ * such stage: the first non-finite gradient in the graph's order); the others say why they stopped. */
+static bt_status nonfinite_grads(bt_engine *e, bt_stage *st)
+{
+    long long step = (long long)e->step + 1;
+    double own = e->sumsq[st->index];
+    int culprit = -1;
+    for (int s = 0; s < e->stages && culprit < 0; s++)
+        if (!isfinite(e->sumsq[s])) culprit = s;
+    if (culprit < 0) { /* every stage's sum is finite but not their total: stage 0 says so */
+        if (st->index != 0) return bt_error(BT_ERR_INTERNAL, "stopped at the optimizer step of step %lld", step);
+        return bt_error(BT_ERR_NUMERIC,
+                        "step %lld: the global gradient norm overflowed; no stage applied the update", step);
+    }
+    if (isfinite(own))
+        return bt_error(BT_ERR_INTERNAL, "stopped at the optimizer step of step %lld: stage %d's gradients are "
+                        "not finite", step, culprit);
+    double v = own;
+    int i = first_nonfinite_grad(e, st, &v);
+    const char *what = isnan(v) ? "NaN" : "infinite";
+    if (i < 0)
+        return bt_error(BT_ERR_NUMERIC, "step %lld, stage %d (%s): the gradients' sum of squares is %s; no stage "
+                        "applied the update", step, st->index, st->device_name, what);
+    return bt_error(BT_ERR_NUMERIC,
+                    "step %lld, stage %d (%s): the gradient of '%s' is not finite (%s); no stage applied the "
+                    "update (look for NaN or infinity in the data, or lower the learning rate)",
+                    step, st->index, st->device_name, e->graph->params[st->params[i].param].name, what);
+}
+
+/* The optimizer step of one stage. A step is all or nothing: each stage first waits for its
+ * device (so an error a kernel raised during backward surfaces here), adds up the squares of its
+ * gradients and meets the others at a barrier; no stage updates before every stage's backward
+ * has succeeded, so a step that fails anywhere changes no weights and can be retried. The total
+ * is the global gradient norm: when it is not finite, f16 loss scaling skips the step on every
+ * stage (and halves the scale); otherwise the step stops, naming the first parameter whose
+ * gradient is not finite. Clipping scales by it. The gradients are scaled by the loss scale,
+ * which the update divides out (grad_scale). */
+bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    double sumsq = 0;
+    BT_TRY(st->be->sync(st->dev));
+    if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
+    e->sumsq[st->index] = sumsq;
+    BT_TRY(stage_barrier(e, w));
+    double total = 0;
+    for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
+    if (!isfinite(total)) {
+        if (e->params.precision != BT_F16) return nonfinite_grads(e, st);
+        w->skipped = 1; /* every stage sees the same total: all skip */
+        return BT_OK;
+    }
+    double unscale = 1.0 / e->loss_scale, scale = unscale;
+    if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
+    for (int i = 0; i < st->n_params; i++) {
+        bt_param_store *p = &st->params[i];
+        BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
+                                        p->state, p->numel, e->lr, e->step + 1, scale));
+        BT_TRY(bt_worker_refresh_lowp(e, st, p));
+    }
+    return BT_OK;
+}

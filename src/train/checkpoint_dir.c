@@ -1,0 +1,259 @@
+/* train/checkpoint_dir.c: the checkpoint directory (see checkpoint.h). A directory holds numbered
+ * checkpoints, "checkpoint-<position>.safetensors" (position: batches consumed, the trainer's
+ * step number, eight digits at least), and "checkpoint.safetensors", a hard link to the newest,
+ * which is what --resume DIR and every older reader open. Writing one: the numbered file is
+ * written atomically (io/atomic_file.h), then linked to a temporary name and renamed over
+ * checkpoint.safetensors, then the directory is fsynced: at every instant the pointer names a
+ * complete checkpoint. Then the oldest numbered files beyond keep_last are removed (never the one
+ * just written; files numbered above it, left by an earlier run of the directory, go first).
+ *
+ * Opening a directory happens before step 1: it is created like `mkdir -p`, tested for writing
+ * (a probe file is written, fsynced, hard-linked and removed, so a read-only directory or a file
+ * system without hard links is refused before any training), locked, cleared of temporaries
+ * killed writers left, and checked for room for one more checkpoint. Every failure there is
+ * BT_ERR_INVALID_ARG (the user named a directory that cannot be used), before training starts. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/strutil.h"
+#include "io/atomic_file.h"
+#include "train/checkpoint.h"
+
+#define NUMBERED_PREFIX "checkpoint-"
+#define NUMBERED_SUFFIX ".safetensors"
+#define LINK_TEMP BT_CHECKPOINT_FILE ".tmp.link00" /* the stale-temporary pattern: removed on open */
+
+/* mkdir -p: creates dir and its missing parents. */
+static bt_status make_dirs(const char *dir)
+{
+    char *path = bt_strdup(dir);
+    if (!path) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    bt_status st = BT_OK;
+    size_t len = strlen(path);
+    for (size_t i = 1; i <= len && st == BT_OK; i++) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        char saved = path[i];
+        path[i] = '\0';
+        struct stat sb;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: cannot create the checkpoint directory (at %s: %s)", dir, path,
+                          strerror(errno));
+        else if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: cannot create the checkpoint directory (%s is not a directory)",
+                          dir, path);
+        path[i] = saved;
+    }
+    free(path);
+    return st;
+}
+
+/* Writes, fsyncs, hard-links and removes a probe file: the directory takes files and links. */
+static bt_status probe_dir(const char *dir)
+{
+    char *file = bt_strfmt("%s/.write-test.XXXXXX", dir), *link_name = bt_strfmt("%s/.write-test-link", dir);
+    bt_status st = BT_OK;
+    int fd = -1;
+    static const char bytes[4096];
+    if (!file || !link_name) {
+        st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+        goto done;
+    }
+    fd = mkstemp(file);
+    if (fd < 0) {
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: the checkpoint directory is not writable: %s", dir, strerror(errno));
+        free(file);
+        file = NULL;
+        goto done;
+    }
+    if (write(fd, bytes, sizeof bytes) != (ssize_t)sizeof bytes || fsync(fd) != 0) {
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: cannot write into the checkpoint directory: %s", dir, strerror(errno));
+        goto done;
+    }
+    unlink(link_name);
+    if (link(file, link_name) != 0) {
+        st = bt_error(BT_ERR_INVALID_ARG,
+                      "%s: the checkpoint directory's file system refuses hard links (%s); baton points "
+                      "checkpoint.safetensors at the newest checkpoint with one", dir, strerror(errno));
+        goto done;
+    }
+    unlink(link_name);
+done:
+    if (fd >= 0) close(fd);
+    if (file) unlink(file);
+    free(file);
+    free(link_name);
+    return st;
+}
+
+/* The position in "checkpoint-<digits>.safetensors", or -1 for any other name. */
+static int64_t numbered_position(const char *name)
+{
+    size_t np = strlen(NUMBERED_PREFIX), ns = strlen(NUMBERED_SUFFIX), len = strlen(name);
+    if (len <= np + ns || strncmp(name, NUMBERED_PREFIX, np) != 0 || strcmp(name + len - ns, NUMBERED_SUFFIX) != 0)
+        return -1;
+    int64_t v = 0;
+    for (size_t i = np; i < len - ns; i++) {
+        if (!isdigit((unsigned char)name[i]) || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+/* Removes the temporaries of killed writers of checkpoint.safetensors and of numbered files. */
+static bt_status remove_stale(const char *dir)
+{
+    char *file = bt_strfmt("%s/%s", dir, BT_CHECKPOINT_FILE);
+    bt_status st = file ? bt_atomic_file_remove_stale(file, NULL) : bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    free(file);
+    BT_TRY(st);
+    DIR *d = opendir(dir);
+    if (!d) return bt_error(BT_ERR_INVALID_ARG, "%s: cannot list the checkpoint directory: %s", dir, strerror(errno));
+    for (struct dirent *e; st == BT_OK && (e = readdir(d)) != NULL;) {
+        const char *tmp = strstr(e->d_name, NUMBERED_SUFFIX ".tmp.");
+        if (strncmp(e->d_name, NUMBERED_PREFIX, strlen(NUMBERED_PREFIX)) != 0 || !tmp) continue;
+        char *target = bt_strfmt("%s/%.*s", dir, (int)(tmp - e->d_name + strlen(NUMBERED_SUFFIX)), e->d_name);
+        st = target ? bt_atomic_file_remove_stale(target, NULL) : bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+        free(target);
+    }
+    closedir(d);
+    return st;
+}
+
+bt_status bt_checkpoint_dir_prepare(const char *dir, size_t checkpoint_bytes, bt_dir_lock **lock)
+{
+    bt_dir_lock *l = NULL;
+    bt_status st = BT_OK;
+    *lock = NULL;
+    if (!dir || !*dir) return bt_error(BT_ERR_INVALID_ARG, "the checkpoint directory name is empty");
+    BT_TRY(make_dirs(dir));
+    BT_TRY(probe_dir(dir));
+    BT_TRY(bt_dir_lock_acquire(dir, "checkpoint directory", &l));
+    BT_TRY_GOTO(st, remove_stale(dir), fail);
+    struct statvfs vfs;
+    if (checkpoint_bytes && statvfs(dir, &vfs) == 0) {
+        unsigned long long avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+        if (avail < checkpoint_bytes) {
+            st = bt_error(BT_ERR_INVALID_ARG,
+                          "%s: the checkpoint directory's file system has %llu bytes free, but one checkpoint of "
+                          "this model needs %zu", dir, avail, checkpoint_bytes);
+            goto fail;
+        }
+    }
+    *lock = l;
+    return BT_OK;
+fail:
+    bt_dir_lock_release(l);
+    return st;
+}
+
+bt_status bt_checkpoint_dir_open(const char *dir, bt_dir_lock **lock) { return bt_checkpoint_dir_prepare(dir, 0, lock); }
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+bt_status bt_checkpoint_prune(const char *dir, int64_t current, int keep_last)
+{
+    if (keep_last <= 0) return BT_OK;
+    DIR *d = opendir(dir);
+    if (!d) return bt_error(BT_ERR_IO, "%s: cannot list the checkpoint directory: %s", dir, strerror(errno));
+    int64_t *above = NULL, *below = NULL;
+    size_t n_above = 0, n_below = 0, cap = 0;
+    bt_status st = BT_OK;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int64_t p = numbered_position(e->d_name);
+        if (p < 0 || p == current) continue;
+        if (n_above + n_below + 1 > cap) {
+            cap = cap * 2 + 16;
+            int64_t *a = realloc(above, cap * sizeof *a), *b = a ? realloc(below, cap * sizeof *b) : NULL;
+            if (a) above = a;
+            if (b) below = b;
+            if (!a || !b) {
+                st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+                goto done;
+            }
+        }
+        if (p > current) above[n_above++] = p;
+        else below[n_below++] = p;
+    }
+    if (n_below > 1) qsort(below, n_below, sizeof *below, cmp_i64);
+    /* keep: the current file and the keep_last - 1 newest below it; files above it go first */
+    size_t keep_below = (size_t)keep_last - 1 < n_below ? (size_t)keep_last - 1 : n_below;
+    for (size_t i = 0; i < n_above + n_below - keep_below && st == BT_OK; i++) {
+        int64_t p = i < n_above ? above[i] : below[i - n_above];
+        char *path = bt_checkpoint_numbered_path(dir, p);
+        if (!path) st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+        else if (unlink(path) != 0 && errno != ENOENT)
+            st = bt_error(BT_ERR_IO, "%s: cannot remove an old checkpoint: %s", path, strerror(errno));
+        free(path);
+    }
+done:
+    closedir(d);
+    free(above);
+    free(below);
+    return st;
+}
+
+char *bt_checkpoint_numbered_path(const char *dir, int64_t position)
+{
+    return bt_strfmt("%s/" NUMBERED_PREFIX "%08" PRId64 NUMBERED_SUFFIX, dir, position);
+}
+
+/* Points dir/checkpoint.safetensors at file (a hard link, made under a temporary name and renamed
+ * over the pointer), then fsyncs the directory. */
+static bt_status point_latest(const char *dir, const char *file)
+{
+    char *tmp = bt_strfmt("%s/" LINK_TEMP, dir), *latest = bt_strfmt("%s/%s", dir, BT_CHECKPOINT_FILE);
+    bt_status st = BT_OK;
+    if (!tmp || !latest) {
+        st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+        goto done;
+    }
+    unlink(tmp);
+    if (link(file, tmp) != 0 || rename(tmp, latest) != 0) {
+        st = bt_error(BT_ERR_IO, "%s: cannot point %s at it: %s", file, latest, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+done:
+    free(tmp);
+    free(latest);
+    return st;
+}
+
+bt_status bt_checkpoint_save(const bt_engine *e, const bt_graph *g, const char *dir, const bt_checkpoint_meta *meta)
+{
+    return bt_checkpoint_save_kept(e, g, dir, meta, 0);
+}
+
+bt_status bt_checkpoint_save_kept(const bt_engine *e, const bt_graph *g, const char *dir,
+                                  const bt_checkpoint_meta *meta, int keep_last)
+{
+    int64_t position = meta->step;
+    if (meta->batches_per_epoch > 0) position = meta->epoch * meta->batches_per_epoch + meta->batch_index;
+    BT_TRY(make_dirs(dir));
+    char *file = bt_checkpoint_numbered_path(dir, position);
+    if (!file) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    bt_status st = bt_checkpoint_write_file(e, g, file, meta);
+    if (st == BT_OK) st = point_latest(dir, file);
+    if (st == BT_OK) st = bt_checkpoint_prune(dir, position, keep_last);
+    free(file);
+    return st;
+}
