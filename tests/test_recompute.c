@@ -220,12 +220,38 @@ static void test_loader(void)
     bt_model_destroy(m);
 }
 
+/* zb-h1's deferred W reads activations after later forwards: recomputation is refused there. */
+static void test_refused_with_split_backward(void)
+{
+    const char *all[] = {"train.recompute=stage"};
+    bt_model *rec = load(all, 1);
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.devices = "cpu:0,cpu:1";
+    p.parallel.stages = 2;
+    p.parallel.microbatches = 4;
+    p.parallel.schedule = BT_SCHEDULE_ZB_H1;
+    p.parallel.partition = BT_PARTITION_UNIFORM;
+    p.batch = BATCH_N;
+    p.threads = 1;
+    bt_engine *e = NULL;
+    CU_ASSERT(bt_engine_create(rec->graph, &p, &e) == BT_ERR_UNSUPPORTED);
+    CU_ASSERT(strstr(bt_last_error(), "split backward") != NULL);
+    bt_engine_destroy(e);
+    e = NULL;
+    CU_ASSERT(bt_graph_set_recompute(rec->graph, -1, 0) == BT_OK); /* without it, zb-h1 runs */
+    CU_ASSERT(bt_engine_create(rec->graph, &p, &e) == BT_OK);
+    bt_engine_destroy(e);
+    bt_model_destroy(rec);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
         {"bit-identical with dropout, 1-3 stages", test_bit_identical},
         {"activation memory drops by the recomputed bytes", test_memory_drop},
         {"loader keys and errors", test_loader},
+        {"refused with zb-h1's split backward", test_refused_with_split_backward},
         {NULL, NULL},
     };
     return bt_test_main("recompute", cases);
