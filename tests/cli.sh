@@ -105,8 +105,9 @@ fi
 expect_rc 2 "interleaved: micro-batches not in groups of the devices" "$baton" schedule --stages 4 --virtual 2 \
   --microbatches 3 --schedule interleaved-1f1b
 expect_rc 2 "--virtual without interleaved" "$baton" schedule --stages 4 --virtual 2 --microbatches 4
+# (fashion-mlp says parallel: auto: layout flags replace it, so the micro-batches are given too)
 expect_rc 0 "run interleaved-1f1b" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 \
-  --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b
+  --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b --microbatches 8
 expect_rc 0 "run zb-h1" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 --stages 2 --schedule zb-h1
 
 # transfers: the summary names each boundary's path; --transfer forces one

@@ -99,6 +99,13 @@ int bt_cli_auto_search(const char *cmd, const bt_model *m, const bt_search_param
     pp.transfer_bytes = (size_t)1 << 20;
     int measured = 0;
     bt_status st = bt_auto_search(m->graph, m->name, sp, &pp, r, &measured);
+    if (st == BT_ERR_NOMEM && sp->memory > 0)
+        st = bt_error_context(st, "parallel: auto, under the limit given for each device (--memory) of %.1f MiB",
+                              (double)sp->memory / 1048576.0);
+    if (st == BT_ERR_NOMEM && strcmp(cmd, "plan") == 0) { /* plan: no placement fits is a usage error */
+        bt_cli_print_error(cmd);
+        return BT_EXIT_USAGE;
+    }
     if (st != BT_OK) return bt_cli_fail(cmd, st);
     return BT_EXIT_OK;
 }
@@ -160,8 +167,8 @@ static int top_candidates(const bt_search_result *r, int *idx, int max)
 /* Builds candidate `which` as an engine and times `steps` steps (after `warmup`) on synthetic
  * data; *best_ms keeps the fastest seen. The graph's recomputation flags are left as the
  * candidate wants them. */
-static bt_status trial(bt_model *m, const bt_search_result *r, int which, int threads, int warmup, int steps,
-                       const bt_cli_synth *data, double *best_ms)
+static bt_status trial(bt_model *m, const bt_search_result *r, int which, int threads, int64_t batch,
+                       uint64_t memory, int warmup, int steps, const bt_cli_synth *data, double *best_ms)
 {
     bt_parallel_config cfg = m->parallel;
     char *devices = NULL, *layout = NULL;
@@ -176,8 +183,9 @@ static bt_status trial(bt_model *m, const bt_search_result *r, int which, int th
     p.training = m->train.enabled;
     if (!p.training) p.parallel.schedule = BT_SCHEDULE_STREAM;
     p.optimizer = m->train.optimizer;
-    p.batch = m->train.batch;
+    p.batch = batch;
     p.dtype = m->dtype;
+    p.device_memory = (size_t)memory;
     p.threads = threads > 0 ? threads : t;
     if (p.training) p.precision = m->train.precision, p.loss_scale = m->train.loss_scale;
     if (st == BT_OK) st = bt_engine_create(m->graph, &p, &e);
@@ -199,19 +207,20 @@ static bt_status trial(bt_model *m, const bt_search_result *r, int which, int th
 
 /* Runs the top predictions for real, alternating, and returns the fastest measured (the
  * simulator does not see the executor's own costs: thread hand-offs, waits on a busy machine). */
-static int measure_top(const char *cmd, bt_model *m, const bt_search_result *r, int threads, int verbose)
+static int measure_top(const char *cmd, bt_model *m, const bt_search_result *r, int threads, int64_t batch,
+                       uint64_t memory, int verbose)
 {
     int idx[TRIALS], n = top_candidates(r, idx, TRIALS);
     double ms[TRIALS] = {0};
     if (n <= 1) return r->best;
     bt_cli_synth data;
-    if (bt_cli_synth_make(m->graph, m->train.batch, 1, &data) != 0) {
+    if (bt_cli_synth_make(m->graph, batch, 1, &data) != 0) {
         bt_cli_synth_free(&data);
         return r->best;
     }
     for (int pass = 0; pass < TRIAL_PASSES; pass++)
         for (int i = 0; i < n; i++)
-            if (trial(m, r, idx[i], threads, pass == 0, TRIAL_STEPS, &data, &ms[i]) != BT_OK) {
+            if (ms[i] >= 0 && trial(m, r, idx[i], threads, batch, memory, pass == 0, TRIAL_STEPS, &data, &ms[i]) != BT_OK) {
                 fprintf(stderr, "baton %s: parallel: auto: trying a layout failed (%s); it is left out\n", cmd,
                         bt_last_error());
                 ms[i] = -1;
@@ -235,11 +244,11 @@ static int measure_top(const char *cmd, bt_model *m, const bt_search_result *r, 
 
 int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, int try_top, bt_cli_auto *a)
 {
-    return bt_cli_resolve_auto_for(cmd, m, threads, verbose, try_top, 0, 0, a);
+    return bt_cli_resolve_auto_for(cmd, m, threads, verbose, try_top, 0, 0, 0, a);
 }
 
 int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbose, int try_top, int forward_only,
-                            int64_t batch, bt_cli_auto *a)
+                            int64_t batch, uint64_t memory, bt_cli_auto *a)
 {
     memset(a, 0, sizeof *a);
     if (!m->parallel.auto_layout) return BT_EXIT_OK;
@@ -247,6 +256,7 @@ int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbo
     bt_cli_auto_params(m, NULL, threads, &sp);
     if (forward_only) sp.training = 0;
     if (batch > 0) sp.batch = batch;
+    sp.memory = memory;
     if (forward_only) try_top = 0; /* the trials train */
     bt_search_result r;
     int rc = bt_cli_auto_search(cmd, m, &sp, 0, &r);
@@ -255,7 +265,7 @@ int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbo
             printf("parallel: auto (%d layouts predicted from %s, measured now)\n", r.n, sp.devices);
             bt_cli_auto_report(&r, sp.batch, 0);
         }
-        int which = try_top ? measure_top(cmd, m, &r, threads, verbose) : r.best;
+        int which = try_top ? measure_top(cmd, m, &r, threads, sp.batch, memory, verbose) : r.best;
         int rec = 0;
         char *old_devices = (char *)m->parallel.devices, *old_layout = (char *)m->parallel.layout;
         bt_status st = bt_auto_apply(m->graph, &r, which, &m->parallel, &a->threads, &rec, &a->devices, &a->layout);

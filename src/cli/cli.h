@@ -131,9 +131,10 @@ typedef struct bt_cli_auto {
  * fastest predictions are first built and timed for a few steps each, alternating, and the
  * fastest measured runs. Prints the choice when verbose. Exit code. */
 int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, int try_top, bt_cli_auto *a);
-/* The same for serving (forward_only: the stream schedule, no trials) or another batch (> 0). */
+/* The same for serving (forward_only: the stream schedule, no trials), another batch (> 0), or
+ * devices offering `memory` bytes each (> 0, as --memory). */
 int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbose, int try_top, int forward_only,
-                            int64_t batch, bt_cli_auto *a);
+                            int64_t batch, uint64_t memory, bt_cli_auto *a);
 void bt_cli_auto_clear(bt_cli_auto *a);
 /* The search's parameters for m: candidate devices (NULL or "auto": one cpu:N per core), fixed
  * threads (0: search). */

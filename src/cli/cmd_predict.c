@@ -169,7 +169,7 @@ int bt_cmd_predict(int argc, char **argv)
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("predict", &mo, &m)) != BT_EXIT_OK) return rc;
     bt_cli_auto au; /* parallel: auto: chosen for forward-only serving of this batch, measured now */
-    rc = bt_cli_resolve_auto_for("predict", m, threads, !jsonl, 0, 1, batch > 0 ? batch : m->train.batch, &au);
+    rc = bt_cli_resolve_auto_for("predict", m, threads, !jsonl, 0, 1, batch > 0 ? batch : m->train.batch, 0, &au);
     if (rc != BT_EXIT_OK) {
         bt_model_destroy(m);
         return rc;

@@ -238,7 +238,8 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
 static int run_model(const run_opts *opts, bt_model *m)
 {
     bt_cli_auto au; /* parallel: auto: measured and chosen now */
-    int rc = bt_cli_resolve_auto("run", m, opts->threads, !opts->jsonl, 1, &au);
+    int rc = bt_cli_resolve_auto_for("run", m, opts->threads, !opts->jsonl, 1, 0, opts->batch,
+                                     opts->device_memory, &au);
     if (rc != BT_EXIT_OK) return rc;
     rc = run_resolved(opts, m, au.threads);
     bt_cli_auto_clear(&au);

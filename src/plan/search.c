@@ -224,7 +224,7 @@ bt_status bt_search_layouts(const bt_search_params *sp, const bt_search_point *p
         }
     if (r->best < 0) {
         const char *why = r->n ? r->cand[0].why : "nothing to try";
-        return bt_error(BT_ERR_INVALID_ARG, "no layout fits: %d tried; one stage, 1 micro-batch: %s", r->n, why);
+        return bt_error(BT_ERR_NOMEM, "no layout fits: %d tried; one stage, 1 micro-batch: %s", r->n, why);
     }
     return BT_OK;
 }

@@ -82,7 +82,7 @@ typedef struct bt_search_result {
 } bt_search_result;
 
 /* Searches with profiles[i] measured at points[i] (as bt_search_points listed them; each must be
- * of graph, with batch params->batch). BT_ERR_INVALID_ARG when nothing fits (the message names the
+ * of graph, with batch params->batch). BT_ERR_NOMEM when nothing fits (the message names the
  * closest candidate's reason); the result then still lists every candidate. The caller frees out
  * with bt_search_result_clear. */
 bt_status bt_search_layouts(const bt_search_params *params, const bt_search_point *points,
