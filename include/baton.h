@@ -8,6 +8,7 @@
 #include "baton/config.h"
 #include "baton/data.h"
 #include "baton/engine.h"
+#include "baton/generate.h"
 #include "baton/graph.h"
 #include "baton/model.h"
 #include "baton/op.h"

@@ -149,3 +149,46 @@ extern "C" bt_status bt_cuda_embedding_backward(const bt_op_call *call)
              cf->num, cf->dim, x->fault);
     return BT_OK;
 }
+
+/* ---- pos_embedding: y = x + w[0:T], per sample (tc = T C elements) ------------------------- */
+
+template <typename T>
+__global__ void k_pos_embedding_forward(const T *x, const T *w, T *y, int64_t n, int64_t tc)
+{
+    BT_K_FOR(e, n) y[e] = x[e] + w[e % tc];
+}
+
+extern "C" cudaError_t bt_k_pos_embedding_forward(cudaStream_t s, bt_dtype dt, const void *x,
+                                                  const void *w, void *y, int64_t n, int64_t tc)
+{
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_pos_embedding_forward<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
+                          (const T *)x, (const T *)w, (T *)y, n, tc););
+    return cudaGetLastError();
+}
+
+extern "C" bt_status bt_cuda_pos_embedding_forward(const bt_op_call *call)
+{
+    const bt_pos_embedding_config *cf = (const bt_pos_embedding_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "pos_embedding", call->out->dtype, &x));
+    BT_K_TRY(bt_k_pos_embedding_forward, x->stream, call->out->dtype, call->in[0].data,
+             call->param[0].data, call->out->data, bt_tensor_numel(call->out), cf->t * cf->c);
+    return BT_OK;
+}
+
+/* dx += dy; dw[0:T] += the sum of dy over the batch (a deterministic column sum) */
+extern "C" bt_status bt_cuda_pos_embedding_backward(const bt_op_call *call)
+{
+    const bt_pos_embedding_config *cf = (const bt_pos_embedding_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "pos_embedding", call->out_grad->dtype, &x));
+    const bt_dtype dt = call->out_grad->dtype;
+    if (BT_OPS_WANTS(&call->in_grad[0]))
+        BT_K_TRY(bt_k_acc, x->stream, dt, call->out_grad->data, call->in_grad[0].data,
+                 bt_tensor_numel(call->out_grad));
+    if (call->param_grad && BT_OPS_WANTS(&call->param_grad[0]))
+        BT_K_TRY(bt_k_colsum_acc, x->stream, dt, call->out_grad->data, call->param_grad[0].data,
+                 call->batch, cf->t * cf->c);
+    return BT_OK;
+}

@@ -205,6 +205,33 @@ cudaError_t bt_k_channel_sum_acc(cudaStream_t s, bt_dtype dt, const void *dy, vo
  * nothing; other dtypes return cudaErrorInvalidValue. */
 cudaError_t bt_k_round(cudaStream_t s, bt_dtype precision, float *x, int64_t n);
 
+/* ---- attention.cu, matmul.cu, concat.cu, and the newer rows of embedding.cu, layernorm.cu -- */
+
+struct bt_attention_config;
+/* attention over x (batch, T, 3C) into y (batch, T, C); lse (batch, heads, T) unless NULL */
+cudaError_t bt_k_attention_forward(cudaStream_t s, bt_dtype dt, const void *x, void *y,
+                                   double *lse, const struct bt_attention_config *cf,
+                                   int64_t batch);
+/* dx (batch, T, 3C) += the gradient; dd: scratch of batch * heads * T doubles */
+cudaError_t bt_k_attention_backward(cudaStream_t s, bt_dtype dt, const void *x, const void *y,
+                                    const void *dy, const double *lse, double *dd, void *dx,
+                                    const struct bt_attention_config *cf, int64_t batch);
+/* y (n) = x + w[e mod tc] */
+cudaError_t bt_k_pos_embedding_forward(cudaStream_t s, bt_dtype dt, const void *x, const void *w,
+                                       void *y, int64_t n, int64_t tc);
+/* rmsnorm over rows of d; rstd (rows) doubles written unless NULL */
+cudaError_t bt_k_rmsnorm_forward(cudaStream_t s, bt_dtype dt, const void *x, const void *w,
+                                 void *y, double *rstd, int64_t rows, int64_t d, double eps);
+cudaError_t bt_k_rmsnorm_backward(cudaStream_t s, bt_dtype dt, const void *x, const void *w,
+                                  const void *dy, const double *rstd, void *dx, void *dw,
+                                  int64_t rows, int64_t d);
+/* y (mats, c, r) = (acc: +=) x (mats, r, c)^T */
+cudaError_t bt_k_transpose(cudaStream_t s, bt_dtype dt, const void *x, void *y, int64_t mats,
+                           int64_t r, int64_t c, int acc);
+/* columns [at, at + w) of a (rows, d) array to or from a (rows, w) one (to_wide), = or += */
+cudaError_t bt_k_piece(cudaStream_t s, bt_dtype dt, const void *src, void *dst, int64_t rows,
+                       int64_t w, int64_t d, int64_t at, int to_wide, int acc);
+
 #ifdef __cplusplus
 }
 #endif

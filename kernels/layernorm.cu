@@ -152,3 +152,118 @@ extern "C" bt_status bt_cuda_layernorm_backward(const bt_op_call *call)
     return BT_OK;
 }
 
+
+/* ---- rmsnorm: y = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps), saved rstd per row ----------- */
+
+template <typename T>
+__global__ void k_rms_forward(const T *x, const T *w, T *y, double *rstd_out, int64_t rows,
+                              int64_t d, double eps)
+{
+    __shared__ double shm[32];
+    BT_K_FOR_BLOCK(r, rows) {
+        const T *xr = x + r * d;
+        T *yr = y + r * d;
+        double q = 0;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) q += (double)xr[j] * (double)xr[j];
+        const double rstd = 1.0 / sqrt(bt_k_block_sum(q, shm) / (double)d + eps);
+        const T sd = (T)rstd;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j] * sd * w[j];
+        if (rstd_out && threadIdx.x == 0) rstd_out[r] = rstd;
+    }
+}
+
+/* dx = s (g - xhat mean(g xhat)), g = dy w, xhat = x s */
+template <typename T>
+__global__ void k_rms_backward_dx(const T *x, const T *w, const T *dy, const double *rstd, T *dx,
+                                  int64_t rows, int64_t d)
+{
+    __shared__ double shm[32];
+    BT_K_FOR_BLOCK(r, rows) {
+        const T *xr = x + r * d, *dyr = dy + r * d;
+        T *dxr = dx + r * d;
+        const T s = (T)rstd[r];
+        double sgx = 0;
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+            sgx += (double)dyr[j] * (double)w[j] * ((double)xr[j] * (double)s);
+        const T mgx = (T)(bt_k_block_sum(sgx, shm) / (double)d);
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+            dxr[j] += s * (dyr[j] * w[j] - xr[j] * s * mgx);
+    }
+}
+
+/* dw[j] += sum_r dy x s, in a fixed order (as k_ln_backward_dwdb) */
+template <typename T>
+__global__ void k_rms_backward_dw(const T *x, const T *dy, const double *rstd, T *dw, int64_t rows,
+                                  int64_t d)
+{
+    __shared__ double pw[BT_LN_TILE][BT_LN_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * BT_LN_TILE + tx;
+    double aw = 0;
+    if (j < d)
+        for (int64_t r = ty; r < rows; r += BT_LN_TILE)
+            aw += (double)(dy[r * d + j] * x[r * d + j] * (T)rstd[r]);
+    pw[ty][tx] = aw;
+    __syncthreads();
+    if (ty == 0 && j < d) {
+        double tw = 0;
+        for (int k = 0; k < BT_LN_TILE; k++) tw += pw[k][tx];
+        dw[j] += (T)tw;
+    }
+}
+
+extern "C" cudaError_t bt_k_rmsnorm_forward(cudaStream_t s, bt_dtype dt, const void *x,
+                                            const void *w, void *y, double *rstd, int64_t rows,
+                                            int64_t d, double eps)
+{
+    if (rows <= 0 || d <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_rms_forward<T><<<bt_k_blocks_per_item(rows), bt_k_row_threads(d), 0, s>>>(
+                          (const T *)x, (const T *)w, (T *)y, rstd, rows, d, eps););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_rmsnorm_backward(cudaStream_t s, bt_dtype dt, const void *x,
+                                             const void *w, const void *dy, const double *rstd,
+                                             void *dx, void *dw, int64_t rows, int64_t d)
+{
+    if (rows <= 0 || d <= 0) return cudaSuccess;
+    if (dx)
+        BT_K_DISPATCH(dt, k_rms_backward_dx<T><<<bt_k_blocks_per_item(rows), bt_k_row_threads(d),
+                                                 0, s>>>((const T *)x, (const T *)w,
+                                                         (const T *)dy, rstd, (T *)dx, rows, d););
+    if (dw) {
+        const dim3 grid((unsigned)((d + BT_LN_TILE - 1) / BT_LN_TILE));
+        const dim3 block(BT_LN_TILE, BT_LN_TILE);
+        BT_K_DISPATCH(dt, k_rms_backward_dw<T><<<grid, block, 0, s>>>(
+                              (const T *)x, (const T *)dy, rstd, (T *)dw, rows, d););
+    }
+    return cudaGetLastError();
+}
+
+extern "C" bt_status bt_cuda_rmsnorm_forward(const bt_op_call *call)
+{
+    const bt_layernorm_config *cf = (const bt_layernorm_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "rmsnorm", call->out->dtype, &x));
+    BT_K_TRY(bt_k_rmsnorm_forward, x->stream, call->out->dtype, call->in[0].data,
+             call->param[0].data, call->out->data, (double *)call->saved,
+             bt_tensor_numel(call->out) / cf->d, cf->d, cf->eps);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_rmsnorm_backward(const bt_op_call *call)
+{
+    const bt_layernorm_config *cf = (const bt_layernorm_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "rmsnorm", call->out_grad->dtype, &x));
+    void *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
+    void *dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0]) ? call->param_grad[0].data
+                                                                       : NULL;
+    if (!dx && !dw) return BT_OK;
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL, "rmsnorm: backward without the forward's saved rstd");
+    BT_K_TRY(bt_k_rmsnorm_backward, x->stream, call->out_grad->dtype, call->in[0].data,
+             call->param[0].data, call->out_grad->data, (const double *)call->saved, dx, dw,
+             bt_tensor_numel(call->out_grad) / cf->d, cf->d);
+    return BT_OK;
+}

@@ -187,7 +187,7 @@ job_asan() {
 }
 
 # the executor's tests: worker threads, channels, transfers, the tracer's clocks, training
-TSAN_TESTS="tests/test_engine tests/test_schedules tests/test_transfer tests/test_trace tests/test_mixed_precision tests/test_train tests/test_watchdog"
+TSAN_TESTS="tests/test_engine tests/test_schedules tests/test_transfer tests/test_trace tests/test_mixed_precision tests/test_train tests/test_watchdog tests/test_gpt"
 
 job_tsan() {
   configure_build build-tsan --without-cuda CFLAGS='-fsanitize=thread -g -O1' LDFLAGS='-fsanitize=thread' || return

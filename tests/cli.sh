@@ -308,6 +308,66 @@ def bad(c): raise ValueError("non-finite number " + c)
   fi
 fi
 
+# a language model on text: train, checkpoint with vocab.txt, generate; what is refused
+for i in $(seq 60); do echo "to be, or not to be: that is the question"; done >"$tmp/t.txt"
+cat >"$tmp/lm.yaml" <<YAML
+format: 1
+inputs:
+  idx: {shape: [8], dtype: i32}
+  label: {shape: [8], dtype: i32}
+layers:
+  - {name: wte, op: embedding, args: {num: 20, dim: 8, std: 0.1}, from: idx}
+  - {name: wpe, op: pos_embedding, args: {std: 0.1}}
+  - name: h
+    repeat: 2
+    layers:
+      - {name: ln, op: layernorm}
+      - {name: qkv, op: linear, args: {out: 24}}
+      - {name: attn, op: attention, args: {heads: 2}}
+      - {name: res, op: add, from: [-1, -4]}
+  - {name: lm_head, op: linear, args: {out: 20, bias: false}, tie: wte}
+  - {name: loss, op: cross_entropy, from: [lm_head, label]}
+parallel: {pipeline: {stages: 2, microbatches: 2}}
+train: {batch: 4, steps: 3}
+data:
+  train: {type: text, path: $tmp/t.txt}
+YAML
+if expect_rc 0 "train on text" "$baton" run "$tmp/lm.yaml" --checkpoint-dir "$tmp/lm"; then
+  tests=$((tests + 1))
+  grep -q "^final: validation loss [0-9.]*, 3 steps" "$tmp/out" || fail "train on text: no final line: $(tail -3 "$tmp/out")"
+  tests=$((tests + 1))
+  [ -f "$tmp/lm/vocab.txt" ] && [ -f "$tmp/lm/checkpoint.safetensors" ] || fail "train on text: no checkpoint or vocab.txt"
+  if expect_rc 0 "generate" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --prompt "to be" --tokens 12 --top-k 3; then
+    tests=$((tests + 1))
+    head -c 5 "$tmp/out" | grep -q "^to be" || fail "generate: output does not start with the prompt: $(head -2 "$tmp/out")"
+    tests=$((tests + 1))
+    grep -q "^12 tokens in .* tokens/s (KV cache" "$tmp/out" || fail "generate: no rate line: $(tail -2 "$tmp/out")"
+  fi
+  expect_rc 0 "generate without the KV cache" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --tokens 5 --no-kv-cache
+  if expect_rc 0 "generate --score" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --score 3; then
+    tests=$((tests + 1))
+    grep -q "^3 validation windows of 8 tokens: mean loss \([0-9.]*\) by the KV-cache decoder, \1 by the engine" "$tmp/out" ||
+      fail "generate --score: decoder and forward differ: $(cat "$tmp/out")"
+  fi
+  if expect_rc 2 "generate: prompt outside the vocabulary" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --prompt "Zed"; then
+    tests=$((tests + 1))
+    grep -q "byte 0x5a at 0 is not in the model's vocabulary" "$tmp/err" || fail "generate vocabulary: $(cat "$tmp/err")"
+  fi
+  expect_rc 2 "generate without --weights" "$baton" generate "$tmp/lm.yaml"
+fi
+if expect_rc 2 "text data refuses --resume" "$baton" run "$tmp/lm.yaml" --resume "$tmp/lm"; then
+  tests=$((tests + 1))
+  grep -q "resume is not supported for text data" "$tmp/err" || fail "text --resume: $(cat "$tmp/err")"
+fi
+if expect_rc 2 "text data file missing" "$baton" run "$tmp/lm.yaml" data.train.path="$tmp/none.txt"; then
+  tests=$((tests + 1))
+  grep -q "none.txt: cannot open" "$tmp/err" || fail "text data file missing: $(cat "$tmp/err")"
+fi
+if expect_rc 2 "vocabulary larger than the model" "$baton" run "$tmp/lm.yaml" layers.0.args.num=5 layers.3.args.out=5; then
+  tests=$((tests + 1))
+  grep -q "distinct tokens but 'wte' takes 5" "$tmp/err" || fail "vocabulary size: $(cat "$tmp/err")"
+fi
+
 # activation recomputation and parallel: auto (docs/recompute.md, docs/planner.md)
 expect_rc 0 "--recompute stage" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --stages 2 --microbatches 4 --recompute stage
 expect_rc 2 "--recompute of no layer" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --recompute fc9 &&

@@ -66,6 +66,27 @@ const op_case op_cases[] = {
     {"cross_entropy", "cross_entropy", "", 2, {SH(5), SCALAR}, {F, I}, 4, 5, 0},
     {"cross_entropy [T, C]", "cross_entropy", "", 2, {SH(3, 4), SH(3)}, {F, I}, 2, 4, 0},
     {"cross_entropy C=1000", "cross_entropy", "", 2, {SH(3, 1000), SH(3)}, {F, I}, 2, 1000, 1},
+    /* attention: lengths that are not multiples of the tile (7 = 3 + 3 + 1, 5 = 2 + 2 + 1) */
+    {"attention causal T=7 block=3", "attention", "heads=2 block=3", 1, {SH(7, 12)}, {F}, 2, 0,
+     0},
+    {"attention full T=5 block=2", "attention", "heads=1 causal=false block=2", 1, {SH(5, 9)},
+     {F}, 2, 0, 0},
+    {"attention one tile", "attention", "heads=3", 1, {SH(4, 18)}, {F}, 2, 0, 0},
+    {"attention T=130 big", "attention", "heads=4", 1, {SH(130, 192)}, {F}, 2, 0, 1},
+    {"attention full T=100 big", "attention", "heads=2 causal=false", 1, {SH(100, 96)}, {F}, 2,
+     0, 1},
+    {"pos_embedding", "pos_embedding", "num=6", 1, {SH(4, 3)}, {F}, 2, 0, 0},
+    {"matmul", "matmul", "", 2, {SH(2, 3, 4), SH(2, 4, 5)}, {F, F}, 2, 0, 0},
+    {"matmul 2-D", "matmul", "", 2, {SH(3, 4), SH(4, 2)}, {F, F}, 3, 0, 0},
+    {"matmul big", "matmul", "", 2, {SH(4, 70, 33), SH(4, 33, 50)}, {F, F}, 2, 0, 1},
+    {"transpose", "transpose", "", 1, {SH(2, 3, 4)}, {F}, 2, 0, 0},
+    {"transpose big", "transpose", "", 1, {SH(300, 77)}, {F}, 2, 0, 1},
+    {"split", "split", "parts=3 index=1", 1, {SH(2, 6)}, {F}, 2, 0, 0},
+    {"split big", "split", "parts=3 index=2", 1, {SH(130, 192)}, {F}, 2, 0, 1},
+    {"concat", "concat", "", 2, {SH(2, 3), SH(2, 2)}, {F, F}, 2, 0, 0},
+    {"concat big", "concat", "", 2, {SH(130, 64), SH(130, 77)}, {F, F}, 2, 0, 1},
+    {"rmsnorm", "rmsnorm", "eps=0.001", 1, {SH(3, 6)}, {F}, 2, 0, 0},
+    {"rmsnorm d=777 600 rows", "rmsnorm", "", 1, {SH(300, 777)}, {F}, 2, 0, 1},
 };
 const int op_cases_count = (int)(sizeof op_cases / sizeof op_cases[0]);
 

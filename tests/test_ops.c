@@ -404,6 +404,99 @@ static void ref_cross_entropy(const oc_layer *L, double *y)
     }
 }
 
+/* attention by its definition: per sample and head the full T x T score matrix, masked, softmax
+ * in double, times v. */
+static void ref_attention(const oc_layer *L, double *y)
+{
+    const int64_t T = L->in[0].dim[1], C = L->in[0].dim[2] / 3;
+    const int64_t H = bt_infer_arg_int(&L->ctx, "heads", 1), hd = C / H;
+    const int causal = bt_infer_arg_bool(&L->ctx, "causal", 1);
+    double *s = calloc((size_t)T, sizeof *s);
+    for (int64_t n = 0; n < L->batch; n++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                double mx = -INFINITY, z = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    double dot = 0;
+                    for (int64_t c = 0; c < hd; c++)
+                        dot += in_at(L, 0, (n * T + i) * 3 * C + h * hd + c) *
+                               in_at(L, 0, (n * T + j) * 3 * C + C + h * hd + c);
+                    s[j] = causal && j > i ? -INFINITY : dot / sqrt((double)hd);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int64_t j = 0; j < T; j++) z += exp(s[j] - mx);
+                for (int64_t c = 0; c < hd; c++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < T; j++)
+                        acc += exp(s[j] - mx) / z *
+                               in_at(L, 0, (n * T + j) * 3 * C + 2 * C + h * hd + c);
+                    y[(n * T + i) * C + h * hd + c] = acc;
+                }
+            }
+    free(s);
+}
+
+static void ref_pos_embedding(const oc_layer *L, double *y)
+{
+    const int64_t tc = numel_in(L, 0) / L->batch;
+    for (int64_t e = 0; e < numel_in(L, 0); e++) y[e] = in_at(L, 0, e) + par_at(L, 0, e % tc);
+}
+
+static void ref_matmul(const oc_layer *L, double *y)
+{
+    const bt_tensor *a = &L->in[0], *b = &L->in[1];
+    const int64_t M = a->dim[a->ndim - 2], K = a->dim[a->ndim - 1], N = b->dim[b->ndim - 1];
+    const int64_t mats = numel_in(L, 0) / (M * K);
+    for (int64_t q = 0; q < mats; q++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += in_at(L, 0, (q * M + i) * K + k) * in_at(L, 1, (q * K + k) * N + j);
+                y[(q * M + i) * N + j] = acc;
+            }
+}
+
+static void ref_transpose(const oc_layer *L, double *y)
+{
+    const bt_tensor *x = &L->in[0];
+    const int64_t R = x->dim[x->ndim - 2], C = x->dim[x->ndim - 1], mats = numel_in(L, 0) / (R * C);
+    for (int64_t q = 0; q < mats; q++)
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++) y[q * R * C + j * R + i] = in_at(L, 0, q * R * C + i * C + j);
+}
+
+static void ref_split(const oc_layer *L, double *y)
+{
+    const int64_t d = L->in[0].dim[L->in[0].ndim - 1], rows = numel_in(L, 0) / d;
+    const int64_t parts = bt_infer_arg_int(&L->ctx, "parts", 1), w = d / parts;
+    const int64_t at = bt_infer_arg_int(&L->ctx, "index", 0) * w;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < w; j++) y[r * w + j] = in_at(L, 0, r * d + at + j);
+}
+
+static void ref_concat(const oc_layer *L, double *y)
+{
+    const int64_t wa = L->in[0].dim[L->in[0].ndim - 1], wb = L->in[1].dim[L->in[1].ndim - 1];
+    const int64_t rows = numel_in(L, 0) / wa;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t j = 0; j < wa; j++) y[r * (wa + wb) + j] = in_at(L, 0, r * wa + j);
+        for (int64_t j = 0; j < wb; j++) y[r * (wa + wb) + wa + j] = in_at(L, 1, r * wb + j);
+    }
+}
+
+static void ref_rmsnorm(const oc_layer *L, double *y)
+{
+    const int64_t d = L->in[0].dim[L->in[0].ndim - 1], rows = numel_in(L, 0) / d;
+    const double eps = bt_infer_arg_float(&L->ctx, "eps", 1e-5);
+    for (int64_t r = 0; r < rows; r++) {
+        double ms = 0;
+        for (int64_t j = 0; j < d; j++) ms += pow(in_at(L, 0, r * d + j), 2) / (double)d;
+        for (int64_t j = 0; j < d; j++)
+            y[r * d + j] = in_at(L, 0, r * d + j) / sqrt(ms + eps) * par_at(L, 0, j);
+    }
+}
+
 static const struct {
     const char *op;
     void (*ref)(const oc_layer *, double *);
@@ -418,6 +511,10 @@ static const struct {
     {"maxpool2d", ref_maxpool2d}, {"avgpool2d", ref_avgpool2d},
     {"embedding", ref_embedding}, {"dropout", ref_dropout},
     {"mse", ref_mse},             {"cross_entropy", ref_cross_entropy},
+    {"attention", ref_attention}, {"pos_embedding", ref_pos_embedding},
+    {"matmul", ref_matmul},       {"transpose", ref_transpose},
+    {"split", ref_split},         {"concat", ref_concat},
+    {"rmsnorm", ref_rmsnorm},
 };
 
 static void test_forward_reference(void)

@@ -91,7 +91,14 @@ typedef struct bt_train_config {
     const char *tensorboard;  /* TensorBoard event files go here (the baton command); NULL: none */
 } bt_train_config;
 
-typedef enum bt_data_kind { BT_DATA_NONE = 0, BT_DATA_SYNTHETIC = 1, BT_DATA_IDX = 2, BT_DATA_NPY = 3 } bt_data_kind;
+typedef enum bt_data_kind {
+    BT_DATA_NONE = 0,
+    BT_DATA_SYNTHETIC = 1,
+    BT_DATA_IDX = 2,
+    BT_DATA_NPY = 3,
+    BT_DATA_TEXT = 4,         /* a text file, tokenised by a character or byte vocabulary */
+    BT_DATA_TOKENS = 5        /* an llm.c token shard (.bin: uint16 tokens after a 1 KiB header) */
+} bt_data_kind;
 
 #define BT_DATA_MAX_INPUTS 16
 
@@ -105,6 +112,9 @@ typedef struct bt_data_source {
     const char *input_files[BT_DATA_MAX_INPUTS];
     int64_t samples;          /* synthetic: how many samples an epoch has */
     int shuffle;
+    const char *path;         /* text/tokens: the file */
+    int bytes;                /* text: 1: the 256 bytes are the vocabulary; 0: the file's characters */
+    double val_fraction;      /* text/tokens train source without eval: the held-out tail (0.1) */
 } bt_data_source;
 
 typedef struct bt_data_config {

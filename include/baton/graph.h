@@ -75,6 +75,7 @@ typedef struct bt_param_info {
     const char *name;            /* "fc1.weight" */
     bt_shape shape;
     int layer;                   /* index of the owning layer */
+    const char *tied_to;         /* the parameter this one is tied to (bt_graph_tie), or NULL */
 } bt_param_info;
 
 typedef struct bt_input_info {
@@ -91,8 +92,13 @@ BT_API bt_status bt_graph_layer(const bt_graph *graph, int i, bt_layer_info *out
 BT_API int bt_graph_find_layer(const bt_graph *graph, const char *name);
 BT_API int bt_graph_num_params(const bt_graph *graph);
 BT_API bt_status bt_graph_param(const bt_graph *graph, int i, bt_param_info *out);
-/* Total parameter elements. */
+/* Total parameter elements; a tied pair (bt_graph_tie) counts once, as in PyTorch. */
 BT_API int64_t bt_graph_total_params(const bt_graph *graph);
+/* Ties parameter `param` to the earlier parameter `source` (same shape): both start from the
+ * source's initial values, their gradients are summed before every update (across stages too,
+ * each stage keeping its own copy), so the copies stay bit-identical, and checkpoints store the
+ * tensor once, under the source's name (`tie: wte` on a language model's head). */
+BT_API bt_status bt_graph_tie(bt_graph *graph, const char *param, const char *source);
 /* Activation recomputation: layer's (layer -1: every layer's) outputs and saved state are not
  * kept per micro-batch during forward but recomputed, from the values the stage keeps, just
  * before the micro-batch's backward (on = 0 turns it off). A value sent to a later stage is always

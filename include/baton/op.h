@@ -104,6 +104,12 @@ typedef struct bt_op_call {
                                     run_op: NULL on the CPU; on CUDA the device's handles (cuBLAS,
                                     cuDNN, fault record), which only the built-in kernels read.
                                     Custom kernels need nothing but stream. */
+    /* Decoding (cpu_decode, bt_generate): one position of one sequence at a time. Values shaped
+     * [T, ...] per sample arrive as [1, ...]; position is the index of that row in the sequence,
+     * cache the op's state for the sequence (decode_cache_bytes, zeroed when it starts). Zero and
+     * NULL in every other call. */
+    int64_t position;
+    void *cache;
 } bt_op_call;
 
 typedef bt_status (*bt_op_fn)(const bt_op_call *call);
@@ -126,6 +132,12 @@ typedef struct bt_op_def {
      * does nothing for them. A CUDA W is needed to run W on a GPU (NULL there: an error naming the
      * op). */
     bt_op_fn cpu_backward_weight, cuda_backward_weight;
+    /* Optional, for autoregressive decoding (bt_generate): the op on one position with a cache
+     * it keeps per sequence (attention keeps keys and values: a KV cache), and that cache's size
+     * for a layer of the given config. An op without cpu_decode decodes with cpu_forward on the
+     * one position, which is right for any op that treats positions independently. */
+    bt_op_fn cpu_decode;
+    size_t (*decode_cache_bytes)(const void *config);
 } bt_op_def;
 
 /* Registers a custom op for the whole process. The name must be new and contain a '.'; the

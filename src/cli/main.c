@@ -20,6 +20,7 @@ static void usage(FILE *f)
             "  predict MODEL.yaml   outputs, accuracy and latency of trained weights on npy inputs\n"
             "  profile MODEL.yaml   measure each layer's time and memory on devices\n"
             "  plan MODEL.yaml      choose stage cuts and devices from measured costs\n"
+            "  generate MODEL.yaml  sample text from a trained language model (--weights CKPT)\n"
             "  plot RUN.jsonl ...   draw runs' JSON records as an SVG report (-o FILE)\n"
             "  schedule             print a pipeline schedule as a grid (--stages, --microbatches)\n"
             "  ops                  list the ops models can use\n"
@@ -38,6 +39,7 @@ static const command commands[] = {
     {"check", bt_cmd_check},     {"run", bt_cmd_run},   {"schedule", bt_cmd_schedule},
     {"ops", bt_cmd_ops},         {"profile", bt_cmd_profile}, {"plan", bt_cmd_plan},
     {"devices", bt_cmd_devices}, {"plot", bt_cmd_plot},   {"predict", bt_cmd_predict},
+    {"generate", bt_cmd_generate},
 };
 
 static const command *find_command(const char *name)

@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "cpu/blas.h"
 #include "optim/loss_scale.h"
+#include "train/lm.h"
 #include "train/trainer.h"
 
 typedef struct display {
@@ -57,6 +58,8 @@ static const char *data_text(const bt_data_source *d, char *buf, size_t size)
             snprintf(buf, size, "npy %s", d->images);
         }
         break;
+    case BT_DATA_TEXT: snprintf(buf, size, "text %s (%s vocabulary)", d->path, d->bytes ? "byte" : "character"); break;
+    case BT_DATA_TOKENS: snprintf(buf, size, "tokens %s", d->path); break;
     }
     return buf;
 }
@@ -184,6 +187,67 @@ static void on_event(const bt_train_event *ev, void *user)
     fflush(stdout);
 }
 
+static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir,
+                          const char *continue_with);
+
+/* A language model on text (data: type text or tokens, train/lm.c): the same display. */
+static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p,
+                    const bt_trainer_opts *to)
+{
+    bt_lm *t = NULL;
+    bt_status st = bt_lm_create(m, e, to, &t);
+    if (st == BT_ERR_UNSUPPORTED) {
+        fprintf(stderr, "baton run: %s\n", bt_last_error());
+        return BT_EXIT_USAGE;
+    }
+    if (st != BT_OK) return bt_cli_fail("run", st);
+    int64_t n_train, n_val;
+    int vocab;
+    bt_lm_sizes(t, &n_train, &n_val, &vocab);
+    bt_engine_set_total_steps(e, bt_lm_total_steps(t));
+    char buf[512];
+    if (!o->jsonl)
+        printf("training %s: %d stage%s, %d micro-batch%s, schedule %s, batch %lld, %s: %lld training and %lld "
+               "validation tokens, vocabulary %d\n",
+               m->name, bt_engine_num_stages(e), bt_engine_num_stages(e) > 1 ? "s" : "", p->parallel.microbatches,
+               p->parallel.microbatches > 1 ? "es" : "", bt_schedule_name(p->parallel.schedule), (long long)p->batch,
+               data_text(&m->data.train, buf, sizeof buf), (long long)n_train, (long long)n_val, vocab);
+    display d = {.o = o, .e = e};
+    d.step_ms = calloc((size_t)(bt_lm_total_steps(t) + 1), sizeof *d.step_ms);
+    if (!d.step_ms) {
+        bt_lm_destroy(t);
+        fprintf(stderr, "baton run: out of memory\n");
+        return BT_EXIT_RUNTIME;
+    }
+    int rc = bt_cli_metrics_open(o, m, e, p, 0, bt_lm_total_steps(t), &d.mt);
+    if (rc == BT_EXIT_OK) {
+        bt_cli_stop_begin();
+        d.t0_ms = bt_now_ms();
+        st = bt_lm_run(t, on_event, &d);
+        int sig = bt_cli_stop_end();
+        int64_t stopped = bt_lm_stopped_at(t);
+        if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_lm_total_steps(t), to->checkpoint_dir, "--init");
+        if (st == BT_OK && stopped) rc = 128 + sig;
+        if (st != BT_OK) {
+            if (o->progress) printf("\n");
+            rc = bt_cli_fail("run", st);
+        } else if (d.n_steps > 0 && !stopped) {
+            double median = bt_median(d.step_ms, (int)d.n_steps);
+            bt_input_info in0;
+            bt_graph_input(m->graph, 0, &in0);
+            if (!o->jsonl && d.evaluated)
+                printf("\nfinal: validation loss %.4f, %lld steps, %.0f tokens/s (median step)\n", d.last_eval_loss,
+                       (long long)d.n_steps, (double)p->batch * (double)in0.shape.dim[0] / (median / 1000));
+            bt_cli_print_summary(o, e, median, p->batch);
+        }
+        int mrc = bt_cli_metrics_close(d.mt);
+        if (rc == BT_EXIT_OK) rc = mrc;
+    }
+    free(d.step_ms);
+    bt_lm_destroy(t);
+    return rc;
+}
+
 /* What --init-partial loaded, and every tensor it skipped and parameter it did not fill. */
 static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
 {
@@ -203,7 +267,9 @@ static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
     }
 }
 
-static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir)
+/* continue_with: the flag that picks the run up from dir ("--resume"; text data: "--init"). */
+static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir,
+                          const char *continue_with)
 {
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
     bt_cli_record(o, json_pack("{s:s, s:I, s:I}", "interrupted", name, "step", (json_int_t)step, "total_steps",
@@ -213,7 +279,7 @@ static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t t
         printf("interrupted by %s after step %lld of %lld", name, (long long)step, (long long)total);
         if (dir) {
             char shown[1024];
-            printf("; continue with --resume %s", bt_cli_escape(dir, shown, sizeof shown));
+            printf("; continue with %s %s", continue_with, bt_cli_escape(dir, shown, sizeof shown));
         } else
             printf(" (no checkpoint directory: the weights are not saved)");
         printf("\n");
@@ -245,6 +311,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
         local.data.train.samples = 10000;
         local.data.train.shuffle = 1;
     }
+    if (bt_lm_wanted(&local)) return train_lm(o, &local, e, p, &to);
     bt_trainer *t = NULL;
     bt_status st = bt_trainer_create(&local, e, &to, &t);
     if (st != BT_OK) return bt_cli_fail("run", st);
@@ -278,7 +345,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     st = bt_trainer_run(t, on_event, &d);
     int sig = bt_cli_stop_end();
     int64_t stopped = bt_trainer_stopped_at(t);
-    if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir);
+    if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir, "--resume");
     if (st != BT_OK) {
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);

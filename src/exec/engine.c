@@ -138,6 +138,44 @@ static bt_status start_workers(bt_engine *e)
     return BT_OK;
 }
 
+/* The store of graph param p and the stage that holds it. */
+static bt_param_store *find_store(bt_engine *e, int p, bt_stage **where)
+{
+    for (int s = 0; s < e->stages; s++)
+        for (int i = 0; i < e->stage[s].n_params; i++)
+            if (e->stage[s].params[i].param == p) {
+                *where = &e->stage[s];
+                return &e->stage[s].params[i];
+            }
+    return NULL;
+}
+
+/* The tied pairs of the graph (bt_graph_tie) with their host buffers; see bt_tie. */
+static bt_status build_ties(bt_engine *e)
+{
+    const bt_graph *g = e->graph;
+    int n = 0;
+    for (int p = 0; p < g->n_params; p++) n += g->params[p].tied_to >= 0;
+    if (n == 0) return BT_OK;
+    e->ties = calloc((size_t)n, sizeof *e->ties);
+    if (!e->ties) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    for (int p = 0; p < g->n_params; p++) {
+        if (g->params[p].tied_to < 0) continue;
+        bt_tie *t = &e->ties[e->n_ties++];
+        t->store[0] = find_store(e, g->params[p].tied_to, &t->stage[0]);
+        t->store[1] = find_store(e, p, &t->stage[1]);
+        if (!t->store[0] || !t->store[1])
+            return bt_error(BT_ERR_INTERNAL, "engine: tied parameter '%s' has no store", g->params[p].name);
+        t->bytes = t->store[0]->numel * bt_dtype_size(e->dtype);
+        for (int side = 0; side < 2; side++) {
+            t->host[side] = malloc(t->bytes + 1);
+            t->sum[side] = malloc(t->bytes + 1);
+            if (!t->host[side] || !t->sum[side]) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+        }
+    }
+    return BT_OK;
+}
+
 bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out)
 {
     bt_status st = BT_OK;
@@ -195,6 +233,7 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_stage(e, &e->stage[s]), fail);
     BT_TRY_GOTO(st, bt_layout_check_memory(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
+    if (params->training) BT_TRY_GOTO(st, build_ties(e), fail);
     BT_TRY_GOTO(st, bt_topology_build_channels(e), fail);
     bt_layout_verify(e);
     for (int s = 0; s < e->stages; s++) {
@@ -245,6 +284,12 @@ void bt_engine_destroy(bt_engine *e)
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
     free(e->sumsq);
+    for (int k = 0; k < e->n_ties; k++)
+        for (int side = 0; side < 2; side++) {
+            free(e->ties[k].host[side]);
+            free(e->ties[k].sum[side]);
+        }
+    free(e->ties);
     free(e->turn);
     bt_schedule_destroy(e->train_sched);
     bt_schedule_destroy(e->infer_sched);

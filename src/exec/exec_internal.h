@@ -165,6 +165,17 @@ typedef struct bt_worker {
     int skipped;               /* f16: this step's gradients overflowed and it was not applied */
 } bt_worker;
 
+/* A tied pair of parameters (bt_graph_tie): side 0 the source, side 1 the tied copy, each on the
+ * stage that owns its layer (possibly the same one). At STEP each side copies its gradient into
+ * host[side], the stages meet, and each side writes host[0] + host[1] (computed alike on both
+ * sides, into sum[side]) back as its gradient, so both copies take the same update. */
+typedef struct bt_tie {
+    bt_stage *stage[2];
+    bt_param_store *store[2];
+    size_t bytes;
+    void *host[2], *sum[2];    /* host memory, malloc'ed */
+} bt_tie;
+
 struct bt_engine {
     const bt_graph *graph;
     bt_engine_params params;
@@ -197,6 +208,8 @@ struct bt_engine {
     double lr;
     /* cross-stage reductions at STEP */
     double *sumsq;             /* [stages] */
+    int n_ties;
+    bt_tie *ties;              /* [n_ties], training only */
     int barrier_count;
     uint64_t barrier_generation;
     pthread_cond_t cv_barrier;

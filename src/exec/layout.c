@@ -220,7 +220,9 @@ static bt_status alloc_params(bt_engine *e, bt_stage *st)
         if (training) {
             BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->g, &m->gradients));
             st->sq_ptr[k - 1] = ps->g;
-            st->sq_n[k - 1] = ps->numel;
+            /* a tied copy's gradient equals its source's after STEP's exchange: the norm counts
+             * it once, through the source */
+            st->sq_n[k - 1] = g->params[p].tied_to >= 0 ? 0 : ps->numel;
             BT_TRY(st->be->zero(st->dev, ps->g, ps->numel * dsz));
             for (int j = 0; j < n_state; j++) {
                 BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->state[j], &m->optimizer));

@@ -1,6 +1,7 @@
 /* exec/param_init.c: deterministic initial weights. Every parameter's values are drawn from a
  * stream seeded by the engine's seed and the parameter's name, never its position, so placement
  * (which stage, which device, in which order stages are built) never changes the initial weights.
+ * A tied parameter (bt_graph_tie) draws its source's values, so the two copies start equal.
  * Runs once per parameter at creation, after its buffer was allocated (exec/layout.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ static double init_value(const bt_param *p, uint64_t *rng)
 bt_status bt_param_init(bt_engine *e, bt_stage *st, bt_param_store *ps)
 {
     const bt_param *p = &e->graph->params[ps->param];
+    if (p->tied_to >= 0) p = &e->graph->params[p->tied_to]; /* a tied copy starts as its source */
     size_t bytes = ps->numel * bt_dtype_size(e->dtype);
     void *host = malloc(bytes ? bytes : 1);
     if (!host) return bt_error(BT_ERR_NOMEM, "initialising '%s': out of memory", p->name);

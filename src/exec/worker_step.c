@@ -3,7 +3,8 @@
  * up the squares of its gradients and meets the others at a barrier; only then does any stage
  * update, with the global gradient norm (clipping, f16 loss-scale skips). A non-finite norm stops
  * the step on every stage before any update, the stage whose own gradients are not finite naming
- * the first such parameter. Split from worker.c along the instruction it implements. */
+ * the first such parameter. Tied parameters (bt_tie) exchange their gradients first, at one more
+ * meeting of the stages (exchange_tied). Split from worker.c along the instruction it implements. */
 #include <math.h>
 #include <stdio.h>
 
@@ -86,6 +87,35 @@ static bt_status nonfinite_grads(bt_engine *e, bt_stage *st)
                     step, st->index, st->device_name, e->graph->params[st->params[i].param].name, what);
 }
 
+/* Tied parameters (bt_tie): every stage meets the others once more at STEP when the model has
+ * ties; the gradients of both copies are added on the host in the same order on both sides. */
+static bt_status exchange_tied(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    for (int k = 0; k < e->n_ties; k++)
+        for (int side = 0; side < 2; side++) {
+            bt_tie *t = &e->ties[k];
+            if (t->stage[side] == st) BT_TRY(st->be->to_host(st->dev, t->host[side], t->store[side]->g, t->bytes));
+        }
+    BT_TRY(stage_barrier(e, w));
+    for (int k = 0; k < e->n_ties; k++)
+        for (int side = 0; side < 2; side++) {
+            bt_tie *t = &e->ties[k];
+            if (t->stage[side] != st) continue;
+            const size_t n = t->store[side]->numel;
+            if (e->dtype == BT_F64) {
+                const double *a = t->host[0], *b = t->host[1];
+                double *y = t->sum[side];
+                for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+            } else {
+                const float *a = t->host[0], *b = t->host[1];
+                float *y = t->sum[side];
+                for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+            }
+            BT_TRY(st->be->from_host(st->dev, t->store[side]->g, t->sum[side], t->bytes));
+        }
+    return BT_OK;
+}
+
 /* The optimizer step of one stage. A step is all or nothing: each stage first waits for its
  * device (so an error a kernel raised during backward surfaces here), adds up the squares of its
  * gradients and meets the others at a barrier; no stage updates before every stage's backward
@@ -98,6 +128,7 @@ bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     double sumsq = 0;
     BT_TRY(st->be->sync(st->dev));
+    if (e->n_ties) BT_TRY(exchange_tied(e, w, st));
     if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
     BT_TRY(stage_barrier(e, w));

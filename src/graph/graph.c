@@ -194,6 +194,7 @@ static bt_status add_node(bt_graph *g, const bt_op_def *op, const int *in, int n
         p->init = ctx.params[k].init;
         p->fan_in = ctx.params[k].fan_in;
         p->init_arg = ctx.params[k].init_arg;
+        p->tied_to = -1;
         p->node = g->n_nodes;
         p->layer = layer;
         node->params[k] = g->n_params + k;
@@ -386,6 +387,11 @@ int bt_graph_find_layer(const bt_graph *g, const char *name)
 
 int bt_graph_num_params(const bt_graph *g) { return g ? g->n_params : 0; }
 
+void bt_graph_join_previous(bt_graph *g)
+{
+    if (g && g->n_layers > 1) g->layers[g->n_layers - 1].joins_previous = 1;
+}
+
 bt_status bt_graph_param(const bt_graph *g, int i, bt_param_info *out)
 {
     if (!g || !out || i < 0 || i >= g->n_params)
@@ -393,13 +399,42 @@ bt_status bt_graph_param(const bt_graph *g, int i, bt_param_info *out)
     out->name = g->params[i].name;
     out->shape = g->params[i].shape;
     out->layer = g->params[i].layer;
+    out->tied_to = g->params[i].tied_to >= 0 ? g->params[g->params[i].tied_to].name : NULL;
+    return BT_OK;
+}
+
+bt_status bt_graph_tie(bt_graph *g, const char *param, const char *source)
+{
+    if (!g || !param || !source) return bt_error(BT_ERR_INVALID_ARG, "bt_graph_tie: NULL argument");
+    int p = -1, s = -1;
+    for (int i = 0; i < g->n_params; i++) {
+        if (strcmp(g->params[i].name, param) == 0) p = i;
+        if (strcmp(g->params[i].name, source) == 0) s = i;
+    }
+    if (p < 0) return bt_error(BT_ERR_MODEL, "tie: the model has no parameter '%s'", param);
+    if (s < 0) return bt_error(BT_ERR_MODEL, "tie: the model has no parameter '%s' to tie '%s' to", source, param);
+    if (s >= p) return bt_error(BT_ERR_MODEL, "tie: '%s' must come before '%s'", source, param);
+    int busy = g->params[s].tied_to >= 0 || g->params[p].tied_to >= 0;
+    for (int i = 0; i < g->n_params; i++) busy |= g->params[i].tied_to == s || g->params[i].tied_to == p;
+    if (busy)
+        return bt_error(BT_ERR_MODEL, "tie: '%s' or '%s' is already tied (ties are pairs: no chains)", source, param);
+    int same = g->params[s].shape.ndim == g->params[p].shape.ndim;
+    for (int k = 0; same && k < g->params[s].shape.ndim; k++) same = g->params[s].shape.dim[k] == g->params[p].shape.dim[k];
+    if (!same) {
+        char a[128], b[128];
+        return bt_error(BT_ERR_MODEL, "tie: '%s' is shaped %s, '%s' %s", param,
+                        bt_shape_format(&g->params[p].shape, a, sizeof a), source,
+                        bt_shape_format(&g->params[s].shape, b, sizeof b));
+    }
+    g->params[p].tied_to = s;
     return BT_OK;
 }
 
 int64_t bt_graph_total_params(const bt_graph *g)
 {
     int64_t n = 0;
-    for (int i = 0; g && i < g->n_params; i++) n += bt_shape_numel(&g->params[i].shape);
+    for (int i = 0; g && i < g->n_params; i++)
+        if (g->params[i].tied_to < 0) n += bt_shape_numel(&g->params[i].shape); /* a tie counts once */
     return n;
 }
 

@@ -64,6 +64,8 @@ typedef struct bt_layer {
     char *act;                   /* NULL if none */
     int first_node, n_nodes;
     int stage;
+    int joins_previous;          /* 1: one partitioning unit with the layer before (a block copy's
+                                    later layers; see bt_graph_join_previous) */
     int recompute;               /* 1: its activations are recomputed before backward (memory.h) */
     char *file;
     int line, col;
@@ -79,6 +81,7 @@ typedef struct bt_param {
     double init_arg;
     int node;
     int layer;
+    int tied_to;                 /* -1, or the earlier param this one is tied to (bt_graph_tie) */
 } bt_param;
 
 struct bt_graph {
@@ -98,5 +101,9 @@ struct bt_graph {
 int bt_graph_find_value(const bt_graph *g, const char *name);
 /* Id of the value the last layer produces (the graph output), or -1 when empty. */
 int bt_graph_output_value(const bt_graph *g);
+/* Marks the last layer added as part of the previous layer's partitioning unit: the partitioners
+ * (uniform, params, balance) cut only between units, so a block copy of the model file stays on
+ * one stage. Called by the loader for every layer of a block copy but the first. */
+void bt_graph_join_previous(bt_graph *g);
 
 #endif

@@ -56,6 +56,10 @@ bt_status bt_dataset_load(const bt_data_source *src, int64_t sample_numel, int n
         return synthetic(src->samples > 0 ? src->samples : 10000, sample_numel, n_classes, seed, split, out);
     case BT_DATA_IDX: BT_TRY(bt_idx_load_pair(src->images, src->labels, n_classes, out)); break;
     case BT_DATA_NPY: BT_TRY(bt_npy_load_pair(src->images, src->labels, n_classes, out)); break;
+    case BT_DATA_TEXT:
+    case BT_DATA_TOKENS:
+        return bt_error(BT_ERR_INVALID_ARG, "%s: text and token data feed language models (train/lm.c), not "
+                        "sample/label data sets", src->path ? src->path : "data");
     }
     if (out->sample_numel != sample_numel) {
         int64_t got = out->sample_numel;

@@ -5,12 +5,16 @@
  * name that does not exist; then each expanded layer is checked at its own YAML position (op,
  * arguments against the op's specification, references) and handed to bt_graph_add_layer, whose
  * shape errors carry the layer's position through bt_layer_desc.loc.
+ * Blocks: an entry with `layers:` (a list of layers) and `repeat: N` is a block repeated N times;
+ * copy k of its layer `attn` is named `<block>.k.attn`, and a `from:` inside a copy that names a
+ * layer of the block resolves within that copy (relative references count expanded layers, so
+ * -5 may reach the block's input). Outside, the block's name means the last layer of its last
+ * copy, as a repeat group's name does.
  * Invariants of a returned model: every string in it is malloc'ed and owned by it; the graph has
  * at least one layer; a model with train: ends in a loss. Nothing here prints or exits.
- * Size: about 730 lines, kept in one file because every helper reads the same private loader
- * state (names, expanded layers, positions; recomputation marks layers and repeat groups by name
- * too); the natural next seam is layer arguments (check_arg, add_arg, build_args) into their own
- * file once blocks that repeat add to them. */
+ * Layer arguments (checked against the op's specification) are model/layer_args.c's. Size: about
+ * 700 lines, kept in one file because every helper reads the same private loader state (names,
+ * expanded layers and blocks, positions; recomputation marks layers and repeat groups by name). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,13 +27,13 @@
 #include "graph/graph_internal.h"
 #include "core/strutil.h"
 #include "model/interp.h"
+#include "model/layer_args.h"
 #include "model/overrides.h"
 #include "model/sections.h"
 #include "model/yaml_tree.h"
 
 #define BT_MAX_LAYERS 10000
 #define BT_MAX_REPEAT 10000
-#define BT_MAX_NAME 200
 
 typedef struct entry {           /* one item of layers: as written */
     const bt_ynode *node;
@@ -37,6 +41,8 @@ typedef struct entry {           /* one item of layers: as written */
     int repeat;                  /* 0: no repeat: key; else the number of copies */
     int stage;                   /* -1: no stage: key */
     int first;                   /* index of its first expanded layer */
+    const bt_ynode *block;       /* a block's `layers:` list, or NULL */
+    int per;                     /* expanded layers per copy: 1, or the block's layer count */
 } entry;
 
 typedef struct loader {
@@ -47,6 +53,8 @@ typedef struct loader {
     int n_layers;                /* expanded */
     char **names;                /* [n_layers] expanded names, owned */
     int *owner;                  /* [n_layers] entry index of each expanded layer */
+    const bt_ynode **lnode;      /* [n_layers] the mapping that describes each expanded layer */
+    char **scope;                /* [n_layers] "<block>.k." inside a block copy, else NULL; owned */
     int pinned_stages;           /* 0: no stage: pins */
 } loader;
 
@@ -55,6 +63,9 @@ static void loader_clear(loader *L)
     for (int i = 0; L->names && i < L->n_layers; i++) free(L->names[i]);
     free(L->names);
     free(L->owner);
+    for (int i = 0; L->scope && i < L->n_layers; i++) free(L->scope[i]);
+    free(L->scope);
+    free(L->lnode);
     free(L->entries);
 }
 
@@ -147,7 +158,9 @@ static int find_layer(const loader *L, const char *name)
 static int find_group(const loader *L, const char *name)
 {
     for (int e = 0; e < L->n_entries; e++)
-        if (L->entries[e].repeat > 0 && strcmp(L->entries[e].name, name) == 0) return e;
+        if ((L->entries[e].repeat > 0 || L->entries[e].block) &&
+            strcmp(L->entries[e].name, name) == 0)
+            return e;
     return -1;
 }
 
@@ -204,10 +217,19 @@ static bt_status read_inputs(loader *L, const bt_ynode *node)
 /* ---- layers: first pass ----------------------------------------------------------------------- */
 
 static const char *const layer_keys[] = {"name", "op", "args", "act", "from", "repeat", "stage",
-                                         "recompute", NULL};
+                                         "tie", "layers", "recompute", NULL};
+static const char *const block_keys[] = {"name", "repeat", "stage", "layers", NULL};
+static const char *const block_layer_keys[] = {"name", "op", "args", "act", "from", "tie", NULL};
 
-static bt_status add_expanded(loader *L, const bt_ynode *at, int entry_index, char *name)
+static bt_status add_expanded(loader *L, const bt_ynode *at, int entry_index, char *name,
+                              const bt_ynode *lnode, char *scope)
 {
+    if (!name) {
+        free(scope);
+        return bt_error(BT_ERR_NOMEM, "out of memory");
+    }
+    L->scope[L->n_layers] = scope; /* owned from here, also on failure */
+    L->lnode[L->n_layers] = lnode;
     if (!name) return bt_error(BT_ERR_NOMEM, "out of memory");
     if (L->n_layers >= BT_MAX_LAYERS) {
         free(name);
@@ -230,6 +252,47 @@ static bt_status add_expanded(loader *L, const bt_ynode *at, int entry_index, ch
     return BT_OK;
 }
 
+/* Expands block entry e (its `layers:` list, `repeat` copies) into the name table. */
+static bt_status expand_block(loader *L, int e)
+{
+    const bt_ld *ld = &L->ld;
+    entry *en = &L->entries[e];
+    const bt_ynode *list = en->block;
+    char what[2 * BT_MAX_NAME + 64];
+    if (list->kind != BT_Y_SEQ || list->n == 0)
+        return bt_ld_error(ld, list, BT_ERR_MODEL, "block '%s': layers must be a non-empty list",
+                           en->name);
+    for (int k = 0; k < list->n; k++) {
+        const bt_ynode *node = list->kids[k], *v;
+        if (node->kind != BT_Y_MAP)
+            return bt_ld_error(ld, node, BT_ERR_MODEL,
+                               "block '%s': expected a mapping for layer #%d, got %s", en->name,
+                               k + 1, bt_ykind_name(node->kind));
+        snprintf(what, sizeof what, "layer #%d of block '%s'", k + 1, en->name);
+        const char *sub;
+        BT_TRY(bt_ld_require(ld, node, "name", what, node, &v));
+        BT_TRY(bt_ld_string(ld, v, "name", &sub));
+        BT_TRY(check_name(L, v, "layer", sub));
+        for (int q = 0; q < k; q++) {
+            const bt_ynode *other = bt_ymap_get(list->kids[q], "name");
+            if (strcmp(other->text, sub) == 0)
+                return bt_ld_error(ld, v, BT_ERR_MODEL,
+                                   "block '%s': layer name '%s' appears twice", en->name, sub);
+        }
+        snprintf(what, sizeof what, "layer '%s' of block '%s'", sub, en->name);
+        BT_TRY(bt_ld_keys(ld, node, what, block_layer_keys));
+    }
+    en->per = list->n;
+    const int copies = en->repeat > 0 ? en->repeat : 1;
+    for (int c = 0; c < copies; c++)
+        for (int k = 0; k < list->n; k++) {
+            const char *sub = bt_ymap_get(list->kids[k], "name")->text;
+            BT_TRY(add_expanded(L, list->kids[k], e, bt_strfmt("%s.%d.%s", en->name, c, sub),
+                                list->kids[k], bt_strfmt("%s.%d.", en->name, c)));
+        }
+    return BT_OK;
+}
+
 /* Reads name, repeat and stage of every entry and builds the expanded name table. */
 static bt_status scan_layers(loader *L, const bt_ynode *layers)
 {
@@ -244,7 +307,10 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
     L->entries = calloc((size_t)layers->n, sizeof *L->entries);
     L->names = calloc(BT_MAX_LAYERS, sizeof *L->names);
     L->owner = calloc(BT_MAX_LAYERS, sizeof *L->owner);
-    if (!L->entries || !L->names || !L->owner) return bt_error(BT_ERR_NOMEM, "out of memory");
+    L->lnode = calloc(BT_MAX_LAYERS, sizeof *L->lnode);
+    L->scope = calloc(BT_MAX_LAYERS, sizeof *L->scope);
+    if (!L->entries || !L->names || !L->owner || !L->lnode || !L->scope)
+        return bt_error(BT_ERR_NOMEM, "out of memory");
     int n_pinned = 0;
     for (int e = 0; e < layers->n; e++) {
         const bt_ynode *node = layers->kids[e], *v;
@@ -261,8 +327,10 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
         BT_TRY(bt_ld_require(ld, node, "name", what, node, &v));
         BT_TRY(bt_ld_string(ld, v, "name", &en->name));
         BT_TRY(check_name(L, v, "layer", en->name));
-        snprintf(what, sizeof what, "layer '%s'", en->name);
-        BT_TRY(bt_ld_keys(ld, node, what, layer_keys));
+        en->block = bt_ymap_get(node, "layers");
+        en->per = 1;
+        snprintf(what, sizeof what, "%s '%s'", en->block ? "block" : "layer", en->name);
+        BT_TRY(bt_ld_keys(ld, node, what, en->block ? block_keys : layer_keys));
         if ((v = bt_ymap_get(node, "repeat"))) {
             snprintf(what, sizeof what, "repeat of layer '%s'", en->name);
             BT_TRY(bt_ld_int32(ld, v, what, 1, BT_MAX_REPEAT, &en->repeat));
@@ -273,15 +341,18 @@ static bt_status scan_layers(loader *L, const bt_ynode *layers)
             n_pinned++;
         }
         en->first = L->n_layers;
-        if (en->repeat == 0) {
-            BT_TRY(add_expanded(L, node, e, bt_strdup(en->name)));
+        if (en->repeat == 0 && !en->block) {
+            BT_TRY(add_expanded(L, node, e, bt_strdup(en->name), node, NULL));
         } else {
             if (find_input(L, en->name) >= 0 || find_layer(L, en->name) >= 0 ||
                 find_group(L, en->name) != e)
                 return bt_ld_error(ld, node, BT_ERR_MODEL, "layer name '%s' is already used",
                                    en->name);
-            for (int k = 0; k < en->repeat; k++)
-                BT_TRY(add_expanded(L, node, e, bt_strfmt("%s.%d", en->name, k)));
+            if (en->block)
+                BT_TRY(expand_block(L, e));
+            else
+                for (int k = 0; k < en->repeat; k++)
+                    BT_TRY(add_expanded(L, node, e, bt_strfmt("%s.%d", en->name, k), node, NULL));
         }
     }
     if (n_pinned == 0) return BT_OK;
@@ -346,13 +417,23 @@ static bt_status resolve_ref(const loader *L, int i, const bt_ynode *ref, const 
     snprintf(what, sizeof what, "from of layer '%s' (a layer or input name, or -1, -2, ...)",
              layer);
     BT_TRY(bt_ld_string(ld, ref, what, &name));
-    if (find_input(L, name) >= 0) {
+    int j = -1, g = -1;
+    if (L->scope[i]) { /* a sibling in the same block copy comes first */
+        char *full = bt_strfmt("%s%s", L->scope[i], name);
+        if (!full) return bt_error(BT_ERR_NOMEM, "out of memory");
+        j = find_layer(L, full);
+        free(full);
+    }
+    if (j < 0 && find_input(L, name) >= 0) {
         *out = name;
         return BT_OK;
     }
-    int j = find_layer(L, name);
-    int g = j < 0 ? find_group(L, name) : -1;
-    if (g >= 0) j = L->entries[g].first + L->entries[g].repeat - 1;
+    if (j < 0) j = find_layer(L, name);
+    if (j < 0) g = find_group(L, name);
+    if (g >= 0) {
+        const entry *ge = &L->entries[g];
+        j = ge->first + (ge->repeat > 0 ? ge->repeat : 1) * ge->per - 1;
+    }
     if (j < 0)
         return bt_ld_error(ld, ref, BT_ERR_MODEL,
                            "layer '%s': from: unknown name '%s' (not an input or a layer)", layer,
@@ -396,111 +477,19 @@ static bt_status resolve_from(const loader *L, int i, const bt_ynode *from, cons
     return BT_OK;
 }
 
-/* Checks a value of YAML type `type` (and its numbers) against spec, at the value's position. */
-static bt_status check_arg(const loader *L, const char *layer, const bt_op_def *op,
-                           const bt_arg_spec *spec, const bt_ynode *val, bt_arg_type type,
-                           int n, const double *nums)
+/* `tie: <layer>`: expanded layer i's weight is tied to that earlier layer's weight. */
+static bt_status tie_layer(const loader *L, int i, const bt_ynode *v)
 {
-    int type_ok = type == spec->type || (spec->type == BT_ARG_FLOAT && type == BT_ARG_INT) ||
-                  (spec->type == BT_ARG_INTS && type == BT_ARG_INT);
-    char got[80];
-    bt_ld_describe(val, got, sizeof got);
-    if (!type_ok)
-        return bt_ld_error(&L->ld, val, BT_ERR_MODEL, "layer '%s': %s argument '%s' must be %s, got %s",
-                           layer, op->name, spec->name, bt_arg_type_name(spec->type), got);
-    if (spec->min > spec->max) return BT_OK;
-    for (int k = 0; k < n; k++)
-        if (!(nums[k] >= spec->min && nums[k] <= spec->max))
-            return bt_ld_error(&L->ld, val, BT_ERR_MODEL,
-                               "layer '%s': %s argument '%s' = %g is out of range [%g, %g]",
-                               layer, op->name, spec->name, nums[k], spec->min, spec->max);
-    return BT_OK;
-}
-
-/* Converts one args: entry to bt_args by YAML type, checking it against the op's spec. */
-static bt_status add_arg(const loader *L, const char *layer, const bt_op_def *op,
-                         const bt_ynode *key, const bt_ynode *val, bt_args *args)
-{
-    const bt_ld *ld = &L->ld;
-    const bt_arg_spec *spec = NULL;
-    for (int k = 0; k < op->n_args; k++)
-        if (strcmp(op->args[k].name, key->text) == 0) spec = &op->args[k];
-    if (!spec) {
-        char list[512];
-        size_t used = 0;
-        list[0] = '\0';
-        for (int k = 0; k < op->n_args && used < sizeof list; k++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", k ? ", " : "",
-                                     op->args[k].name);
-        return bt_ld_error(ld, key, BT_ERR_MODEL,
-                           "layer '%s': op '%s' has no argument '%s' (accepted: %s)", layer,
-                           op->name, key->text, op->n_args ? list : "none");
-    }
-    char what[BT_MAX_NAME + 96];
-    snprintf(what, sizeof what, "argument '%s' of layer '%s'", key->text, layer);
-    if (val->kind == BT_Y_SEQ) {
-        int64_t ints[BT_ARG_MAX_INTS];
-        double nums[BT_ARG_MAX_INTS];
-        if (val->n == 0 || val->n > BT_ARG_MAX_INTS)
-            return bt_ld_error(ld, val, BT_ERR_MODEL,
-                               "layer '%s': argument '%s' lists %d integers (1 to %d allowed)",
-                               layer, key->text, val->n, BT_ARG_MAX_INTS);
-        for (int k = 0; k < val->n; k++) {
-            BT_TRY(bt_ld_int(ld, val->kids[k], what, INT64_MIN, INT64_MAX, &ints[k]));
-            nums[k] = (double)ints[k];
-        }
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_INTS, val->n, nums));
-        return bt_args_set_ints(args, key->text, val->n, ints);
-    }
-    if (val->kind != BT_Y_SCALAR || bt_ynode_is_null(val))
-        return bt_ld_error(ld, val, BT_ERR_MODEL,
-                           "layer '%s': argument '%s' must be a number, true/false, a string or "
-                           "a list of integers",
-                           layer, key->text);
-    switch (bt_yscalar_type(val)) {
-    case BT_YS_INT: {
-        int64_t v;
-        BT_TRY(bt_ld_int(ld, val, what, INT64_MIN, INT64_MAX, &v));
-        double d = (double)v;
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_INT, 1, &d));
-        return bt_args_set_int(args, key->text, v);
-    }
-    case BT_YS_FLOAT: {
-        double v;
-        BT_TRY(bt_ld_float(ld, val, what, -INFINITY, 0, INFINITY, 0, &v));
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_FLOAT, 1, &v));
-        return bt_args_set_float(args, key->text, v);
-    }
-    case BT_YS_BOOL: {
-        int v;
-        BT_TRY(bt_ld_bool(ld, val, what, &v));
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_BOOL, 0, NULL));
-        return bt_args_set_bool(args, key->text, v);
-    }
-    default: {
-        const char *s;
-        BT_TRY(bt_ld_string(ld, val, what, &s));
-        BT_TRY(check_arg(L, layer, op, spec, val, BT_ARG_STRING, 0, NULL));
-        return bt_args_set_string(args, key->text, s);
-    }
-    }
-}
-
-static bt_status build_args(const loader *L, const char *layer, const bt_op_def *op,
-                            const bt_ynode *layer_node, bt_args *args)
-{
-    const bt_ynode *map;
-    char what[BT_MAX_NAME + 64];
-    snprintf(what, sizeof what, "args of layer '%s'", layer);
-    BT_TRY(bt_ld_map(&L->ld, bt_ymap_get(layer_node, "args"), what, &map));
-    for (int i = 0; i < bt_ymap_len(map); i++)
-        BT_TRY(add_arg(L, layer, op, bt_ymap_key(map, i), bt_ymap_val(map, i), args));
-    for (int k = 0; k < op->n_args; k++) {
-        if (!op->args[k].required) continue;
-        if (!bt_ymap_get(map, op->args[k].name))
-            return bt_ld_error(&L->ld, map ? map : layer_node, BT_ERR_MODEL,
-                               "layer '%s': op '%s' needs argument '%s'", layer, op->name,
-                               op->args[k].name);
+    const char *src;
+    BT_TRY(resolve_ref(L, i, v, &src));
+    char *pa = bt_strfmt("%s.weight", L->names[i]), *pb = bt_strfmt("%s.weight", src);
+    bt_status st = pa && pb ? bt_graph_tie(L->graph, pa, pb) : bt_error(BT_ERR_NOMEM, "out of memory");
+    free(pa);
+    free(pb);
+    if (st != BT_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bt_last_error());
+        return bt_ld_error(&L->ld, v, st, "layer '%s': %s", L->names[i], msg);
     }
     return BT_OK;
 }
@@ -519,25 +508,28 @@ static bt_status add_layer(loader *L, int i)
     bt_layer_desc_init(&desc);
     desc.name = name;
     desc.stage = en->stage;
-    desc.loc = (bt_src_loc){ld->file, en->node->line, en->node->col};
+    const bt_ynode *node = L->lnode[i];
+    desc.loc = (bt_src_loc){ld->file, node->line, node->col};
 
     char what[BT_MAX_NAME + 64];
     snprintf(what, sizeof what, "layer '%s'", name);
-    BT_TRY(bt_ld_require(ld, en->node, "op", what, en->node, &v));
+    BT_TRY(bt_ld_require(ld, node, "op", what, node, &v));
     snprintf(what, sizeof what, "op of layer '%s'", name);
     BT_TRY(bt_ld_string(ld, v, what, &desc.op));
     const bt_op_def *op = bt_op_find(desc.op);
     if (!op) return unknown_op(L, v, name, desc.op);
-    if ((v = bt_ymap_get(en->node, "act"))) {
+    if ((v = bt_ymap_get(node, "act"))) {
         snprintf(what, sizeof what, "act of layer '%s'", name);
         BT_TRY(bt_ld_string(ld, v, what, &desc.act));
     }
-    BT_TRY(resolve_from(L, i, bt_ymap_get(en->node, "from"), ins, &desc.n_inputs));
+    BT_TRY(resolve_from(L, i, bt_ymap_get(node, "from"), ins, &desc.n_inputs));
     desc.inputs = ins;
     BT_TRY(bt_args_create(&args));
-    BT_TRY_GOTO(st, build_args(L, name, op, en->node, args), done);
+    BT_TRY_GOTO(st, bt_ld_layer_args(&L->ld, name, op, node, args), done);
     desc.args = args;
     st = bt_graph_add_layer(L->graph, &desc);
+    if (st == BT_OK && (v = bt_ymap_get(node, "tie"))) st = tie_layer(L, i, v);
+    if (st == BT_OK && en->block && (i - en->first) % en->per != 0) bt_graph_join_previous(L->graph);
 done:
     bt_args_destroy(args);
     return st;
@@ -731,6 +723,7 @@ static void free_source(bt_data_source *src)
         free((char *)src->input_names[i]);
         free((char *)src->input_files[i]);
     }
+    free((char *)src->path);
 }
 
 void bt_model_destroy(bt_model *m)

@@ -360,7 +360,15 @@ static bt_status read_layout(const bt_ld *ld, const bt_ynode *node, const bt_gra
         }
         memcpy(name, p, m);
         name[m] = '\0';
-        int idx = bt_graph_find_layer(graph, name);
+        int idx = bt_graph_find_layer(graph, name), span = 1;
+        if (idx < 0) { /* a prefix names the layers under it: "h.3" is h.3.ln_1 .. h.3.res_2 */
+            span = 0;
+            bt_layer_info li;
+            while (next + span < bt_graph_num_layers(graph) && bt_graph_layer(graph, next + span, &li) == BT_OK &&
+                   strncmp(li.name, name, m) == 0 && li.name[m] == '.')
+                span++;
+            if (span > 0) idx = next;
+        }
         if (idx < 0) {
             st = bt_ld_error(ld, node, BT_ERR_MODEL, "%s names unknown layer '%s'", what, name);
             goto fail;
@@ -378,7 +386,7 @@ static bt_status read_layout(const bt_ld *ld, const bt_ynode *node, const bt_gra
                              what, skipped.name);
             goto fail;
         }
-        next++;
+        next += span;
         memcpy(out + used, name, m);
         used += m;
         if (!p[n]) break;
@@ -540,6 +548,34 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
 
 /* ---- data: ----------------------------------------------------------------------------------- */
 
+/* type: text (path, vocab: char | byte, val_fraction) or tokens (path, val_fraction): the
+ * language-model sources (src/train/lm.c). */
+static bt_status read_text_source(const bt_ld *ld, const bt_ynode *node, const bt_ynode *map,
+                                  const char *what, bt_data_source *src)
+{
+    static const char *const text_keys[] = {"type", "path", "vocab", "val_fraction", NULL};
+    static const char *const token_keys[] = {"type", "path", "val_fraction", NULL};
+    static const char *const vocabs[] = {"char", "byte", NULL};
+    const bt_ynode *v;
+    const char *s;
+    char sub[64];
+    BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_TEXT ? text_keys : token_keys));
+    snprintf(sub, sizeof sub, "%s.path", what);
+    BT_TRY(bt_ld_require(ld, map, "path", what, node, &v));
+    BT_TRY(bt_ld_string(ld, v, sub, &s));
+    if (!(src->path = bt_strdup(s))) return bt_error(BT_ERR_NOMEM, "out of memory");
+    if ((v = bt_ymap_get(map, "vocab"))) {
+        snprintf(sub, sizeof sub, "%s.vocab", what);
+        BT_TRY(bt_ld_enum(ld, v, sub, vocabs, &src->bytes));
+    }
+    src->val_fraction = 0.1;
+    if ((v = bt_ymap_get(map, "val_fraction"))) {
+        snprintf(sub, sizeof sub, "%s.val_fraction", what);
+        BT_TRY(bt_ld_float(ld, v, sub, 0, 0, 0.9, 0, &src->val_fraction));
+    }
+    return BT_OK;
+}
+
 /* npy per input: inputs: {name: file, ...}, naming every model input and nothing else; the files'
  * shapes and values are checked when the data is loaded (io/columns.c). */
 static bt_status read_input_files(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
@@ -585,7 +621,7 @@ static bt_status read_input_files(const bt_ld *ld, const bt_ynode *node, const c
 static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
                              bt_data_source *src)
 {
-    static const char *const types[] = {"synthetic", "idx", "npy", NULL};
+    static const char *const types[] = {"synthetic", "idx", "npy", "text", "tokens", NULL};
     static const char *const file_keys[] = {"type", "images", "labels", "shuffle", NULL};
     static const char *const npy_keys[] = {"type", "images", "labels", "inputs", "shuffle", NULL};
     static const char *const synthetic_keys[] = {"type", "samples", "shuffle", NULL};
@@ -598,6 +634,7 @@ static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *
     int k;
     BT_TRY(bt_ld_enum(ld, v, sub, types, &k));
     src->kind = (bt_data_kind)(k + 1);
+    if (src->kind == BT_DATA_TEXT || src->kind == BT_DATA_TOKENS) return read_text_source(ld, node, map, what, src);
     BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys
                                      : src->kind == BT_DATA_NPY     ? npy_keys
                                                                     : file_keys));

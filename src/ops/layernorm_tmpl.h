@@ -98,3 +98,51 @@ static bt_status R(layernorm_backward)(const bt_op_call *call)
     }
     return BT_OK;
 }
+
+/* y = x s w over one row */
+static inline void R(rms_apply)(const REAL *restrict x, REAL s, const REAL *restrict w,
+                                REAL *restrict y, int64_t d)
+{
+    BT_OPS_VLOOP(j, d, y[j] = x[j] * s * w[j];);
+}
+
+static bt_status R(rmsnorm_forward)(const bt_op_call *call)
+{
+    const bt_layernorm_config *cfg = call->config;
+    const int64_t d = cfg->d, rows = bt_tensor_numel(call->out) / d;
+    const REAL *x = call->in[0].data;    /* (rows, d) */
+    const REAL *w = call->param[0].data; /* (d) */
+    REAL *y = call->out->data;           /* (rows, d) */
+    double *rstd_saved = call->saved;    /* (rows); may be NULL */
+    for (int64_t r = 0; r < rows; r++) {
+        const REAL *xr = x + r * d;
+        const double rstd = 1.0 / sqrt(R(vec_sumsq_centered)(xr, 0.0, d) / (double)d + cfg->eps);
+        R(rms_apply)(xr, (REAL)rstd, w, y + r * d, d);
+        if (rstd_saved) rstd_saved[r] = rstd;
+    }
+    return BT_OK;
+}
+
+/* dx = s (g - xhat mean(g xhat)), g = dy w, xhat = x s; dw += dy xhat */
+static bt_status R(rmsnorm_backward)(const bt_op_call *call)
+{
+    const bt_layernorm_config *cfg = call->config;
+    const int64_t d = cfg->d, rows = bt_tensor_numel(call->out_grad) / d;
+    const REAL *x = call->in[0].data;      /* (rows, d) */
+    const REAL *w = call->param[0].data;   /* (d) */
+    const REAL *dy = call->out_grad->data; /* (rows, d) */
+    const double *rstd = call->saved;      /* (rows) */
+    REAL *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
+    REAL *dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0])
+                   ? call->param_grad[0].data : NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        const REAL *xr = x + r * d, *dyr = dy + r * d;
+        const REAL s = (REAL)rstd[r];
+        if (dw) R(ln_acc_dw)(xr, 0, s, dyr, dw, d);
+        if (!dx) continue;
+        double sum_g, sum_gx;
+        R(ln_grad_sums)(xr, 0, s, dyr, w, d, &sum_g, &sum_gx);
+        R(ln_acc_dx)(xr, 0, s, dyr, w, 0, (REAL)(sum_gx / (double)d), dx + r * d, d);
+    }
+    return BT_OK;
+}

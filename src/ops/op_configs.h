@@ -71,6 +71,49 @@ typedef struct bt_cross_entropy_config {
 } bt_cross_entropy_config;
 BT_OPS_CONFIG_FITS(bt_cross_entropy_config);
 
+/* attention: input [T, 3C] (q | k | v, heads side by side in each), output [T, C]; saved holds the
+ * log-sum-exp of every (head, query) row as a double; tiles of `block` x `block` scores */
+typedef struct bt_attention_config {
+    int64_t t, c, heads, hd; /* hd = c / heads */
+    int64_t block;           /* tile edge: query and key rows per tile */
+    int causal;
+    double scale;            /* 1 / sqrt(hd) */
+} bt_attention_config;
+BT_OPS_CONFIG_FITS(bt_attention_config);
+
+/* Workspace the attention kernels declare (fixed bytes, sized for doubles): scores and their
+ * gradient tiles, the output accumulator of a query tile, and per-row statistics. */
+static inline size_t bt_attention_workspace_bytes(const bt_attention_config *cf)
+{
+    const int64_t b = cf->block;
+    return (size_t)(2 * b * b + b * cf->hd + 3 * b + cf->t) * sizeof(double);
+}
+
+/* pos_embedding: x [T, C] + weight[0:T] */
+typedef struct bt_pos_embedding_config {
+    int64_t t, c, num;
+} bt_pos_embedding_config;
+BT_OPS_CONFIG_FITS(bt_pos_embedding_config);
+
+/* matmul: per sample `lead` pairs of matrices a (m, k) b (k, n) -> (m, n); transpose: `lead`
+ * matrices (r, c) -> (c, r) */
+typedef struct bt_matmul_config {
+    int64_t lead, m, k, n;
+} bt_matmul_config;
+BT_OPS_CONFIG_FITS(bt_matmul_config);
+
+/* split and concat on the last dimension: rows of the inputs (everything but the last dim), the
+ * output's last dim and each input's width and offset into it (concat), or the input's width and
+ * the chunk's width and offset (split: n_in 1, width[0] the chunk). */
+#define BT_CONCAT_MAX 8
+typedef struct bt_concat_config {
+    int64_t rows, d;               /* d: the wide side's last dim */
+    int n;                         /* pieces */
+    int64_t width[BT_CONCAT_MAX];  /* piece widths */
+    int64_t offset[BT_CONCAT_MAX]; /* piece offsets in the wide side */
+} bt_concat_config;
+BT_OPS_CONFIG_FITS(bt_concat_config);
+
 /* conv2d's CPU kernels work on chunks of samples. Columns (S Ho Wo) a chunk aims for, measured on
  * fashion-cnn's two convs (OpenBLAS, one thread, 2026-11-22): chunks of 256 to 2048 columns ran
  * equally fast; at 4096 conv1's backward (a 9-row column matrix) took 1.6x as long, and 16384 or

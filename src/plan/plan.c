@@ -108,15 +108,55 @@ int bt_plan_needs_profile(const bt_graph *g, const bt_parallel_config *cfg)
     return stages > 1;
 }
 
-static bt_status counts_to_stages(const int *counts, int stages, bt_plan *plan)
+/* Partitioning units: a layer, or a block copy of the model file (bt_graph_join_previous).
+ * unit_first[u] is the first layer of unit u, unit_first[n] = the layer count. Caller frees. */
+static bt_status units_of(const bt_graph *g, int **unit_first, int *n)
 {
-    int l = 0;
-    for (int s = 0; s < stages; s++)
-        for (int k = 0; k < counts[s]; k++) plan->layer_stage[l++] = s;
+    int *first = malloc(((size_t)g->n_layers + 1) * sizeof *first);
+    if (!first) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
+    *n = 0;
+    for (int l = 0; l < g->n_layers; l++)
+        if (l == 0 || !g->layers[l].joins_previous) first[(*n)++] = l;
+    first[*n] = g->n_layers;
+    *unit_first = first;
     return BT_OK;
 }
 
-static bt_status partition_balance(const bt_parallel_config *cfg, bt_plan *plan)
+/* Stage cuts over units (first_unit[s]) to cuts over layers. */
+static void units_to_stages(const int *first_unit, const int *unit_first, int stages, bt_plan *plan)
+{
+    for (int s = 0; s < stages; s++)
+        for (int l = unit_first[first_unit[s]]; l < unit_first[first_unit[s + 1]]; l++) plan->layer_stage[l] = s;
+}
+
+static bt_status too_few_units(const bt_plan *plan, int n_units, const bt_graph *g)
+{
+    return bt_error(BT_ERR_MODEL, "%d stages but the model has only %d %s", plan->stages, n_units,
+                    n_units == g->n_layers ? "layers" : "units to cut between (layers, and block copies as one)");
+}
+
+static bt_status partition_uniform(const bt_graph *g, bt_plan *plan)
+{
+    int *unit_first = NULL, n = 0, first[BT_MAX_STAGES + 1];
+    BT_TRY(units_of(g, &unit_first, &n));
+    bt_status st = plan->stages > n ? too_few_units(plan, n, g) : bt_partition_uniform(n, plan->stages, first);
+    if (st == BT_OK) units_to_stages(first, unit_first, plan->stages, plan);
+    free(unit_first);
+    return st;
+}
+
+static bt_status counts_to_stages(const bt_graph *g, const int *counts, int stages, bt_plan *plan)
+{
+    int *unit_first = NULL, n = 0, first[BT_MAX_STAGES + 1] = {0};
+    BT_TRY(units_of(g, &unit_first, &n));
+    for (int s = 0; s < stages; s++) first[s + 1] = first[s] + counts[s];
+    units_to_stages(first, unit_first, stages, plan);
+    free(unit_first);
+    return BT_OK;
+}
+
+/* balance counts units: layers, and block copies as one */
+static bt_status partition_balance(const bt_graph *g, const bt_parallel_config *cfg, bt_plan *plan)
 {
     if (cfg->n_balance != plan->stages)
         return bt_error(BT_ERR_MODEL, "balance has %d entries but there are %d stages",
@@ -128,10 +168,16 @@ static bt_status partition_balance(const bt_parallel_config *cfg, bt_plan *plan)
                             cfg->balance[s]);
         sum += cfg->balance[s];
     }
-    if (sum != plan->n_layers)
-        return bt_error(BT_ERR_MODEL, "balance sums to %d layers but the model has %d", sum,
-                        plan->n_layers);
-    return counts_to_stages(cfg->balance, plan->stages, plan);
+    int *unit_first = NULL, n = 0;
+    BT_TRY(units_of(g, &unit_first, &n));
+    free(unit_first);
+    if (sum != n) {
+        if (n == plan->n_layers)
+            return bt_error(BT_ERR_MODEL, "balance sums to %d layers but the model has %d", sum, plan->n_layers);
+        return bt_error(BT_ERR_MODEL, "balance sums to %d but the model has %d units (layers outside blocks, and "
+                        "block copies, count one each)", sum, n);
+    }
+    return counts_to_stages(g, cfg->balance, plan->stages, plan);
 }
 
 /* layout "a,b|c|d": stages separated by '|', layers by ','; must list every layer in order. */
@@ -149,7 +195,16 @@ static bt_status partition_layout(const bt_graph *g, const bt_parallel_config *c
             return bt_error(BT_ERR_MODEL, "layout '%s': empty or overlong layer name", cfg->layout);
         memcpy(name, p, trimmed);
         name[trimmed] = '\0';
-        int l = bt_graph_find_layer(g, name);
+        int l = bt_graph_find_layer(g, name), span = 1;
+        if (l < 0 && next_layer < plan->n_layers) { /* a prefix: "h.3" names h.3.ln_1 .. h.3.res_2 */
+            const size_t n = strlen(name);
+            span = 0;
+            while (next_layer + span < plan->n_layers &&
+                   strncmp(g->layers[next_layer + span].name, name, n) == 0 &&
+                   g->layers[next_layer + span].name[n] == '.')
+                span++;
+            if (span > 0) l = next_layer;
+        }
         if (l < 0)
             return bt_error(BT_ERR_MODEL, "layout '%s': no layer named '%s'", cfg->layout, name);
         if (l != next_layer)
@@ -157,8 +212,8 @@ static bt_status partition_layout(const bt_graph *g, const bt_parallel_config *c
                             "layout '%s': layer '%s' is out of order (expected '%s'): each layer "
                             "must appear exactly once, in model order",
                             cfg->layout, name, g->layers[next_layer < g->n_layers ? next_layer : 0].name);
-        plan->layer_stage[l] = stage;
-        next_layer++;
+        for (int k = 0; k < span; k++) plan->layer_stage[l + k] = stage;
+        next_layer += span;
         p += len;
         if (*p == '|') stage++;
         if (*p) p++;
@@ -191,20 +246,25 @@ static void first_to_stages(const int *first_layer, int stages, bt_plan *plan)
 
 static bt_status partition_params(const bt_graph *g, bt_plan *plan)
 {
-    double *weights = malloc((size_t)g->n_layers * sizeof *weights);
-    int first[BT_MAX_STAGES + 1];
-    if (!weights) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
-    for (int l = 0; l < g->n_layers; l++) {
-        bt_layer_info info;
-        bt_graph_layer(g, l, &info);
-        /* A layer without parameters still costs something: count its output as weight. */
-        weights[l] = (double)info.n_params + (double)bt_shape_numel(&info.shape);
+    int *unit_first = NULL, n = 0, first[BT_MAX_STAGES + 1];
+    BT_TRY(units_of(g, &unit_first, &n));
+    double *weights = calloc((size_t)n + 1, sizeof *weights);
+    if (!weights) {
+        free(unit_first);
+        return bt_error(BT_ERR_NOMEM, "plan: out of memory");
     }
-    bt_status st = bt_partition_by_weight(g->n_layers, weights, plan->stages, first);
+    for (int u = 0; u < n; u++)
+        for (int l = unit_first[u]; l < unit_first[u + 1]; l++) {
+            bt_layer_info info;
+            bt_graph_layer(g, l, &info);
+            /* A layer without parameters still costs something: count its output as weight. */
+            weights[u] += (double)info.n_params + (double)bt_shape_numel(&info.shape);
+        }
+    bt_status st = plan->stages > n ? too_few_units(plan, n, g) : bt_partition_by_weight(n, weights, plan->stages, first);
+    if (st == BT_OK) units_to_stages(first, unit_first, plan->stages, plan);
     free(weights);
-    BT_TRY(st);
-    first_to_stages(first, plan->stages, plan);
-    return BT_OK;
+    free(unit_first);
+    return st;
 }
 
 /* partition: profile: the optimal cut for the costs the caller measured (or loaded) and handed
@@ -411,15 +471,10 @@ bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_pla
     BT_TRY_GOTO(st, bt_plan_resolve_devices(cfg, g->n_layers, plan->device, &plan->stages), fail);
     bt_partition_kind kind = any_layer_pinned(g) ? BT_PARTITION_PINNED : cfg->partition;
     switch (kind) {
-    case BT_PARTITION_UNIFORM: {
-        int first[BT_MAX_STAGES + 1];
-        BT_TRY_GOTO(st, bt_partition_uniform(g->n_layers, plan->stages, first), fail);
-        first_to_stages(first, plan->stages, plan);
-        break;
-    }
+    case BT_PARTITION_UNIFORM: st = partition_uniform(g, plan); break;
     case BT_PARTITION_PROFILE: st = partition_profile(g, cfg, plan); break;
     case BT_PARTITION_PARAMS: st = partition_params(g, plan); break;
-    case BT_PARTITION_BALANCE: st = partition_balance(cfg, plan); break;
+    case BT_PARTITION_BALANCE: st = partition_balance(g, cfg, plan); break;
     case BT_PARTITION_LAYOUT: st = partition_layout(g, cfg, plan); break;
     case BT_PARTITION_PINNED: st = partition_pinned(g, plan); break;
     }

@@ -94,6 +94,7 @@ bt_status bt_checkpoint_write_file(const bt_engine *e, const bt_graph *g, const 
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
+        if (p.tied_to) continue; /* stored once, under its source's name */
         size_t bytes = param_bytes(e, &p);
         for (int s = 0; s <= slots; s++) {
             void *buf = bufs[i * (slots + 1) + s] = malloc(bytes ? bytes : 1);
@@ -258,9 +259,10 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, i
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
-        BT_TRY(check_tensor(f, p.name, &p.shape, halves));
+        const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy is stored under its source */
+        BT_TRY(check_tensor(f, stored, &p.shape, halves));
         for (int s = 0; s < slots; s++) {
-            snprintf(full, sizeof full, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s));
+            snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
             BT_TRY(check_tensor(f, full, &p.shape, halves));
         }
     }
@@ -276,10 +278,11 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, i
         size_t numel = (size_t)bt_shape_numel(&p.shape), bytes = param_bytes(e, &p);
         void *buf = malloc(bytes + 1);
         if (!buf) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-        bt_status st = read_converted(f, p.name, bt_engine_dtype(e), buf, numel);
+        const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy reads its source */
+        bt_status st = read_converted(f, stored, bt_engine_dtype(e), buf, numel);
         if (st == BT_OK) st = bt_engine_write_param(e, p.name, buf, bytes);
         for (int s = 0; s < slots && st == BT_OK; s++) {
-            snprintf(full, sizeof full, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s));
+            snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
             st = read_converted(f, full, bt_engine_dtype(e), buf, numel);
             if (st == BT_OK) st = bt_engine_write_state(e, p.name, s, buf, bytes);
         }
@@ -519,7 +522,9 @@ bt_status bt_checkpoint_load_weights_partial(bt_engine *e, const bt_graph *g, co
     for (int i = 0; i < bt_graph_num_params(g); i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
-        const bt_st_tensor *t = bt_st_find(f, p.name);
+        const char *stored = p.name;
+        const bt_st_tensor *t = bt_st_find(f, stored);
+        if (!t && p.tied_to) t = bt_st_find(f, stored = p.tied_to); /* a tied copy: its source */
         char a[64], b[64];
         if (!t) {
             BT_TRY_GOTO(st, report_add(&report->missing, &report->n_missing, bt_strdup(p.name)), fail);
@@ -541,7 +546,7 @@ bt_status bt_checkpoint_load_weights_partial(bt_engine *e, const bt_graph *g, co
             goto fail;
         }
         buf = grown;
-        BT_TRY_GOTO(st, read_converted(f, p.name, bt_engine_dtype(e), buf, numel), fail);
+        BT_TRY_GOTO(st, read_converted(f, stored, bt_engine_dtype(e), buf, numel), fail);
         BT_TRY_GOTO(st, bt_engine_write_param(e, p.name, buf, bytes), fail);
         report->loaded++;
     }

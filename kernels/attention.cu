@@ -1,0 +1,228 @@
+/* kernels/attention.cu: the fused attention op (src/ops/attention.c) on the GPU. Simple and
+ * exact rather than fast: one block per (sample, head, query row) for the forward and the query
+ * gradient, one per (sample, head, key row) for the key and value gradients, so every sum is
+ * taken in a fixed order by one block (no atomics, the same result every run). Scores are
+ * recomputed in chunks of the block's width and never stored beyond one chunk: the forward
+ * finds the row's maximum and sum first, saves the log-sum-exp (as the CPU kernels do), then
+ * accumulates p v; the backward reads it back with D = rowsum(dO * O), which the query-row
+ * kernel writes into the workspace for the key-row kernel. Dots accumulate in double. */
+#include "kernel_util.cuh"
+
+#include "cuda/op_glue.h"
+
+#define BT_ATT_THREADS 128
+#define BT_ATT_PER_THREAD 8 /* output columns a thread owns: hd <= 1024 */
+
+struct att_dims {
+    int64_t t, c, heads, hd, rows; /* rows = batch * heads * t */
+    int causal;
+    double scale;
+};
+
+/* q_i . k_j (or any two hd-vectors) in double */
+template <typename T>
+__device__ __forceinline__ double att_dot(const T *a, const T *b, int64_t hd)
+{
+    double s = 0;
+    for (int64_t c = 0; c < hd; c++) s += (double)a[c] * (double)b[c];
+    return s;
+}
+
+template <typename T>
+__global__ void k_att_forward(const T *x, T *y, double *lse, att_dims d)
+{
+    __shared__ double shm[32];
+    __shared__ double sp[BT_ATT_THREADS];
+    const int64_t ld = 3 * d.c;
+    BT_K_FOR_BLOCK(r, d.rows) {
+        const int64_t i = r % d.t, h = (r / d.t) % d.heads, n = r / (d.t * d.heads);
+        const T *xs = x + n * d.t * ld;
+        const T *q = xs + i * ld + h * d.hd, *k = xs + d.c + h * d.hd, *v = xs + 2 * d.c + h * d.hd;
+        const int64_t keys = d.causal ? i + 1 : d.t;
+        double mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < keys; j += blockDim.x)
+            mx = fmax(mx, d.scale * att_dot(q, k + j * ld, d.hd));
+        mx = bt_k_block_max(mx, -(double)INFINITY, shm);
+        double z = 0;
+        for (int64_t j = threadIdx.x; j < keys; j += blockDim.x)
+            z += exp(d.scale * att_dot(q, k + j * ld, d.hd) - mx);
+        const double l = mx + log(bt_k_block_sum(z, shm));
+        double acc[BT_ATT_PER_THREAD] = {0};
+        for (int64_t j0 = 0; j0 < keys; j0 += blockDim.x) {
+            const int64_t j = j0 + threadIdx.x;
+            __syncthreads();
+            sp[threadIdx.x] = j < keys ? exp(d.scale * att_dot(q, k + j * ld, d.hd) - l) : 0.0;
+            __syncthreads();
+            const int64_t nk = keys - j0 < (int64_t)blockDim.x ? keys - j0 : blockDim.x;
+            for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+                const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+                if (c >= d.hd) break;
+                for (int64_t t = 0; t < nk; t++) acc[u] += sp[t] * (double)v[(j0 + t) * ld + c];
+            }
+        }
+        T *yr = y + (n * d.t + i) * d.c + h * d.hd;
+        for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+            const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+            if (c < d.hd) yr[c] = (T)acc[u];
+        }
+        if (lse && threadIdx.x == 0) lse[(n * d.heads + h) * d.t + i] = l;
+    }
+}
+
+/* Per query row i: D_i = dO_i . O_i (kept in dd), dq_i += scale sum_j ds_ij k_j,
+ * ds_ij = p_ij (dO_i . v_j - D_i). */
+template <typename T>
+__global__ void k_att_backward_dq(const T *x, const T *y, const T *dy, const double *lse,
+                                  double *dd, T *dx, att_dims d)
+{
+    __shared__ double shm[32];
+    __shared__ double sp[BT_ATT_THREADS];
+    const int64_t ld = 3 * d.c;
+    BT_K_FOR_BLOCK(r, d.rows) {
+        const int64_t i = r % d.t, h = (r / d.t) % d.heads, n = r / (d.t * d.heads);
+        const T *xs = x + n * d.t * ld;
+        const T *q = xs + i * ld + h * d.hd, *k = xs + d.c + h * d.hd, *v = xs + 2 * d.c + h * d.hd;
+        const T *o = y + (n * d.t + i) * d.c + h * d.hd, *go = dy + (n * d.t + i) * d.c + h * d.hd;
+        double part = 0;
+        for (int64_t c = threadIdx.x; c < d.hd; c += blockDim.x) part += (double)go[c] * (double)o[c];
+        const double di = bt_k_block_sum(part, shm);
+        const int64_t row = (n * d.heads + h) * d.t + i;
+        if (threadIdx.x == 0) dd[row] = di;
+        const double l = lse[row];
+        const int64_t keys = d.causal ? i + 1 : d.t;
+        double acc[BT_ATT_PER_THREAD] = {0};
+        for (int64_t j0 = 0; j0 < keys; j0 += blockDim.x) {
+            const int64_t j = j0 + threadIdx.x;
+            __syncthreads();
+            double ds = 0;
+            if (j < keys) {
+                const double p = exp(d.scale * att_dot(q, k + j * ld, d.hd) - l);
+                ds = p * (att_dot(go, v + j * ld, d.hd) - di);
+            }
+            sp[threadIdx.x] = ds;
+            __syncthreads();
+            const int64_t nk = keys - j0 < (int64_t)blockDim.x ? keys - j0 : blockDim.x;
+            for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+                const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+                if (c >= d.hd) break;
+                for (int64_t t = 0; t < nk; t++) acc[u] += sp[t] * (double)k[(j0 + t) * ld + c];
+            }
+        }
+        T *gq = dx + (n * d.t + i) * ld + h * d.hd;
+        for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+            const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+            if (c < d.hd) gq[c] += (T)(d.scale * acc[u]);
+        }
+    }
+}
+
+/* Per key row j: dv_j += sum_i p_ij dO_i, dk_j += scale sum_i ds_ij q_i. */
+template <typename T>
+__global__ void k_att_backward_dkdv(const T *x, const T *dy, const double *lse, const double *dd,
+                                    T *dx, att_dims d)
+{
+    __shared__ double sp[BT_ATT_THREADS], sd[BT_ATT_THREADS];
+    const int64_t ld = 3 * d.c;
+    BT_K_FOR_BLOCK(r, d.rows) {
+        const int64_t j = r % d.t, h = (r / d.t) % d.heads, n = r / (d.t * d.heads);
+        const T *xs = x + n * d.t * ld;
+        const T *q = xs + h * d.hd, *k = xs + j * ld + d.c + h * d.hd;
+        const T *v = xs + j * ld + 2 * d.c + h * d.hd;
+        const T *go = dy + n * d.t * d.c + h * d.hd;
+        const double *lr = lse + (n * d.heads + h) * d.t, *dr = dd + (n * d.heads + h) * d.t;
+        const int64_t first = d.causal ? j : 0;
+        double av[BT_ATT_PER_THREAD] = {0}, ak[BT_ATT_PER_THREAD] = {0};
+        for (int64_t i0 = first; i0 < d.t; i0 += blockDim.x) {
+            const int64_t i = i0 + threadIdx.x;
+            __syncthreads();
+            double p = 0, ds = 0;
+            if (i < d.t) {
+                p = exp(d.scale * att_dot(q + i * ld, k, d.hd) - lr[i]);
+                ds = p * (att_dot(go + i * d.c, v, d.hd) - dr[i]);
+            }
+            sp[threadIdx.x] = p;
+            sd[threadIdx.x] = ds;
+            __syncthreads();
+            const int64_t nq = d.t - i0 < (int64_t)blockDim.x ? d.t - i0 : blockDim.x;
+            for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+                const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+                if (c >= d.hd) break;
+                for (int64_t t = 0; t < nq; t++) {
+                    av[u] += sp[t] * (double)go[(i0 + t) * d.c + c];
+                    ak[u] += sd[t] * (double)q[(i0 + t) * ld + c];
+                }
+            }
+        }
+        T *gk = dx + (n * d.t + j) * ld + d.c + h * d.hd, *gv = gk + d.c;
+        for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+            const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+            if (c >= d.hd) break;
+            gk[c] += (T)(d.scale * ak[u]);
+            gv[c] += (T)av[u];
+        }
+    }
+}
+
+static att_dims att_dims_of(const bt_attention_config *cf, int64_t batch)
+{
+    att_dims d = {cf->t, cf->c, cf->heads, cf->hd, batch * cf->heads * cf->t, cf->causal,
+                  cf->scale};
+    return d;
+}
+
+extern "C" cudaError_t bt_k_attention_forward(cudaStream_t s, bt_dtype dt, const void *x, void *y,
+                                              double *lse, const bt_attention_config *cf,
+                                              int64_t batch)
+{
+    const att_dims d = att_dims_of(cf, batch);
+    if (d.rows <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_att_forward<T><<<bt_k_blocks_per_item(d.rows), BT_ATT_THREADS, 0, s>>>(
+                          (const T *)x, (T *)y, lse, d););
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t bt_k_attention_backward(cudaStream_t s, bt_dtype dt, const void *x,
+                                               const void *y, const void *dy,
+                                               const double *lse, double *dd, void *dx,
+                                               const bt_attention_config *cf, int64_t batch)
+{
+    const att_dims d = att_dims_of(cf, batch);
+    if (d.rows <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_att_backward_dq<T><<<bt_k_blocks_per_item(d.rows), BT_ATT_THREADS, 0, s>>>(
+                          (const T *)x, (const T *)y, (const T *)dy, lse, dd, (T *)dx, d););
+    BT_K_DISPATCH(dt, k_att_backward_dkdv<T><<<bt_k_blocks_per_item(d.rows), BT_ATT_THREADS, 0,
+                                                s>>>((const T *)x, (const T *)dy, lse, dd,
+                                                     (T *)dx, d););
+    return cudaGetLastError();
+}
+
+/* ---- glue: the op's CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+
+extern "C" bt_status bt_cuda_attention_forward(const bt_op_call *call)
+{
+    const bt_attention_config *cf = (const bt_attention_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "attention", call->out->dtype, &x));
+    if (cf->hd > BT_ATT_THREADS * BT_ATT_PER_THREAD)
+        return bt_op_error(BT_ERR_UNSUPPORTED,
+                           "attention: the CUDA kernel takes heads of at most %d channels, got %lld",
+                           BT_ATT_THREADS * BT_ATT_PER_THREAD, (long long)cf->hd);
+    BT_K_TRY(bt_k_attention_forward, x->stream, call->out->dtype, call->in[0].data,
+             call->out->data, (double *)call->saved, cf, call->batch);
+    return BT_OK;
+}
+
+extern "C" bt_status bt_cuda_attention_backward(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    const bt_attention_config *cf = (const bt_attention_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "attention", call->out_grad->dtype, &x));
+    if (!call->saved || !call->workspace)
+        return bt_op_error(BT_ERR_INTERNAL,
+                           "attention: backward without the forward's saved statistics");
+    BT_K_TRY(bt_k_attention_backward, x->stream, call->out_grad->dtype, call->in[0].data,
+             call->out->data, call->out_grad->data, (const double *)call->saved,
+             (double *)call->workspace, call->in_grad[0].data, cf, call->batch);
+    return BT_OK;
+}

@@ -1,0 +1,180 @@
+/* ops/attention_tmpl.h: the fused attention kernels for one float type (see ops/real.h and
+ * ops/attention.c). Per sample and head, q, k and v are strided views of the input (row stride
+ * 3C, head h at column h * hd of its third); o and do of the output (row stride C). Workspace:
+ * s (block x block scores, then probabilities), dp (block x block), acc (block x hd), the
+ * running maximum m, sum l and D of a query tile, and D of every row; all as REAL. */
+
+/* Number of key rows query tile [i0, i1) looks at. */
+static inline int64_t R(att_keys)(const bt_attention_config *cf, int64_t i1)
+{
+    return cf->causal ? i1 : cf->t;
+}
+
+static bt_status R(attention_forward)(const bt_op_call *call)
+{
+    const bt_attention_config *cf = call->config;
+    const int64_t T = cf->t, C = cf->c, hd = cf->hd, B = cf->block, ld = 3 * C;
+    REAL *s = call->workspace;  /* (B, B) */
+    REAL *acc = s + 2 * B * B;  /* (B, hd) */
+    REAL *m = acc + B * hd, *l = m + B; /* (B) each */
+    double *lse = call->saved;  /* (batch, heads, T); may be NULL in inference */
+    for (int64_t n = 0; n < call->batch; n++)
+        for (int64_t h = 0; h < cf->heads; h++) {
+            const REAL *x = (const REAL *)call->in[0].data + n * T * ld;
+            const REAL *q = x + h * hd, *k = x + C + h * hd, *v = x + 2 * C + h * hd;
+            REAL *o = (REAL *)call->out->data + n * T * C + h * hd;
+            for (int64_t i0 = 0; i0 < T; i0 += B) {
+                const int64_t nq = T - i0 < B ? T - i0 : B, keys = R(att_keys)(cf, i0 + nq);
+                memset(acc, 0, (size_t)(nq * hd) * sizeof *acc);
+                for (int64_t i = 0; i < nq; i++) {
+                    m[i] = -INFINITY;
+                    l[i] = 0;
+                }
+                for (int64_t j0 = 0; j0 < keys; j0 += B) {
+                    const int64_t nk = keys - j0 < B ? keys - j0 : B;
+                    /* s (nq, nk) = scale q k^T */
+                    GEMM(0, 1, (int)nq, (int)nk, (int)hd, (REAL)cf->scale, q + i0 * ld, (int)ld,
+                         k + j0 * ld, (int)ld, 0, s, (int)B);
+                    for (int64_t i = 0; i < nq; i++) {
+                        REAL *si = s + i * B;
+                        /* keys j0 + j > i0 + i are masked: only the first `lim` count */
+                        int64_t lim = nk;
+                        if (cf->causal && i0 + i - j0 + 1 < lim) lim = i0 + i - j0 + 1;
+                        if (lim < 0) lim = 0;
+                        REAL mx = m[i];
+                        for (int64_t j = 0; j < lim; j++) mx = si[j] > mx ? si[j] : mx;
+                        const REAL corr = EXP(m[i] - mx);
+                        double sum = 0;
+                        for (int64_t j = 0; j < lim; j++) {
+                            si[j] = EXP(si[j] - mx);
+                            sum += si[j];
+                        }
+                        for (int64_t j = lim; j < nk; j++) si[j] = 0;
+                        l[i] = l[i] * corr + (REAL)sum;
+                        m[i] = mx;
+                        REAL *ai = acc + i * hd;
+                        for (int64_t c = 0; c < hd; c++) ai[c] *= corr;
+                    }
+                    /* acc (nq, hd) += p (nq, nk) v (nk, hd) */
+                    GEMM(0, 0, (int)nq, (int)hd, (int)nk, 1, s, (int)B, v + j0 * ld, (int)ld, 1,
+                         acc, (int)hd);
+                }
+                for (int64_t i = 0; i < nq; i++) {
+                    REAL *oi = o + (i0 + i) * C;
+                    const REAL inv = 1 / l[i];
+                    for (int64_t c = 0; c < hd; c++) oi[c] = acc[i * hd + c] * inv;
+                    if (lse) lse[(n * cf->heads + h) * T + i0 + i] = (double)m[i] + log((double)l[i]);
+                }
+            }
+        }
+    return BT_OK;
+}
+
+static bt_status R(attention_backward)(const bt_op_call *call)
+{
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    if (!call->saved)
+        return bt_op_error(BT_ERR_INTERNAL,
+                           "attention: backward without the forward's saved statistics");
+    const bt_attention_config *cf = call->config;
+    const int64_t T = cf->t, C = cf->c, hd = cf->hd, B = cf->block, ld = 3 * C;
+    const REAL scale = (REAL)cf->scale;
+    REAL *p = call->workspace; /* (B, B) */
+    REAL *dp = p + B * B;      /* (B, B) */
+    REAL *dd = dp + B * B + B * hd + 3 * B; /* (T): D = rowsum(do * o) */
+    const double *lse = call->saved;
+    for (int64_t n = 0; n < call->batch; n++)
+        for (int64_t h = 0; h < cf->heads; h++) {
+            const REAL *x = (const REAL *)call->in[0].data + n * T * ld;
+            const REAL *q = x + h * hd, *k = x + C + h * hd, *v = x + 2 * C + h * hd;
+            REAL *dx = (REAL *)call->in_grad[0].data + n * T * ld;
+            REAL *dq = dx + h * hd, *dk = dx + C + h * hd, *dv = dx + 2 * C + h * hd;
+            const REAL *o = (const REAL *)call->out->data + n * T * C + h * hd;
+            const REAL *dout = (const REAL *)call->out_grad->data + n * T * C + h * hd;
+            const double *lh = lse + (n * cf->heads + h) * T;
+            for (int64_t i = 0; i < T; i++) {
+                double d = 0;
+                for (int64_t c = 0; c < hd; c++) d += (double)dout[i * C + c] * o[i * C + c];
+                dd[i] = (REAL)d;
+            }
+            for (int64_t i0 = 0; i0 < T; i0 += B) {
+                const int64_t nq = T - i0 < B ? T - i0 : B, keys = R(att_keys)(cf, i0 + nq);
+                for (int64_t j0 = 0; j0 < keys; j0 += B) {
+                    const int64_t nk = keys - j0 < B ? keys - j0 : B;
+                    /* p (nq, nk) = exp(scale q k^T - lse), masked */
+                    GEMM(0, 1, (int)nq, (int)nk, (int)hd, scale, q + i0 * ld, (int)ld,
+                         k + j0 * ld, (int)ld, 0, p, (int)B);
+                    for (int64_t i = 0; i < nq; i++) {
+                        int64_t lim = nk;
+                        if (cf->causal && i0 + i - j0 + 1 < lim) lim = i0 + i - j0 + 1;
+                        if (lim < 0) lim = 0;
+                        const REAL li = (REAL)lh[i0 + i];
+                        REAL *pi = p + i * B;
+                        for (int64_t j = 0; j < lim; j++) pi[j] = EXP(pi[j] - li);
+                        for (int64_t j = lim; j < nk; j++) pi[j] = 0;
+                    }
+                    /* dv (nk, hd) += p^T do */
+                    GEMM(1, 0, (int)nk, (int)hd, (int)nq, 1, p, (int)B, dout + i0 * C, (int)C, 1,
+                         dv + j0 * ld, (int)ld);
+                    /* dp (nq, nk) = do v^T; ds = p (dp - D) in place */
+                    GEMM(0, 1, (int)nq, (int)nk, (int)hd, 1, dout + i0 * C, (int)C, v + j0 * ld,
+                         (int)ld, 0, dp, (int)B);
+                    for (int64_t i = 0; i < nq; i++) {
+                        const REAL di = dd[i0 + i];
+                        REAL *pi = p + i * B, *dpi = dp + i * B;
+                        for (int64_t j = 0; j < nk; j++) dpi[j] = pi[j] * (dpi[j] - di);
+                    }
+                    /* dq (nq, hd) += scale ds k; dk (nk, hd) += scale ds^T q */
+                    GEMM(0, 0, (int)nq, (int)hd, (int)nk, scale, dp, (int)B, k + j0 * ld, (int)ld,
+                         1, dq + i0 * ld, (int)ld);
+                    GEMM(1, 0, (int)nk, (int)hd, (int)nq, scale, dp, (int)B, q + i0 * ld, (int)ld,
+                         1, dk + j0 * ld, (int)ld);
+                }
+            }
+        }
+    return BT_OK;
+}
+
+/* One position p of one sequence with its KV cache: k and v of row p are stored, then query p
+ * attends to rows 0..p (causal) in one pass. Non-causal attention cannot decode: a query would
+ * see keys not yet generated. */
+static bt_status R(attention_decode)(const bt_op_call *call)
+{
+    const bt_attention_config *cf = call->config;
+    const int64_t C = cf->c, hd = cf->hd, p = call->position;
+    if (!cf->causal)
+        return bt_op_error(BT_ERR_UNSUPPORTED, "attention: causal: false cannot decode one position at a time");
+    if (p < 0 || p >= cf->t)
+        return bt_op_error(BT_ERR_INVALID_ARG, "attention: position %lld is outside the context of %lld",
+                           (long long)p, (long long)cf->t);
+    REAL *kc = call->cache, *vc = kc + cf->t * C; /* (T, C) each */
+    const REAL *x = call->in[0].data;             /* (3C): q | k | v of position p */
+    REAL *y = call->out->data;                    /* (C) */
+    memcpy(kc + p * C, x + C, (size_t)C * sizeof *kc);
+    memcpy(vc + p * C, x + 2 * C, (size_t)C * sizeof *vc);
+    for (int64_t h = 0; h < cf->heads; h++) {
+        const REAL *q = x + h * hd;
+        double mx = -INFINITY, z = 0;
+        double acc[1024];
+        double *a = hd <= 1024 ? acc : NULL;
+        if (!a) return bt_op_error(BT_ERR_UNSUPPORTED, "attention: decoding takes heads of at most 1024 channels");
+        for (int64_t c = 0; c < hd; c++) a[c] = 0;
+        for (int64_t j = 0; j <= p; j++) {
+            const REAL *k = kc + j * C + h * hd, *v = vc + j * C + h * hd;
+            double s = 0;
+            for (int64_t c = 0; c < hd; c++) s += (double)q[c] * (double)k[c];
+            s *= cf->scale;
+            if (s > mx) { /* online softmax: rescale what was summed so far */
+                const double corr = exp(mx - s);
+                z *= corr;
+                for (int64_t c = 0; c < hd; c++) a[c] *= corr;
+                mx = s;
+            }
+            const double e = exp(s - mx);
+            z += e;
+            for (int64_t c = 0; c < hd; c++) a[c] += e * (double)v[c];
+        }
+        for (int64_t c = 0; c < hd; c++) y[h * hd + c] = (REAL)(a[c] / z);
+    }
+    return BT_OK;
+}

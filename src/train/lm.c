@@ -1,0 +1,284 @@
+/* train/lm.c: the language-model training loop (see lm.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/strutil.h"
+#include "core/util.h"
+#include "graph/graph_internal.h"
+#include "train/checkpoint.h"
+#include "train/lm.h"
+
+/* Evaluation windows: at most this many batches, spread evenly over the validation split. */
+#define BT_LM_EVAL_BATCHES 200
+
+struct bt_lm {
+    const bt_model *model;
+    bt_engine *engine;
+    bt_trainer_opts opts;
+    const char *idx_name, *label_name;
+    int seq_len;
+    int64_t batch, total_steps;
+    bt_vocab vocab;
+    int have_vocab;
+    uint16_t *train, *val; /* train owns the buffer when val points into it */
+    size_t n_train, n_val;
+    int val_owned;
+    int32_t *idx, *label;  /* (batch, T) */
+    bt_dir_lock *ckpt_lock; /* held while checkpoint_dir is ours */
+    int64_t stopped_at;     /* the step after which opts.stop ended the run, or 0 */
+    double *losses;        /* (batch) */
+};
+
+int bt_lm_wanted(const bt_model *m)
+{
+    return m->data.train.kind == BT_DATA_TEXT || m->data.train.kind == BT_DATA_TOKENS;
+}
+
+static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n);
+
+/* Tokens of a source: a text file through the vocabulary (built from it when build is set), or
+ * a token shard. A file that cannot be read or is not what its type says is a bad argument
+ * (BT_ERR_INVALID_ARG: `baton run` exits 2), as for every data file. */
+static bt_status load_tokens(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n)
+{
+    bt_status st = load_tokens_from(t, src, build, out, n);
+    if (st == BT_ERR_IO) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bt_last_error());
+        st = bt_error(BT_ERR_INVALID_ARG, "%s", msg);
+    }
+    return st;
+}
+
+static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n)
+{
+    if (src->kind == BT_DATA_TOKENS) return bt_tokens_read_bin(src->path, out, n);
+    if (src->kind != BT_DATA_TEXT)
+        return bt_error(BT_ERR_INVALID_ARG, "data.eval: a language model evaluates on type text or tokens");
+    unsigned char *text = NULL;
+    BT_TRY(bt_text_read(src->path, &text, n));
+    if (build) {
+        bt_vocab_build(text, *n, src->bytes, &t->vocab);
+        t->have_vocab = 1;
+    }
+    *out = malloc(*n * sizeof **out + 2);
+    bt_status st = *out ? bt_vocab_encode(&t->vocab, text, *n, *out) : bt_error(BT_ERR_NOMEM, "out of memory");
+    if (st != BT_OK) bt_error(st, "%s: %s", src->path, bt_last_error());
+    free(text);
+    return st;
+}
+
+/* The token input, the label input and T, from the graph: two i32 inputs shaped [T], the label
+ * the loss's second input. */
+static bt_status inspect(bt_lm *t)
+{
+    const bt_graph *g = t->model->graph;
+    if (!bt_graph_is_trainable(g))
+        return bt_error(BT_ERR_MODEL, "%s: the last layer is not a loss, so there is nothing to train", t->model->path);
+    const bt_node *loss = &g->nodes[g->n_nodes - 1];
+    if (g->n_inputs != 2 || loss->n_in != 2)
+        return bt_error(BT_ERR_MODEL, "%s: text data feeds a model with two i32 inputs (tokens [T], labels [T] read "
+                        "by the loss); this one has %d inputs", t->model->path, g->n_inputs);
+    for (int i = 0; i < 2; i++) {
+        const bt_value *v = &g->values[g->inputs[i]];
+        if (v->dtype != BT_I32 || v->shape.ndim != 1)
+            return bt_error(BT_ERR_MODEL, "%s: text data needs i32 inputs shaped [T]; input '%s' is not", t->model->path,
+                            v->name);
+        if (g->inputs[i] == loss->in[1])
+            t->label_name = v->name;
+        else
+            t->idx_name = v->name;
+        t->seq_len = (int)v->shape.dim[0];
+    }
+    if (!t->idx_name || !t->label_name)
+        return bt_error(BT_ERR_MODEL, "%s: the loss's second input must be a model input (the labels)", t->model->path);
+    /* the vocabulary must fit every consumer's declared range (embedding's num) */
+    for (int n = 0; n < g->n_nodes; n++)
+        for (int k = 0; k < g->nodes[n].n_in; k++) {
+            const bt_value *v = &g->values[g->nodes[n].in[k]];
+            if (v->dtype == BT_I32 && g->nodes[n].int_hi[k] > 0 && t->vocab.size > g->nodes[n].int_hi[k])
+                return bt_error(BT_ERR_MODEL, "%s: the text has %d distinct tokens but '%s' takes %lld (raise its num or "
+                                "out to at least %d)", t->model->path, t->vocab.size, g->layers[g->nodes[n].layer].name,
+                                (long long)g->nodes[n].int_hi[k], t->vocab.size);
+        }
+    return BT_OK;
+}
+
+bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *opts, bt_lm **out)
+{
+    *out = NULL;
+    if (opts->resume)
+        return bt_error(BT_ERR_UNSUPPORTED, "--resume is not supported for text data yet (train from the start, or "
+                        "--init from a checkpoint's weights)");
+    if (opts->init_partial)
+        return bt_error(BT_ERR_UNSUPPORTED, "--init-partial is not supported for text data yet (--init loads every "
+                        "weight)");
+    bt_lm *t = calloc(1, sizeof *t);
+    if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
+    t->model = m;
+    t->engine = e;
+    t->opts = *opts;
+    t->batch = m->train.batch;
+    bt_status st = BT_OK;
+    const bt_data_source *src = &m->data.train;
+    size_t n = 0;
+    uint16_t *all = NULL;
+    BT_TRY_GOTO(st, load_tokens(t, src, 1, &all, &n), fail);
+    t->train = all;
+    if (m->data.eval.kind != BT_DATA_NONE) {
+        t->n_train = n;
+        t->val_owned = 1;
+        BT_TRY_GOTO(st, load_tokens(t, &m->data.eval, 0, &t->val, &t->n_val), fail);
+    } else {
+        t->n_val = (size_t)((double)n * src->val_fraction);
+        t->n_train = n - t->n_val;
+        t->val = all + t->n_train;
+    }
+    if (!t->have_vocab) { /* token shards: the vocabulary is whatever the model takes */
+        t->vocab.size = 0;
+        for (size_t i = 0; i < n; i++) t->vocab.size = all[i] + 1 > t->vocab.size ? all[i] + 1 : t->vocab.size;
+    }
+    BT_TRY_GOTO(st, inspect(t), fail);
+    if (t->n_train <= (size_t)t->seq_len + 1 || t->n_val <= (size_t)t->seq_len + 1) {
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: %zu training and %zu validation tokens; each needs more than T + 1 = %d",
+                      src->path, t->n_train, t->n_val, t->seq_len + 1);
+        goto fail;
+    }
+    t->total_steps = opts->steps > 0 ? opts->steps
+                                     : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) *
+                                           (int64_t)(t->n_train / ((size_t)t->seq_len * (size_t)t->batch) + 1);
+    t->idx = malloc((size_t)t->batch * (size_t)t->seq_len * sizeof *t->idx);
+    t->label = malloc((size_t)t->batch * (size_t)t->seq_len * sizeof *t->label);
+    t->losses = malloc((size_t)t->batch * sizeof *t->losses);
+    if (!t->idx || !t->label || !t->losses) {
+        st = bt_error(BT_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(e, m->graph, opts->init), fail);
+    /* the directory is created, tested and locked before step 1, as the trainer does */
+    if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
+    *out = t;
+    return BT_OK;
+fail:
+    bt_lm_destroy(t);
+    return st;
+}
+
+void bt_lm_destroy(bt_lm *t)
+{
+    if (!t) return;
+    bt_dir_lock_release(t->ckpt_lock);
+    free(t->train);
+    if (t->val_owned) free(t->val);
+    free(t->idx);
+    free(t->label);
+    free(t->losses);
+    free(t);
+}
+
+int64_t bt_lm_total_steps(const bt_lm *t) { return t->total_steps; }
+int64_t bt_lm_stopped_at(const bt_lm *t) { return t->stopped_at; }
+
+void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab)
+{
+    *train_tokens = (int64_t)t->n_train;
+    *val_tokens = (int64_t)t->n_val;
+    *vocab = t->vocab.size;
+}
+
+static void fill_window(const bt_lm *t, const uint16_t *tok, size_t at, int b)
+{
+    for (int k = 0; k < t->seq_len; k++) {
+        t->idx[b * t->seq_len + k] = tok[at + (size_t)k];
+        t->label[b * t->seq_len + k] = tok[at + (size_t)k + 1];
+    }
+}
+
+bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens)
+{
+    const size_t starts = t->n_val - (size_t)t->seq_len - 1;
+    int64_t windows = (int64_t)(starts / (size_t)t->seq_len) + 1, batches = windows / t->batch;
+    if (batches > BT_LM_EVAL_BATCHES) batches = BT_LM_EVAL_BATCHES;
+    if (batches < 1) batches = 1;
+    const int64_t count = batches * t->batch;
+    double sum = 0;
+    bt_feed feeds[] = {{t->idx_name, t->idx, BT_I32}, {t->label_name, t->label, BT_I32}};
+    bt_dtype dt = bt_engine_dtype(t->engine);
+    for (int64_t q = 0; q < batches; q++) {
+        for (int b = 0; b < t->batch; b++) {
+            const int64_t w = q * t->batch + b; /* window w of count, spread over the split */
+            fill_window(t, t->val, (size_t)((double)w * (double)starts / (double)count), b);
+        }
+        bt_step_result r;
+        void *out = t->losses;
+        float lf[1024];
+        if (dt == BT_F32 && t->batch <= 1024) out = lf;
+        BT_TRY(bt_engine_forward(t->engine, feeds, 2, out, &r));
+        for (int b = 0; b < t->batch; b++) sum += dt == BT_F32 && t->batch <= 1024 ? (double)lf[b] : t->losses[b];
+    }
+    *loss = sum / (double)count; /* each sample's loss is its mean over T positions */
+    *tokens = count; /* windows (samples) of T tokens each */
+    if (!isfinite(*loss)) return bt_error(BT_ERR_NUMERIC, "the validation loss is not finite (%g)", *loss);
+    return BT_OK;
+}
+
+static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user);
+
+static bt_status eval_event(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
+{
+    bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps, .accuracy = NAN};
+    double t0 = bt_now_ms();
+    BT_TRY(bt_lm_evaluate(t, &ev.loss, &ev.samples));
+    ev.eval_ms = bt_now_ms() - t0;
+    if (cb) cb(&ev, user);
+    return BT_OK;
+}
+
+bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)
+{
+    bt_feed feeds[] = {{t->idx_name, t->idx, BT_I32}, {t->label_name, t->label, BT_I32}};
+    const size_t starts = t->n_train - (size_t)t->seq_len - 1;
+    for (int64_t step = 1; step <= t->total_steps; step++) {
+        uint64_t rng = bt_mix64(t->opts.seed ^ (0x6c6dULL + (uint64_t)step * 0x9e3779b97f4a7c15ULL));
+        for (int b = 0; b < t->batch; b++) fill_window(t, t->train, (size_t)(bt_rng_next(&rng) % starts), b);
+        bt_step_result r;
+        BT_TRY(bt_engine_train_step(t->engine, feeds, 2, &r));
+        if (!isfinite(r.loss)) return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is not finite (%g)", (long long)step, r.loss);
+        bt_train_event ev = {.kind = BT_EV_STEP, .step = step, .total_steps = t->total_steps, .result = &r};
+        if (cb) cb(&ev, user);
+        if (t->opts.stop && *t->opts.stop) { /* a signal: checkpoint, no evaluation */
+            t->stopped_at = step;
+            break;
+        }
+        if (t->opts.eval_every > 0 && step % t->opts.eval_every == 0 && step != t->total_steps)
+            BT_TRY(eval_event(t, step, cb, user));
+        if (t->opts.checkpoint_dir && t->opts.checkpoint_every > 0 && step % t->opts.checkpoint_every == 0 &&
+            step != t->total_steps)
+            BT_TRY(save(t, step, cb, user));
+    }
+    if (t->opts.eval_every >= 0 && !t->stopped_at) BT_TRY(eval_event(t, t->total_steps, cb, user));
+    if (t->opts.checkpoint_dir) BT_TRY(save(t, t->stopped_at ? t->stopped_at : t->total_steps, cb, user));
+    return BT_OK;
+}
+
+/* A checkpoint of step (keep_last numbered files kept) and vocab.txt beside it. */
+static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
+{
+    bt_checkpoint_meta meta = {.step = step, .seed = t->opts.seed};
+    snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
+    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta,
+                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last));
+    char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
+    if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
+    bt_status st = t->have_vocab ? bt_vocab_save(&t->vocab, vp) : BT_OK;
+    free(vp);
+    BT_TRY(st);
+    bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
+                         .path = t->opts.checkpoint_dir};
+    if (cb) cb(&ev, user);
+    return BT_OK;
+}

@@ -1,0 +1,36 @@
+/* train/lm.h: training a language model on text (data: type text or tokens). The model reads one
+ * i32 input of token ids [T] and one i32 input of next-token labels [T] (the loss's second
+ * input); each step draws `batch` windows of T + 1 tokens at random offsets of the training split
+ * (seeded by the run's seed and the step, so a run is reproducible); evaluation is the mean loss
+ * over fixed windows of the validation split (the file named by data.eval, or the last
+ * val_fraction of the training file), through the forward-only schedule. Checkpoints go where the
+ * trainer's do (every checkpoint_every steps and at the end, keep_last numbered files kept; the
+ * directory prepared and locked before step 1), with the vocabulary beside them (vocab.txt, for
+ * `baton generate`); opts->stop ends the run after the current step with a checkpoint. Reports through
+ * the trainer's callback (train/trainer.h) and never prints. */
+#ifndef BT_TRAIN_LM_H
+#define BT_TRAIN_LM_H
+
+#include "io/text.h"
+#include "train/trainer.h"
+
+typedef struct bt_lm bt_lm;
+
+/* 1 when the model's data: section is a language-model source (text or tokens). */
+int bt_lm_wanted(const bt_model *model);
+/* Loads and splits the data, checks it against the model (inputs, vocabulary size). opts->resume
+ * is refused (BT_ERR_UNSUPPORTED, naming --resume); opts->init loads weights. */
+bt_status bt_lm_create(const bt_model *model, bt_engine *engine, const bt_trainer_opts *opts,
+                       bt_lm **out);
+void bt_lm_destroy(bt_lm *t);
+int64_t bt_lm_total_steps(const bt_lm *t);
+/* The step after which opts->stop ended the last bt_lm_run (a checkpoint was written when a
+ * directory was given; no evaluation); 0 when it ran to the end. */
+int64_t bt_lm_stopped_at(const bt_lm *t);
+/* Tokens in the training and validation splits, and the vocabulary size. */
+void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab);
+/* Mean per-token loss over the evaluation windows and how many windows (of T tokens) it took. */
+bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens);
+bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user);
+
+#endif

@@ -1,0 +1,487 @@
+/* tests/test_gpt.c: GPT-style models written in the model file (blocks that repeat, tied
+ * weights) run as pipelines.
+ *   - blocks: copies are named <block>.k.<layer>, a name inside a copy means that copy's layer, a
+ *     relative reference reaches the block's input, the block's name outside means its last layer;
+ *   - tie: the tied copies start equal, and one SGD step moves them by the sum of the two
+ *     gradients an untied model computes (f64, against that model's own gradients);
+ *   - a 3-block GPT with tied weights split into 1, 2, 3 and 4 stages under GPipe and 1F1B gives
+ *     the one-stage losses and parameters after 3 AdamW steps within 1e-5 relative, and the tied
+ *     copies are bit-identical after every step;
+ *   - generation: the decoder with its KV cache scores a window exactly as the engine's forward
+ *     does (f64), and samples the same tokens as the cache-free path that reruns the window;
+ *   - checkpoints of a tied model hold the tensor once (wte.weight, no lm_head.weight), and a
+ *     resume on another placement (3 stages, 2 micro-batches -> 1 stage, 1) continues to float
+ *     rounding, the tied copy restored from the source;
+ *   - text data: a character vocabulary (built, saved, loaded, refusing unknown bytes), llm.c
+ *     token shards (round trip, a bad header refused) and next-token windows. */
+#include <math.h>
+#include <string.h>
+
+#include "baton.h"
+#include "bt_test.h"
+#include "io/text.h"
+#include "plan/plan.h"
+#include "train/checkpoint.h"
+
+#define T 9  /* not a multiple of the attention tile used below (block: 4) */
+#define V 13
+#define C 16
+
+static const char gpt_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [9], dtype: i32}\n"
+    "  label: {shape: [9], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.1}, from: idx}\n"
+    "  - {name: wpe, op: pos_embedding, args: {num: 12, std: 0.1}}\n"
+    "  - name: h\n"
+    "    repeat: 3\n"
+    "    layers:\n"
+    "      - {name: ln_1, op: layernorm}\n"
+    "      - {name: c_attn, op: linear, args: {out: 48}}\n"
+    "      - {name: attn, op: attention, args: {heads: 2, block: 4}}\n"
+    "      - {name: c_proj, op: linear, args: {out: 16}}\n"
+    "      - {name: res1, op: add, from: [-1, -5]}\n"
+    "      - {name: ln_2, op: layernorm}\n"
+    "      - {name: c_fc, op: linear, args: {out: 64}, act: gelu}\n"
+    "      - {name: mlp_proj, op: linear, args: {out: 16}}\n"
+    "      - {name: res2, op: add, from: [-1, res1]}\n"
+    "  - {name: ln_f, op: layernorm, from: h}\n"
+    "  - {name: lm_head, op: linear, args: {out: 13, bias: false}%s}\n"
+    "  - {name: loss, op: cross_entropy, from: [lm_head, label]}\n";
+
+static bt_model *load_gpt(int tied)
+{
+    char text[4096];
+    snprintf(text, sizeof text, gpt_yaml, tied ? ", tie: wte" : "");
+    bt_model *m = NULL;
+    bt_status st = bt_model_load_string(text, strlen(text), "gpt.yaml", NULL, 0, &m);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    return m;
+}
+
+static void fill_tokens(int32_t *idx, int32_t *label, int batch, unsigned seed)
+{
+    for (int i = 0; i < batch * T; i++) {
+        seed = seed * 1103515245u + 12345u;
+        idx[i] = (int32_t)((seed >> 16) % V);
+    }
+    for (int i = 0; i < batch * T; i++) label[i] = (i % T == T - 1) ? idx[i - T + 1] : idx[i + 1];
+}
+
+static void test_block_names(void)
+{
+    bt_model *m = load_gpt(0);
+    const bt_graph *g = m->graph;
+    CU_ASSERT(bt_graph_find_layer(g, "h.0.ln_1") == 2);
+    CU_ASSERT(bt_graph_find_layer(g, "h.2.res2") >= 0);
+    CU_ASSERT(bt_graph_find_layer(g, "h.3.ln_1") < 0);
+    bt_layer_info info;
+    /* res2 of copy 1 reads that copy's mlp_proj and res1 */
+    CU_ASSERT_FATAL(bt_graph_layer(g, bt_graph_find_layer(g, "h.1.res2"), &info) == BT_OK);
+    CU_ASSERT_STRING_EQUAL(info.inputs[0], "h.1.mlp_proj");
+    CU_ASSERT_STRING_EQUAL(info.inputs[1], "h.1.res1");
+    /* res1 of copy 1 reaches back to the block's input: copy 0's res2 */
+    CU_ASSERT_FATAL(bt_graph_layer(g, bt_graph_find_layer(g, "h.1.res1"), &info) == BT_OK);
+    CU_ASSERT_STRING_EQUAL(info.inputs[1], "h.0.res2");
+    /* ln_1 of copy 0 reads the layer before the block; ln_f names the block: its last layer */
+    CU_ASSERT_FATAL(bt_graph_layer(g, bt_graph_find_layer(g, "h.0.ln_1"), &info) == BT_OK);
+    CU_ASSERT_STRING_EQUAL(info.inputs[0], "wpe");
+    CU_ASSERT_FATAL(bt_graph_layer(g, bt_graph_find_layer(g, "ln_f"), &info) == BT_OK);
+    CU_ASSERT_STRING_EQUAL(info.inputs[0], "h.2.res2");
+    bt_model_destroy(m);
+
+    /* a block layer's name inside the block must be unique; a tie must match shapes */
+    static const char dup[] = "format: 1\ninputs: {x: {shape: [4]}}\nlayers:\n"
+                              "  - name: b\n    repeat: 2\n    layers:\n"
+                              "      - {name: a, op: linear, args: {out: 4}}\n"
+                              "      - {name: a, op: relu}\n";
+    CU_ASSERT(bt_model_load_string(dup, strlen(dup), "dup.yaml", NULL, 0, &m) == BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), "layer name 'a' appears twice") != NULL);
+    static const char badtie[] = "format: 1\ninputs: {x: {shape: [4]}}\nlayers:\n"
+                                 "  - {name: a, op: linear, args: {out: 4}}\n"
+                                 "  - {name: b, op: linear, args: {out: 3}, tie: a}\n";
+    CU_ASSERT(bt_model_load_string(badtie, strlen(badtie), "tie.yaml", NULL, 0, &m) == BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), "tie: 'b.weight' is shaped [3, 4], 'a.weight' [4, 4]") != NULL);
+}
+
+/* Partitioners cut between block copies; balance counts them as one; a layout names a copy. */
+static void test_block_partition(void)
+{
+    bt_model *m = load_gpt(0);
+    bt_parallel_config cfg = m->parallel;
+    bt_plan *plan = NULL;
+    cfg.stages = 2;
+    cfg.partition = BT_PARTITION_PARAMS;
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    bt_layer_info info;
+    bt_graph_layer(m->graph, plan->first_layer[1], &info);
+    CU_ASSERT(strstr(info.name, ".ln_1") != NULL || strcmp(info.name, "ln_f") == 0); /* a copy's first layer */
+    bt_plan_destroy(plan);
+    cfg.partition = BT_PARTITION_UNIFORM;
+    cfg.stages = 3;
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    for (int s = 1; s < 3; s++) {
+        bt_graph_layer(m->graph, plan->first_layer[s], &info);
+        CU_ASSERT(strchr(info.name, '.') == NULL || strstr(info.name, ".ln_1") != NULL);
+    }
+    bt_plan_destroy(plan);
+    /* units: wte, wpe, h.0, h.1, h.2, ln_f, lm_head, loss */
+    cfg.partition = BT_PARTITION_BALANCE;
+    cfg.stages = 2;
+    cfg.n_balance = 2;
+    cfg.balance[0] = 3;
+    cfg.balance[1] = 5;
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    CU_ASSERT_EQUAL(plan->first_layer[1], bt_graph_find_layer(m->graph, "h.1.ln_1"));
+    bt_plan_destroy(plan);
+    cfg.balance[1] = 6;
+    CU_ASSERT(bt_plan_build(m->graph, &cfg, &plan) == BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), "balance sums to 9 but the model has 8 units") != NULL);
+    cfg.partition = BT_PARTITION_LAYOUT;
+    cfg.layout = "wte,wpe,h.0,h.1|h.2,ln_f,lm_head,loss";
+    CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+    CU_ASSERT_EQUAL(plan->first_layer[1], bt_graph_find_layer(m->graph, "h.2.ln_1"));
+    bt_plan_destroy(plan);
+    bt_model_destroy(m);
+}
+
+static bt_engine *make_engine(const bt_model *m, int stages, bt_schedule_kind kind, int micro,
+                              bt_dtype dtype, bt_optimizer_kind opt, double lr)
+{
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.stages = stages;
+    p.parallel.devices = "auto";
+    p.parallel.microbatches = micro;
+    p.parallel.schedule = kind;
+    p.batch = 4;
+    p.dtype = dtype;
+    p.threads = 1;
+    p.seed = 7;
+    p.optimizer.kind = opt;
+    p.optimizer.lr = lr;
+    p.optimizer.weight_decay = opt == BT_OPT_SGD ? 0 : 0.01;
+    p.optimizer.momentum = 0;
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    return e;
+}
+
+/* One SGD step of the tied model moves both copies by g_wte + g_head of the untied model. */
+static void test_tie_sums_gradients(void)
+{
+    const size_t n = (size_t)V * C;
+    double *w0 = calloc(n, sizeof *w0), *gw = calloc(n, sizeof *gw), *gh = calloc(n, sizeof *gh);
+    double *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+    int32_t idx[4 * T], label[4 * T];
+    fill_tokens(idx, label, 4, 11);
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_model *tied = load_gpt(1), *untied = load_gpt(0);
+    bt_engine *et = make_engine(tied, 2, BT_SCHEDULE_1F1B, 2, BT_F64, BT_OPT_SGD, 0.5);
+    bt_engine *eu = make_engine(untied, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_SGD, 0.5);
+    CU_ASSERT_FATAL(bt_engine_read_param(et, "wte.weight", w0, n * 8) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_param(et, "lm_head.weight", a, n * 8) == BT_OK);
+    CU_ASSERT(memcmp(w0, a, n * 8) == 0); /* the copy starts as its source */
+    /* the untied model gets the same weights everywhere, then its two gradients */
+    for (int i = 0; i < bt_graph_num_params(untied->graph); i++) {
+        bt_param_info p;
+        CU_ASSERT_FATAL(bt_graph_param(untied->graph, i, &p) == BT_OK);
+        size_t bytes = (size_t)bt_shape_numel(&p.shape) * 8;
+        double *buf = malloc(bytes);
+        CU_ASSERT_FATAL(bt_engine_read_param(et, p.name, buf, bytes) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_write_param(eu, p.name, buf, bytes) == BT_OK);
+        free(buf);
+    }
+    bt_step_result r;
+    CU_ASSERT_FATAL(bt_engine_compute_grads(eu, feeds, 2, &r) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_grad(eu, "wte.weight", gw, n * 8) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_grad(eu, "lm_head.weight", gh, n * 8) == BT_OK);
+    bt_step_result rt;
+    CU_ASSERT_FATAL(bt_engine_train_step(et, feeds, 2, &rt) == BT_OK);
+    CU_ASSERT(fabs(rt.loss - r.loss) <= 1e-12 * fabs(r.loss));
+    CU_ASSERT_FATAL(bt_engine_read_param(et, "wte.weight", a, n * 8) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_param(et, "lm_head.weight", b, n * 8) == BT_OK);
+    CU_ASSERT(memcmp(a, b, n * 8) == 0);
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = w0[i] - 0.5 * (gw[i] + gh[i]);
+        worst = fmax(worst, fabs(a[i] - want));
+        moved = fmax(moved, fabs(gh[i]));
+    }
+    if (!(worst < 1e-12)) printf("\n  tied update off by %g\n", worst);
+    CU_ASSERT(worst < 1e-12);
+    CU_ASSERT(moved > 1e-6); /* the head's gradient is not negligible: the sum is tested */
+    bt_engine_destroy(et);
+    bt_engine_destroy(eu);
+    bt_model_destroy(tied);
+    bt_model_destroy(untied);
+    free(w0), free(gw), free(gh), free(a), free(b);
+}
+
+#define STEPS 3
+
+/* Losses and parameters after STEPS steps; the tied copies compared bit for bit every step. */
+static void run_gpt(const bt_model *m, int stages, bt_schedule_kind kind, double *loss, double **params)
+{
+    bt_engine *e = make_engine(m, stages, kind, 4, BT_F32, BT_OPT_ADAMW, 3e-3);
+    const size_t n = (size_t)V * C;
+    float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+    for (int s = 0; s < STEPS; s++) {
+        int32_t idx[4 * T], label[4 * T];
+        fill_tokens(idx, label, 4, 100); /* one batch: the loss must fall */
+        bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+        bt_step_result r;
+        CU_ASSERT_FATAL(bt_engine_train_step(e, feeds, 2, &r) == BT_OK);
+        loss[s] = r.loss;
+        CU_ASSERT_FATAL(bt_engine_read_param(e, "wte.weight", a, n * 4) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, "lm_head.weight", b, n * 4) == BT_OK);
+        if (memcmp(a, b, n * 4) != 0) printf("\n  %d stages: tied copies differ after step %d\n", stages, s + 1);
+        CU_ASSERT(memcmp(a, b, n * 4) == 0);
+    }
+    for (int i = 0; i < bt_graph_num_params(m->graph); i++) {
+        bt_param_info p;
+        bt_graph_param(m->graph, i, &p);
+        size_t k = (size_t)bt_shape_numel(&p.shape);
+        float *f = malloc(k * sizeof *f);
+        params[i] = malloc(k * sizeof **params);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, p.name, f, k * 4) == BT_OK);
+        for (size_t j = 0; j < k; j++) params[i][j] = f[j];
+        free(f);
+    }
+    free(a), free(b);
+    bt_engine_destroy(e);
+}
+
+static void test_pipelines_agree(void)
+{
+    bt_model *m = load_gpt(1);
+    const int np = bt_graph_num_params(m->graph);
+    double ref_loss[STEPS], loss[STEPS];
+    double **ref = calloc((size_t)np, sizeof *ref), **got = calloc((size_t)np, sizeof *got);
+    run_gpt(m, 1, BT_SCHEDULE_1F1B, ref_loss, ref);
+    CU_ASSERT(ref_loss[2] < ref_loss[0]);
+    for (int stages = 1; stages <= 4; stages++)
+        for (int k = 0; k < 2; k++) {
+            bt_schedule_kind kind = k ? BT_SCHEDULE_1F1B : BT_SCHEDULE_GPIPE;
+            run_gpt(m, stages, kind, loss, got);
+            for (int s = 0; s < STEPS; s++) {
+                double rel = fabs(loss[s] - ref_loss[s]) / fabs(ref_loss[s]);
+                if (!(rel <= 1e-5)) printf("\n  %d stages %s: step %d loss %.9g, one stage %.9g\n", stages, k ? "1f1b" : "gpipe", s + 1, loss[s], ref_loss[s]);
+                CU_ASSERT(rel <= 1e-5);
+            }
+            for (int i = 0; i < np; i++) {
+                bt_param_info p;
+                bt_graph_param(m->graph, i, &p);
+                double worst = 0, scale = 1e-3;
+                for (int64_t j = 0; j < bt_shape_numel(&p.shape); j++) {
+                    worst = fmax(worst, fabs(got[i][j] - ref[i][j]));
+                    scale = fmax(scale, fabs(ref[i][j]));
+                }
+                if (!(worst <= 1e-5 * scale)) printf("\n  %d stages: %s differs by %g (scale %g)\n", stages, p.name, worst, scale);
+                CU_ASSERT(worst <= 1e-5 * scale);
+                free(got[i]);
+            }
+        }
+    for (int i = 0; i < np; i++) free(ref[i]);
+    free(ref), free(got);
+    bt_model_destroy(m);
+}
+
+static void test_generate(void)
+{
+    bt_model *m = load_gpt(1);
+    bt_engine *e = make_engine(m, 2, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
+    int32_t idx[4 * T], label[4 * T];
+    fill_tokens(idx, label, 4, 5);
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    for (int s = 0; s < 3; s++) CU_ASSERT_FATAL(bt_engine_train_step(e, feeds, 2, &r) == BT_OK);
+    double per_sample[4];
+    CU_ASSERT_FATAL(bt_engine_forward(e, feeds, 2, per_sample, &r) == BT_OK);
+    for (int b = 0; b < 4; b++) {
+        int32_t seq[T + 1];
+        memcpy(seq, idx + b * T, sizeof(int32_t) * T);
+        seq[T] = label[b * T + T - 1];
+        double loss = 0;
+        CU_ASSERT_FATAL(bt_generate_score(e, m->graph, seq, T + 1, &loss) == BT_OK);
+        if (!(fabs(loss - per_sample[b]) <= 1e-12 * fabs(per_sample[b])))
+            printf("\n  sample %d: decoder %.17g, forward %.17g\n", b, loss, per_sample[b]);
+        CU_ASSERT(fabs(loss - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
+    }
+    /* the same tokens with and without the cache (a batch-1 engine for the window path) */
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.stages = 2;
+    p.batch = 1;
+    p.dtype = BT_F64;
+    p.threads = 1;
+    p.training = 0;
+    bt_engine *e1 = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(m->graph, &p, &e1) == BT_OK);
+    for (int i = 0; i < bt_graph_num_params(m->graph); i++) {
+        bt_param_info pi;
+        bt_graph_param(m->graph, i, &pi);
+        size_t bytes = (size_t)bt_shape_numel(&pi.shape) * 8;
+        double *buf = malloc(bytes);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, pi.name, buf, bytes) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_write_param(e1, pi.name, buf, bytes) == BT_OK);
+        free(buf);
+    }
+    bt_generate_params gp;
+    bt_generate_params_init(&gp);
+    gp.tokens = 6;
+    gp.seed = 3;
+    gp.top_k = 5;
+    const int32_t prompt[] = {1, 2, 3};
+    int32_t a[6], b[6];
+    bt_generate_stats st;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, a, &st) == BT_OK);
+    CU_ASSERT(st.tokens_per_s > 0);
+    gp.kv_cache = 0;
+    CU_ASSERT_FATAL(bt_generate(e1, m->graph, prompt, 3, &gp, b, &st) == BT_OK);
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+    for (int k = 0; k < 6; k++) CU_ASSERT(a[k] >= 0 && a[k] < V);
+    /* errors: a token outside the vocabulary, a bad temperature */
+    const int32_t bad[] = {1, V};
+    gp.kv_cache = 1;
+    CU_ASSERT(bt_generate(e, m->graph, bad, 2, &gp, a, &st) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "prompt token 13 at 1 is outside the vocabulary of 13") != NULL);
+    gp.temperature = 0;
+    CU_ASSERT(bt_generate(e, m->graph, prompt, 3, &gp, a, &st) == BT_ERR_INVALID_ARG);
+    bt_engine_destroy(e1);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
+static void test_tied_checkpoint(void)
+{
+    bt_model *m = load_gpt(1);
+    bt_engine *a = make_engine(m, 3, BT_SCHEDULE_1F1B, 2, BT_F32, BT_OPT_ADAMW, 3e-3);
+    bt_engine *b = make_engine(m, 1, BT_SCHEDULE_GPIPE, 1, BT_F32, BT_OPT_ADAMW, 3e-3);
+    int32_t idx[4 * T], label[4 * T];
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    for (int s = 0; s < 2; s++) {
+        fill_tokens(idx, label, 4, 30 + (unsigned)s);
+        CU_ASSERT_FATAL(bt_engine_train_step(a, feeds, 2, &r) == BT_OK);
+    }
+    char dir[] = "/tmp/bt_test_gpt_ck_XXXXXX", path[256];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    bt_checkpoint_meta meta = {.step = 2};
+    snprintf(meta.model, sizeof meta.model, "gpt");
+    CU_ASSERT_FATAL(bt_checkpoint_save(a, m->graph, dir, &meta) == BT_OK);
+    snprintf(path, sizeof path, "%s/" BT_CHECKPOINT_FILE, dir);
+    bt_st_file *f = NULL;
+    CU_ASSERT_FATAL(bt_st_open(path, &f) == BT_OK);
+    int wte = 0, head = 0;
+    for (int i = 0; i < bt_st_count(f); i++) {
+        const char *name = bt_st_at(f, i)->name;
+        wte += strcmp(name, "wte.weight") == 0;
+        head += strstr(name, "lm_head.weight") != NULL;
+    }
+    CU_ASSERT_EQUAL(wte, 1);
+    CU_ASSERT_EQUAL(head, 0); /* neither the weight nor its optimizer state */
+    bt_st_close(f);
+    bt_checkpoint_meta got;
+    CU_ASSERT_FATAL(bt_checkpoint_resume(b, m->graph, dir, &got) == BT_OK);
+    fill_tokens(idx, label, 4, 99);
+    CU_ASSERT_FATAL(bt_engine_train_step(a, feeds, 2, &r) == BT_OK);
+    bt_step_result rb;
+    CU_ASSERT_FATAL(bt_engine_train_step(b, feeds, 2, &rb) == BT_OK);
+    CU_ASSERT(fabs(r.loss - rb.loss) <= 1e-5 * fabs(r.loss));
+    const size_t n = (size_t)V * C;
+    float *wa = calloc(n, 4), *wb = calloc(n, 4), *hb = calloc(n, 4);
+    CU_ASSERT_FATAL(bt_engine_read_param(a, "wte.weight", wa, n * 4) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_param(b, "wte.weight", wb, n * 4) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_read_param(b, "lm_head.weight", hb, n * 4) == BT_OK);
+    CU_ASSERT(memcmp(wb, hb, n * 4) == 0); /* the copy was restored from wte.weight */
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]));
+    CU_ASSERT(worst <= 1e-6);
+    free(wa), free(wb), free(hb);
+    remove(path);
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    remove(path);
+    rmdir(dir);
+    bt_engine_destroy(a);
+    bt_engine_destroy(b);
+    bt_model_destroy(m);
+}
+
+static void test_text_data(void)
+{
+    const unsigned char text[] = "to be, or not to be";
+    const size_t n = sizeof text - 1;
+    bt_vocab v, w;
+    bt_vocab_build(text, n, 0, &v);
+    CU_ASSERT_EQUAL(v.size, 8); /* ' ', ',', b, e, n, o, r, t */
+    CU_ASSERT_EQUAL(v.byte[0], ' ');
+    CU_ASSERT_EQUAL(v.byte[7], 't');
+    uint16_t tok[64];
+    CU_ASSERT_FATAL(bt_vocab_encode(&v, text, n, tok) == BT_OK);
+    CU_ASSERT_EQUAL(tok[0], 7);
+    CU_ASSERT(bt_vocab_encode(&v, (const unsigned char *)"tox", 3, tok) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "byte 0x78 at offset 2") != NULL);
+    CU_ASSERT_FATAL(bt_vocab_encode(&v, text, n, tok) == BT_OK);
+    char dir[] = "/tmp/bt_test_gpt_XXXXXX", path[256];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    CU_ASSERT_FATAL(bt_vocab_save(&v, path) == BT_OK);
+    CU_ASSERT_FATAL(bt_vocab_load(path, &w) == BT_OK);
+    CU_ASSERT(w.size == v.size && memcmp(w.byte, v.byte, 256) == 0 && memcmp(w.token, v.token, sizeof w.token) == 0);
+    bt_vocab all;
+    bt_vocab_build(text, n, 1, &all);
+    CU_ASSERT_EQUAL(all.size, 256);
+    /* shards */
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    CU_ASSERT_FATAL(bt_tokens_write_bin(path, tok, n) == BT_OK);
+    uint16_t *back = NULL;
+    size_t m = 0;
+    CU_ASSERT_FATAL(bt_tokens_read_bin(path, &back, &m) == BT_OK);
+    CU_ASSERT(m == n && memcmp(back, tok, n * 2) == 0);
+    free(back);
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_FATAL(f != NULL);
+    int32_t wrong = 20240519;
+    fwrite(&wrong, 4, 1, f);
+    fclose(f);
+    CU_ASSERT(bt_tokens_read_bin(path, &back, &m) == BT_ERR_IO);
+    CU_ASSERT(strstr(bt_last_error(), "not an llm.c token shard (magic 20240519") != NULL);
+    remove(path);
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    remove(path);
+    rmdir(dir);
+    /* windows: every label is the token after its input */
+    int32_t idx[3 * 5], label[3 * 5];
+    uint64_t rng = 42;
+    bt_text_windows(tok, n, 5, 3, &rng, idx, label);
+    for (int b = 0; b < 3; b++) {
+        int o = -1;
+        for (int s = 0; s + 5 < (int)n && o < 0; s++)
+            if (memcmp(&idx[b * 5], (int32_t[]){tok[s], tok[s + 1], tok[s + 2], tok[s + 3], tok[s + 4]}, 20) == 0 &&
+                label[b * 5 + 4] == tok[s + 5])
+                o = s;
+        CU_ASSERT(o >= 0);
+        for (int t = 0; t < 4; t++) CU_ASSERT_EQUAL(label[b * 5 + t], idx[b * 5 + t + 1]);
+    }
+}
+
+int main(void)
+{
+    static const bt_test_case cases[] = {
+        {"blocks: names and references", test_block_names},
+        {"blocks: partitions cut between copies", test_block_partition},
+        {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
+        {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
+        {"generate: KV-cache decoder = forward; with = without the cache", test_generate},
+        {"tie: checkpoints store the tensor once; resume elsewhere", test_tied_checkpoint},
+        {"text data: vocabulary, llm.c shards, windows", test_text_data},
+        {NULL, NULL},
+    };
+    return bt_test_main("gpt", cases);
+}
