@@ -381,6 +381,33 @@ if grep -q '^parallel: auto$' "$tmp/auto.yaml"; then
     { tests=$((tests + 1)); grep -Eq "^(one stage is fastest|pipelining pays|one stage: )" "$tmp/out" || fail "plan auto: no comparison: $(cat "$tmp/out")"; }
   expect_rc 0 "layout flags replace parallel: auto" "$baton" run "$tmp/auto.yaml" --steps 1 --stages 2 &&
     { tests=$((tests + 1)); ! grep -q "^best:" "$tmp/out" || fail "flags did not replace auto"; }
+  # the layout an auto run chose is recorded beside its checkpoints and a resume takes it, so the
+  # continuation is bit for bit (src/cli/auto_record.c)
+  if expect_rc 0 "parallel: auto with a checkpoint dir" "$baton" run "$tmp/auto.yaml" --steps 6 --checkpoint-every 3 \
+    --keep-last 0 --checkpoint-dir "$tmp/auto-a"; then
+    tests=$((tests + 1))
+    grep -q '^microbatches [0-9]' "$tmp/auto-a/auto-layout.txt" || fail "no auto-layout.txt: $(ls "$tmp/auto-a")"
+    if expect_rc 0 "parallel: auto resumed" "$baton" run "$tmp/auto.yaml" --steps 6 \
+      --resume "$tmp/auto-a/checkpoint-00000003.safetensors" --checkpoint-dir "$tmp/auto-b"; then
+      tests=$((tests + 2))
+      grep -q "^parallel: auto: resuming with the layout recorded in $tmp/auto-a/auto-layout.txt" "$tmp/out" ||
+        fail "auto resume did not take the record: $(head -3 "$tmp/out")"
+      cmp -s "$tmp/auto-a/checkpoint-00000006.safetensors" "$tmp/auto-b/checkpoint.safetensors" ||
+        fail "auto resume: not bit for bit"
+    fi
+    # a record of a layout no search would give (3 stages on 2 cores) is what the resume runs
+    mkdir -p "$tmp/auto-c" && cp "$tmp/auto-a/checkpoint-00000003.safetensors" "$tmp/auto-c/checkpoint.safetensors"
+    printf 'stages 3\nmicrobatches 4\nschedule gpipe\nthreads 1\nrecompute 0\ndevices cpu:0,cpu:1,cpu:0\nlayout fc1|fc2|head,loss\n' \
+      >"$tmp/auto-c/auto-layout.txt"
+    expect_rc 0 "parallel: auto resumed on a recorded 3-stage layout" "$baton" run "$tmp/auto.yaml" --steps 6 \
+      --resume "$tmp/auto-c" && { tests=$((tests + 1)); grep -Eq '^  2 +cpu:0 ' "$tmp/out" || fail "recorded layout not run: $(cat "$tmp/out")"; }
+    echo "stages three" >"$tmp/auto-c/auto-layout.txt"
+    expect_rc 2 "parallel: auto: a damaged layout record" "$baton" run "$tmp/auto.yaml" --steps 6 --resume "$tmp/auto-c" &&
+      { tests=$((tests + 1)); grep -q "not a layout record baton wrote" "$tmp/err" || fail "damaged record: $(cat "$tmp/err")"; }
+    rm "$tmp/auto-c/auto-layout.txt"
+    expect_rc 0 "parallel: auto: resume without a record" "$baton" run "$tmp/auto.yaml" --steps 6 --resume "$tmp/auto-c" &&
+      { tests=$((tests + 1)); grep -q "has no record of the layout its run chose; choosing again" "$tmp/err" || fail "no-record warning: $(cat "$tmp/err")"; }
+  fi
 else
   fail "could not make a parallel: auto copy of mlp.yaml"
 fi

@@ -275,6 +275,7 @@ int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbo
             a->devices = a->layout = NULL;
         }
         if (st == BT_OK && rec >= 0) st = bt_graph_set_recompute(m->graph, -1, rec);
+        a->recompute = rec;
         if (st != BT_OK) rc = bt_cli_fail(cmd, st);
         if (rc == BT_EXIT_OK && verbose && which != r.best) {
             char what[160];

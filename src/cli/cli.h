@@ -125,6 +125,7 @@ struct bt_search_result;
  * (the model's config now owns the strings it points to; the fields below stay for a failure). */
 typedef struct bt_cli_auto {
     int threads;                 /* 0: parallel was not auto */
+    int recompute;               /* the chosen recomputation (-1: the file's own flags) */
     char *devices, *layout;
 } bt_cli_auto;
 /* When m says parallel: auto, measures and searches, and rewrites m->parallel (and the graph's
@@ -136,6 +137,13 @@ int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, 
  * devices offering `memory` bytes each (> 0, as --memory). */
 int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbose, int try_top, int forward_only,
                             int64_t batch, uint64_t memory, bt_cli_auto *a);
+/* auto_record.c: writes the layout an auto model was resolved to as DIR/auto-layout.txt (creating
+ * DIR), so that a resume from DIR takes the same layout. Exit code. */
+int bt_cli_auto_record(const char *dir, const bt_parallel_config *cfg, int threads, int recompute);
+/* For `--resume WHERE` on an auto model: when WHERE's directory has the record, sets m->parallel to
+ * it (auto_layout 0), *threads and *recompute, *found = 1 and prints the layout; without a record,
+ * says that the layout is chosen again (*found = 0). Exit code. */
+int bt_cli_auto_recall(const char *resume, bt_model *m, int *threads, int *recompute, int *found);
 void bt_cli_auto_clear(bt_cli_auto *a);
 /* The search's parameters for m: candidate devices (NULL or "auto": one cpu:N per core), fixed
  * threads (0: search). */

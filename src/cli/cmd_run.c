@@ -243,13 +243,30 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
 
 static int run_model(const run_opts *opts, bt_model *m)
 {
-    bt_cli_auto au; /* parallel: auto: measured and chosen now */
-    int rc = bt_cli_resolve_auto_for("run", m, opts->threads, !opts->jsonl, 1, 0, opts->batch,
-                                     opts->device_memory, &au);
-    if (rc != BT_EXIT_OK) return rc;
-    rc = run_resolved(opts, m, au.threads);
-    bt_cli_auto_clear(&au);
-    return rc;
+    int was_auto = m->parallel.auto_layout, threads = 0, rec = -1, found = 0, rc = BT_EXIT_OK;
+    if (was_auto && opts->resume && m->train.enabled) { /* the layout the first run chose (auto_record.c) */
+        rc = bt_cli_auto_recall(opts->resume, m, &threads, &rec, &found);
+        if (rc != BT_EXIT_OK) return rc;
+        if (found && rec >= 0) {
+            bt_status st = bt_graph_set_recompute(m->graph, -1, rec);
+            if (st != BT_OK) return bt_cli_fail("run", st);
+        }
+    }
+    if (!found) {
+        bt_cli_auto au; /* parallel: auto: measured and chosen now */
+        rc = bt_cli_resolve_auto_for("run", m, opts->threads, !opts->jsonl, 1, 0, opts->batch, opts->device_memory,
+                                     &au);
+        threads = au.threads;
+        rec = au.recompute;
+        bt_cli_auto_clear(&au);
+        if (rc != BT_EXIT_OK) return rc;
+    }
+    const char *dir = opts->checkpoint_dir ? opts->checkpoint_dir : m->train.checkpoint_dir;
+    if (was_auto && m->train.enabled && dir) {
+        rc = bt_cli_auto_record(dir, &m->parallel, threads, rec);
+        if (rc != BT_EXIT_OK) return rc;
+    }
+    return run_resolved(opts, m, threads);
 }
 
 static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)

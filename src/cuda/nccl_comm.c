@@ -90,7 +90,7 @@ bt_status bt_nccl_recv(bt_nccl_comm *c, void *buf, size_t bytes, int peer, void 
 
 bt_status bt_nccl_allreduce_sum(bt_nccl_comm *c, void *buf, size_t count, bt_dtype dtype, void *stream)
 {
-    ncclDataType_t t;
+    ncclDataType_t t = ncclFloat32;
     BT_TRY(nccl_type(dtype, &t));
     NCCL_TRY(ncclAllReduce(buf, buf, count, t, ncclSum, c->comm, (cudaStream_t)stream));
     return BT_OK;
@@ -98,7 +98,7 @@ bt_status bt_nccl_allreduce_sum(bt_nccl_comm *c, void *buf, size_t count, bt_dty
 
 bt_status bt_nccl_reduce_scatter_sum(bt_nccl_comm *c, void *buf, size_t count, bt_dtype dtype, void *stream)
 {
-    ncclDataType_t t;
+    ncclDataType_t t = ncclFloat32;
     BT_TRY(nccl_type(dtype, &t));
     /* in place: the receive buffer is the rank's own block of the send buffer */
     void *mine = (unsigned char *)buf + (size_t)c->rank * count * bt_dtype_size(dtype);
@@ -108,7 +108,7 @@ bt_status bt_nccl_reduce_scatter_sum(bt_nccl_comm *c, void *buf, size_t count, b
 
 bt_status bt_nccl_all_gather(bt_nccl_comm *c, void *buf, size_t count, bt_dtype dtype, void *stream)
 {
-    ncclDataType_t t;
+    ncclDataType_t t = ncclFloat32;
     BT_TRY(nccl_type(dtype, &t));
     const void *mine = (const unsigned char *)buf + (size_t)c->rank * count * bt_dtype_size(dtype);
     NCCL_TRY(ncclAllGather(mine, buf, count, t, c->comm, (cudaStream_t)stream));
