@@ -218,6 +218,9 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
                m->name, bt_engine_num_stages(e), bt_engine_num_stages(e) > 1 ? "s" : "", p->parallel.microbatches,
                p->parallel.microbatches > 1 ? "es" : "", bt_schedule_name(p->parallel.schedule), (long long)p->batch,
                data_text(&m->data.train, buf, sizeof buf), (long long)n_train, (long long)n_val, vocab);
+    if (!o->jsonl && bt_lm_first_step(t) > 0)
+        printf("resumed from %s at step %lld of %lld\n", bt_cli_escape(o->resume, buf, sizeof buf),
+               (long long)bt_lm_first_step(t), (long long)bt_lm_total_steps(t));
     display d = {.o = o, .first_step = bt_lm_first_step(t), .e = e};
     d.step_ms = calloc((size_t)(bt_lm_total_steps(t) + 1), sizeof *d.step_ms);
     if (!d.step_ms) {
