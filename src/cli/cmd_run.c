@@ -16,6 +16,7 @@
 #include "core/strutil.h"
 #include "core/util.h"
 #include "cli/run.h"
+#include "cli/run_dist.h"
 #include "optim/loss_scale.h"
 #include "graph/graph_internal.h"
 
@@ -63,6 +64,8 @@ static void run_usage(FILE *f)
             "                        needs more is refused before anything runs\n"
             "  --transfer MODE       auto (default) | staged | host: how stages hand messages on;\n"
             "                        staged forces the pinned-host path, host the synchronous one\n"
+            "  --dp D                D data-parallel replicas across processes (beats\n"
+            "                        parallel.data): mpirun -np D*P baton run ... --dp D\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
             "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
             "  --tensorboard DIR     write TensorBoard event files to DIR (beats\n"
@@ -178,6 +181,7 @@ static void print_boundaries(const bt_engine *e)
 
 void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
 {
+    bt_cli_dist_gather(e); /* across processes: every stage's own statistics, on every rank */
     json_t *stages = json_array(), *boundaries = json_array();
     for (int s = 0; stages && s < bt_engine_num_stages(e); s++) {
         bt_memory_stats m;
@@ -209,6 +213,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                                bt_cli_json_num(median_ms > 0 ? (double)batch * 1000 / median_ms : 0), "stages",
                                stages ? stages : json_null(), "boundaries", boundaries ? boundaries : json_null()));
     if (o->jsonl) {
+        bt_cli_dist_summary(o, e);
         bt_cli_tracer_summary(o->tracer, 1, median_ms);
         return;
     }
@@ -231,6 +236,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                100 * t.transfer_ms / wall, 100 * t.idle_ms / wall);
     }
     print_boundaries(e);
+    bt_cli_dist_summary(o, e);
     bt_cli_tracer_summary(o->tracer, 0, median_ms);
 }
 
@@ -267,19 +273,27 @@ static int run_model(const run_opts *opts, bt_model *m)
     bt_status st = bt_profile_measure_for_plan(m->graph, &p.parallel, &costs);
     if (st != BT_OK) return bt_cli_fail("run", st);
     p.parallel.profile = costs;
+    bt_cli_dist dist; /* under mpirun: this rank's part of the job */
+    int rc = bt_cli_dist_setup(o, m, &p, &dist);
+    if (rc != BT_EXIT_OK) {
+        bt_profile_destroy(costs);
+        return bt_cli_dist_finish(&dist, rc);
+    }
+    bt_cli_dist_outputs(&dist, &traced, m); /* rank 0 alone writes the run's files */
     bt_engine *e = NULL;
-    st = bt_engine_create(m->graph, &p, &e);
+    st = bt_cli_dist_create_engine(&dist, m, &p, &e);
     if (st != BT_OK) {
         bt_profile_destroy(costs);
-        return bt_cli_fail("run", st);
+        return bt_cli_dist_finish(&dist, bt_cli_fail("run", st));
     }
-    int rc = bt_cli_tracer_start(e, o->trace_path, o->timeline_path, &traced.tracer);
+    rc = bt_cli_tracer_start(e, o->trace_path, o->timeline_path, &traced.tracer);
     if (rc == BT_EXIT_OK) rc = run_steps(o, m, e, &p);
     if (rc == BT_EXIT_OK) rc = bt_cli_tracer_write(traced.tracer, o->jsonl);
     bt_cli_tracer_destroy(traced.tracer);
+    if (rc != BT_EXIT_OK) bt_cli_dist_finish(&dist, rc); /* a failed rank ends the job before anything waits */
     bt_engine_destroy(e);
     bt_profile_destroy(costs);
-    return rc;
+    return bt_cli_dist_finish(&dist, rc);
 }
 
 /* Trains on the model's data through the trainer, streams an inference model's data, or runs
@@ -356,6 +370,7 @@ int bt_cmd_run(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
         {"tensorboard", required_argument, NULL, 'G'},  {"virtual", required_argument, NULL, 'V'},
+        {"dp", required_argument, NULL, 'D'},
         {"keep-last", required_argument, NULL, 'K'},    {"log-every", required_argument, NULL, 'e'},
         {"log-file", required_argument, NULL, 'F'},    {"init-partial", required_argument, NULL, 'J'},
         {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
@@ -406,6 +421,7 @@ int bt_cmd_run(int argc, char **argv)
                 return bt_cli_bad_value("run", "--memory", "a byte count per device such as 512M or 2G", optarg);
             break;
         case 'T': o.trace_path = optarg; break;
+        case 'D': rc = bt_cli_parse_int32("run", "--dp", optarg, 1, 4096, &o.dp); if (rc != BT_EXIT_OK) return rc; break;
         case 'L': o.timeline_path = optarg; break;
         case 'G': if (!*optarg) return bt_cli_bad_value("run", "--tensorboard", "a directory", optarg); o.tensorboard = optarg; break;
         case 'X':

@@ -35,6 +35,7 @@ typedef struct bt_run_opts {
     const char *trace_path;      /* --trace FILE.json */
     const char *timeline_path;   /* --timeline FILE.svg */
     int transfer;                /* --transfer: bt_transfer_mode */
+    int dp;                      /* --dp D: data-parallel replicas across processes (0: unset) */
     const char *tensorboard;     /* --tensorboard DIR (beats train.tensorboard) */
     bt_cli_tracer *tracer;       /* set while a traced run is under way */
 } bt_run_opts;

@@ -449,7 +449,7 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
                          int pinned_stages, const bt_train_config *train,
                          bt_parallel_config *cfg)
 {
-    static const char *const keys[] = {"devices", "pipeline", NULL};
+    static const char *const keys[] = {"devices", "pipeline", "data", "zero", NULL};
     static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
                                                 "virtual", NULL};
     /* indexed by bt_schedule_kind */
@@ -460,6 +460,8 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
     BT_TRY(bt_ld_map(ld, node, "parallel", &map));
     BT_TRY(bt_ld_keys(ld, map, "parallel", keys));
     if ((v = bt_ymap_get(map, "devices"))) BT_TRY(read_devices(ld, v, &cfg->devices));
+    if ((v = bt_ymap_get(map, "data"))) BT_TRY(bt_ld_int32(ld, v, "parallel.data", 1, 4096, &cfg->data));
+    if ((v = bt_ymap_get(map, "zero"))) BT_TRY(bt_ld_int32(ld, v, "parallel.zero", 0, 1, &cfg->zero));
     BT_TRY(bt_ld_map(ld, bt_ymap_get(map, "pipeline"), "parallel.pipeline", &pipe));
     BT_TRY(bt_ld_keys(ld, pipe, "parallel.pipeline", pipeline_keys));
     if ((stages_node = bt_ymap_get(pipe, "stages")))
