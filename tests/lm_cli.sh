@@ -4,7 +4,8 @@
 # exactly: a run resumed from its step-4 checkpoint ends with a checkpoint byte-identical to the
 # uninterrupted run's (AdamW state and a cosine schedule included), and `baton predict` on the
 # final checkpoint reproduces the eval loss the run reported, every printed digit (for text:
-# `--data eval`, the run's validation windows). Resuming text data refuses another seed or batch
+# `--data eval`, the run's validation windows). A text run stopped by SIGINT resumes to the same
+# bytes as an uninterrupted one. Resuming text data refuses another seed or batch
 # and --init beside --resume; --init-partial loads. When data/shakespeare.txt is there (scripts/
 # fetch-shakespeare.sh), the README's language-model example runs (a few steps). Prints
 # "lm_cli: N tests, N failed".
@@ -117,6 +118,29 @@ if expect_rc 0 "text: predict, text output" "$baton" predict "$tmp/textlm.yaml" 
   check "text: predict prints the loss" "^  loss [0-9]" "$tmp/out"
 fi
 expect_rc 2 "text: predict --data train" "$baton" predict "$tmp/textlm.yaml" --weights "$tmp/text.a" --data train
+
+# SIGINT mid-run: a checkpoint of the step it stopped at, exit 130, the message says --resume; resuming
+# ends bit-identical to an uninterrupted run (a script's background job starts with SIGINT ignored:
+# env --default-signal gives it back)
+lm_long() { "$baton" run "$tmp/textlm.yaml" train.batch=32 --steps 1500 --eval-every 0 "$@"; }
+wait_step() { # file step
+  i=0
+  while ! grep -q "^step $2/" "$1" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+}
+env --default-signal=INT "$baton" run "$tmp/textlm.yaml" train.batch=32 --steps 1500 --eval-every 0 \
+  --checkpoint-dir "$tmp/int" >"$tmp/int.out" 2>"$tmp/int.err" &
+bg=$!
+wait_step "$tmp/int.out" 3
+kill -INT $bg; wait $bg; rc=$?
+same "text: SIGINT exit code" 130 "$rc"
+check "text: SIGINT says how to continue" "^interrupted by SIGINT after step [0-9]* of 1500; continue with --resume" \
+  "$tmp/int.out"
+if expect_rc 0 "text: resume after SIGINT" lm_long --resume "$tmp/int" --checkpoint-dir "$tmp/int" &&
+   expect_rc 0 "text: uninterrupted" lm_long --checkpoint-dir "$tmp/whole"; then
+  tests=$((tests + 1))
+  cmp -s "$tmp/int/checkpoint.safetensors" "$tmp/whole/checkpoint.safetensors" ||
+    fail "text: resumed after SIGINT differs from the uninterrupted run"
+fi
 
 # 3. what a text resume cannot honour is refused, naming it; --init-partial loads
 if expect_rc 2 "text: --resume with --init" "$baton" run "$tmp/textlm.yaml" --steps 12 --resume "$tmp/text.a" \
