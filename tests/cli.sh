@@ -105,8 +105,9 @@ fi
 expect_rc 2 "interleaved: micro-batches not in groups of the devices" "$baton" schedule --stages 4 --virtual 2 \
   --microbatches 3 --schedule interleaved-1f1b
 expect_rc 2 "--virtual without interleaved" "$baton" schedule --stages 4 --virtual 2 --microbatches 4
+# (fashion-mlp says parallel: auto: layout flags replace it, so the micro-batches are given too)
 expect_rc 0 "run interleaved-1f1b" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 \
-  --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b
+  --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b --microbatches 8
 expect_rc 0 "run zb-h1" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 --stages 2 --schedule zb-h1
 
 # transfers: the summary names each boundary's path; --transfer forces one
@@ -366,6 +367,23 @@ fi
 if expect_rc 2 "vocabulary larger than the model" "$baton" run "$tmp/lm.yaml" layers.0.args.num=5 layers.3.args.out=5; then
   tests=$((tests + 1))
   grep -q "distinct tokens but 'wte' takes 5" "$tmp/err" || fail "vocabulary size: $(cat "$tmp/err")"
+fi
+
+# activation recomputation and parallel: auto (docs/recompute.md, docs/planner.md)
+expect_rc 0 "--recompute stage" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --stages 2 --microbatches 4 --recompute stage
+expect_rc 2 "--recompute of no layer" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --recompute fc9 &&
+  { tests=$((tests + 1)); grep -q "'fc9', which is no layer" "$tmp/err" || fail "--recompute fc9: $(cat "$tmp/err")"; }
+expect_rc 2 "--recompute without train:" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 1 --recompute stage
+sed 's/^parallel:.*/parallel: auto/; /^  devices:/d; /^  pipeline:/d; /^    [a-z]*:/d' "$srcdir/models/mlp.yaml" >"$tmp/auto.yaml"
+if grep -q '^parallel: auto$' "$tmp/auto.yaml"; then
+  expect_rc 0 "parallel: auto" "$baton" run "$tmp/auto.yaml" --steps 2 &&
+    { tests=$((tests + 1)); grep -q "^best: .* predicted .* ms per step" "$tmp/out" || fail "parallel: auto: no choice printed: $(head -5 "$tmp/out")"; }
+  expect_rc 0 "plan --schedule auto" "$baton" plan "$tmp/auto.yaml" --repeats 1 &&
+    { tests=$((tests + 1)); grep -Eq "^(one stage is fastest|pipelining pays|one stage: )" "$tmp/out" || fail "plan auto: no comparison: $(cat "$tmp/out")"; }
+  expect_rc 0 "layout flags replace parallel: auto" "$baton" run "$tmp/auto.yaml" --steps 1 --stages 2 &&
+    { tests=$((tests + 1)); ! grep -q "^best:" "$tmp/out" || fail "flags did not replace auto"; }
+else
+  fail "could not make a parallel: auto copy of mlp.yaml"
 fi
 
 echo "cli: $tests tests, $failed failed"

@@ -79,6 +79,8 @@ expect_rc 0 "run --memory 20M (per device)" "$baton" run "$fm" --synthetic --bat
 expect_rc 0 "plan --memory 20M (per device)" "$baton" plan "$fm" train.batch=64 --memory 20M --repeats 1
 if expect_rc 1 "run --memory 16M" "$baton" run "$fm" --synthetic --batch 64 --steps 1 --memory 16M; then
   check "run --memory: says where the limit came from: $(cat "$tmp/err")" grep -q "the limit given for each device (--memory" "$tmp/err"
+  # fashion-mlp says parallel: auto: no layout it tries fits either, and it says so
+  check "run --memory: parallel: auto says no layout fits: $(cat "$tmp/err")" grep -q "no layout fits" "$tmp/err"
 fi
 expect_rc 2 "plan --memory 16M" "$baton" plan "$fm" train.batch=64 --memory 16M --repeats 1
 

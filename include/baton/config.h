@@ -54,6 +54,9 @@ typedef struct bt_parallel_config {
                                  weights); 0: every replica keeps all of it */
     int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1; 0 reads
                                  as 1): logical stage l runs on device l mod (stages / virtual) */
+    int auto_layout;          /* `parallel: auto`: stages, threads, micro-batches, schedule and
+                                 cuts are chosen by measuring (`baton run` does it, see
+                                 docs/planner.md); an engine or plan given it unresolved refuses */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

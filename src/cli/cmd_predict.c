@@ -169,6 +169,13 @@ int bt_cmd_predict(int argc, char **argv)
         if (missing("--input", po.input_files[i])) return BT_EXIT_USAGE;
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("predict", &mo, &m)) != BT_EXIT_OK) return rc;
+    bt_cli_auto au; /* parallel: auto: chosen for forward-only serving of this batch, measured now */
+    rc = bt_cli_resolve_auto_for("predict", m, threads, !jsonl, 0, 1, batch > 0 ? batch : m->train.batch, 0, &au);
+    if (rc != BT_EXIT_OK) {
+        bt_model_destroy(m);
+        return rc;
+    }
+    if (threads == 0) threads = au.threads;
     bt_engine_params p;
     bt_engine_params_init(&p);
     p.parallel = m->parallel;

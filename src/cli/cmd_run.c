@@ -40,6 +40,8 @@ static void run_usage(FILE *f)
             "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 (training), stream\n"
             "                        (inference)\n"
             "  --virtual V           interleaved-1f1b: model chunks per device (stages = devices x V)\n"
+            "  --recompute R         none | stage | LAYER,LAYER: recompute these layers' activations\n"
+            "                        before backward instead of keeping them (beats train.recompute)\n"
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
             "  --eval-every N        evaluate every N steps (0: only at the end)\n"
@@ -91,18 +93,12 @@ static int64_t int_input_range(const bt_graph *g, int value)
     return 2;
 }
 
-typedef struct synth_data {
-    int n;
-    bt_feed feeds[64];
-    void *buf[64];
-} synth_data;
-
-static void synth_free(synth_data *d)
+void bt_cli_synth_free(bt_cli_synth *d)
 {
     for (int i = 0; i < d->n; i++) free(d->buf[i]);
 }
 
-static int synth_make(const bt_graph *g, int64_t batch, uint64_t seed, synth_data *d)
+int bt_cli_synth_make(const bt_graph *g, int64_t batch, uint64_t seed, bt_cli_synth *d)
 {
     memset(d, 0, sizeof *d);
     uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
@@ -243,7 +239,20 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params);
 
 /* Creates the engine, runs (traced when asked), writes the trace files. */
+static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
+
 static int run_model(const run_opts *opts, bt_model *m)
+{
+    bt_cli_auto au; /* parallel: auto: measured and chosen now */
+    int rc = bt_cli_resolve_auto_for("run", m, opts->threads, !opts->jsonl, 1, 0, opts->batch,
+                                     opts->device_memory, &au);
+    if (rc != BT_EXIT_OK) return rc;
+    rc = run_resolved(opts, m, au.threads);
+    bt_cli_auto_clear(&au);
+    return rc;
+}
+
+static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
 {
     run_opts traced = *opts;
     const run_opts *o = &traced;
@@ -258,7 +267,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.clip_norm = m->train.clip_norm;
     p.batch = o->batch > 0 ? o->batch : m->train.batch;
     p.seed = o->seed;
-    p.threads = o->threads;
+    p.threads = o->threads > 0 ? o->threads : auto_threads;
     p.watchdog_s = o->watchdog_s;
     p.device_memory = (size_t)o->device_memory;
     p.device_memory_each = 1; /* --memory is bytes per device, as in baton plan */
@@ -307,12 +316,12 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     if (training) return bt_cli_train(o, m, e, &p);
     int irc = bt_cli_infer(o, m, e, &p);
     if (irc >= 0) return irc;
-    synth_data data;
+    bt_cli_synth data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
     if (rc != BT_EXIT_OK) return rc;
     double *times = calloc((size_t)steps, sizeof *times);
-    if (!times || synth_make(m->graph, p.batch, o->seed, &data) != 0) {
+    if (!times || bt_cli_synth_make(m->graph, p.batch, o->seed, &data) != 0) {
         fprintf(stderr, "baton run: out of memory for synthetic data\n");
         free(times);
         bt_cli_metrics_close(mt);
@@ -349,7 +358,7 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     }
     int mrc = bt_cli_metrics_close(mt);
     if (rc == BT_EXIT_OK) rc = mrc;
-    synth_free(&data);
+    bt_cli_synth_free(&data);
     free(times);
     return rc;
 }
@@ -373,7 +382,8 @@ int bt_cmd_run(int argc, char **argv)
         {"dp", required_argument, NULL, 'D'},
         {"keep-last", required_argument, NULL, 'K'},    {"log-every", required_argument, NULL, 'e'},
         {"log-file", required_argument, NULL, 'F'},    {"init-partial", required_argument, NULL, 'J'},
-        {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'}, {"recompute", required_argument, NULL, 'Q'},
+        {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
     o.threads = 0;
@@ -392,6 +402,7 @@ int bt_cmd_run(int argc, char **argv)
         case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("run", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.model.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.model.schedule = optarg; break;
+        case 'Q': o.model.recompute = optarg; break;
         case 'V': rc = bt_cli_parse_int32("run", "--virtual", optarg, 1, BT_MAX_STAGES, &o.model.virtual_stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'P': o.model.partition = optarg; break;
         case 'B': o.model.balance = optarg; break;

@@ -104,7 +104,16 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
         printf("  eval          the training set (no data.eval: the accuracy is not a held-out one)\n");
     printf("  steps         %lld of batch %lld%s\n", (long long)bt_trainer_total_steps(t), (long long)p->batch,
            bt_trainer_first_step(t) ? " (resumed)" : "");
-    printf("  blas          %s\n\n", bt_blas_describe());
+    printf("  blas          %s\n", bt_blas_describe());
+    int cpu_stages = 0;
+    for (int s = 0; s < bt_engine_num_stages(e); s++) {
+        bt_stage_info si;
+        bt_engine_stage(e, s, &si);
+        cpu_stages += strncmp(si.device, "cpu", 3) == 0;
+    }
+    if (p->precision == BT_BF16 && cpu_stages)
+        printf("  bf16 on cpu   %s\n", bt_cpu_bf16_describe());
+    printf("\n");
 }
 
 /* "step N skipped: gradients overflowed at loss scale S; scale now S/2" (the scaler halves it, to 1

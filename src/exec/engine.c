@@ -587,7 +587,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         bt_memory_stats *m = &e->stage[s].mem;
         int live = e->worker[s].peak_live;
         if (live > m->peak_microbatches) m->peak_microbatches = live;
-        size_t act = (size_t)live * e->stage[s].slot_bytes;
+        size_t act = (size_t)live * e->stage[s].slot_bytes + (live > 0 ? e->stage[s].need.recompute_bytes : 0);
         if (act > m->activation_peak) m->activation_peak = act;
     }
     for (int s = 0; s < e->stages; s++) {

@@ -159,8 +159,11 @@ typedef struct bt_stage {
     size_t *node_saved_offset; /* [n_nodes] */
     size_t *node_wgrad_offset; /* [n_nodes]: the output-gradient stash a deferred W reads (split
                                 * backward), or BT_MEMORY_NO_WGRAD */
+    unsigned char *recomputed; /* [n_nodes]: 1 where the node is recomputed before backward */
     size_t slot_bytes;
-    unsigned char *slots;      /* [n_slots][slot_bytes] */
+    /* [n_slots][slot_bytes], then the recompute region (need.recompute_bytes): one shared copy of
+     * the values and state of recomputed nodes, rebuilt before each backward (run_backward) */
+    unsigned char *slots;
     int *grad_offset;          /* [graph n_values] offset in grads, or -1 */
     size_t grad_bytes;
     unsigned char *grads;
@@ -300,6 +303,14 @@ struct bt_engine {
     int local_stages;          /* stages this process runs (all of them in one process) */
 };
 
+/* Offset off of micro-batch mb's slot, or of the recompute region for offsets from slot_bytes on
+ * (plan/memory.h: recomputed nodes' values and state are not kept per micro-batch). */
+static inline unsigned char *bt_slot_at(const bt_stage *st, int mb, size_t off)
+{
+    if (off >= st->slot_bytes) return st->slots + (size_t)st->n_slots * st->slot_bytes + (off - st->slot_bytes);
+    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + off;
+}
+
 /* Whether this process runs stage s (every stage in one process). */
 static inline int bt_stage_is_local(const bt_engine *e, int s)
 {
@@ -313,12 +324,13 @@ static inline int bt_path_has_events(bt_transfer_path path)
 }
 
 /* Where value lives for micro-batch mb on stage st: in place in a device channel's buffer when it
- * arrived by one, else in the micro-batch's slot (slot_of, set from the running instruction). */
+ * arrived by one, else in the micro-batch's slot (slot_of, set from the running instruction), or
+ * in the recompute region for a recomputed node's output. */
 static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
 {
     const bt_channel *ch = st->recv_from ? st->recv_from[value] : NULL;
     if (ch) return ch->buf + (size_t)mb * ch->msg_bytes + st->recv_off[value];
-    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->value_offset[value];
+    return bt_slot_at(st, mb, (size_t)st->value_offset[value]);
 }
 
 /* engine.c: BT_ERR_INVALID_ARG for NULL; BT_ERR_TIMEOUT, naming the stuck stage, once a worker

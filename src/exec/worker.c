@@ -7,7 +7,9 @@
  * nothing; worker_step.c). Where a device runs several stages (interleaved), their workers take
  * turns in the schedule's order. On any failure it records the message, raises the engine's abort
  * flag and wakes everyone, so no stage is left waiting. The hooks of a job across processes sit
- * where their instructions run; engine_dist.c and dist_dp.c hold what they do. */
+ * where their instructions run; engine_dist.c and dist_dp.c hold what they do. Activation
+ * recomputation reruns the recomputed nodes' forward just before a BWD (recompute), sharing
+ * forward_node with FWD. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,7 +68,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, b
         d.param[j] = ps->w_lp ? ps->w_lp : ps->w;
         d.param_grad[j] = phase == PHASE_BWD && node_defers_wgrad(st, k) ? NULL : ps->g;
     }
-    d.saved = st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->node_saved_offset[k];
+    d.saved = bt_slot_at(st, mb, st->node_saved_offset[k]);
     d.workspace = st->workspace;
     if (phase == PHASE_BWD) {
         d.out_grad = st->grads + st->grad_offset[n->out];
@@ -142,24 +144,30 @@ static bt_status wait_slot_free(bt_stage *st, int mb)
     return BT_OK;
 }
 
+/* The forward of node k on micro-batch mb, its output rounded under mixed precision. */
+static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int training, const char *what)
+{
+    const bt_graph *g = e->graph;
+    const bt_node *n = &g->nodes[st->first_node + k];
+    bt_op_call_tensors t;
+    bt_op_call call;
+    prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
+    call.training = training;
+    bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
+    if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+    if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
+    if (s != BT_OK)
+        return bt_error_context(s, "stage %d, %s of layer '%s' (micro-batch %d)", st->index, what,
+                                g->layers[n->layer].name, mb);
+    return BT_OK;
+}
+
 static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
 {
     const bt_graph *g = e->graph;
     BT_TRY(wait_slot_free(st, mb));
     BT_TRY(feed_inputs(e, st, mb));
-    for (int k = 0; k < st->n_nodes; k++) {
-        const bt_node *n = &g->nodes[st->first_node + k];
-        bt_op_call_tensors t;
-        bt_op_call call;
-        prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
-        call.training = training;
-        bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
-        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
-        if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
-        if (s != BT_OK)
-            return bt_error_context(s, "stage %d, forward of layer '%s' (micro-batch %d)",
-                                    st->index, g->layers[n->layer].name, mb);
-    }
+    for (int k = 0; k < st->n_nodes; k++) BT_TRY(forward_node(e, st, k, mb, training, "forward"));
     if (e->out_ptr && st->value_offset[e->out_value] >= 0 &&
         g->values[e->out_value].producer >= st->first_node &&
         g->values[e->out_value].producer < st->first_node + st->n_nodes) {
@@ -178,10 +186,23 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
     return BT_OK;
 }
 
+/* Activation recomputation: rebuilds the recomputed nodes' values and saved state of micro-batch
+ * mb in the recompute region, in graph order, from the values its slot kept. The same call (seed
+ * from step, micro-batch and node) gives the same dropout mask, so the backward that follows sees
+ * exactly what the forward computed. */
+static bt_status recompute(bt_engine *e, bt_stage *st, int mb)
+{
+    if (!st->need.n_recomputed) return BT_OK;
+    for (int k = 0; k < st->n_nodes; k++)
+        if (st->recomputed[k]) BT_TRY(forward_node(e, st, k, mb, 1, "recomputation"));
+    return BT_OK;
+}
+
 /* last: the stage's last backward of the step (data parallel: buckets start as gradients finish) */
 static bt_status run_backward(bt_engine *e, bt_stage *st, int mb, int last)
 {
     const bt_graph *g = e->graph;
+    BT_TRY(recompute(e, st, mb));
     /* the gradients this stage sent back last are about to be overwritten */
     for (int c = 0; c < st->n_out_grad; c++) {
         bt_channel *ch = st->out_grad[c];
