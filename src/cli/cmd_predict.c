@@ -14,6 +14,7 @@
 #include "cli/run.h"
 #include "core/strutil.h"
 #include "train/checkpoint.h"
+#include "train/lm.h"
 #include "train/predict.h"
 
 static void predict_usage(FILE *f)
@@ -187,6 +188,15 @@ int bt_cmd_predict(int argc, char **argv)
     if (data) {
         po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
         po.seed = seed;
+        if (bt_lm_wanted(m)) { /* text data: the validation windows the run evaluated (train/lm.h) */
+            if (strcmp(data, "eval") != 0) {
+                fprintf(stderr, "baton predict: --data train: a language model's text data is predicted on its "
+                        "validation windows, as the run evaluated them: --data eval\n");
+                bt_model_destroy(m);
+                return BT_EXIT_USAGE;
+            }
+            po.source = &m->data.train;
+        }
         if (po.source->kind == BT_DATA_NONE) {
             char path[512];
             fprintf(stderr, "baton predict: --data %s: %s has no data.%s\n", data,
