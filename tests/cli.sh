@@ -8,22 +8,8 @@
 # SIGTERM'd run leaves no temporary file behind, stale temporaries are removed, and resuming with
 # fewer steps than the checkpoint holds changes nothing. Prints "cli: N tests, N failed" like the
 # CUnit programs.
-set -u
-builddir=${BT_BUILDDIR:-$(pwd)}
-srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-baton="$builddir/baton"
-tests=0; failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-expect_rc() { # expected-rc description command...
-  want=$1; what=$2; shift 2
-  tests=$((tests + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
-  return 0
-}
 
 for f in "$srcdir"/models/invalid/*.yaml; do
   expect=$(sed -n '1s/^# expect: //p' "$f")

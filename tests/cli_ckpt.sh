@@ -9,27 +9,13 @@
 # second SIGINT stops at once; JSON records survive strange paths, --log-file and --log-every
 # work, the progress bar fits the terminal; --plugin loads a library of custom ops (tests/plugin_myops.c) and
 # names the library when it cannot. Prints "cli_ckpt: N tests, N failed" like the CUnit programs.
-set -u
-builddir=${BT_BUILDDIR:-$(pwd)}
-srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-baton="$builddir/baton"
-tests=0; failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 mlp="$srcdir/models/mlp.yaml"   # 4096 synthetic samples, batch 64: 64 steps an epoch; train.steps 200
 
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
 check() { # description test...
   what=$1; shift
   tests=$((tests + 1))
   "$@" || fail "$what"
-}
-expect_rc() { # expected-rc description command...
-  want=$1; what=$2; shift 2
-  tests=$((tests + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
-  return 0
 }
 no_steps() { ! grep -q '"step"\|^step ' "$tmp/out"; }
 

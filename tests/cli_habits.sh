@@ -5,25 +5,11 @@
 # a two-stage model file as one stage; --memory means bytes per device in run as in plan (a limit
 # between the largest stage and the sum of the stages is accepted by both); option errors name the
 # option and range with a one-line hint. Prints "cli_habits: N tests, N failed".
-set -u
-builddir=${BT_BUILDDIR:-$(pwd)}
-srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-baton="$builddir/baton"
-tests=0; failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 mlp="$srcdir/models/mlp.yaml"
 fm="$srcdir/models/fashion-mlp.yaml"
 
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
 check() { what=$1; shift; tests=$((tests + 1)); "$@" || fail "$what"; }
-expect_rc() { # expected-rc description command...
-  want=$1; what=$2; shift 2
-  tests=$((tests + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
-  return 0
-}
 have_python=0; command -v python3 >/dev/null 2>&1 && have_python=1
 json_get() { # file python-expression-on-d
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"

@@ -8,22 +8,8 @@
 # on a checkpoint reproduces the run's final eval accuracy and loss to the printed digit (the
 # classic npy pair, and Fashion-MNIST's IDX eval set when installed); data that does not fit is
 # refused naming the file and the shape. Prints "data_cli: N tests, N failed".
-set -u
-builddir=${BT_BUILDDIR:-$(pwd)}
-srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-baton="$builddir/baton"
-tests=0; failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-expect_rc() { # expected-rc description command...
-  want=$1; what=$2; shift 2
-  tests=$((tests + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
-  return 0
-}
 check() { # description grep-pattern file
   tests=$((tests + 1))
   grep -q -- "$2" "$3" || { fail "$1: no '$2' in: $(head -c 600 "$3")"; return 1; }

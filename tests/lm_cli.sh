@@ -9,22 +9,8 @@
 # and --init beside --resume; --init-partial loads. When data/shakespeare.txt is there (scripts/
 # fetch-shakespeare.sh), the README's language-model example runs (a few steps). Prints
 # "lm_cli: N tests, N failed".
-set -u
-builddir=${BT_BUILDDIR:-$(pwd)}
-srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-baton="$builddir/baton"
-tests=0; failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-expect_rc() { # expected-rc description command...
-  want=$1; what=$2; shift 2
-  tests=$((tests + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
-  return 0
-}
 check() { # description grep-pattern file
   tests=$((tests + 1))
   grep -q -- "$2" "$3" || { fail "$1: no '$2' in: $(head -c 600 "$3")"; return 1; }
