@@ -26,9 +26,11 @@ int bt_cli_exit_code(bt_status status)
 
 void bt_cli_print_error(const char *cmd)
 {
-    fprintf(stderr, "baton %s: ", cmd);
-    bt_cli_print_escaped(stderr, bt_last_error());
-    fputc('\n', stderr);
+    /* one write: stderr is unbuffered, and under mpirun the ranks' lines would interleave
+     * mid-word if the message went out a character at a time */
+    char msg[4096], line[4200];
+    snprintf(line, sizeof line, "baton %s: %s\n", cmd, bt_cli_escape(bt_last_error(), msg, sizeof msg));
+    fputs(line, stderr);
 }
 
 int bt_cli_fail(const char *cmd, bt_status status)
