@@ -22,7 +22,6 @@
 #include "core/error.h"
 #include "core/strutil.h"
 #include "io/atomic_file.h"
-#include "io/dir_lock.h"
 #include "train/checkpoint.h"
 
 #define RECORD_NAME "auto-layout.txt"
@@ -39,10 +38,9 @@ static char *record_path(const char *where)
 
 int bt_cli_auto_record(const char *dir, const bt_parallel_config *cfg, int threads, int recompute)
 {
-    bt_dir_lock *lock = NULL; /* creates DIR like mkdir -p and tests it, as the trainer will */
-    bt_status st = bt_checkpoint_dir_prepare(dir, 0, &lock);
+    /* creates DIR like mkdir -p and tests it for writing, as the trainer will before step 1 */
+    bt_status st = bt_checkpoint_dir_prepare(dir, 0, NULL);
     if (st != BT_OK) return bt_cli_fail("run", st);
-    bt_dir_lock_release(lock);
     char *path = bt_strfmt("%s/" RECORD_NAME, dir);
     char *text = bt_strfmt("stages %d\nmicrobatches %d\nschedule %s\nthreads %d\nrecompute %d\ndevices %s\nlayout %s\n",
                            cfg->stages, cfg->microbatches, bt_schedule_name(cfg->schedule), threads, recompute,

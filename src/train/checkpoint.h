@@ -36,7 +36,7 @@
  * another run holds is refused naming its pid and host), removes stale temporaries, and checks
  * that its file system has checkpoint_bytes free (0: no check). Failures are
  * BT_ERR_INVALID_ARG. The caller owns *lock (bt_dir_lock_release) and holds it while it writes
- * checkpoints there. */
+ * checkpoints there; lock NULL only prepares and checks, and lets the lock go at once. */
 bt_status bt_checkpoint_dir_prepare(const char *dir, size_t checkpoint_bytes, bt_dir_lock **lock);
 /* bt_checkpoint_dir_prepare without the space check. */
 bt_status bt_checkpoint_dir_open(const char *dir, bt_dir_lock **lock);

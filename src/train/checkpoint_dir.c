@@ -133,7 +133,7 @@ bt_status bt_checkpoint_dir_prepare(const char *dir, size_t checkpoint_bytes, bt
 {
     bt_dir_lock *l = NULL;
     bt_status st = BT_OK;
-    *lock = NULL;
+    if (lock) *lock = NULL;
     if (!dir || !*dir) return bt_error(BT_ERR_INVALID_ARG, "the checkpoint directory name is empty");
     BT_TRY(make_dirs(dir));
     BT_TRY(probe_dir(dir));
@@ -149,7 +149,8 @@ bt_status bt_checkpoint_dir_prepare(const char *dir, size_t checkpoint_bytes, bt
             goto fail;
         }
     }
-    *lock = l;
+    if (lock) *lock = l;
+    else bt_dir_lock_release(l); /* only checking: another writer would have been refused above */
     return BT_OK;
 fail:
     bt_dir_lock_release(l);
