@@ -48,14 +48,15 @@ static bt_status R(relu_backward)(const bt_op_call *call)
     return BT_OK;
 }
 
-/* gelu's loops use ERF_V and EXP_V (real.h), which vectorise in f32. */
-static inline void R(gelu_loop)(const REAL *restrict x, REAL *restrict y, int64_t n)
+/* gelu's loops use ERF_V and EXP_V (real.h), which vectorise in f32, in AVX-512 where the CPU
+ * has it (BT_OPS_VCLONES, ops/fastmath.h). */
+BT_OPS_VCLONES static void R(gelu_loop)(const REAL *restrict x, REAL *restrict y, int64_t n)
 {
     BT_OPS_VLOOP(i, n, y[i] = (REAL)0.5 * x[i] * (1 + ERF_V(x[i] * (REAL)BT_SQRT1_2)););
 }
 
-static inline void R(gelu_grad_loop)(const REAL *restrict x, const REAL *restrict dy,
-                                     REAL *restrict dx, int64_t n)
+BT_OPS_VCLONES static void R(gelu_grad_loop)(const REAL *restrict x, const REAL *restrict dy,
+                                             REAL *restrict dx, int64_t n)
 {
     BT_OPS_VLOOP(i, n, {
         /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */

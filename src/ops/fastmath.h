@@ -17,6 +17,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* BT_OPS_VCLONES before a loop function compiles it also for AVX2+FMA and AVX-512 (x86-64-v3,
+ * -v4), the copy chosen once at load time by the CPU (GCC's target_clones, an ifunc): the build's
+ * baseline is SSE2, 4 floats a vector. One machine always runs the same copy, so results stay
+ * deterministic there; two machines of different levels may differ in the last bits (FMA). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    defined(__linux__)
+#define BT_OPS_VCLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define BT_OPS_VCLONES
+#endif
+
 static inline float bt_fast_expf(float x)
 {
     /* Clamp x to [-87, 88] on its bits: a float select is not if-converted (so not vectorised)
