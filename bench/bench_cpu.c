@@ -4,6 +4,10 @@
  *       Trains the MLP 784-1024-1024-10 (batch 256, AdamW) on one cpu stage and prints its
  *       median step time, samples/s and achieved GFLOP/s beside the rate of the BLAS's own sgemm
  *       on the same GEMM shapes, measured in the same run with the same threads, and the ratio.
+ *       --precision bf16 trains at bf16 (oneDNN GEMMs where the CPU has them) and times the
+ *       same GEMMs through bt_gemm_at at bf16.
+ *   bench_cpu gemm [--steps N] [--threads T]
+ *       The machine's limits: sgemm and the bf16 GEMM on 1024^3 and 256 x 1024 x 1024.
  *   bench_cpu pipeline [--steps N] [--microbatches M] [--batch B] [--model mlp|deep]
  *       A GEMM-heavy MLP as 2 stages on cpu:0,cpu:1 (one BLAS thread each) against 1 stage on
  *       one thread, runs interleaved, and prints the speedup beside the schedule's ideal
@@ -32,6 +36,9 @@
 
 /* Samples per step: 256 unless --batch says otherwise (the pipeline mode takes it). */
 static int bench_batch = 256;
+/* --precision: f32, or bf16 (the engine's mixed precision; GEMMs through bt_gemm_at). */
+static bt_dtype bench_precision = BT_F32;
+static int bench_threads = 1;
 #define BATCH bench_batch
 
 static void die(const char *what)
@@ -68,6 +75,7 @@ static bt_engine *make_engine(const bt_graph *g, const char *devices, int m, int
 {
     bt_engine_params p;
     bt_engine_params_init(&p);
+    p.precision = bench_precision;
     p.parallel.devices = devices;
     p.parallel.microbatches = m;
     p.parallel.partition = BT_PARTITION_PARAMS;
@@ -92,9 +100,11 @@ static double sgemm_step_ms(float *a, float *b, float *c)
     double t0 = bt_now_ms();
     for (int l = 0; l < 3; l++) {
         int in = dims[l], out = dims[l + 1];
-        bt_sgemm(0, 1, BATCH, out, in, 1, a, in, b, in, 0, c, out);    /* Y = X W^T */
-        bt_sgemm(0, 0, BATCH, in, out, 1, c, out, b, in, 0, a, in);    /* dX = dY W */
-        bt_sgemm(1, 0, out, in, BATCH, 1, c, out, a, in, 0, b, in);    /* dW = dY^T X */
+        const bt_dtype pr = bench_precision;
+        const int th = bench_threads;
+        bt_gemm_at(pr, th, 0, 1, BATCH, out, in, 1, a, in, b, in, 0, c, out); /* Y = X W^T */
+        bt_gemm_at(pr, th, 0, 0, BATCH, in, out, 1, c, out, b, in, 0, a, in); /* dX = dY W */
+        bt_gemm_at(pr, th, 1, 0, out, in, BATCH, 1, c, out, a, in, 0, b, in); /* dW = dY^T X */
     }
     return bt_now_ms() - t0;
 }
@@ -120,12 +130,14 @@ static int bench_mlp(int steps, int threads)
     for (int l = 0; l < 3; l++) flops += 3.0 * 2.0 * BATCH * dims[l] * dims[l + 1];
     double mb = bt_median(tb, steps), ms = bt_median(ts, steps);
     printf("blas: %s\n", bt_blas_describe());
-    printf("mlp 784-1024-1024-10, batch %d, AdamW, %d thread%s, %d steps (medians)\n", BATCH, threads,
-           threads == 1 ? "" : "s", steps);
+    printf("bf16: %s\n", bt_cpu_bf16_describe());
+    printf("mlp 784-1024-1024-10, batch %d, AdamW, %s, %d thread%s, %d steps (medians)\n", BATCH,
+           bench_precision == BT_BF16 ? "bf16" : "f32", threads, threads == 1 ? "" : "s", steps);
     printf("  baton training step   %8.2f ms  %9.0f samples/s  %6.1f GFLOP/s\n", mb, BATCH * 1e3 / mb,
            flops / mb / 1e6);
-    printf("  sgemm of those GEMMs  %8.2f ms  %26.1f GFLOP/s\n", ms, flops / ms / 1e6);
-    printf("  baton / sgemm rate    %8.2f\n", ms / mb);
+    printf("  %s of those GEMMs  %8.2f ms  %26.1f GFLOP/s\n", bench_precision == BT_BF16 ? " bf16" : "sgemm",
+           ms, flops / ms / 1e6);
+    printf("  baton / GEMM rate     %8.2f\n", ms / mb);
     bt_engine_destroy(e);
     bt_graph_destroy(g);
     return 0;
@@ -313,6 +325,36 @@ static int bench_placement(int steps, int m)
     return 0;
 }
 
+/* The machine's GEMM limits at this thread count: sgemm (OpenBLAS) and the bf16 GEMM baton
+ * uses (oneDNN where the CPU has it), on 1024^3 and on the MLP's 256 x 1024 x 1024. */
+static int bench_gemm(int steps, int threads)
+{
+    int claimed = threads;
+    if (bt_blas_claim_threads(&claimed, 1) != BT_OK) die("threads");
+    float *a = calloc((size_t)1024 * 1024, sizeof(float)), *b = calloc((size_t)1024 * 1024, sizeof(float));
+    float *c = calloc((size_t)1024 * 1024, sizeof(float));
+    for (int i = 0; i < 1024 * 1024; i++) a[i] = b[i] = 0.5f;
+    double *t = calloc((size_t)steps, sizeof(double));
+    printf("blas: %s\nbf16: %s\n", bt_blas_describe(), bt_cpu_bf16_describe());
+    const int shapes[2][3] = {{1024, 1024, 1024}, {256, 1024, 1024}};
+    for (int sh = 0; sh < 2; sh++)
+        for (int pr = 0; pr < 2; pr++) {
+            const int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+            const bt_dtype prec = pr ? BT_BF16 : BT_F32;
+            for (int i = 0; i < steps + 2; i++) {
+                double t0 = bt_now_ms();
+                bt_gemm_at(prec, threads, 0, 0, m, n, k, 1, a, k, b, n, 0, c, n);
+                if (i >= 2) t[i - 2] = bt_now_ms() - t0;
+            }
+            const double ms = bt_median(t, steps);
+            printf("  gemm %-4s %4dx%4dx%4d  %d thread%s  %8.3f ms  %7.1f GFLOP/s\n", pr ? "bf16" : "f32",
+                   m, n, k, threads, threads == 1 ? "" : "s", ms, 2.0 * m * n * k / ms / 1e6);
+        }
+    bt_blas_release_threads();
+    free(a), free(b), free(c), free(t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "mlp";
@@ -324,15 +366,23 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--model") == 0) model = argv[i + 1];
         else if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--microbatches") == 0) m = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--precision") == 0 && strcmp(argv[i + 1], "bf16") == 0) bench_precision = BT_BF16;
+        else if (strcmp(argv[i], "--precision") == 0 && strcmp(argv[i + 1], "f32") == 0) bench_precision = BT_F32;
+        else {
+            fprintf(stderr, "bench_cpu: unknown option or value '%s %s'\n", argv[i], argv[i + 1]);
+            return 2;
+        }
     }
+    bench_threads = threads;
     if (steps < 1 || threads < 1 || m < 1 || bench_batch < m || bench_batch % m) {
-        fprintf(stderr, "usage: bench_cpu mlp|pipeline|placement [--steps N] [--threads T] [--microbatches M] "
-                        "[--batch B (a multiple of M)] [--model mlp|deep]\n");
+        fprintf(stderr, "usage: bench_cpu mlp|pipeline|placement|gemm [--steps N] [--threads T] [--microbatches M] "
+                        "[--batch B (a multiple of M)] [--model mlp|deep] [--precision f32|bf16]\n");
         return 2;
     }
     if (strcmp(mode, "mlp") == 0) return bench_mlp(steps, threads);
     if (strcmp(mode, "pipeline") == 0) return bench_pipeline(steps, m, model);
     if (strcmp(mode, "placement") == 0) return bench_placement(steps, m);
-    fprintf(stderr, "bench_cpu: unknown mode '%s' (mlp, pipeline or placement)\n", mode);
+    if (strcmp(mode, "gemm") == 0) return bench_gemm(steps, threads);
+    fprintf(stderr, "bench_cpu: unknown mode '%s' (mlp, pipeline, placement or gemm)\n", mode);
     return 2;
 }

@@ -5,25 +5,11 @@
 # a two-stage model file as one stage; --memory means bytes per device in run as in plan (a limit
 # between the largest stage and the sum of the stages is accepted by both); option errors name the
 # option and range with a one-line hint. Prints "cli_habits: N tests, N failed".
-set -u
-builddir=${BT_BUILDDIR:-$(pwd)}
-srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-baton="$builddir/baton"
-tests=0; failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/cli_lib.sh"
 mlp="$srcdir/models/mlp.yaml"
 fm="$srcdir/models/fashion-mlp.yaml"
 
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
 check() { what=$1; shift; tests=$((tests + 1)); "$@" || fail "$what"; }
-expect_rc() { # expected-rc description command...
-  want=$1; what=$2; shift 2
-  tests=$((tests + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-  [ "$rc" = "$want" ] || { fail "$what: exit $rc, expected $want"; sed 's/^/    /' "$tmp/err" | head -5; return 1; }
-  return 0
-}
 have_python=0; command -v python3 >/dev/null 2>&1 && have_python=1
 json_get() { # file python-expression-on-d
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
@@ -79,6 +65,8 @@ expect_rc 0 "run --memory 20M (per device)" "$baton" run "$fm" --synthetic --bat
 expect_rc 0 "plan --memory 20M (per device)" "$baton" plan "$fm" train.batch=64 --memory 20M --repeats 1
 if expect_rc 1 "run --memory 16M" "$baton" run "$fm" --synthetic --batch 64 --steps 1 --memory 16M; then
   check "run --memory: says where the limit came from: $(cat "$tmp/err")" grep -q "the limit given for each device (--memory" "$tmp/err"
+  # fashion-mlp says parallel: auto: no layout it tries fits either, and it says so
+  check "run --memory: parallel: auto says no layout fits: $(cat "$tmp/err")" grep -q "no layout fits" "$tmp/err"
 fi
 expect_rc 2 "plan --memory 16M" "$baton" plan "$fm" train.batch=64 --memory 16M --repeats 1
 

@@ -168,7 +168,15 @@ static void test_cnn(void)
 
 static void test_fashion_mlp(void)
 {
-    bt_model *m = load("models/fashion-mlp.yaml", NULL, 0);
+    /* the file says parallel: auto (chosen by measuring); the layout it said before, given as an
+     * override, is checked below as before */
+    bt_model *file = load("models/fashion-mlp.yaml", NULL, 0);
+    CU_ASSERT_EQUAL(file->parallel.auto_layout, 1);
+    CU_ASSERT_EQUAL(file->parallel.schedule, BT_SCHEDULE_1F1B);
+    bt_model_destroy(file);
+    const char *layout[] = {"parallel={devices: auto, pipeline: {stages: 2, microbatches: 8, schedule: 1f1b, partition: params}}"};
+    bt_model *m = load("models/fashion-mlp.yaml", layout, 1);
+    CU_ASSERT_EQUAL(m->parallel.auto_layout, 0);
     CU_ASSERT_STRING_EQUAL(m->name, "fashion-mlp");
     bt_input_info in;
     CU_ASSERT_EQUAL_FATAL(bt_graph_input(m->graph, 0, &in), BT_OK);

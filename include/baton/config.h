@@ -47,8 +47,16 @@ typedef struct bt_parallel_config {
     const struct bt_profile *profile; /* for BT_PARTITION_PROFILE: the measured costs the cuts are
                                  chosen from (baton/profile.h), made by the caller before the plan
                                  is built; not owned, read only while the plan is built */
+    int data;                 /* parallel.data: data-parallel replicas, each a process group of
+                                 `stages` ranks under mpirun (0: as many as the ranks allow) */
+    int zero;                 /* parallel.zero: 1 shards the optimizer state over the replicas
+                                 (reduce-scatter the gradients, update a shard, all-gather the
+                                 weights); 0: every replica keeps all of it */
     int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1; 0 reads
                                  as 1): logical stage l runs on device l mod (stages / virtual) */
+    int auto_layout;          /* `parallel: auto`: stages, threads, micro-batches, schedule and
+                                 cuts are chosen by measuring (`baton run` does it, see
+                                 docs/planner.md); an engine or plan given it unresolved refuses */
 } bt_parallel_config;
 
 typedef enum bt_optimizer_kind { BT_OPT_SGD = 0, BT_OPT_ADAMW = 1 } bt_optimizer_kind;

@@ -173,10 +173,12 @@ typedef enum bt_transfer_path {
     BT_PATH_LOCAL = 1,        /* both stages share memory (cpu:N, or logical stages on one GPU):
                                  one device-local copy into the receiver's buffer */
     BT_PATH_PEER = 2,         /* GPU to GPU with peer access: cudaMemcpyPeerAsync */
-    BT_PATH_STAGED = 3        /* GPU to GPU through pinned host memory, double-buffered */
+    BT_PATH_STAGED = 3,       /* GPU to GPU through pinned host memory, double-buffered */
+    BT_PATH_MPI = 4           /* CPU stages on different ranks of a job under mpirun: MPI messages */
 } bt_transfer_path;
 
-BT_API const char *bt_transfer_path_name(bt_transfer_path path); /* "host", "local", "peer", "staged" */
+/* "host", "local", "peer", "staged", "mpi" */
+BT_API const char *bt_transfer_path_name(bt_transfer_path path);
 
 /* One direction of one stage boundary, with what it has moved since the engine was created. */
 typedef struct bt_boundary_stats {
@@ -197,6 +199,14 @@ BT_API bt_status bt_engine_stage(const bt_engine *engine, int stage, bt_stage_in
 BT_API bt_status bt_engine_memory(const bt_engine *engine, int stage, bt_memory_stats *out);
 /* Step counter (optimizer steps taken). */
 BT_API int64_t bt_engine_step(const bt_engine *engine);
+
+/* A job across processes (`baton run` under mpirun: each rank runs one stage of one replica, see
+ * docs/distributed.md): this rank's number, 0 in one process. */
+BT_API int bt_engine_rank(const bt_engine *engine);
+/* Across processes every rank must call it: afterwards every rank holds every stage's current
+ * weights and optimizer state (replica 0 of each stage broadcasts its own), so any rank can read
+ * or save the whole model. In one process: nothing to do. */
+BT_API bt_status bt_engine_sync_params(bt_engine *engine);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,7 @@ typedef struct bt_layer_info {
     bt_dtype dtype;
     int64_t n_params;            /* parameter elements */
     int stage;                   /* pinned stage or -1 */
+    int recompute;               /* 1: activations recomputed before backward (see below) */
     int n_inputs;
     const char *inputs[BT_MAX_INPUTS];
     bt_src_loc loc;
@@ -98,6 +99,14 @@ BT_API int64_t bt_graph_total_params(const bt_graph *graph);
  * each stage keeping its own copy), so the copies stay bit-identical, and checkpoints store the
  * tensor once, under the source's name (`tie: wte` on a language model's head). */
 BT_API bt_status bt_graph_tie(bt_graph *graph, const char *param, const char *source);
+/* Activation recomputation: layer's (layer -1: every layer's) outputs and saved state are not
+ * kept per micro-batch during forward but recomputed, from the values the stage keeps, just
+ * before the micro-batch's backward (on = 0 turns it off). A value sent to a later stage is always
+ * kept. Results are bit-identical (dropout masks come from the same seeds); the stage keeps one
+ * shared copy of the recomputed values instead of one per micro-batch in flight, and each
+ * backward pays the recomputed layers' forward again (docs/recompute.md). Set it before
+ * bt_engine_create. */
+BT_API bt_status bt_graph_set_recompute(bt_graph *graph, int layer, int on);
 /* 1 when the last layer produces one scalar per sample (a loss), so the graph can train. */
 BT_API int bt_graph_is_trainable(const bt_graph *graph);
 

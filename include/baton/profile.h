@@ -37,6 +37,8 @@ typedef struct bt_profile_params {
     int threads;                        /* compute threads per device */
     size_t transfer_bytes;              /* message size for the transfer rates */
     uint64_t seed;                      /* fills the buffers */
+    int fastest;                        /* 1: keep each layer's fastest run, not the median (a
+                                           busy machine only ever slows a run down) */
 } bt_profile_params;
 
 /* Defaults: devices "cpu:0", batch 32, 1 micro-batch, training, AdamW, 10 repeats after 2

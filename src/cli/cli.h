@@ -97,6 +97,7 @@ typedef struct bt_cli_model_opts {
     const char *partition;
     const char *plugins[16];     /* --plugin LIB.so, loaded before the model (plugin.c) */
     int n_plugins;
+    const char *recompute;       /* --recompute none | stage | LAYER,LAYER (beats train.recompute) */
 } bt_cli_model_opts;
 
 /* --plugin (plugin.c): add remembers a library (at most 16); load dlopens each and calls its
@@ -115,5 +116,43 @@ int bt_cli_parse_bytes(const char *s, unsigned long long *out);
 const char *bt_cli_group(long long v, char *buf, size_t size);
 /* Formats bytes as "12.3 MiB". */
 const char *bt_cli_bytes(double bytes, char *buf, size_t size);
+
+/* ---- parallel: auto (auto.c) ---------------------------------------------------------------- */
+
+struct bt_search_params;
+struct bt_search_result;
+/* What a resolved `parallel: auto` chose beyond the parallel config: the BLAS threads per stage
+ * (the model's config now owns the strings it points to; the fields below stay for a failure). */
+typedef struct bt_cli_auto {
+    int threads;                 /* 0: parallel was not auto */
+    int recompute;               /* the chosen recomputation (-1: the file's own flags) */
+    char *devices, *layout;
+} bt_cli_auto;
+/* When m says parallel: auto, measures and searches, and rewrites m->parallel (and the graph's
+ * recomputation) to the fastest layout; threads > 0 fixes the thread count. With try_top, the few
+ * fastest predictions are first built and timed for a few steps each, alternating, and the
+ * fastest measured runs. Prints the choice when verbose. Exit code. */
+int bt_cli_resolve_auto(const char *cmd, bt_model *m, int threads, int verbose, int try_top, bt_cli_auto *a);
+/* The same for serving (forward_only: the stream schedule, no trials), another batch (> 0), or
+ * devices offering `memory` bytes each (> 0, as --memory). */
+int bt_cli_resolve_auto_for(const char *cmd, bt_model *m, int threads, int verbose, int try_top, int forward_only,
+                            int64_t batch, uint64_t memory, bt_cli_auto *a);
+/* auto_record.c: writes the layout an auto model was resolved to as DIR/auto-layout.txt (creating
+ * DIR), so that a resume from DIR takes the same layout. Exit code. */
+int bt_cli_auto_record(const char *dir, const bt_parallel_config *cfg, int threads, int recompute);
+/* For `--resume WHERE` on an auto model: when WHERE's directory has the record, sets m->parallel to
+ * it (auto_layout 0), *threads and *recompute, *found = 1 and prints the layout; without a record,
+ * says that the layout is chosen again (*found = 0). Exit code. */
+int bt_cli_auto_recall(const char *resume, bt_model *m, int *threads, int *recompute, int *found);
+void bt_cli_auto_clear(bt_cli_auto *a);
+/* The search's parameters for m: candidate devices (NULL or "auto": one cpu:N per core), fixed
+ * threads (0: search). */
+void bt_cli_auto_params(const bt_model *m, const char *devices, int threads, struct bt_search_params *sp);
+/* Measures and searches (repeats per measurement; 0: 3). Exit code; *r is cleared by the caller. */
+int bt_cli_auto_search(const char *cmd, const bt_model *m, const struct bt_search_params *sp, int repeats,
+                       struct bt_search_result *r);
+/* The table of the best layout per (stages, schedule, recompute) when full, then the choice and how
+ * it compares with the best one-stage or pipelined layout. */
+void bt_cli_auto_report(const struct bt_search_result *r, int64_t batch, int full);
 
 #endif

@@ -30,6 +30,7 @@ static void check_usage(FILE *f)
             "  --partition P         uniform | params | profile: how layers are cut into stages\n"
             "  --balance N,N,...     layers per stage, e.g. 3,2\n"
             "  --layout SPEC         layers per stage by name: \"fc1,fc2|head,loss\"\n"
+            "  --recompute R         none | stage | LAYER,LAYER: activation recomputation\n"
             "  --microbatches M      micro-batches per step\n"
             "  --schedule S          gpipe | 1f1b | stream\n"
             "  --plugin LIB.so       load a library of custom ops first (its\n"
@@ -181,7 +182,7 @@ int bt_cmd_check(int argc, char **argv)
     static const struct option longopts[] = {
         {"devices", required_argument, NULL, 'd'},   {"stages", required_argument, NULL, 's'},
         {"partition", required_argument, NULL, 'P'}, {"balance", required_argument, NULL, 'B'},
-        {"layout", required_argument, NULL, 'L'},
+        {"layout", required_argument, NULL, 'L'},    {"recompute", required_argument, NULL, 'Q'},
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"plugin", required_argument, NULL, 'U'}, {"json", no_argument, NULL, 'J'}, {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
     bt_cli_model_opts o;
@@ -198,6 +199,7 @@ int bt_cmd_check(int argc, char **argv)
         case 'P': o.partition = optarg; break;
         case 'B': o.balance = optarg; break;
         case 'L': o.layout = optarg; break;
+        case 'Q': o.recompute = optarg; break;
         case 'J': json = 1; break;
         case 'U': rc = bt_cli_add_plugin("check", &o, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': check_usage(stdout); return BT_EXIT_OK;
@@ -211,7 +213,10 @@ int bt_cmd_check(int argc, char **argv)
     if (rc != BT_EXIT_OK) return rc;
     json_t *j = json ? json_object() : NULL;
     print_layers(m, j);
-    rc = print_plan(m, j);
+    bt_cli_auto au; /* parallel: auto: measured and chosen now (quietly under --json), then checked */
+    rc = bt_cli_resolve_auto("check", m, 0, !json, 0, &au);
+    if (rc == BT_EXIT_OK) rc = print_plan(m, j);
+    bt_cli_auto_clear(&au);
     if (j && rc == BT_EXIT_OK) {
         json_dumpf(j, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
         printf("\n");

@@ -21,12 +21,14 @@
 #include "profile/measure.h"
 #include "plan/profile.h"
 #include "optim/optim.h"
+#include "plan/search.h"
+#include "sched/sched.h"
 
 typedef struct plan_opts {
     bt_cli_model_opts model;
     const char *profile;
     const char *schedule;
-    int microbatches, repeats, permute, json;
+    int microbatches, repeats, permute, json, threads;
     unsigned long long memory;
 } plan_opts;
 
@@ -42,7 +44,14 @@ static void plan_usage(FILE *f)
             "  --devices LIST        devices, one per stage: cpu:0,cpu:1 (default: the model's)\n"
             "  --profile FILE        costs from `baton profile` (default: measure now)\n"
             "  --microbatches M      micro-batches per step (default: the model's)\n"
-            "  --schedule S          gpipe | 1f1b | stream (default: the model's)\n"
+            "  --schedule S          gpipe | 1f1b | stream (default: the model's), or auto: plan\n"
+            "                        the whole layout: stages (one included), BLAS threads,\n"
+            "                        micro-batches, schedule and recomputation, each measured\n"
+            "                        (the default for a model with parallel: auto, unless\n"
+            "                        --profile is given)\n"
+            "  --threads T           auto: only this BLAS thread count per stage\n"
+            "  --recompute R         none | stage | LAYER,LAYER: price activation recomputation\n"
+            "                        (beats train.recompute; auto then keeps it)\n"
             "  --memory BYTES        memory each device offers, e.g. 2G or 512M (default: the\n"
             "                        device's own; cpu devices share the machine's memory)\n"
             "  --permute             let the planner choose the order of the devices too\n"
@@ -58,8 +67,10 @@ static void plan_usage(FILE *f)
 
 static int parse_schedule(const char *name, bt_schedule_kind *out)
 {
-    const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM};
-    for (int i = 0; i < 3; i++)
+    bt_schedule_kind kinds[BT_SEARCH_MAX_CHOICES + 1];
+    int n = bt_schedule_kinds(1, kinds, BT_SEARCH_MAX_CHOICES);
+    n += bt_schedule_kinds(0, kinds + n, 1);
+    for (int i = 0; i < n; i++)
         if (strcmp(name, bt_schedule_name(kinds[i])) == 0) {
             *out = kinds[i];
             return 1;
@@ -218,13 +229,63 @@ static void print_plan(const plan_opts *o, const bt_model *m, const bt_profile *
     if (uniform)
         printf("  uniform split for comparison: bottleneck %.4f ms, predicted step %.3f ms (%.2fx)\n",
                uniform->bottleneck_ms, uniform->step_ms, pl->step_ms > 0 ? uniform->step_ms / pl->step_ms : 0);
+    if (pl->recompute) {
+        printf("  recomputation: bwd ms includes rerunning the recomputed layers' forward (");
+        for (int k = 0; k < pl->stages; k++) printf("%sstage %d %.4f ms", k ? ", " : "", k, pl->stage[k].recompute_ms);
+        printf("); peak memory keeps one copy of their activations per stage\n");
+    }
     if (pl->unknown_rates)
         printf("  note: the profile has no transfer rate between some of these devices; transfers counted free\n");
     printf("\npaste into the model file:\n\n%s", pl->yaml);
 }
 
+/* --schedule auto (or parallel: auto): the whole layout searched from measured costs. Devices are
+ * the candidates (--devices, the model's list, else one cpu:N per core). */
+static int plan_auto(const plan_opts *o, const bt_model *m)
+{
+    if (o->profile) {
+        fprintf(stderr, "baton plan: --schedule auto measures at every micro-batch size and thread count it "
+                        "tries; --profile (one size) cannot be used with it\n");
+        return BT_EXIT_USAGE;
+    }
+    if (o->permute) {
+        fprintf(stderr, "baton plan: --permute does not apply to --schedule auto (its devices are interchangeable cpu:N)\n");
+        return BT_EXIT_USAGE;
+    }
+    bt_search_params sp;
+    const char *given = o->model.devices ? o->model.devices : (m->parallel.auto_layout ? NULL : m->parallel.devices);
+    bt_cli_auto_params(m, given, o->threads, &sp);
+    sp.memory = o->memory;
+    if (o->microbatches > 0) sp.n_microbatches = 1, sp.microbatches[0] = o->microbatches;
+    bt_search_result r;
+    int rc = bt_cli_auto_search("plan", m, &sp, o->repeats, &r);
+    char name[256];
+    if (rc == BT_EXIT_OK) {
+        printf("layout search for %s: batch %lld, candidate devices %s (%d cores), %d layouts tried\n",
+               bt_cli_escape(m->name ? m->name : "model", name, sizeof name), (long long)sp.batch, sp.devices,
+               sp.cores, r.n);
+        printf("costs: measured now at each micro-batch size and thread count (fastest of %d repeats)\n\n",
+               o->repeats > 0 ? o->repeats : 5);
+        bt_cli_auto_report(&r, sp.batch, 1);
+        const bt_search_candidate *b = &r.cand[r.best];
+        printf("\npaste into the model file (or keep parallel: auto, which runs this choice):\n\n%s",
+               r.placement.yaml);
+        if (b->threads > 1 || b->recompute)
+            printf("# and run with --threads %d%s\n", b->threads, b->recompute ? " --recompute stage" : "");
+    }
+    bt_search_result_clear(&r);
+    return rc;
+}
+
 static int plan_model(const plan_opts *o, const bt_model *m)
 {
+    /* a parallel: auto model plans the whole layout unless a schedule or a profile file is given */
+    if ((o->schedule && strcmp(o->schedule, "auto") == 0) || (!o->schedule && !o->profile && m->parallel.auto_layout))
+        return plan_auto(o, m);
+    if (o->threads > 0) {
+        fprintf(stderr, "baton plan: --threads applies to --schedule auto (profile with baton profile --threads)\n");
+        return BT_EXIT_USAGE;
+    }
     char dev_buf[BT_MAX_STAGES * 12];
     const char *devices = plan_devices(o, m, dev_buf, sizeof dev_buf);
     char parsed[BT_MAX_STAGES][BT_PROFILE_DEVICE_LEN];
@@ -235,10 +296,11 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     bt_placement_params lp;
     bt_placement_params_init(&lp);
     lp.devices = devices;
-    lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.microbatches;
+    /* a parallel: auto model has no micro-batch count of its own: the profile's */
+    lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.auto_layout ? 0 : m->parallel.microbatches;
     lp.schedule = training ? m->parallel.schedule : BT_SCHEDULE_STREAM;
     if (o->schedule && !parse_schedule(o->schedule, &lp.schedule)) {
-        return bt_cli_bad_value("plan", "--schedule", "gpipe, 1f1b or stream", o->schedule);
+        return bt_cli_bad_value("plan", "--schedule", "gpipe, 1f1b, interleaved-1f1b, zb-h1, stream or auto", o->schedule);
     }
     if (training && lp.schedule == BT_SCHEDULE_STREAM) {
         fprintf(stderr, "baton plan: the stream schedule is forward-only: use gpipe or 1f1b for a model that trains\n");
@@ -251,7 +313,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.precision = training ? m->train.precision : BT_F32;
     lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
     bt_profile *p = NULL;
-    int rc = get_profile(o, m, devices, lp.microbatches, &p);
+    int rc = get_profile(o, m, devices, lp.microbatches > 0 ? lp.microbatches : 1, &p);
     if (rc != BT_EXIT_OK) return rc;
     bt_placement pl, uniform;
     memset(&uniform, 0, sizeof uniform);
@@ -280,6 +342,7 @@ int bt_cmd_plan(int argc, char **argv)
         {"microbatches", required_argument, NULL, 'm'}, {"schedule", required_argument, NULL, 'S'},
         {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
         {"repeats", required_argument, NULL, 'r'}, {"plugin", required_argument, NULL, 'U'}, {"json", no_argument, NULL, 'J'}, {"help", no_argument, NULL, 'h'},
+        {"threads", required_argument, NULL, 't'}, {"recompute", required_argument, NULL, 'Q'},
         {NULL, 0, NULL, 0}};
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -295,6 +358,8 @@ int bt_cmd_plan(int argc, char **argv)
         case 'S': o.schedule = optarg; break;
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
+        case 'Q': o.model.recompute = optarg; break;
+        case 't': rc = bt_cli_parse_int32("plan", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;
         case 'U': rc = bt_cli_add_plugin("plan", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': plan_usage(stdout); return BT_EXIT_OK;

@@ -14,6 +14,7 @@
 #include "cli/run.h"
 #include "core/strutil.h"
 #include "train/checkpoint.h"
+#include "train/lm.h"
 #include "train/predict.h"
 
 static void predict_usage(FILE *f)
@@ -168,6 +169,13 @@ int bt_cmd_predict(int argc, char **argv)
         if (missing("--input", po.input_files[i])) return BT_EXIT_USAGE;
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("predict", &mo, &m)) != BT_EXIT_OK) return rc;
+    bt_cli_auto au; /* parallel: auto: chosen for forward-only serving of this batch, measured now */
+    rc = bt_cli_resolve_auto_for("predict", m, threads, !jsonl, 0, 1, batch > 0 ? batch : m->train.batch, 0, &au);
+    if (rc != BT_EXIT_OK) {
+        bt_model_destroy(m);
+        return rc;
+    }
+    if (threads == 0) threads = au.threads;
     bt_engine_params p;
     bt_engine_params_init(&p);
     p.parallel = m->parallel;
@@ -180,6 +188,15 @@ int bt_cmd_predict(int argc, char **argv)
     if (data) {
         po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
         po.seed = seed;
+        if (bt_lm_wanted(m)) { /* text data: the validation windows the run evaluated (train/lm.h) */
+            if (strcmp(data, "eval") != 0) {
+                fprintf(stderr, "baton predict: --data train: a language model's text data is predicted on its "
+                        "validation windows, as the run evaluated them: --data eval\n");
+                bt_model_destroy(m);
+                return BT_EXIT_USAGE;
+            }
+            po.source = &m->data.train;
+        }
         if (po.source->kind == BT_DATA_NONE) {
             char path[512];
             fprintf(stderr, "baton predict: --data %s: %s has no data.%s\n", data,

@@ -16,6 +16,7 @@
 #include "core/strutil.h"
 #include "core/util.h"
 #include "cli/run.h"
+#include "cli/run_dist.h"
 #include "optim/loss_scale.h"
 #include "graph/graph_internal.h"
 
@@ -39,6 +40,8 @@ static void run_usage(FILE *f)
             "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 (training), stream\n"
             "                        (inference)\n"
             "  --virtual V           interleaved-1f1b: model chunks per device (stages = devices x V)\n"
+            "  --recompute R         none | stage | LAYER,LAYER: recompute these layers' activations\n"
+            "                        before backward instead of keeping them (beats train.recompute)\n"
             "  --steps N             steps to run (default: train.steps, else the epochs)\n"
             "  --epochs N            passes over the training data (beats train.epochs)\n"
             "  --eval-every N        evaluate every N steps (0: only at the end)\n"
@@ -63,6 +66,8 @@ static void run_usage(FILE *f)
             "                        needs more is refused before anything runs\n"
             "  --transfer MODE       auto (default) | staged | host: how stages hand messages on;\n"
             "                        staged forces the pinned-host path, host the synchronous one\n"
+            "  --dp D                D data-parallel replicas across processes (beats\n"
+            "                        parallel.data): mpirun -np D*P baton run ... --dp D\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
             "  --timeline FILE.svg   draw the last step as an SVG timeline\n"
             "  --tensorboard DIR     write TensorBoard event files to DIR (beats\n"
@@ -88,18 +93,12 @@ static int64_t int_input_range(const bt_graph *g, int value)
     return 2;
 }
 
-typedef struct synth_data {
-    int n;
-    bt_feed feeds[64];
-    void *buf[64];
-} synth_data;
-
-static void synth_free(synth_data *d)
+void bt_cli_synth_free(bt_cli_synth *d)
 {
     for (int i = 0; i < d->n; i++) free(d->buf[i]);
 }
 
-static int synth_make(const bt_graph *g, int64_t batch, uint64_t seed, synth_data *d)
+int bt_cli_synth_make(const bt_graph *g, int64_t batch, uint64_t seed, bt_cli_synth *d)
 {
     memset(d, 0, sizeof *d);
     uint64_t rng = seed * 0x2545f4914f6cdd1dULL + 1;
@@ -178,6 +177,7 @@ static void print_boundaries(const bt_engine *e)
 
 void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_ms, int64_t batch)
 {
+    bt_cli_dist_gather(e); /* across processes: every stage's own statistics, on every rank */
     json_t *stages = json_array(), *boundaries = json_array();
     for (int s = 0; stages && s < bt_engine_num_stages(e); s++) {
         bt_memory_stats m;
@@ -209,6 +209,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                                bt_cli_json_num(median_ms > 0 ? (double)batch * 1000 / median_ms : 0), "stages",
                                stages ? stages : json_null(), "boundaries", boundaries ? boundaries : json_null()));
     if (o->jsonl) {
+        bt_cli_dist_summary(o, e);
         bt_cli_tracer_summary(o->tracer, 1, median_ms);
         return;
     }
@@ -231,13 +232,44 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                100 * t.transfer_ms / wall, 100 * t.idle_ms / wall);
     }
     print_boundaries(e);
+    bt_cli_dist_summary(o, e);
     bt_cli_tracer_summary(o->tracer, 0, median_ms);
 }
 
 static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engine_params *params);
 
 /* Creates the engine, runs (traced when asked), writes the trace files. */
+static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
+
 static int run_model(const run_opts *opts, bt_model *m)
+{
+    int was_auto = m->parallel.auto_layout, threads = 0, rec = -1, found = 0, rc = BT_EXIT_OK;
+    if (was_auto && opts->resume && m->train.enabled) { /* the layout the first run chose (auto_record.c) */
+        rc = bt_cli_auto_recall(opts->resume, m, &threads, &rec, &found);
+        if (rc != BT_EXIT_OK) return rc;
+        if (found && rec >= 0) {
+            bt_status st = bt_graph_set_recompute(m->graph, -1, rec);
+            if (st != BT_OK) return bt_cli_fail("run", st);
+        }
+    }
+    if (!found) {
+        bt_cli_auto au; /* parallel: auto: measured and chosen now */
+        rc = bt_cli_resolve_auto_for("run", m, opts->threads, !opts->jsonl, 1, 0, opts->batch, opts->device_memory,
+                                     &au);
+        threads = au.threads;
+        rec = au.recompute;
+        bt_cli_auto_clear(&au);
+        if (rc != BT_EXIT_OK) return rc;
+    }
+    const char *dir = opts->checkpoint_dir ? opts->checkpoint_dir : m->train.checkpoint_dir;
+    if (was_auto && m->train.enabled && dir) {
+        rc = bt_cli_auto_record(dir, &m->parallel, threads, rec);
+        if (rc != BT_EXIT_OK) return rc;
+    }
+    return run_resolved(opts, m, threads);
+}
+
+static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
 {
     run_opts traced = *opts;
     const run_opts *o = &traced;
@@ -252,7 +284,7 @@ static int run_model(const run_opts *opts, bt_model *m)
     p.clip_norm = m->train.clip_norm;
     p.batch = o->batch > 0 ? o->batch : m->train.batch;
     p.seed = o->seed;
-    p.threads = o->threads;
+    p.threads = o->threads > 0 ? o->threads : auto_threads;
     p.watchdog_s = o->watchdog_s;
     p.device_memory = (size_t)o->device_memory;
     p.device_memory_each = 1; /* --memory is bytes per device, as in baton plan */
@@ -267,19 +299,27 @@ static int run_model(const run_opts *opts, bt_model *m)
     bt_status st = bt_profile_measure_for_plan(m->graph, &p.parallel, &costs);
     if (st != BT_OK) return bt_cli_fail("run", st);
     p.parallel.profile = costs;
+    bt_cli_dist dist; /* under mpirun: this rank's part of the job */
+    int rc = bt_cli_dist_setup(o, m, &p, &dist);
+    if (rc != BT_EXIT_OK) {
+        bt_profile_destroy(costs);
+        return bt_cli_dist_finish(&dist, rc);
+    }
+    bt_cli_dist_outputs(&dist, &traced, m); /* rank 0 alone writes the run's files */
     bt_engine *e = NULL;
-    st = bt_engine_create(m->graph, &p, &e);
+    st = bt_cli_dist_create_engine(&dist, m, &p, &e);
     if (st != BT_OK) {
         bt_profile_destroy(costs);
-        return bt_cli_fail("run", st);
+        return bt_cli_dist_finish(&dist, bt_cli_fail("run", st));
     }
-    int rc = bt_cli_tracer_start(e, o->trace_path, o->timeline_path, &traced.tracer);
+    rc = bt_cli_tracer_start(e, o->trace_path, o->timeline_path, &traced.tracer);
     if (rc == BT_EXIT_OK) rc = run_steps(o, m, e, &p);
     if (rc == BT_EXIT_OK) rc = bt_cli_tracer_write(traced.tracer, o->jsonl);
     bt_cli_tracer_destroy(traced.tracer);
+    if (rc != BT_EXIT_OK) bt_cli_dist_finish(&dist, rc); /* a failed rank ends the job before anything waits */
     bt_engine_destroy(e);
     bt_profile_destroy(costs);
-    return rc;
+    return bt_cli_dist_finish(&dist, rc);
 }
 
 /* Trains on the model's data through the trainer, streams an inference model's data, or runs
@@ -293,12 +333,12 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     if (training) return bt_cli_train(o, m, e, &p);
     int irc = bt_cli_infer(o, m, e, &p);
     if (irc >= 0) return irc;
-    synth_data data;
+    bt_cli_synth data;
     bt_cli_metrics *mt = NULL; /* training: stage shares per step, and the TensorBoard file */
     int rc = training ? bt_cli_metrics_open(o, m, e, &p, 0, steps, &mt) : BT_EXIT_OK;
     if (rc != BT_EXIT_OK) return rc;
     double *times = calloc((size_t)steps, sizeof *times);
-    if (!times || synth_make(m->graph, p.batch, o->seed, &data) != 0) {
+    if (!times || bt_cli_synth_make(m->graph, p.batch, o->seed, &data) != 0) {
         fprintf(stderr, "baton run: out of memory for synthetic data\n");
         free(times);
         bt_cli_metrics_close(mt);
@@ -335,7 +375,7 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     }
     int mrc = bt_cli_metrics_close(mt);
     if (rc == BT_EXIT_OK) rc = mrc;
-    synth_free(&data);
+    bt_cli_synth_free(&data);
     free(times);
     return rc;
 }
@@ -356,9 +396,11 @@ int bt_cmd_run(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
         {"tensorboard", required_argument, NULL, 'G'},  {"virtual", required_argument, NULL, 'V'},
+        {"dp", required_argument, NULL, 'D'},
         {"keep-last", required_argument, NULL, 'K'},    {"log-every", required_argument, NULL, 'e'},
         {"log-file", required_argument, NULL, 'F'},    {"init-partial", required_argument, NULL, 'J'},
-        {"plugin", required_argument, NULL, 'U'}, {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'}, {"recompute", required_argument, NULL, 'Q'},
+        {"help", no_argument, NULL, 'h'},               {NULL, 0, NULL, 0}};
     run_opts o;
     memset(&o, 0, sizeof o);
     o.threads = 0;
@@ -377,6 +419,7 @@ int bt_cmd_run(int argc, char **argv)
         case 's': rc = bt_cli_parse_int32("run", "--stages", optarg, 1, BT_MAX_STAGES, &o.model.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("run", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &o.model.microbatches); if (rc != BT_EXIT_OK) return rc; break;
         case 'S': o.model.schedule = optarg; break;
+        case 'Q': o.model.recompute = optarg; break;
         case 'V': rc = bt_cli_parse_int32("run", "--virtual", optarg, 1, BT_MAX_STAGES, &o.model.virtual_stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'P': o.model.partition = optarg; break;
         case 'B': o.model.balance = optarg; break;
@@ -406,6 +449,7 @@ int bt_cmd_run(int argc, char **argv)
                 return bt_cli_bad_value("run", "--memory", "a byte count per device such as 512M or 2G", optarg);
             break;
         case 'T': o.trace_path = optarg; break;
+        case 'D': rc = bt_cli_parse_int32("run", "--dp", optarg, 1, 4096, &o.dp); if (rc != BT_EXIT_OK) return rc; break;
         case 'L': o.timeline_path = optarg; break;
         case 'G': if (!*optarg) return bt_cli_bad_value("run", "--tensorboard", "a directory", optarg); o.tensorboard = optarg; break;
         case 'X':

@@ -26,9 +26,11 @@ int bt_cli_exit_code(bt_status status)
 
 void bt_cli_print_error(const char *cmd)
 {
-    fprintf(stderr, "baton %s: ", cmd);
-    bt_cli_print_escaped(stderr, bt_last_error());
-    fputc('\n', stderr);
+    /* one write: stderr is unbuffered, and under mpirun the ranks' lines would interleave
+     * mid-word if the message went out a character at a time */
+    char msg[4096], line[4200];
+    snprintf(line, sizeof line, "baton %s: %s\n", cmd, bt_cli_escape(bt_last_error(), msg, sizeof msg));
+    fputs(line, stderr);
 }
 
 int bt_cli_fail(const char *cmd, bt_status status)
@@ -72,11 +74,50 @@ int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt
     return BT_EXIT_OK;
 }
 
+/* --recompute: none (no layer), stage (every layer) or a comma-separated list of layer names,
+ * replacing what the file said. A model that does not train cannot honour it: an error. */
+static bt_status apply_recompute(const bt_cli_model_opts *o, bt_model *m)
+{
+    if (!m->train.enabled)
+        return bt_error(BT_ERR_INVALID_ARG, "--recompute applies to training, and %s has no train: section",
+                        o->path);
+    int all = strcmp(o->recompute, "stage") == 0, none = strcmp(o->recompute, "none") == 0;
+    BT_TRY(bt_graph_set_recompute(m->graph, -1, all));
+    if (all || none) return BT_OK;
+    const char *p = o->recompute;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char name[256];
+        if (len == 0 || len >= sizeof name)
+            return bt_error(BT_ERR_INVALID_ARG, "--recompute must be none, stage or layer names "
+                            "separated by commas, not '%s'", o->recompute);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        int layer = bt_graph_find_layer(m->graph, name);
+        if (layer < 0)
+            return bt_error(BT_ERR_INVALID_ARG, "--recompute names '%s', which is no layer of %s", name, o->path);
+        BT_TRY(bt_graph_set_recompute(m->graph, layer, 1));
+        p += len;
+        if (!*p) return BT_OK;
+        p++;
+    }
+}
+
+/* Whether the file (with the KEY=VALUE overrides) says parallel: auto. */
+static int file_is_auto(const bt_cli_model_opts *o)
+{
+    bt_model *m = NULL;
+    int is_auto = bt_model_load(o->path, o->overrides, o->n_overrides, &m) == BT_OK && m->parallel.auto_layout;
+    bt_model_destroy(m);
+    return is_auto;
+}
+
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
-    const char *ov[96];
+    const char *ov[100];
     char *flags[9] = {NULL};
     int n = 0, nf = 0;
+    *out = NULL;
     int prc = bt_cli_load_plugins(cmd, o);
     if (prc != BT_EXIT_OK) return prc;
     /* heap copies: a long --layout must never be cut short */
@@ -89,14 +130,19 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
     if (o->balance) flags[nf++] = bt_strfmt("parallel.pipeline.partition={balance: [%s]}", o->balance);
     if (o->layout) flags[nf++] = bt_strfmt("parallel.pipeline.partition={layout: \"%s\"}", o->layout);
     bt_status st = BT_OK;
+    for (int i = 0; i < o->n_overrides && n < 64; i++) ov[n++] = o->overrides[i];
+    /* layout flags on a parallel: auto model replace auto with the layout they give (docs/cli.md) */
+    if (nf > 0 && file_is_auto(o)) ov[n++] = "parallel={}";
     for (int i = 0; i < nf; i++) {
         if (!flags[i]) st = bt_error(BT_ERR_NOMEM, "out of memory");
         ov[n++] = flags[i];
     }
-    for (int i = 0; i < o->n_overrides && n < 96; i++) ov[n++] = o->overrides[i];
     if (st == BT_OK) st = bt_model_load(o->path, ov, n, out);
     for (int i = 0; i < nf; i++) free(flags[i]);
+    if (st == BT_OK && o->recompute) st = apply_recompute(o, *out);
     if (st != BT_OK) {
+        if (*out) bt_model_destroy(*out);
+        *out = NULL;
         bt_cli_print_error(cmd);
         return BT_EXIT_USAGE;
     }

@@ -35,6 +35,7 @@ typedef struct bt_run_opts {
     const char *trace_path;      /* --trace FILE.json */
     const char *timeline_path;   /* --timeline FILE.svg */
     int transfer;                /* --transfer: bt_transfer_mode */
+    int dp;                      /* --dp D: data-parallel replicas across processes (0: unset) */
     const char *tensorboard;     /* --tensorboard DIR (beats train.tensorboard) */
     bt_cli_tracer *tracer;       /* set while a traced run is under way */
 } bt_run_opts;
@@ -93,6 +94,16 @@ json_t *bt_cli_metrics_json(const bt_cli_metrics *mt);
  * an ETA from this run's steps so far. */
 void bt_cli_progress(int64_t step, int64_t first, int64_t total, int64_t epoch, const bt_step_result *r,
                      double loss_avg, double elapsed_s);
+
+/* Synthetic feeds for every graph input (cmd_run.c): floats uniform in [-1, 1], integers uniform
+ * below the range their consumer declares. 0, or -1 when out of memory. */
+typedef struct bt_cli_synth {
+    int n;
+    bt_feed feeds[64];
+    void *buf[64];
+} bt_cli_synth;
+int bt_cli_synth_make(const bt_graph *g, int64_t batch, uint64_t seed, bt_cli_synth *d);
+void bt_cli_synth_free(bt_cli_synth *d);
 
 /* The per-stage memory and throughput summary printed at the end of a run. */
 void bt_cli_print_summary(const bt_run_opts *o, const bt_engine *e, double median_ms, int64_t batch);

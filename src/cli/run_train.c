@@ -104,7 +104,16 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
         printf("  eval          the training set (no data.eval: the accuracy is not a held-out one)\n");
     printf("  steps         %lld of batch %lld%s\n", (long long)bt_trainer_total_steps(t), (long long)p->batch,
            bt_trainer_first_step(t) ? " (resumed)" : "");
-    printf("  blas          %s\n\n", bt_blas_describe());
+    printf("  blas          %s\n", bt_blas_describe());
+    int cpu_stages = 0;
+    for (int s = 0; s < bt_engine_num_stages(e); s++) {
+        bt_stage_info si;
+        bt_engine_stage(e, s, &si);
+        cpu_stages += strncmp(si.device, "cpu", 3) == 0;
+    }
+    if (p->precision == BT_BF16 && cpu_stages)
+        printf("  bf16 on cpu   %s\n", bt_cpu_bf16_describe());
+    printf("\n");
 }
 
 /* "step N skipped: gradients overflowed at loss scale S; scale now S/2" (the scaler halves it, to 1
@@ -189,6 +198,7 @@ static void on_event(const bt_train_event *ev, void *user)
 
 static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir,
                           const char *continue_with);
+static void print_init_report(const bt_run_opts *o, const bt_weights_report *r);
 
 /* A language model on text (data: type text or tokens, train/lm.c): the same display. */
 static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt_engine_params *p,
@@ -196,11 +206,16 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
 {
     bt_lm *t = NULL;
     bt_status st = bt_lm_create(m, e, to, &t);
-    if (st == BT_ERR_UNSUPPORTED) {
-        fprintf(stderr, "baton run: %s\n", bt_last_error());
-        return BT_EXIT_USAGE;
-    }
     if (st != BT_OK) return bt_cli_fail("run", st);
+    if (bt_lm_first_step(t) >= bt_lm_total_steps(t)) {
+        fprintf(stderr,
+                "baton run: nothing to do: %s is at step %lld and this run has %lld steps; the checkpoint is "
+                "left as it is (pass --steps above %lld to train on)\n",
+                o->resume, (long long)bt_lm_first_step(t), (long long)bt_lm_total_steps(t),
+                (long long)bt_lm_first_step(t));
+        bt_lm_destroy(t);
+        return BT_EXIT_OK;
+    }
     int64_t n_train, n_val;
     int vocab;
     bt_lm_sizes(t, &n_train, &n_val, &vocab);
@@ -212,21 +227,25 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
                m->name, bt_engine_num_stages(e), bt_engine_num_stages(e) > 1 ? "s" : "", p->parallel.microbatches,
                p->parallel.microbatches > 1 ? "es" : "", bt_schedule_name(p->parallel.schedule), (long long)p->batch,
                data_text(&m->data.train, buf, sizeof buf), (long long)n_train, (long long)n_val, vocab);
-    display d = {.o = o, .e = e};
+    if (!o->jsonl && bt_lm_first_step(t) > 0)
+        printf("resumed from %s at step %lld of %lld\n", bt_cli_escape(o->resume, buf, sizeof buf),
+               (long long)bt_lm_first_step(t), (long long)bt_lm_total_steps(t));
+    display d = {.o = o, .first_step = bt_lm_first_step(t), .e = e};
     d.step_ms = calloc((size_t)(bt_lm_total_steps(t) + 1), sizeof *d.step_ms);
     if (!d.step_ms) {
         bt_lm_destroy(t);
         fprintf(stderr, "baton run: out of memory\n");
         return BT_EXIT_RUNTIME;
     }
-    int rc = bt_cli_metrics_open(o, m, e, p, 0, bt_lm_total_steps(t), &d.mt);
+    int rc = bt_cli_metrics_open(o, m, e, p, d.first_step, bt_lm_total_steps(t), &d.mt);
     if (rc == BT_EXIT_OK) {
+        print_init_report(o, bt_lm_init_report(t));
         bt_cli_stop_begin();
         d.t0_ms = bt_now_ms();
         st = bt_lm_run(t, on_event, &d);
         int sig = bt_cli_stop_end();
         int64_t stopped = bt_lm_stopped_at(t);
-        if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_lm_total_steps(t), to->checkpoint_dir, "--init");
+        if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_lm_total_steps(t), to->checkpoint_dir, "--resume");
         if (st == BT_OK && stopped) rc = 128 + sig;
         if (st != BT_OK) {
             if (o->progress) printf("\n");
@@ -267,7 +286,7 @@ static void print_init_report(const bt_run_opts *o, const bt_weights_report *r)
     }
 }
 
-/* continue_with: the flag that picks the run up from dir ("--resume"; text data: "--init"). */
+/* continue_with: the flag that picks the run up from dir ("--resume"). */
 static void print_stopped(const bt_run_opts *o, int sig, int64_t step, int64_t total, const char *dir,
                           const char *continue_with)
 {

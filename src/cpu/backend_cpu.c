@@ -1,9 +1,11 @@
 /* cpu/backend_cpu.c: the CPU implementation of the backend table. A cpu:N device is a worker
  * thread's view of host memory: allocation is aligned malloc, copies are memcpy, ops run their
- * cpu_forward/cpu_backward kernels on the calling thread with the device's BLAS thread count, and
+ * cpu_forward/cpu_backward kernels on the calling thread with the device's thread count (OpenBLAS
+ * has one per process; bf16 GEMMs on oneDNN use it per call, see gemm_bf16.c), and
  * sync has nothing to wait for (every call completes before it returns). Both streams are the
  * calling thread, so an event is complete when recorded: it keeps the host clock's time, which is
  * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,7 @@
 struct bt_device {
     int index;
     int threads;
-    char desc[160];
+    char desc[400];
 };
 
 static bt_status cpu_open(int index, int threads, bt_device **out)
@@ -30,13 +32,18 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     d->index = index;
     int strict = threads > 0;
     d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
-    bt_status st = bt_blas_claim_threads(&d->threads, strict);
+    bt_status st = bt_cpu_bf16_init();
     if (st != BT_OK) {
         free(d);
         return bt_error_context(st, "cpu:%d", index);
     }
-    snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s)", index, bt_blas_describe(),
-             d->threads, d->threads == 1 ? "" : "s");
+    st = bt_blas_claim_threads(&d->threads, strict);
+    if (st != BT_OK) {
+        free(d);
+        return bt_error_context(st, "cpu:%d", index);
+    }
+    snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index, bt_blas_describe(),
+             d->threads, d->threads == 1 ? "" : "s", bt_cpu_bf16_describe());
     *out = d;
     return BT_OK;
 }
@@ -60,16 +67,24 @@ static bt_status cpu_alloc(bt_device *dev, size_t bytes, void **out)
     return BT_OK;
 }
 
-static void cpu_free(bt_device *dev, void *ptr) { free(ptr); }
+/* Every call that writes or frees memory tells gemm_bf16.c, which keeps bf16 conversions of
+ * parameters until their memory changes (bt_gemm_bf16_forget). */
+static void cpu_free(bt_device *dev, void *ptr)
+{
+    if (ptr) bt_gemm_bf16_forget(ptr, malloc_usable_size(ptr));
+    free(ptr);
+}
 
 static bt_status cpu_zero(bt_device *dev, void *ptr, size_t bytes)
 {
+    bt_gemm_bf16_forget(ptr, bytes);
     if (bytes) memset(ptr, 0, bytes);
     return BT_OK;
 }
 
 static bt_status cpu_copy(bt_device *dev, void *dst, const void *src, size_t bytes)
 {
+    bt_gemm_bf16_forget(dst, bytes);
     if (bytes && dst != src) memcpy(dst, src, bytes);
     return BT_OK;
 }
@@ -77,6 +92,7 @@ static bt_status cpu_copy(bt_device *dev, void *dst, const void *src, size_t byt
 static bt_status cpu_accumulate(bt_device *dev, bt_dtype dtype, void *dst, const void *src,
                                 size_t n)
 {
+    bt_gemm_bf16_forget(dst, n * bt_dtype_size(dtype));
     if (dtype == BT_F32) {
         float *restrict d = dst;
         const float *restrict s = src;
@@ -95,12 +111,16 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
 {
     call->threads = dev->threads;
     call->stream = NULL;
+    bt_status st;
     if (backward == BT_RUN_WEIGHT) {
         if (!op->cpu_backward_weight)
             return bt_error(BT_ERR_INTERNAL, "op '%s' has no weight-gradient kernel", op->name);
-        return op->cpu_backward_weight(call);
+        st = op->cpu_backward_weight(call);
+    } else {
+        st = backward ? op->cpu_backward(call) : op->cpu_forward(call);
     }
-    return backward ? op->cpu_backward(call) : op->cpu_forward(call);
+    bt_status gemm = bt_gemm_take_error(); /* a bf16 GEMM on oneDNN failed inside the op */
+    return st != BT_OK ? st : gemm;
 }
 
 static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
@@ -120,6 +140,7 @@ static bt_status cpu_optimizer_update(bt_device *dev, const bt_optimizer_config 
                                       bt_dtype dtype, void *w, const void *g, void *const *state,
                                       size_t n, double lr, int64_t step, double grad_scale)
 {
+    bt_gemm_bf16_forget(w, n * bt_dtype_size(dtype));
     return bt_optim_update(cfg, dtype, w, g, state, n, lr, step, grad_scale);
 }
 
@@ -184,6 +205,7 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
 {
     if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
         return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
+    bt_gemm_bf16_forget(x, n * sizeof *x);
     bt_round_array(precision, x, n);
     return BT_OK;
 }

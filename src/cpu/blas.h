@@ -7,6 +7,7 @@
 #define BT_CPU_BLAS_H
 
 #include "baton/status.h"
+#include "baton/tensor.h"
 
 /* Loads the BLAS once; later calls return the first result. */
 bt_status bt_blas_init(void);
@@ -25,5 +26,49 @@ void bt_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const 
               const float *b, int ldb, float beta, float *c, int ldc);
 void bt_dgemm(int trans_a, int trans_b, int m, int n, int k, double alpha, const double *a, int lda,
               const double *b, int ldb, double beta, double *c, int ldc);
+
+/* ---- bf16 matrix products (gemm_bf16.c) ------------------------------------------------------- */
+
+/* Chooses, once per process, how `precision: bf16` multiplies on this CPU: oneDNN on AMX, oneDNN on
+ * AVX512-BF16, or the rounded operands through sgemm; BATON_CPU_BF16 (auto | amx | avx512_bf16 |
+ * f32) forces one. BT_ERR_UNSUPPORTED when the forced path cannot be had (or the value is unknown). */
+bt_status bt_cpu_bf16_init(void);
+/* "bf16 on AMX (oneDNN brg:avx512_core_amx)", or the reason for the f32 path. */
+const char *bt_cpu_bf16_describe(void);
+/* 1 when bf16 GEMMs run in bf16 (oneDNN), 0 when in f32. */
+int bt_cpu_bf16_native(void);
+/* C = alpha op(A) op(B) + beta C like bt_sgemm, for a kernel computing at `precision` with
+ * `threads` threads: under BT_BF16 with a native path A and B (whose values must be bf16 values,
+ * as mixed precision guarantees; others are rounded) are multiplied in bf16 with f32 accumulation on
+ * `threads` OpenMP threads of the calling thread; otherwise bt_sgemm. */
+void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m, int n, int k,
+                float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                int ldc);
+/* bt_gemm_at where operand A (param & BT_GEMM_PARAM_A) or B (BT_GEMM_PARAM_B) is a parameter's
+ * compute copy: memory that only backend calls write (the engine's refresh after an update). Its
+ * bf16 conversion is kept until bt_gemm_bf16_forget is told of a write to that memory. */
+#define BT_GEMM_PARAM_A 1
+#define BT_GEMM_PARAM_B 2
+void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
+                   int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc);
+/* C (m, n) = op(A) op(B) + bias (n, added to every row), like bt_gemm_param: on oneDNN the bias is
+ * added in the matmul's epilogue (one pass over C); otherwise C's rows are set to the bias and
+ * bt_gemm_param adds the product (beta 1), the f32 kernels' arithmetic. */
+void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
+                  int n, int k, const float *a, int lda, const float *b, int ldb, const float *bias,
+                  float *c, int ldc);
+/* Drops the kept bf16 conversions of parameters overlapping [ptr, ptr + bytes): every CPU backend
+ * call that writes or frees memory calls it. Cheap when nothing is kept. Thread-safe. */
+void bt_gemm_bf16_forget(const void *ptr, size_t bytes);
+/* Parameter conversions made so far (tests: a weight is converted once per refresh). */
+long long bt_gemm_bf16_conversions(void);
+/* 0: convert parameters on every call like other operands (tests compare the two); 1: keep them. */
+void bt_gemm_bf16_param_cache(int enable);
+/* The calling thread's first bt_gemm_at failure since the last call (a status with its message),
+ * or BT_OK; clears it. The CPU backend checks it after every op. */
+bt_status bt_gemm_take_error(void);
+/* The largest thread count a bf16 GEMM has run with since the last reset (tests); reset: 1 clears. */
+int bt_gemm_bf16_threads_seen(int reset);
 
 #endif

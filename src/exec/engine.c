@@ -14,6 +14,7 @@
 
 #include "core/util.h"
 #include "core/error.h"
+#include "exec/engine_dist.h"
 #include "exec/exec_internal.h"
 #include "optim/lr_schedule.h"
 
@@ -93,6 +94,7 @@ static bt_status open_stage(bt_engine *e, int s)
                           * (the stages of one device take turns: interleaved) */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         int devices = e->train_sched ? e->train_sched->devices : e->stages;
+        if (e->dist.on) devices = e->dist.layout.local_size * e->local_stages; /* the ranks on this machine */
         threads = -(cpus > devices ? (int)(cpus / devices) : 1);
     }
     BT_TRY(st->be->open(index, threads, &st->dev));
@@ -176,7 +178,8 @@ static bt_status build_ties(bt_engine *e)
     return BT_OK;
 }
 
-bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out)
+static bt_status create_engine(const bt_graph *graph, const bt_engine_params *params, const bt_dist_layout *layout,
+                               bt_engine **out)
 {
     bt_status st = BT_OK;
     if (!params || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_create: NULL argument");
@@ -219,6 +222,12 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
     }
     BT_TRY_GOTO(st, bt_schedule_build(BT_SCHEDULE_STREAM, e->stages, m, &e->infer_sched), fail);
     BT_TRY_GOTO(st, bt_schedule_validate(e->infer_sched), fail);
+    e->local_stages = e->stages;
+    if (layout) { /* one rank of a job across processes: it runs one stage of one replica */
+        BT_TRY_GOTO(st, bt_dist_setup(e, layout), fail);
+        e->local_stages = 1;
+        e->mb_size = params->batch / ((int64_t)layout->data * m);
+    }
 
     e->stage = calloc((size_t)e->stages, sizeof *e->stage);
     e->worker = calloc((size_t)e->stages, sizeof *e->worker);
@@ -228,14 +237,31 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
         goto fail;
     }
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, open_stage(e, s), fail);
+    for (int s = 0; s < e->stages && e->dist.on; s++)
+        if (!e->stage[s].be->shares_host_memory) {
+            st = bt_error(BT_ERR_UNSUPPORTED,
+                          "stage %d is on %s: across processes only CPU stages run today (the mpi path); the "
+                          "NCCL path for GPU stages is not built",
+                          s, e->stage[s].device_name);
+            goto fail;
+        }
     BT_TRY_GOTO(st, bt_topology_paths(e), fail);
     BT_TRY_GOTO(st, bt_layout_memory_params(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_stage(e, &e->stage[s]), fail);
     BT_TRY_GOTO(st, bt_layout_check_memory(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
     if (params->training) BT_TRY_GOTO(st, build_ties(e), fail);
+    if (e->n_ties && e->dist.on) {
+        st = bt_error(BT_ERR_UNSUPPORTED, "tied parameters (shared weights) do not run across processes yet");
+        goto fail;
+    }
     BT_TRY_GOTO(st, bt_topology_build_channels(e), fail);
     bt_layout_verify(e);
+    if (e->dist.on) {
+        BT_TRY_GOTO(st, bt_dist_setup_channels(e), fail);
+        BT_TRY_GOTO(st, bt_dist_setup_buckets(e), fail);
+        BT_TRY_GOTO(st, bt_dist_check_agreement(e), fail);
+    }
     for (int s = 0; s < e->stages; s++) {
         bt_memory_stats *mem = &e->stage[s].mem;
         mem->current = mem->weights + mem->gradients + mem->optimizer + mem->activations + mem->workspace;
@@ -247,6 +273,18 @@ bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params
 fail:
     bt_engine_destroy(e);
     return st;
+}
+
+bt_status bt_engine_create(const bt_graph *graph, const bt_engine_params *params, bt_engine **out)
+{
+    return create_engine(graph, params, NULL, out);
+}
+
+bt_status bt_engine_create_dist(const bt_graph *graph, const bt_engine_params *params,
+                                const bt_dist_layout *layout, bt_engine **out)
+{
+    if (!layout) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_create_dist: layout is NULL");
+    return create_engine(graph, params, layout, out);
 }
 
 static void release_abandoned(bt_engine *e);
@@ -284,6 +322,7 @@ void bt_engine_destroy(bt_engine *e)
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
     free(e->sumsq);
+    bt_dist_teardown(e);
     for (int k = 0; k < e->n_ties; k++)
         for (int side = 0; side < 2; side++) {
             free(e->ties[k].host[side]);
@@ -429,6 +468,11 @@ static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
                             feeds[f].name, bt_dtype_name(feeds[f].dtype), bt_dtype_name(want));
         if (!feeds[f].data) return bt_error(BT_ERR_INVALID_ARG, "feed '%s' has no data", feeds[f].name);
         e->feed_ptr[val->input_index] = feeds[f].data;
+        if (e->dist.on) /* each replica reads its own shard of the global batch */
+            e->feed_ptr[val->input_index] = (const unsigned char *)feeds[f].data +
+                                            (size_t)e->dist.layout.replica * (size_t)e->mb_size *
+                                                (size_t)e->params.parallel.microbatches *
+                                                (size_t)bt_shape_numel(&val->shape) * bt_dtype_size(want);
     }
     for (int c = 0; c < e->plan->n_crossings; c++) {
         const bt_crossing *x = &e->plan->crossings[c];
@@ -487,6 +531,17 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->job_sched = job == BT_JOB_FORWARD ? e->infer_sched : e->train_sched;
     e->out_value = out_value;
     e->out_ptr = out;
+    if (e->dist.on && out) { /* this replica's rows of the output; bt_dist_after_job shares them */
+        const bt_value *ov = &e->graph->values[out_value];
+        e->out_ptr = (unsigned char *)out + (size_t)e->dist.layout.replica * (size_t)e->mb_size *
+                                                (size_t)e->params.parallel.microbatches *
+                                                (size_t)bt_shape_numel(&ov->shape) *
+                                                bt_dtype_size(ov->dtype == BT_I32 ? BT_I32 : e->dtype);
+    }
+    if (e->dist.on && e->loss_out) /* likewise this replica's rows of the per-sample losses */
+        e->loss_out = (unsigned char *)e->loss_out + (size_t)e->dist.layout.replica * (size_t)e->mb_size *
+                                                         (size_t)e->params.parallel.microbatches *
+                                                         bt_dtype_size(e->dtype);
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
     e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
     atomic_store(&e->abort, 0);
@@ -509,7 +564,14 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     if (stuck) return bt_error(BT_ERR_TIMEOUT, "%s", e->unusable);
     double ms = bt_now_ms() - t0;
 
-    BT_TRY(collect_failure(e));
+    bt_status failed = collect_failure(e);
+    double loss_sum = job != BT_JOB_FORWARD || e->has_loss ? e->worker[e->stages - 1].loss_sum : 0;
+    if (failed == BT_OK) failed = bt_dist_after_job(e, job, &loss_sum); /* the loss over replicas */
+    if (failed == BT_OK) failed = bt_dist_gather_trace(e); /* when tracing: the other ranks' records */
+    if (failed != BT_OK && e->dist.on)
+        return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
+                                e->dist.layout.replica);
+    BT_TRY(failed);
 
     double busy = 0, sumsq = 0;
     int skipped = 0;
@@ -525,7 +587,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         bt_memory_stats *m = &e->stage[s].mem;
         int live = e->worker[s].peak_live;
         if (live > m->peak_microbatches) m->peak_microbatches = live;
-        size_t act = (size_t)live * e->stage[s].slot_bytes;
+        size_t act = (size_t)live * e->stage[s].slot_bytes + (live > 0 ? e->stage[s].need.recompute_bytes : 0);
         if (act > m->activation_peak) m->activation_peak = act;
     }
     for (int s = 0; s < e->stages; s++) {
@@ -545,6 +607,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         result->samples_per_s = ms > 0 ? (double)e->params.batch * 1000.0 / ms : 0;
         /* idle share of the devices: several stages of one device (interleaved) share its time */
         int devices = e->job_sched->devices > 0 ? e->job_sched->devices : e->stages;
+        if (e->dist.on) devices = e->local_stages; /* this rank's own */
         result->bubble = ms > 0 ? 1.0 - busy / ((double)devices * ms) : 0;
         if (result->bubble < 0) result->bubble = 0;
         result->lr = e->lr;
@@ -552,7 +615,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         result->skipped = skipped;
         result->loss_scale = e->loss_scale;
         if (job != BT_JOB_FORWARD || e->has_loss)
-            result->loss = e->worker[e->stages - 1].loss_sum / (double)e->params.batch;
+            result->loss = loss_sum / (double)e->params.batch;
     }
     return BT_OK;
 }

@@ -92,6 +92,7 @@ bt_status bt_engine_read_state(const bt_engine *e, const char *name, int slot, v
     bt_stage *st;
     bt_param_store *ps;
     BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    BT_TRY(bt_dist_state_buffer((bt_engine *)e, st, ps, slot, 0)); /* parallel.zero: sharded */
     return st->be->to_host(st->dev, dst, ps->state[slot], bytes);
 }
 
@@ -100,6 +101,7 @@ bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const 
     bt_stage *st;
     bt_param_store *ps;
     BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    BT_TRY(bt_dist_state_buffer(e, st, ps, slot, 1)); /* parallel.zero: held in full until the next job */
     return st->be->from_host(st->dev, ps->state[slot], src, bytes);
 }
 

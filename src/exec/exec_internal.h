@@ -8,6 +8,8 @@
  *   worker_step.c   its STEP instruction: the barrier, the global norm, the optimizer update
  *   transfer.c      how a message crosses a stage boundary
  *   channel.c       the mailbox that tells the receiver a message is there
+ *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
+ *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
  *                   includes this header)
  *
@@ -40,6 +42,7 @@
 #include "exec/step_view.h"
 #include "sched/sched.h"
 #include "optim/loss_scale.h"
+#include "dist/dist.h"
 
 #define BT_MAX_CHANNEL_VALUES 32
 
@@ -68,6 +71,11 @@ typedef struct bt_channel {
     int drained_used[2];
     int last_sent_chunk;       /* the chunk used last (starts at 1, so chunk 0 goes first) */
     int last_sent;             /* last micro-batch sent this step, -1: none */
+    /* BT_PATH_MPI (engine_dist.c): per micro-batch the posted receive (this rank receives) or the
+     * send (this rank sends); the message's tag is tag_base + mb */
+    bt_comm_req *req;
+    int tag_base;
+    double *sent_at;           /* [microbatches] host ms when each send was posted */
     /* mailbox */
     atomic_int *ready;         /* [microbatches] 1 once sent (release), 0 once received */
     pthread_mutex_t mu;
@@ -77,6 +85,55 @@ typedef struct bt_channel {
     int64_t messages;
     double bytes, copy_ms;
 } bt_channel;
+
+/* Data parallelism: a run of a stage's parameter gradients, in the order backward finishes them,
+ * all-reduced over the stage's replicas as one message once the last of them is final. */
+typedef struct bt_dp_bucket {
+    int first, n;              /* stores order[first .. first + n) */
+    size_t count;              /* elements */
+    void *flat;                /* host copy of the gradients, reduced in place */
+    int pending;               /* parameters not final yet this step */
+    bt_comm_req req;
+    /* parallel.zero: 1: the bucket is D chunks of `chunk` elements (flat and wflat are padded to
+     * D x chunk); this rank keeps the optimizer state of its chunk only */
+    size_t chunk;
+    void *wflat;               /* the bucket's weights, packed, for the all-gather */
+    void *state[2];            /* [chunk] the optimizer state of this rank's chunk */
+} bt_dp_bucket;
+
+/* What a job across processes adds to an engine (engine_dist.c). Off (on = 0) in one process,
+ * where every stage is local. */
+typedef struct bt_engine_dist {
+    int on;
+    bt_dist_layout layout;
+    bt_comm *world;            /* every rank */
+    bt_comm *pipe;             /* the P ranks of this replica, ranked by stage */
+    bt_comm *dp;               /* the D ranks running this stage, ranked by replica */
+    /* data parallel (D > 1): the local stage's buckets */
+    int n_buckets;
+    bt_dp_bucket *buckets;
+    int *order;                /* [n_params] the local stage's stores in the order they become final */
+    int *bucket_of;            /* [n_params] the bucket of store i */
+    int *final_after;          /* [n_params] the node (stage-local index) whose backward finishes store i */
+    size_t bucket_bytes;
+    int zero;                  /* parallel.zero: 1 with D > 1: optimizer state sharded over replicas */
+    int trace;                 /* after each job, the replica's stages share their instruction records */
+    int full_state;            /* zero: the local stage's full state buffers are allocated (gathered
+                                * for a checkpoint, or written by a resume) and hold the truth */
+    int last_bwd;              /* the local stage's last BWD in the training schedule */
+    /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
+    int *xpeer;
+    double *xbuf;
+    bt_comm_req *xsend, *xrecv;
+    double loss_sum;           /* the last step's loss summed over every replica */
+    struct bt_rank_stats {
+        bt_time_stats time;
+        bt_memory_stats mem;
+    } *rank_stats;             /* [size] each rank's own stage, once gathered (bt_engine_dist_gather_stats) */
+    /* statistics since creation */
+    int64_t reductions;
+    double reduced_bytes, reduce_wait_ms, reduce_ms;
+} bt_engine_dist;
 
 typedef struct bt_param_store {
     int param;                 /* graph param id */
@@ -102,8 +159,11 @@ typedef struct bt_stage {
     size_t *node_saved_offset; /* [n_nodes] */
     size_t *node_wgrad_offset; /* [n_nodes]: the output-gradient stash a deferred W reads (split
                                 * backward), or BT_MEMORY_NO_WGRAD */
+    unsigned char *recomputed; /* [n_nodes]: 1 where the node is recomputed before backward */
     size_t slot_bytes;
-    unsigned char *slots;      /* [n_slots][slot_bytes] */
+    /* [n_slots][slot_bytes], then the recompute region (need.recompute_bytes): one shared copy of
+     * the values and state of recomputed nodes, rebuilt before each backward (run_backward) */
+    unsigned char *slots;
     int *grad_offset;          /* [graph n_values] offset in grads, or -1 */
     size_t grad_bytes;
     unsigned char *grads;
@@ -239,15 +299,38 @@ struct bt_engine {
     /* mixed precision */
     double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
     bt_loss_scale scaler;      /* f16: dynamic loss scaling */
+    bt_engine_dist dist;       /* across processes (engine_dist.c); off in one process */
+    int local_stages;          /* stages this process runs (all of them in one process) */
 };
 
+/* Offset off of micro-batch mb's slot, or of the recompute region for offsets from slot_bytes on
+ * (plan/memory.h: recomputed nodes' values and state are not kept per micro-batch). */
+static inline unsigned char *bt_slot_at(const bt_stage *st, int mb, size_t off)
+{
+    if (off >= st->slot_bytes) return st->slots + (size_t)st->n_slots * st->slot_bytes + (off - st->slot_bytes);
+    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + off;
+}
+
+/* Whether this process runs stage s (every stage in one process). */
+static inline int bt_stage_is_local(const bt_engine *e, int s)
+{
+    return !e->dist.on || s == e->dist.layout.stage;
+}
+
+/* Whether a path orders its copies with events (the device paths). */
+static inline int bt_path_has_events(bt_transfer_path path)
+{
+    return path == BT_PATH_LOCAL || path == BT_PATH_PEER || path == BT_PATH_STAGED;
+}
+
 /* Where value lives for micro-batch mb on stage st: in place in a device channel's buffer when it
- * arrived by one, else in the micro-batch's slot (slot_of, set from the running instruction). */
+ * arrived by one, else in the micro-batch's slot (slot_of, set from the running instruction), or
+ * in the recompute region for a recomputed node's output. */
 static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
 {
     const bt_channel *ch = st->recv_from ? st->recv_from[value] : NULL;
     if (ch) return ch->buf + (size_t)mb * ch->msg_bytes + st->recv_off[value];
-    return st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->value_offset[value];
+    return bt_slot_at(st, mb, (size_t)st->value_offset[value]);
 }
 
 /* engine.c: BT_ERR_INVALID_ARG for NULL; BT_ERR_TIMEOUT, naming the stuck stage, once a worker
@@ -304,6 +387,59 @@ bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int 
 bt_status bt_transfer_account(bt_engine *e, bt_channel *ch);
 /* Staging chunk bytes: BATON_STAGING_CHUNK from the environment (>= 64), else 4 MiB. */
 size_t bt_transfer_default_chunk(void);
+
+/* engine_dist.c: the parts of a job across processes the executor calls (all no-ops, or BT_OK,
+ * when the engine is not distributed) */
+/* Posts the receives of every micro-batch on st's incoming MPI channels for this job. */
+bt_status bt_dist_job_start(bt_engine *e, bt_stage *st, int grads);
+/* Packs mb's message on an MPI channel and sends it. */
+bt_status bt_dist_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* Waits for mb's message on an MPI channel; the errors of bt_channel_wait. */
+bt_status bt_dist_wait(bt_engine *e, bt_channel *ch, int mb);
+/* After the job's instructions: waits for this rank's sends (ok = 1) or cancels what is pending. */
+bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok);
+/* Backward of node k (stage-local) in the stage's last backward of the step: starts the buckets
+ * whose gradients are now final. */
+bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k);
+/* At STEP: waits for every bucket's all-reduce (starting any not started) and copies the sums back. */
+bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st);
+/* At STEP after the local sum of squares (e->sumsq[st->index]; 0 when not training): every stage's
+ * sum into e->sumsq, and the loss summed over every replica into e->dist.loss_sum (local_loss: the
+ * last stage's own sum), by messages to the replica's other stages (and the last stage's other
+ * replicas), so a timeout names the rank whose message is missing. */
+bt_status bt_dist_step_exchange(bt_engine *e, bt_stage *st, double local_loss);
+/* worker.c: the per-sample losses of the step on the last stage, summed (device idle). */
+double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st);
+/* After a job on the host: the loss summed over replicas, and the output of a forward job on
+ * every rank. */
+bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum);
+/* parallel.zero: 1: the stage's global sum of squared gradients (each replica's chunk, added in
+ * replica order), and the update of this rank's chunk followed by the weights' all-gather. */
+bt_status bt_dist_zero_sumsq(bt_engine *e, bt_stage *st, double *out);
+bt_status bt_dist_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t step, double scale);
+/* zero: the full state buffer of ps's slot for a write (allocated, zeroed, when sharded); a read
+ * of a sharded state is an error saying to call bt_engine_sync_params first. */
+bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, int slot, int write);
+/* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
+void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
+void bt_dist_teardown(bt_engine *e);
+/* Point-to-point exchange of k doubles with each of n peers (world ranks): out[i * k ..] gets peer
+ * i's; a timeout names the peer whose message is missing (what: what was waited for). */
+bt_status bt_dist_exchange(bt_engine *e, const int *peers, int n, const double *mine, int k, double *out, int tag,
+                           const char *what);
+/* dist_dp.c, parallel.zero: the full state buffers sharded again (at a job's start), or gathered
+ * (for a checkpoint: bt_engine_sync_params). */
+bt_status bt_dist_absorb_state(bt_engine *e, bt_stage *st);
+bt_status bt_dist_gather_state(bt_engine *e, bt_stage *st);
+/* After a successful job (when tracing): the other stages' instruction records of this replica,
+ * from their ranks, into their workers' trace arrays, on this rank's timeline. */
+bt_status bt_dist_gather_trace(bt_engine *e);
+/* Creation (engine.c calls them in this order): the communicators and checks, once the plan and
+ * schedules exist; the MPI channels' tags and requests; the buckets; the cross-rank agreement. */
+bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout);
+bt_status bt_dist_setup_channels(bt_engine *e);
+bt_status bt_dist_setup_buckets(bt_engine *e);
+bt_status bt_dist_check_agreement(bt_engine *e);
 
 /* channel.c */
 bt_status bt_channel_init(bt_channel *ch, int from, int to, int grad, int microbatches);

@@ -43,6 +43,14 @@ bt_status bt_layout_memory_params(bt_engine *e)
     mp->n_slots = e->stage_slots;
     mp->host_path = e->host_path;
     mp->split_backward = e->train_sched && e->train_sched->split_backward;
+    /* a deferred W reads a micro-batch's activations after later forwards ran: recomputation
+     * (one shared copy) cannot serve it; refused, never ignored */
+    for (int l = 0; mp->split_backward && mp->training && l < e->graph->n_layers; l++)
+        if (e->graph->layers[l].recompute)
+            return bt_error(BT_ERR_UNSUPPORTED, "layer '%s' is recomputed (recompute:), which the %s schedule's "
+                            "split backward cannot combine with (its W reads activations after later "
+                            "forwards); use 1f1b, gpipe or interleaved-1f1b, or no recomputation",
+                            e->graph->layers[l].name, bt_schedule_name(e->train_sched->kind));
     return BT_OK;
 }
 
@@ -53,11 +61,16 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->grad_offset = malloc((size_t)nv * sizeof *st->grad_offset + 1);
     st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
     st->node_wgrad_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_wgrad_offset);
-    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->node_wgrad_offset)
+    st->recomputed = calloc((size_t)st->n_nodes + 1, 1);
+    if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->node_wgrad_offset ||
+        !st->recomputed)
         return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset,
                               st->node_wgrad_offset};
     bt_memory_stage(e->graph, e->plan, &e->memory, st->index, &st->need, &layout);
+    for (int k = 0; k < st->n_nodes; k++)
+        st->recomputed[k] = (unsigned char)bt_memory_node_recomputed(e->graph, e->plan, &e->memory, st->index,
+                                                                     st->first_node + k);
     st->slot_bytes = st->need.slot_bytes;
     st->grad_bytes = st->need.value_grads;
     st->outgoing_grad_bytes = st->need.outgoing_grad_bytes;
@@ -223,7 +236,8 @@ static bt_status alloc_params(bt_engine *e, bt_stage *st)
 bt_status bt_layout_alloc_stage(bt_engine *e, bt_stage *st)
 {
     bt_memory_stats *m = &st->mem;
-    BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots, (void **)&st->slots, &m->activations));
+    BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots + st->need.recompute_bytes, (void **)&st->slots,
+                       &m->activations));
     if (e->params.training) BT_TRY(stage_alloc(st, st->grad_bytes, (void **)&st->grads, &m->workspace));
     BT_TRY(stage_alloc(st, st->ws_bytes, &st->workspace, &m->workspace));
     if (st->recv_scratch_bytes)
@@ -292,6 +306,7 @@ void bt_layout_free_stage(bt_stage *st)
     free(st->grad_offset);
     free(st->node_saved_offset);
     free(st->node_wgrad_offset);
+    free(st->recomputed);
     free(st->slot_of);
     free(st->slot_owner);
 }

@@ -10,6 +10,10 @@
  *   staged  two devices without peer access, or forced (BT_TRANSFER_STAGED): the message moves in
  *           chunks through two pinned host buffers used in turn, so the device-to-host copy of one
  *           chunk overlaps the host-to-device copy of the previous one.
+ *   mpi     the stages run on different ranks of a job across processes (CPU stages): the sender
+ *           packs the values into its copy of the buffer and sends it (MPI_Isend); the receiver
+ *           posted a receive for every micro-batch into its buffer at the job's start and reads the
+ *           values in place (engine_dist.c). The rate reported is the packing and posting.
  *
  * On every device path the receiver's buffer holds every micro-batch of a step, the receiver reads
  * activations in place from it, and ordering is by events: the sender's copy stream waits for the
@@ -33,6 +37,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
     case BT_PATH_LOCAL: return "local";
     case BT_PATH_PEER: return "peer";
     case BT_PATH_STAGED: return "staged";
+    case BT_PATH_MPI: return "mpi";
     }
     return "?";
 }
@@ -40,6 +45,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
 bt_transfer_path bt_transfer_path_for(bt_engine *e, int a, int b)
 {
     const bt_stage *sa = &e->stage[a], *sb = &e->stage[b];
+    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return BT_PATH_MPI;
     if (e->params.transfer == BT_TRANSFER_HOST || sa->be != sb->be) return BT_PATH_HOST;
     if (e->params.transfer == BT_TRANSFER_STAGED) return BT_PATH_STAGED;
     int access = sa->be->peer_access(sa->dev, sb->dev);
@@ -66,6 +72,7 @@ bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch)
     }
     BT_TRY(to->be->alloc(to->dev, total ? total : 64, (void **)&ch->buf));
     to->mem.activations += total;
+    if (ch->path == BT_PATH_MPI) return BT_OK; /* no events: MPI requests (engine_dist.c) */
     int m = ch->microbatches;
     ch->begin = calloc((size_t)m, sizeof *ch->begin);
     ch->sent = calloc((size_t)m, sizeof *ch->sent);
@@ -118,6 +125,10 @@ void bt_transfer_teardown(bt_engine *e, bt_channel *ch)
     free(ch->begin);
     free(ch->sent);
     free(ch->pending);
+    free(ch->req);
+    free(ch->sent_at);
+    ch->req = NULL;
+    ch->sent_at = NULL;
     ch->buf = NULL;
     ch->begin = ch->sent = NULL;
     ch->pending = NULL;
@@ -161,11 +172,12 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const bt_backend *be = st->be;
     unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-    if (ch->path == BT_PATH_HOST) {
+    if (ch->path == BT_PATH_HOST || ch->path == BT_PATH_MPI) {
         double t0 = bt_now_ms();
         for (int k = 0; k < ch->n_values; k++)
             BT_TRY(be->to_host(st->dev, msg + ch->value_off[k], message_source(e, st, ch, k, mb),
                                value_size(ch, k)));
+        if (ch->path == BT_PATH_MPI) BT_TRY(bt_dist_send(e, st, ch, mb));
         ch->copy_ms += bt_now_ms() - t0;
         ch->messages++;
         ch->bytes += (double)ch->msg_bytes;
@@ -189,6 +201,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
             BT_TRY(staged_copy(ch, st, rs, dst, src, bytes));
             break;
         case BT_PATH_HOST:
+        case BT_PATH_MPI:
             break;
         }
     }
@@ -203,6 +216,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 
 bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 {
+    if (ch->path == BT_PATH_MPI) return BT_OK; /* arrived (bt_dist_wait) and read in place */
     if (ch->path != BT_PATH_HOST) return st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]);
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
     for (int k = 0; k < ch->n_values; k++)
@@ -214,7 +228,7 @@ bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-    if (ch->path != BT_PATH_HOST) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
+    if (bt_path_has_events(ch->path)) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
     for (int k = 0; k < ch->n_values; k++) {
         size_t bytes = value_size(ch, k);
         const void *src = msg + ch->value_off[k];
@@ -230,7 +244,7 @@ bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int 
 
 bt_status bt_transfer_account(bt_engine *e, bt_channel *ch)
 {
-    if (ch->path == BT_PATH_HOST) return BT_OK;
+    if (!bt_path_has_events(ch->path)) return BT_OK;
     bt_stage *st = &e->stage[ch->from];
     for (int mb = 0; mb < ch->microbatches; mb++) {
         if (!ch->pending[mb]) continue;

@@ -6,7 +6,10 @@
  * finished its backward and the global gradient norm is finite (a barrier: a step is all or
  * nothing; worker_step.c). Where a device runs several stages (interleaved), their workers take
  * turns in the schedule's order. On any failure it records the message, raises the engine's abort
- * flag and wakes everyone, so no stage is left waiting. */
+ * flag and wakes everyone, so no stage is left waiting. The hooks of a job across processes sit
+ * where their instructions run; engine_dist.c and dist_dp.c hold what they do. Activation
+ * recomputation reruns the recomputed nodes' forward just before a BWD (recompute), sharing
+ * forward_node with FWD. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,7 +68,7 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, b
         d.param[j] = ps->w_lp ? ps->w_lp : ps->w;
         d.param_grad[j] = phase == PHASE_BWD && node_defers_wgrad(st, k) ? NULL : ps->g;
     }
-    d.saved = st->slots + (size_t)st->slot_of[mb] * st->slot_bytes + st->node_saved_offset[k];
+    d.saved = bt_slot_at(st, mb, st->node_saved_offset[k]);
     d.workspace = st->workspace;
     if (phase == PHASE_BWD) {
         d.out_grad = st->grads + st->grad_offset[n->out];
@@ -135,9 +138,27 @@ static bt_status wait_slot_free(bt_stage *st, int mb)
     if (prev < 0 || prev == mb) return BT_OK;
     for (int c = 0; c < st->n_out_act; c++) {
         bt_channel *ch = st->out_act[c];
-        if (ch->path != BT_PATH_HOST && ch->pending[prev])
+        if (bt_path_has_events(ch->path) && ch->pending[prev])
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[prev]));
     }
+    return BT_OK;
+}
+
+/* The forward of node k on micro-batch mb, its output rounded under mixed precision. */
+static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int training, const char *what)
+{
+    const bt_graph *g = e->graph;
+    const bt_node *n = &g->nodes[st->first_node + k];
+    bt_op_call_tensors t;
+    bt_op_call call;
+    prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
+    call.training = training;
+    bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
+    if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+    if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
+    if (s != BT_OK)
+        return bt_error_context(s, "stage %d, %s of layer '%s' (micro-batch %d)", st->index, what,
+                                g->layers[n->layer].name, mb);
     return BT_OK;
 }
 
@@ -146,19 +167,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
     const bt_graph *g = e->graph;
     BT_TRY(wait_slot_free(st, mb));
     BT_TRY(feed_inputs(e, st, mb));
-    for (int k = 0; k < st->n_nodes; k++) {
-        const bt_node *n = &g->nodes[st->first_node + k];
-        bt_op_call_tensors t;
-        bt_op_call call;
-        prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
-        call.training = training;
-        bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
-        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
-        if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
-        if (s != BT_OK)
-            return bt_error_context(s, "stage %d, forward of layer '%s' (micro-batch %d)",
-                                    st->index, g->layers[n->layer].name, mb);
-    }
+    for (int k = 0; k < st->n_nodes; k++) BT_TRY(forward_node(e, st, k, mb, training, "forward"));
     if (e->out_ptr && st->value_offset[e->out_value] >= 0 &&
         g->values[e->out_value].producer >= st->first_node &&
         g->values[e->out_value].producer < st->first_node + st->n_nodes) {
@@ -177,13 +186,27 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
     return BT_OK;
 }
 
-static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
+/* Activation recomputation: rebuilds the recomputed nodes' values and saved state of micro-batch
+ * mb in the recompute region, in graph order, from the values its slot kept. The same call (seed
+ * from step, micro-batch and node) gives the same dropout mask, so the backward that follows sees
+ * exactly what the forward computed. */
+static bt_status recompute(bt_engine *e, bt_stage *st, int mb)
+{
+    if (!st->need.n_recomputed) return BT_OK;
+    for (int k = 0; k < st->n_nodes; k++)
+        if (st->recomputed[k]) BT_TRY(forward_node(e, st, k, mb, 1, "recomputation"));
+    return BT_OK;
+}
+
+/* last: the stage's last backward of the step (data parallel: buckets start as gradients finish) */
+static bt_status run_backward(bt_engine *e, bt_stage *st, int mb, int last)
 {
     const bt_graph *g = e->graph;
+    BT_TRY(recompute(e, st, mb));
     /* the gradients this stage sent back last are about to be overwritten */
     for (int c = 0; c < st->n_out_grad; c++) {
         bt_channel *ch = st->out_grad[c];
-        if (ch->path != BT_PATH_HOST && ch->last_sent >= 0)
+        if (bt_path_has_events(ch->path) && ch->last_sent >= 0)
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[ch->last_sent]));
     }
     BT_TRY(st->be->zero(st->dev, st->grads + st->outgoing_grad_bytes,
@@ -211,6 +234,7 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb)
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
+        if (last) BT_TRY(bt_dist_grads_final(e, st, k));
     }
     return BT_OK;
 }
@@ -244,7 +268,7 @@ static int dropped(const bt_engine *e, const bt_stage *st, int mb)
 static int any_device_path(bt_channel *const *channels, int n)
 {
     for (int c = 0; c < n; c++)
-        if (channels[c]->path != BT_PATH_HOST) return 1;
+        if (bt_path_has_events(channels[c]->path)) return 1;
     return 0;
 }
 
@@ -265,7 +289,8 @@ static bt_status send_instr(bt_engine *e, bt_stage *st, bt_channel *const *chann
     for (int c = 0; c < n; c++) BT_TRY(bt_transfer_send(e, st, channels[c], mb));
     BT_TRY(be->event_record(st->dev, st->ev_end[instr], stream));
     if (!dropped(e, st, mb))
-        for (int c = 0; c < n; c++) bt_channel_post(channels[c], mb);
+        for (int c = 0; c < n; c++)
+            if (channels[c]->path != BT_PATH_MPI) bt_channel_post(channels[c], mb); /* MPI: the message is */
     return BT_OK;
 }
 
@@ -277,6 +302,14 @@ static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *
     const bt_schedule *sched = e->job_sched;
     bt_instr_format(st->index, &sched->list[st->index][w->cur_instr], ins, sizeof ins);
     int peer = ch->from;
+    if (ch->path == BT_PATH_MPI) { /* the peer is another process: what it last did is not known here */
+        char who[96];
+        bt_dist_describe_stage(e, peer, who, sizeof who);
+        snprintf(buf, size, "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from %s (lost, "
+                 "or stuck: see that rank's own message)",
+                 st->index, st->device_name, w->cur_instr, ins, ch->grad ? "gradients" : "activations", mb, who);
+        return;
+    }
     int done = atomic_load_explicit(&e->worker[peer].last_done, memory_order_relaxed);
     if (done >= 0) bt_instr_format(peer, &sched->list[peer][done], peer_ins, sizeof peer_ins);
     snprintf(buf, size,
@@ -305,7 +338,8 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
 {
     for (int c = 0; c < n; c++) {
         atomic_store(&w->waiting, 1);
-        bt_status s = bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
+        bt_status s = channels[c]->path == BT_PATH_MPI ? bt_dist_wait(e, channels[c], mb)
+                                                       : bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
         atomic_store(&w->waiting, 0);
         if (s != BT_OK) return wait_error(e, st, w, channels[c], mb, s);
     }
@@ -329,7 +363,7 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         if (!training) w->peak_live = 1;
         break;
     case BT_I_BWD:
-        s = run_backward(e, st, ins->mb);
+        s = run_backward(e, st, ins->mb, e->dist.n_buckets > 0 && instr == e->dist.last_bwd);
         if (!e->job_sched->split_backward) w->live--; /* else the slot is held until W */
         break;
     case BT_I_WGT:
@@ -337,7 +371,18 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         w->live--;
         break;
     case BT_I_STEP:
-        if (e->job == BT_JOB_TRAIN) s = bt_worker_run_step(e, w, st);
+        if (e->dist.n_buckets > 0) { /* data parallel: the replicas' gradients, summed */
+            atomic_store(&w->waiting, 1);
+            s = bt_dist_grads_reduce(e, st);
+            atomic_store(&w->waiting, 0);
+        }
+        if (s == BT_OK && e->job == BT_JOB_TRAIN) s = bt_worker_run_step(e, w, st);
+        else if (s == BT_OK && e->dist.on) { /* gradients only: the loss still comes from the last stage */
+            s = st->be->sync(st->dev);
+            atomic_store(&w->waiting, 1);
+            if (s == BT_OK) s = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
+            atomic_store(&w->waiting, 0);
+        }
         break;
     default:
         s = bt_error(BT_ERR_INTERNAL, "not a compute instruction: kind %d", (int)ins->kind);
@@ -416,17 +461,24 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
     }
     if ((e->job != BT_JOB_FORWARD || e->has_loss) && st->index == e->stages - 1) {
         size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
-        double sum = 0;
         if (e->job == BT_JOB_FORWARD && e->loss_out) memcpy(e->loss_out, st->loss_host, n * bt_dtype_size(e->dtype));
-        if (e->dtype == BT_F64)
-            for (size_t i = 0; i < n; i++) sum += ((const double *)st->loss_host)[i];
-        else
-            for (size_t i = 0; i < n; i++) sum += ((const float *)st->loss_host)[i];
-        w->loss_sum = sum;
+        w->loss_sum = bt_worker_loss_sum(e, st);
     }
     for (int c = 0; c < st->n_out_act; c++) BT_TRY(bt_transfer_account(e, st->out_act[c]));
     for (int c = 0; c < st->n_out_grad; c++) BT_TRY(bt_transfer_account(e, st->out_grad[c]));
     return BT_OK;
+}
+
+double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st)
+{
+    if (st->index != e->stages - 1) return 0;
+    size_t n = (size_t)e->mb_size * (size_t)e->params.parallel.microbatches;
+    double sum = 0;
+    if (e->dtype == BT_F64)
+        for (size_t i = 0; i < n; i++) sum += ((const double *)st->loss_host)[i];
+    else
+        for (size_t i = 0; i < n; i++) sum += ((const float *)st->loss_host)[i];
+    return sum;
 }
 
 /* Sets the loss gradient's seed: 1 / (samples per step), times the loss scale. Written again only
@@ -434,7 +486,8 @@ static bt_status finish_job(bt_engine *e, bt_worker *w, bt_stage *st)
 static bt_status set_seed(bt_engine *e, bt_stage *st)
 {
     size_t n = (size_t)e->mb_size;
-    double v = e->loss_scale / (double)(e->mb_size * e->params.parallel.microbatches);
+    int replicas = e->dist.on ? e->dist.layout.data : 1; /* 1 / (the global batch) */
+    double v = e->loss_scale / (double)(e->mb_size * e->params.parallel.microbatches * replicas);
     if (v == st->seed_value) return BT_OK;
     st->seed_value = v;
     for (size_t i = 0; i < n; i++) {
@@ -449,7 +502,7 @@ static bt_status set_seed(bt_engine *e, bt_stage *st)
 static void reset_channels(bt_channel *const *channels, int n)
 {
     for (int c = 0; c < n; c++) {
-        if (channels[c]->path == BT_PATH_HOST) continue;
+        if (!bt_path_has_events(channels[c]->path)) continue;
         memset(channels[c]->pending, 0, (size_t)channels[c]->microbatches * sizeof *channels[c]->pending);
         channels[c]->last_sent = -1;
     }
@@ -476,6 +529,7 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     reset_channels(st->out_act, st->n_out_act);
     reset_channels(st->out_grad, st->n_out_grad);
     for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
+    BT_TRY(bt_dist_job_start(e, st, e->job != BT_JOB_FORWARD));
     BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     for (int i = 0; i < st->n_params; i++)
@@ -562,6 +616,10 @@ static void run_job(bt_engine *e, bt_worker *w)
         atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
     }
     w->cur_instr = -1; /* the host's watchdog: "stuck in its final device wait" */
+    atomic_store(&w->waiting, 1);
+    s = bt_dist_job_end(e, st, w->status == BT_OK && !atomic_load(&e->abort));
+    atomic_store(&w->waiting, 0);
+    if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
     s = st->be->sync(st->dev);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
     if (w->status == BT_OK && !atomic_load(&e->abort)) {
@@ -589,7 +647,8 @@ void *bt_worker_main(void *arg)
         bt_job_kind job = e->job;
         pthread_mutex_unlock(&e->mu);
         if (job == BT_JOB_EXIT) break;
-        if (bound != BT_OK) fail_job(e, w, bt_error(bound, "%s", bind_error));
+        if (!bt_stage_is_local(e, w->stage)) { /* another rank runs it */
+        } else if (bound != BT_OK) fail_job(e, w, bt_error(bound, "%s", bind_error));
         else run_job(e, w);
         pthread_mutex_lock(&e->mu);
         w->job_done = 1;

@@ -18,7 +18,7 @@ static bt_status stage_barrier(bt_engine *e, bt_worker *w)
     bt_status st = BT_OK;
     pthread_mutex_lock(&e->mu);
     uint64_t gen = e->barrier_generation;
-    if (++e->barrier_count == e->stages) {
+    if (++e->barrier_count == e->local_stages) {
         e->barrier_count = 0;
         e->barrier_generation++;
         pthread_cond_broadcast(&e->cv_barrier);
@@ -129,9 +129,18 @@ bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     double sumsq = 0;
     BT_TRY(st->be->sync(st->dev));
     if (e->n_ties) BT_TRY(exchange_tied(e, w, st));
-    if (st->n_params) BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
+    if (e->dist.zero) /* the replicas' chunks of the summed gradients */
+        BT_TRY(bt_dist_zero_sumsq(e, st, &sumsq));
+    else if (st->n_params)
+        BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;
     BT_TRY(stage_barrier(e, w));
+    if (e->dist.on) { /* across processes: every stage's sum, and the loss, from the other ranks */
+        atomic_store(&w->waiting, 1);
+        bt_status ds = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
+        atomic_store(&w->waiting, 0);
+        BT_TRY(ds);
+    }
     double total = 0;
     for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
     if (!isfinite(total)) {
@@ -141,6 +150,7 @@ bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     }
     double unscale = 1.0 / e->loss_scale, scale = unscale;
     if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
+    if (e->dist.zero) return bt_dist_zero_update(e, st, e->lr, e->step + 1, scale);
     for (int i = 0; i < st->n_params; i++) {
         bt_param_store *p = &st->params[i];
         BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,

@@ -353,6 +353,7 @@ bt_status bt_graph_layer(const bt_graph *g, int i, bt_layer_info *out)
     out->shape = g->values[last->out].shape;
     out->dtype = g->values[last->out].dtype;
     out->stage = l->stage;
+    out->recompute = l->recompute;
     out->loc = (bt_src_loc){l->file, l->line, l->col};
     for (int k = 0; k < l->n_nodes; k++) {
         const bt_node *n = &g->nodes[l->first_node + k];
@@ -362,6 +363,17 @@ bt_status bt_graph_layer(const bt_graph *g, int i, bt_layer_info *out)
     const bt_node *first = &g->nodes[l->first_node];
     out->n_inputs = first->n_in;
     for (int k = 0; k < first->n_in && k < BT_MAX_INPUTS; k++) out->inputs[k] = g->values[first->in[k]].name;
+    return BT_OK;
+}
+
+bt_status bt_graph_set_recompute(bt_graph *g, int layer, int on)
+{
+    if (!g) return bt_error(BT_ERR_INVALID_ARG, "bt_graph_set_recompute: NULL graph");
+    if (layer < -1 || layer >= g->n_layers)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_graph_set_recompute: no layer %d (the graph has %d)", layer,
+                        g->n_layers);
+    for (int i = 0; i < g->n_layers; i++)
+        if (layer < 0 || i == layer) g->layers[i].recompute = on != 0;
     return BT_OK;
 }
 

@@ -66,6 +66,7 @@ typedef struct bt_layer {
     int stage;
     int joins_previous;          /* 1: one partitioning unit with the layer before (a block copy's
                                     later layers; see bt_graph_join_previous) */
+    int recompute;               /* 1: its activations are recomputed before backward (memory.h) */
     char *file;
     int line, col;
     int n_inputs;

@@ -13,8 +13,8 @@
  * Invariants of a returned model: every string in it is malloc'ed and owned by it; the graph has
  * at least one layer; a model with train: ends in a loss. Nothing here prints or exits.
  * Layer arguments (checked against the op's specification) are model/layer_args.c's. Size: about
- * 670 lines, kept in one file because every helper reads the same private loader state (names,
- * expanded layers and blocks, positions). */
+ * 700 lines, kept in one file because every helper reads the same private loader state (names,
+ * expanded layers and blocks, positions; recomputation marks layers and repeat groups by name). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -217,7 +217,7 @@ static bt_status read_inputs(loader *L, const bt_ynode *node)
 /* ---- layers: first pass ----------------------------------------------------------------------- */
 
 static const char *const layer_keys[] = {"name", "op", "args", "act", "from", "repeat", "stage",
-                                         "tie", "layers", NULL};
+                                         "tie", "layers", "recompute", NULL};
 static const char *const block_keys[] = {"name", "repeat", "stage", "layers", NULL};
 static const char *const block_layer_keys[] = {"name", "op", "args", "act", "from", "tie", NULL};
 
@@ -535,6 +535,63 @@ done:
     return st;
 }
 
+/* ---- recomputation ------------------------------------------------------------------------------ */
+
+/* Marks the layers named by a train.recompute.layers entry: a layer, or a repeat group (all its
+ * copies). */
+static bt_status mark_recompute_name(loader *L, const bt_ynode *v)
+{
+    const char *name;
+    BT_TRY(bt_ld_string(&L->ld, v, "train.recompute.layers entry", &name));
+    int layer = find_layer(L, name), group = find_group(L, name);
+    if (layer >= 0) return bt_graph_set_recompute(L->graph, layer, 1);
+    if (group < 0)
+        return bt_ld_error(&L->ld, v, BT_ERR_MODEL, "train.recompute.layers names '%s', which is no layer",
+                           name);
+    for (int i = 0; i < L->n_layers; i++)
+        if (L->owner[i] == group) BT_TRY(bt_graph_set_recompute(L->graph, i, 1));
+    return BT_OK;
+}
+
+/* Activation recomputation (docs/recompute.md): a layer's `recompute: true`, and train.recompute:
+ * none | stage (every layer) | {layers: [name, ...]}. Explicit none beside a layer marked true is
+ * a contradiction, reported. */
+static bt_status read_recompute(loader *L, const bt_ynode *train)
+{
+    const bt_ld *ld = &L->ld;
+    const bt_ynode *per_layer_true = NULL;
+    for (int i = 0; i < L->n_layers; i++) {
+        const bt_ynode *v = bt_ymap_get(L->entries[L->owner[i]].node, "recompute");
+        if (!v) continue;
+        int on;
+        char what[BT_MAX_NAME + 64];
+        snprintf(what, sizeof what, "recompute of layer '%s'", L->entries[L->owner[i]].name);
+        BT_TRY(bt_ld_bool(ld, v, what, &on));
+        BT_TRY(bt_graph_set_recompute(L->graph, i, on));
+        if (on && !per_layer_true) per_layer_true = v;
+    }
+    const bt_ynode *node = train && train->kind == BT_Y_MAP ? bt_ymap_get(train, "recompute") : NULL;
+    if (!node) return BT_OK;
+    if (node->kind == BT_Y_SCALAR) {
+        static const char *const kinds[] = {"none", "stage", NULL};
+        int k;
+        BT_TRY(bt_ld_enum(ld, node, "train.recompute", kinds, &k));
+        if (k == 0 && per_layer_true)
+            return bt_ld_error(ld, per_layer_true, BT_ERR_MODEL,
+                               "this layer says recompute: true, but train.recompute is none");
+        if (k == 1) BT_TRY(bt_graph_set_recompute(L->graph, -1, 1));
+        return BT_OK;
+    }
+    static const char *const keys[] = {"layers", NULL};
+    const bt_ynode *list = node->kind == BT_Y_MAP ? bt_ymap_get(node, "layers") : NULL;
+    if (node->kind != BT_Y_MAP || !list || list->kind != BT_Y_SEQ || list->n == 0)
+        return bt_ld_error(ld, node, BT_ERR_MODEL,
+                           "train.recompute must be none, stage or {layers: [name, ...]} (a non-empty list)");
+    BT_TRY(bt_ld_keys(ld, node, "train.recompute", keys));
+    for (int k = 0; k < list->n; k++) BT_TRY(mark_recompute_name(L, list->kids[k]));
+    return BT_OK;
+}
+
 /* ---- the model -------------------------------------------------------------------------------- */
 
 static const char *const top_keys[] = {"format", "name", "dtype", "inputs", "layers", "parallel",
@@ -595,6 +652,7 @@ static bt_status interpret(loader *L, const bt_ynode *root, bt_model *m)
 
     BT_TRY(bt_ld_train(ld, bt_ymap_get_key(root, "train"), bt_ymap_get(root, "train"), m->graph,
                        &m->train));
+    BT_TRY(read_recompute(L, bt_ymap_get(root, "train")));
     BT_TRY(bt_ld_parallel(ld, bt_ymap_get(root, "parallel"), m->graph, L->pinned_stages,
                           &m->train, &m->parallel));
     BT_TRY(bt_ld_data(ld, bt_ymap_get(root, "data"), m->graph, &m->data));

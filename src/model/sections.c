@@ -108,7 +108,7 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
     static const char *const keys[] = {"batch", "epochs", "steps", "optimizer", "lr_schedule",
                                        "clip_grad_norm", "precision", "loss_scale", "eval_every",
                                        "checkpoint_every", "checkpoint_dir", "checkpoint_keep_last",
-                                       "tensorboard", NULL};
+                                       "tensorboard", "recompute", NULL};
     static const char *const precisions[] = {"f32", "bf16", "f16", NULL};
     static const bt_dtype precision_types[] = {BT_F32, BT_BF16, BT_F16};
     const bt_ynode *map, *v;
@@ -449,7 +449,7 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
                          int pinned_stages, const bt_train_config *train,
                          bt_parallel_config *cfg)
 {
-    static const char *const keys[] = {"devices", "pipeline", NULL};
+    static const char *const keys[] = {"devices", "pipeline", "data", "zero", NULL};
     static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
                                                 "virtual", NULL};
     /* indexed by bt_schedule_kind */
@@ -457,9 +457,22 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
     const bt_ynode *map, *pipe, *v;
     const bt_ynode *stages_node = NULL, *micro_node = NULL, *schedule_node = NULL;
     const bt_ynode *partition_node = NULL;
+    if (node && node->kind == BT_Y_SCALAR) { /* parallel: auto */
+        static const char *const only[] = {"auto", NULL};
+        int k;
+        BT_TRY(bt_ld_enum(ld, node, "parallel", only, &k));
+        if (pinned_stages > 0)
+            return bt_ld_error(ld, node, BT_ERR_MODEL,
+                               "parallel: auto chooses the stages, but layers are pinned with stage:");
+        cfg->auto_layout = 1;
+        cfg->schedule = train->enabled ? BT_SCHEDULE_1F1B : BT_SCHEDULE_STREAM;
+        return BT_OK;
+    }
     BT_TRY(bt_ld_map(ld, node, "parallel", &map));
     BT_TRY(bt_ld_keys(ld, map, "parallel", keys));
     if ((v = bt_ymap_get(map, "devices"))) BT_TRY(read_devices(ld, v, &cfg->devices));
+    if ((v = bt_ymap_get(map, "data"))) BT_TRY(bt_ld_int32(ld, v, "parallel.data", 1, 4096, &cfg->data));
+    if ((v = bt_ymap_get(map, "zero"))) BT_TRY(bt_ld_int32(ld, v, "parallel.zero", 0, 1, &cfg->zero));
     BT_TRY(bt_ld_map(ld, bt_ymap_get(map, "pipeline"), "parallel.pipeline", &pipe));
     BT_TRY(bt_ld_keys(ld, pipe, "parallel.pipeline", pipeline_keys));
     if ((stages_node = bt_ymap_get(pipe, "stages")))

@@ -139,7 +139,7 @@ static void R(conv2d_forward_pointwise)(const bt_op_call *call)
         REAL *yn = y + n * cf->out * howo;
         if (b)
             for (int64_t oc = 0; oc < cf->out; oc++) R(vec_fill)(b[oc], yn + oc * howo, howo);
-        GEMM(0, 0, o, n_out, ckk, 1, w, ckk, x + n * chw, n_out, b ? 1 : 0, yn, n_out);
+        GEMM_W(call, BT_GEMM_PARAM_A, 0, 0, o, n_out, ckk, 1, w, ckk, x + n * chw, n_out, b ? 1 : 0, yn, n_out);
     }
 }
 
@@ -162,7 +162,7 @@ static bt_status R(conv2d_forward)(const bt_op_call *call)
         const int64_t s_n = call->batch - n0 < chunk ? call->batch - n0 : chunk;
         const int64_t ld = s_n * howo;
         for (int64_t s = 0; s < s_n; s++) R(im2col)(cf, x + (n0 + s) * chw, col + s * howo, ld);
-        GEMM(0, 0, (int)cf->out, (int)ld, (int)ckk, 1, w, (int)ckk, col, (int)ld, 0, ycol,
+        GEMM_W(call, BT_GEMM_PARAM_A, 0, 0, (int)cf->out, (int)ld, (int)ckk, 1, w, (int)ckk, col, (int)ld, 0, ycol,
              (int)ld);
         /* (out, S Ho Wo) -> (S, out, Ho Wo), adding the bias */
         for (int64_t s = 0; s < s_n; s++)
@@ -213,8 +213,8 @@ static void R(conv2d_backward_pointwise)(const bt_op_call *call, REAL *dx, REAL 
     }
     for (int64_t n = 0; n < call->batch; n++) {
         const REAL *dyn = dy + n * cf->out * howo;
-        if (dw) GEMM(0, 1, o, ckk, n_out, 1, dyn, n_out, x + n * chw, n_out, 1, dw, ckk);
-        if (dx) GEMM(1, 0, ckk, n_out, o, 1, w, ckk, dyn, n_out, 1, dx + n * chw, n_out);
+        if (dw) GEMM_AT(call, 0, 1, o, ckk, n_out, 1, dyn, n_out, x + n * chw, n_out, 1, dw, ckk);
+        if (dx) GEMM_W(call, BT_GEMM_PARAM_A, 1, 0, ckk, n_out, o, 1, w, ckk, dyn, n_out, 1, dx + n * chw, n_out);
     }
 }
 
@@ -252,11 +252,11 @@ static bt_status R(conv2d_backward)(const bt_op_call *call)
         if (dw) { /* dW (out, C kh kw) += dY (out, S Ho Wo) col^T */
             for (int64_t s = 0; s < s_n; s++)
                 R(im2col)(cf, x + (n0 + s) * chw, col + s * howo, ld);
-            GEMM(0, 1, (int)cf->out, (int)ckk, (int)ld, 1, dycol, (int)ld, col, (int)ld, 1, dw,
+            GEMM_AT(call, 0, 1, (int)cf->out, (int)ckk, (int)ld, 1, dycol, (int)ld, col, (int)ld, 1, dw,
                  (int)ckk);
         }
         if (dx) { /* dcol (C kh kw, S Ho Wo) = W^T dY, folded into dX */
-            GEMM(1, 0, (int)ckk, (int)ld, (int)cf->out, 1, w, (int)ckk, dycol, (int)ld, 0, col,
+            GEMM_W(call, BT_GEMM_PARAM_A, 1, 0, (int)ckk, (int)ld, (int)cf->out, 1, w, (int)ckk, dycol, (int)ld, 0, col,
                  (int)ld);
             for (int64_t s = 0; s < s_n; s++)
                 R(col2im_add)(cf, col + s * howo, ld, dx + (n0 + s) * chw);

@@ -12,11 +12,18 @@ static bt_status R(linear_forward)(const bt_op_call *call)
     const REAL *w = call->param[0].data; /* (out, in) */
     REAL *y = call->out->data;           /* (rows, out) */
     if (rows == 0) return BT_OK;
+#if BT_REAL_BITS == 32
+    if (cfg->bias && call->precision == BT_BF16) { /* the bias in the GEMM's epilogue (oneDNN) */
+        bt_gemm_bias(call->precision, call->threads, BT_GEMM_PARAM_B, 0, 1, rows, out, in, x, in, w,
+                     in, call->param[1].data, y, out);
+        return BT_OK;
+    }
+#endif
     if (cfg->bias) {
         const REAL *b = call->param[1].data; /* (out) */
         for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
     }
-    GEMM(0, 1, rows, out, in, 1, x, in, w, in, cfg->bias ? 1 : 0, y, out);
+    GEMM_W(call, BT_GEMM_PARAM_B, 0, 1, rows, out, in, 1, x, in, w, in, cfg->bias ? 1 : 0, y, out);
     return BT_OK;
 }
 
@@ -31,11 +38,11 @@ static bt_status R(linear_backward)(const bt_op_call *call)
     if (rows == 0) return BT_OK;
     if (BT_OPS_WANTS(&call->in_grad[0])) {
         REAL *dx = call->in_grad[0].data; /* (rows, in) += dY W */
-        GEMM(0, 0, rows, in, out, 1, dy, out, w, in, 1, dx, in);
+        GEMM_W(call, BT_GEMM_PARAM_B, 0, 0, rows, in, out, 1, dy, out, w, in, 1, dx, in);
     }
     if (call->param_grad && BT_OPS_WANTS(&call->param_grad[0])) {
         REAL *dw = call->param_grad[0].data; /* (out, in) += dY^T X */
-        GEMM(1, 0, out, in, rows, 1, dy, out, x, in, 1, dw, in);
+        GEMM_AT(call, 1, 0, out, in, rows, 1, dy, out, x, in, 1, dw, in);
     }
     if (cfg->bias && call->param_grad && BT_OPS_WANTS(&call->param_grad[1])) {
         REAL *db = call->param_grad[1].data; /* (out) += column sums of dY */

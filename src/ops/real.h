@@ -3,7 +3,9 @@
  * defined, so a .c file instantiates its template twice:
  *     #define BT_REAL_BITS 32 / #include "ops/real.h" / #include "ops/x_tmpl.h"
  *     #undef BT_REAL_BITS / #define BT_REAL_BITS 64 / #include "ops/real.h" / ... again.
- * REAL is the element type, R(name) the instance's function name, GEMM the BLAS call, and the
+ * REAL is the element type, R(name) the instance's function name, GEMM the BLAS call (GEMM_AT(call,
+ * ...) the one at the call's precision: bf16 GEMMs on oneDNN, see cpu/blas.h; GEMM_W(call,
+ * BT_GEMM_PARAM_A or _B, ...) the same with that operand a parameter, whose conversion is kept), and the
  * math names map to the float or double libm functions; EXP_V and ERF_V are the f32 vectorisable
  * approximations of ops/fastmath.h (libm's exp and erf for f64). Reductions accumulate in double. */
 #include <math.h>
@@ -14,6 +16,8 @@
 #undef REAL
 #undef R
 #undef GEMM
+#undef GEMM_AT
+#undef GEMM_W
 #undef EXP
 #undef LOG
 #undef TANH
@@ -26,6 +30,8 @@
 #define REAL float
 #define R(name) name##_f32
 #define GEMM bt_sgemm
+#define GEMM_AT(call, ...) bt_gemm_at((call)->precision, (call)->threads, __VA_ARGS__)
+#define GEMM_W(call, which, ...) bt_gemm_param((call)->precision, (call)->threads, which, __VA_ARGS__)
 #define EXP expf
 #define LOG logf
 #define TANH tanhf
@@ -37,6 +43,8 @@
 #define REAL double
 #define R(name) name##_f64
 #define GEMM bt_dgemm
+#define GEMM_AT(call, ...) bt_dgemm(__VA_ARGS__)
+#define GEMM_W(call, which, ...) bt_dgemm(__VA_ARGS__)
 #define EXP exp
 #define LOG log
 #define TANH tanh

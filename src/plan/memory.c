@@ -51,6 +51,16 @@ static size_t message_bytes(const bt_graph *g, const bt_plan *plan, const bt_mem
     return bytes;
 }
 
+int bt_memory_node_recomputed(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                              int node)
+{
+    const bt_node *n = &g->nodes[node];
+    int on = mp->recompute ? mp->recompute[n->layer] : g->layers[n->layer].recompute;
+    /* a split backward's W reads activations after later forwards ran: never recomputed (the
+     * engine refuses the combination) */
+    return on && !(mp->training && mp->split_backward) && !is_outgoing(plan, s, n->out);
+}
+
 int bt_memory_node_has_wgrad(const bt_graph *g, int node)
 {
     const bt_node *n = &g->nodes[node];
@@ -73,9 +83,10 @@ static int stash_in_place(const bt_graph *g, const bt_plan *plan, int s, int nod
     return 1;
 }
 
-/* Slot layout: received values (unless read in place), node outputs, saved state, then (split
- * backward) the output-gradient stashes of the nodes with a deferred W that cannot reuse their own
- * output's space (stash_in_place). */
+/* Slot layout: received values (unless read in place), kept node outputs, their saved state, then
+ * (split backward) the output-gradient stashes of the nodes with a deferred W that cannot reuse
+ * their own output's space (stash_in_place); after the slot, the recompute region (one copy,
+ * addressed from slot_bytes on): recomputed nodes' outputs and saved state. */
 static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
                         int *value_offset, size_t *saved_offset, size_t *wgrad_offset,
                         bt_stage_memory *out)
@@ -88,21 +99,29 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         if (x->src >= 0 && !host_path(plan, mp, x->src, s)) continue; /* read in place */
         off = align_up(off + bt_memory_value_bytes(g, mp, x->value));
     }
+    size_t roff = 0; /* in the recompute region */
     size_t out_offset[BT_MEMORY_MAX_STAGE_NODES];
-    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
-        const bt_node *n = &g->nodes[plan->first_node[s] + k];
-        if (value_offset) value_offset[n->out] = (int)off;
-        if (k < BT_MEMORY_MAX_STAGE_NODES) out_offset[k] = off;
-        off = align_up(off + bt_memory_value_bytes(g, mp, n->out));
-        size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
-        if (w > out->workspace) out->workspace = w;
-    }
-    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
-        const bt_node *n = &g->nodes[plan->first_node[s] + k];
-        if (saved_offset) saved_offset[k] = off;
-        off = align_up(off + n->saved_per_sample * (size_t)mp->microbatch_size);
-    }
-    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+    out->n_recomputed = 0;
+    for (int pass = 0; pass < 2; pass++) /* 0: outputs, 1: saved state */
+        for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
+            int node = plan->first_node[s] + k;
+            const bt_node *n = &g->nodes[node];
+            int rec = bt_memory_node_recomputed(g, plan, mp, s, node);
+            size_t bytes = pass == 0 ? bt_memory_value_bytes(g, mp, n->out)
+                                     : n->saved_per_sample * (size_t)mp->microbatch_size;
+            size_t *o = rec ? &roff : &off;
+            if (pass == 0) {
+                if (value_offset) value_offset[n->out] = (int)*o; /* rebased below */
+                if (k < BT_MEMORY_MAX_STAGE_NODES) out_offset[k] = *o;
+                size_t w = n->ws_per_sample * (size_t)mp->microbatch_size + n->ws_fixed;
+                if (w > out->workspace) out->workspace = w;
+                out->n_recomputed += rec;
+            } else if (saved_offset) {
+                saved_offset[k] = *o;
+            }
+            *o = align_up(*o + bytes);
+        }
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) { /* no node is recomputed under a split backward */
         int node = plan->first_node[s] + k;
         int stash = mp->training && mp->split_backward && bt_memory_node_has_wgrad(g, node);
         if (stash && stash_in_place(g, plan, s, node)) {
@@ -113,6 +132,13 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         if (stash) off = align_up(off + bt_memory_value_bytes(g, mp, g->nodes[node].out));
     }
     out->slot_bytes = off;
+    out->recompute_bytes = roff;
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) { /* recompute-region offsets follow the slot */
+        int node = plan->first_node[s] + k;
+        if (!bt_memory_node_recomputed(g, plan, mp, s, node)) continue;
+        if (value_offset) value_offset[g->nodes[node].out] += (int)off;
+        if (saved_offset) saved_offset[k] += off;
+    }
 }
 
 /* Whether stage s holds value v in a slot or reads it from a channel: it produces it, or it
@@ -193,7 +219,7 @@ void bt_memory_stage(const bt_graph *g, const bt_plan *plan, const bt_memory_par
     grad_layout(g, plan, mp, s, layout ? layout->grad_offset : NULL, out);
     param_bytes(g, plan, mp, s, out);
     channel_bytes(g, plan, mp, s, out);
-    out->activations = out->slot_bytes * (size_t)out->n_slots;
+    out->activations = out->slot_bytes * (size_t)out->n_slots + out->recompute_bytes;
     out->loss_seed = (size_t)mp->microbatch_size * bt_dtype_size(mp->dtype);
     out->device_total = out->weights + out->gradients + out->optimizer + out->activations + out->value_grads +
                         out->workspace + out->loss_seed + out->recv_buffers + out->recv_scratch;

@@ -15,7 +15,11 @@
  *                then (split backward, zero-bubble schedules) for every node with a separate
  *                weight gradient a copy of its output's gradient, kept from B until its W: in
  *                the space of the node's own output, dead once B has run, unless a node on the
- *                stage whose W comes later reads that output (then a space of its own)
+ *                stage whose W comes later reads that output (then a space of its own);
+ *                nodes of recomputed layers (bt_graph_set_recompute) are left out of the slots
+ *                and take one shared recompute region instead (recompute_bytes), unless their
+ *                output is sent to a later stage: their values are rebuilt from the slot's kept
+ *                values just before the micro-batch's backward
  *   value_grads  one set of value gradients, the stage's outgoing values first (training)
  *   workspace    the largest workspace one node asks for
  *   loss_seed    one micro-batch of the loss gradient's seed
@@ -54,6 +58,9 @@ typedef struct bt_memory_params {
      * host memory (different backends, or forced); NULL: none do */
     const unsigned char *host_path;
     int split_backward;        /* the schedule defers weight gradients (W): slots keep their stash */
+    /* [graph layers]: 1 where the layer is recomputed; NULL: the graph's own flags
+     * (bt_graph_set_recompute). The planner prices recomputation choices through it. */
+    const unsigned char *recompute;
 } bt_memory_params;
 
 /* Defaults: one micro-batch of one sample, f32, f32 precision, training, no optimizer state, one
@@ -66,14 +73,18 @@ typedef struct bt_stage_memory {
     size_t device_total;       /* the sum of the classes above */
     size_t host_channels;      /* host memory: host-path channel buffers this stage sends into */
     int n_slots;
-    size_t slot_bytes;         /* one activation slot */
+    size_t slot_bytes;         /* one activation slot (kept values and state only) */
+    size_t recompute_bytes;    /* the shared region of recomputed values and state (in activations) */
+    int n_recomputed;          /* the stage's nodes that are recomputed */
     size_t outgoing_grad_bytes; /* the head of value_grads a gradient receive zeroes */
     int64_t n_params;          /* parameter elements */
 } bt_stage_memory;
 
 /* Offsets into one slot and into the value gradients; the caller owns the arrays. */
 typedef struct bt_stage_layout {
-    int *value_offset;         /* [graph values]: offset in a slot, or -1 if the stage never sees it */
+    /* [graph values]: offset in a slot, or -1 if the stage never sees it; an offset at or past
+     * slot_bytes is in the recompute region (offset - slot_bytes), as for saved_offset */
+    int *value_offset;
     int *grad_offset;          /* [graph values]: offset in the value gradients, or -1 */
     size_t *saved_offset;      /* [stage nodes]: each node's saved state in a slot */
     size_t *wgrad_offset;      /* [stage nodes]: the output-gradient stash W reads, in a slot;
@@ -87,6 +98,11 @@ typedef struct bt_stage_layout {
 /* Whether node runs a deferred weight gradient (W) under a split backward: its op gives a
  * backward_weight and it has parameters. */
 int bt_memory_node_has_wgrad(const bt_graph *graph, int node);
+/* Whether node (a graph node index on stage `stage`) is recomputed before backward: its layer is
+ * marked (params->recompute, else the graph's flag), its output is not sent to a later stage, and
+ * the backward is not split (a deferred W reads activations after later forwards ran). */
+int bt_memory_node_recomputed(const bt_graph *graph, const bt_plan *plan, const bt_memory_params *params,
+                              int stage, int node);
 
 /* One micro-batch of value: i32 values stay i32, floating ones take params->dtype. */
 size_t bt_memory_value_bytes(const bt_graph *graph, const bt_memory_params *params, int value);

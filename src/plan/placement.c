@@ -23,6 +23,7 @@ void bt_placement_params_init(bt_placement_params *p)
     p->schedule = BT_SCHEDULE_1F1B;
     p->dtype = BT_F32;
     p->precision = BT_F32;
+    p->recompute = -1;
 }
 
 void bt_placement_problem_free(bt_placement_problem *pb)
@@ -102,7 +103,21 @@ static double bytes_ms(double bytes, double gb_per_s)
     return gb_per_s > 0 ? bytes / (gb_per_s * 1e6) : 0;
 }
 
-static bt_status fill_arrays(const bt_profile *prof, bt_placement_problem *pb)
+/* Whether layer l, on a stage ending at layer `last` (not the final stage: `sends`), is
+ * recomputed: the params' choice or the graph's flag, except the stage's last layer, whose output
+ * goes on to the next stage and is kept (the engine keeps every value sent on; a skip connection's
+ * source is kept too, which this per-layer model counts as recomputed). */
+static int layer_recomputed(const bt_placement_params *pp, int l, int last, int sends)
+{
+    int on = pp->recompute >= 0 ? pp->recompute : 0;
+    if (pp->recompute < 0 && pp->graph) {
+        bt_layer_info li;
+        on = bt_graph_layer(pp->graph, l, &li) == BT_OK && li.recompute;
+    }
+    return on && !(sends && l == last);
+}
+
+static bt_status fill_arrays(const bt_profile *prof, const bt_placement_params *pp, bt_placement_problem *pb)
 {
     int L = prof->n_layers, D = pb->n_devices;
     pb->cost = calloc((size_t)D * (size_t)L, sizeof *pb->cost);
@@ -124,7 +139,15 @@ static bt_status fill_arrays(const bt_profile *prof, bt_placement_problem *pb)
         double cut = (double)pl->cut_bytes_per_sample * mbs * (pb->training ? 2 : 1);
         pb->xfer[l] = bytes_ms(cut, pb->xfer_gb_per_s);
         pb->static_bytes[l] = pl->param_bytes + (pb->training ? pl->grad_bytes + pl->optimizer_bytes : 0);
-        pb->act_bytes[l] = pl->activation_bytes_per_sample * (uint64_t)pb->microbatch_size;
+        /* recomputing every layer keeps only a stage's inputs and what it sends on per
+         * micro-batch in flight, which depends on the cuts: the search's per-layer sum counts
+         * nothing for it, and the chosen cuts are priced (and refused) by the memory model */
+        int rec = pb->training && layer_recomputed(pp, l, -1, 0);
+        uint64_t per = rec ? 0 : pl->activation_bytes_per_sample;
+        pb->act_bytes[l] = per * (uint64_t)pb->microbatch_size;
+        if (rec)
+            for (int d = 0; d < D; d++)
+                pb->cost[(size_t)d * L + l] += bt_profile_time_at(prof, l, pb->kind[d])->fwd_ms * pb->time_scale;
     }
     return BT_OK;
 }
@@ -161,7 +184,7 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
     pb->time_scale = (double)pb->microbatch_size / (double)prof->microbatch_size;
     pb->training = prof->training && pp->schedule != BT_SCHEDULE_STREAM;
     set_capacities(pp, pb);
-    BT_TRY_GOTO(st, fill_arrays(prof, pb), fail);
+    BT_TRY_GOTO(st, fill_arrays(prof, pp, pb), fail);
     bt_partition_problem_init(&pb->pr);
     pb->pr.layers = prof->n_layers;
     pb->pr.devices = pb->n_devices;
@@ -182,7 +205,7 @@ fail:
 
 /* ---- describing a placement ------------------------------------------------------------------- */
 
-static void fill_stage(const bt_profile *prof, const bt_placement_problem *pb,
+static void fill_stage(const bt_profile *prof, const bt_placement_params *pp, const bt_placement_problem *pb,
                        const bt_partition_plan *plan, int k, bt_placement_stage *out)
 {
     int d = plan->device[k], a = plan->first_layer[k], b = plan->first_layer[k + 1];
@@ -198,9 +221,15 @@ static void fill_stage(const bt_profile *prof, const bt_placement_problem *pb,
         out->fwd_ms += t->fwd_ms * pb->time_scale;
         if (pb->training) {
             out->bwd_ms += t->bwd_ms * pb->time_scale;
+            out->b_ms += t->b_ms * pb->time_scale;
+            out->w_ms += t->w_ms * pb->time_scale;
             out->step_ms += t->step_ms;
+            if (layer_recomputed(pp, l, b - 1, k + 1 < plan->stages))
+                out->recompute_ms += t->fwd_ms * pb->time_scale;
         }
     }
+    out->bwd_ms += out->recompute_ms;
+    out->b_ms += out->recompute_ms;
     out->inflight = plan->inflight[k];
     out->peak_bytes = plan->stage_bytes[k];
     out->capacity = pb->capacity_known[d] ? pb->capacity[d] : UINT64_MAX;
@@ -232,9 +261,12 @@ static bt_status simulate(bt_placement *pl, int training)
 {
     int p = pl->stages;
     double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], sa[BT_MAX_STAGES], sg[BT_MAX_STAGES], step = 0;
+    double b[BT_MAX_STAGES], w[BT_MAX_STAGES];
     for (int k = 0; k < p; k++) {
         fwd[k] = pl->stage[k].fwd_ms;
         bwd[k] = pl->stage[k].bwd_ms;
+        b[k] = pl->stage[k].b_ms;
+        w[k] = pl->stage[k].w_ms;
         sa[k] = pl->stage[k].send_act_ms;
         sg[k] = pl->stage[k].send_grad_ms;
         if (pl->stage[k].step_ms > step) step = pl->stage[k].step_ms;
@@ -244,6 +276,10 @@ static bt_status simulate(bt_placement *pl, int training)
     memset(&res, 0, sizeof res);
     bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL};
     bt_status st = bt_schedule_build(pl->schedule, p, pl->microbatches, &sched);
+    if (st == BT_OK && training && sched->split_backward) { /* zb-h1: B and W measured apart */
+        costs.bwd = b;
+        costs.wgt = w;
+    }
     if (st == BT_OK) st = bt_simulate(sched, &costs, &res);
     if (st == BT_OK) {
         pl->step_ms = res.step_time;
@@ -330,6 +366,17 @@ static bt_status model_memory(const bt_placement_params *pp, const bt_placement_
     mp.optimizer_slots = pb->training ? pp->optimizer_slots : 0;
     mp.n_slots = slots;
     mp.host_path = host;
+    unsigned char *rec = NULL;
+    if (pp->recompute >= 0) { /* the params' choice, else the graph's own flags */
+        int n = bt_graph_num_layers(pp->graph);
+        rec = malloc((size_t)n + 1);
+        if (!rec) {
+            bt_plan_destroy(cut);
+            return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+        }
+        memset(rec, pp->recompute ? 1 : 0, (size_t)n + 1);
+        mp.recompute = rec;
+    }
     for (int k = 0; k < p; k++) {
         bt_stage_memory sm;
         bt_memory_stage(pp->graph, cut, &mp, k, &sm, NULL);
@@ -338,6 +385,7 @@ static bt_status model_memory(const bt_placement_params *pp, const bt_placement_
         s->activation_bytes = sm.slot_bytes;
         s->peak_bytes = sm.device_total;
     }
+    free(rec);
     bt_plan_destroy(cut);
     return BT_OK;
 }
@@ -368,7 +416,10 @@ static bt_status describe(const bt_profile *prof, const bt_placement_params *pp,
     out->time_scale = pb->time_scale;
     out->bottleneck_ms = plan->bottleneck;
     out->unknown_rates = pb->n_devices > 1 && pb->xfer_gb_per_s <= 0;
-    for (int k = 0; k < plan->stages; k++) fill_stage(prof, pb, plan, k, &out->stage[k]);
+    for (int k = 0; k < plan->stages; k++) {
+        fill_stage(prof, pp, pb, plan, k, &out->stage[k]);
+        out->recompute |= out->stage[k].recompute_ms > 0;
+    }
     if (pp->graph) BT_TRY(model_memory(pp, pb, plan, out));
     fill_transfers(prof, pb, out);
     BT_TRY(simulate(out, pb->training));

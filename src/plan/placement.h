@@ -44,6 +44,11 @@ typedef struct bt_placement_params {
     bt_dtype dtype;             /* the engine's dtype (f32) */
     bt_dtype precision;         /* f32, bf16 or f16 (compute copies of the weights) */
     int optimizer_slots;        /* state buffers per parameter when training */
+    /* Activation recomputation (docs/recompute.md): -1 as the graph's layer flags (none without
+     * a graph), 0 none, 1 every layer (train.recompute: stage). A recomputed layer's forward is
+     * paid again in each backward (a stage's bwd_ms includes it) and, with a graph, the memory
+     * model keeps one shared copy of its activations instead of one per micro-batch in flight. */
+    int recompute;
 } bt_placement_params;
 
 /* Defaults: devices "cpu:0", the profile's micro-batches, 1F1B, devices' own memory, no
@@ -83,7 +88,11 @@ typedef struct bt_placement_stage {
     uint64_t peak_bytes;        /* static + inflight x activations; with a graph, the memory
                                  * model's device total (buffers and workspace included) */
     uint64_t capacity;          /* UINT64_MAX: unknown */
-    double fwd_ms, bwd_ms, step_ms;     /* per micro-batch (step: per step) */
+    double fwd_ms, bwd_ms, step_ms;     /* per micro-batch (step: per step); bwd_ms includes
+                                         * recomputation (recompute_ms of it) */
+    double recompute_ms;
+    double b_ms, w_ms;                  /* split backward (zb-h1): the input-gradient part B
+                                         * (with recomputation) and the weight-gradient part W */
     double send_act_ms, send_grad_ms;   /* to the next / previous stage */
     double stage_ms;            /* what the planner balanced: compute + outgoing transfer */
     double idle;                /* predicted idle share of the step, 0..1 */
@@ -97,6 +106,7 @@ typedef struct bt_placement {
     bt_placement_stage stage[BT_MAX_STAGES];
     double bottleneck_ms;       /* the largest stage_ms */
     double step_ms, bubble;     /* simulated step time and bubble */
+    int recompute;              /* 1: some layer is recomputed (the params' choice or the graph's) */
     int unknown_rates;          /* 1: some transfer rate was not in the profile (counted free) */
     char *layout;               /* "a,b|c|d" */
     char *yaml;                 /* the parallel: section to paste */

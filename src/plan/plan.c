@@ -457,6 +457,9 @@ bt_status bt_plan_build(const bt_graph *g, const bt_parallel_config *cfg, bt_pla
     bt_status st = BT_OK;
     if (!g || !cfg || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_plan_build: NULL argument");
     if (g->n_layers == 0) return bt_error(BT_ERR_MODEL, "the model has no layers");
+    if (cfg->auto_layout)
+        return bt_error(BT_ERR_INVALID_ARG, "parallel: auto is chosen by measuring before a plan is built "
+                        "(baton run and baton plan do it; see docs/planner.md): it cannot be built as it is");
     bt_plan *plan = calloc(1, sizeof *plan);
     if (!plan) return bt_error(BT_ERR_NOMEM, "plan: out of memory");
     plan->n_layers = g->n_layers;

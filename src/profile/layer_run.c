@@ -280,9 +280,9 @@ static bt_status run_step(layer_run *r)
     return r->be->sync(r->dev);
 }
 
-/* Median time of fn over repeats runs after warmup runs. */
+/* Median time of fn over repeats runs after warmup runs (the fastest run with `fastest`). */
 static bt_status time_median(bt_status (*fn)(layer_run *), layer_run *r, int warmup, int repeats,
-                             double *out)
+                             int fastest, double *out)
 {
     double *t = malloc((size_t)repeats * sizeof *t);
     if (!t) return bt_error(BT_ERR_NOMEM, "profile: out of memory");
@@ -294,6 +294,8 @@ static bt_status time_median(bt_status (*fn)(layer_run *), layer_run *r, int war
         t[i] = bt_now_ms() - t0;
     }
     *out = bt_median(t, repeats);
+    for (int i = 0; fastest && i < repeats; i++)
+        if (t[i] < *out) *out = t[i];
 done:
     free(t);
     return st;
@@ -317,18 +319,18 @@ bt_status bt_profile_measure_layer(const bt_graph *g, int l, const bt_backend *b
     BT_TRY_GOTO(st, collect_values(&r), done);
     BT_TRY_GOTO(st, alloc_values(&r), done);
     BT_TRY_GOTO(st, alloc_node_state(&r), done);
-    BT_TRY_GOTO(st, time_median(run_forward, &r, pp->warmup, pp->repeats, &out->fwd_ms), done);
+    BT_TRY_GOTO(st, time_median(run_forward, &r, pp->warmup, pp->repeats, pp->fastest, &out->fwd_ms), done);
     if (pp->training) {
         int o = local_value(&r, g->nodes[r.layer->first_node + r.layer->n_nodes - 1].out);
         if (r.grad[o]) BT_TRY_GOTO(st, fill_random(&r, r.grad[o], r.bytes[o] / sizeof(float), 1e-2), done);
-        BT_TRY_GOTO(st, time_median(run_backward, &r, pp->warmup, pp->repeats, &out->bwd_ms), done);
-        BT_TRY_GOTO(st, time_median(run_backward_input, &r, pp->warmup, pp->repeats, &out->b_ms), done);
+        BT_TRY_GOTO(st, time_median(run_backward, &r, pp->warmup, pp->repeats, pp->fastest, &out->bwd_ms), done);
+        BT_TRY_GOTO(st, time_median(run_backward_input, &r, pp->warmup, pp->repeats, pp->fastest, &out->b_ms), done);
         int has_w = 0;
         for (int k = 0; k < r.layer->n_nodes; k++) has_w |= bt_memory_node_has_wgrad(g, r.layer->first_node + k);
-        if (has_w) BT_TRY_GOTO(st, time_median(run_weight, &r, pp->warmup, pp->repeats, &out->w_ms), done);
+        if (has_w) BT_TRY_GOTO(st, time_median(run_weight, &r, pp->warmup, pp->repeats, pp->fastest, &out->w_ms), done);
         int has_params = 0;
         for (int k = 0; k < r.layer->n_nodes; k++) has_params |= g->nodes[r.layer->first_node + k].n_params > 0;
-        if (has_params) BT_TRY_GOTO(st, time_median(run_step, &r, pp->warmup, pp->repeats, &out->step_ms), done);
+        if (has_params) BT_TRY_GOTO(st, time_median(run_step, &r, pp->warmup, pp->repeats, pp->fastest, &out->step_ms), done);
     }
 done:
     run_free(&r);

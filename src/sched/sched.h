@@ -81,6 +81,11 @@ static inline int bt_instr_has_slot(bt_instr_kind kind)
 /* The most stages and micro-batches a schedule has (and the largest number the notation reads). */
 #define BT_SCHEDULE_MAX_SIZE (1 << 24)
 
+/* The schedule kinds this build runs that train (training 1: bt_schedule_training_kinds, in its
+ * order) or that only forward (0: stream), at most max of them into out; returns how many. The
+ * planner searches these, so a new kind joins the search by being listed there. */
+int bt_schedule_kinds(int training, bt_schedule_kind *out, int max);
+
 /* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each),
  * one stage per device (interleaved 1F1B with v = 1 is 1F1B). Caller owns *out. */
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);

@@ -227,6 +227,18 @@ const bt_schedule_kind *bt_schedule_training_kinds(int *n)
     return training_kinds;
 }
 
+int bt_schedule_kinds(int training, bt_schedule_kind *out, int max)
+{
+    int n = 0, nt = 0;
+    const bt_schedule_kind *kinds = bt_schedule_training_kinds(&nt);
+    if (!training) {
+        if (max > 0) out[n++] = BT_SCHEDULE_STREAM;
+        return n;
+    }
+    for (int k = 0; k < nt && n < max; k++) out[n++] = kinds[k];
+    return n;
+}
+
 bt_status bt_schedule_check_shape(bt_schedule_kind kind, int p, int m, int v)
 {
     if (!kind_is_valid(kind)) return bt_error(BT_ERR_INVALID_ARG, "unknown schedule kind %d", (int)kind);

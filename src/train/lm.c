@@ -1,15 +1,18 @@
 /* train/lm.c: the language-model training loop (see lm.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/strutil.h"
 #include "core/util.h"
 #include "graph/graph_internal.h"
 #include "train/checkpoint.h"
+#include "io/columns.h"
 #include "train/lm.h"
 
 /* Evaluation windows: at most this many batches, spread evenly over the validation split. */
@@ -30,6 +33,10 @@ struct bt_lm {
     int32_t *idx, *label;  /* (batch, T) */
     bt_dir_lock *ckpt_lock; /* held while checkpoint_dir is ours */
     int64_t stopped_at;     /* the step after which opts.stop ended the run, or 0 */
+    int64_t first_step;     /* steps already taken (a resumed run's data position) */
+    int64_t per_epoch;      /* steps per pass over the training split (its windows / batch, + 1) */
+    bt_weights_report init_report;
+    int has_init_report;
     double *losses;        /* (batch) */
 };
 
@@ -108,31 +115,19 @@ static bt_status inspect(bt_lm *t)
     return BT_OK;
 }
 
-bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *opts, bt_lm **out)
+/* Loads and splits the tokens and checks them against the model (t->model, t->batch set). */
+static bt_status load_data(bt_lm *t)
 {
-    *out = NULL;
-    if (opts->resume)
-        return bt_error(BT_ERR_UNSUPPORTED, "--resume is not supported for text data yet (train from the start, or "
-                        "--init from a checkpoint's weights)");
-    if (opts->init_partial)
-        return bt_error(BT_ERR_UNSUPPORTED, "--init-partial is not supported for text data yet (--init loads every "
-                        "weight)");
-    bt_lm *t = calloc(1, sizeof *t);
-    if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
-    t->model = m;
-    t->engine = e;
-    t->opts = *opts;
-    t->batch = m->train.batch;
-    bt_status st = BT_OK;
+    const bt_model *m = t->model;
     const bt_data_source *src = &m->data.train;
     size_t n = 0;
     uint16_t *all = NULL;
-    BT_TRY_GOTO(st, load_tokens(t, src, 1, &all, &n), fail);
+    BT_TRY(load_tokens(t, src, 1, &all, &n));
     t->train = all;
     if (m->data.eval.kind != BT_DATA_NONE) {
         t->n_train = n;
         t->val_owned = 1;
-        BT_TRY_GOTO(st, load_tokens(t, &m->data.eval, 0, &t->val, &t->n_val), fail);
+        BT_TRY(load_tokens(t, &m->data.eval, 0, &t->val, &t->n_val));
     } else {
         t->n_val = (size_t)((double)n * src->val_fraction);
         t->n_train = n - t->n_val;
@@ -142,15 +137,76 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
         t->vocab.size = 0;
         for (size_t i = 0; i < n; i++) t->vocab.size = all[i] + 1 > t->vocab.size ? all[i] + 1 : t->vocab.size;
     }
-    BT_TRY_GOTO(st, inspect(t), fail);
+    BT_TRY(inspect(t));
     if (t->n_train <= (size_t)t->seq_len + 1 || t->n_val <= (size_t)t->seq_len + 1) {
-        st = bt_error(BT_ERR_INVALID_ARG, "%s: %zu training and %zu validation tokens; each needs more than T + 1 = %d",
-                      src->path, t->n_train, t->n_val, t->seq_len + 1);
-        goto fail;
+        return bt_error(BT_ERR_INVALID_ARG, "%s: %zu training and %zu validation tokens; each needs more than T + 1 = %d",
+                        src->path, t->n_train, t->n_val, t->seq_len + 1);
     }
-    t->total_steps = opts->steps > 0 ? opts->steps
-                                     : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) *
-                                           (int64_t)(t->n_train / ((size_t)t->seq_len * (size_t)t->batch) + 1);
+    return BT_OK;
+}
+
+/* Continues exactly from a checkpoint: a step's windows depend only on the seed and the step, so
+ * the data position is the step count; the weights, optimizer state and step counter come from
+ * the checkpoint. What would change the windows (seed, batch, the training split's size) or the
+ * model is refused, naming it. */
+static bt_status resume(bt_lm *t)
+{
+    const char *path = t->opts.resume;
+    bt_checkpoint_meta meta;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        char *latest = bt_strfmt("%s/%s", path, BT_CHECKPOINT_FILE);
+        int found = latest && stat(latest, &sb) == 0;
+        free(latest);
+        if (!found)
+            return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there (no %s in it)", path,
+                            BT_CHECKPOINT_FILE);
+    }
+    BT_TRY(bt_checkpoint_read_meta(path, &meta));
+    if (meta.seed != t->opts.seed)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to continue it exactly",
+                        path, (unsigned long long)meta.seed, (unsigned long long)t->opts.seed,
+                        (unsigned long long)meta.seed);
+    if (meta.model[0] && strcmp(meta.model, t->model->name) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta.model,
+                        t->model->name);
+    if (meta.batch != t->batch)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved by a run of batch %lld, but this run has batch %lld: each step would draw "
+                        "other windows, so it cannot continue exactly; resume with batch %lld, or start a new run "
+                        "from its weights with --init %s",
+                        path, (long long)meta.batch, (long long)t->batch, (long long)meta.batch, path);
+    if (meta.batches_per_epoch != t->per_epoch)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved by a run of %lld steps per pass over its training split, but this run has %lld "
+                        "(was the text changed?): it cannot continue exactly",
+                        path, (long long)meta.batches_per_epoch, (long long)t->per_epoch);
+    t->first_step = meta.epoch * meta.batches_per_epoch + meta.batch_index;
+    return bt_checkpoint_resume(t->engine, t->model->graph, path, &meta);
+}
+
+bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *opts, bt_lm **out)
+{
+    *out = NULL;
+    if (opts->resume && opts->init)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "resuming (%s) and initialising from weights (%s) at once: a resumed run takes its weights "
+                        "from the checkpoint; give one of them", opts->resume, opts->init);
+    if (opts->init_partial && !opts->init)
+        return bt_error(BT_ERR_INVALID_ARG, "a partial weight load was asked for without weights to load");
+    bt_lm *t = calloc(1, sizeof *t);
+    if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
+    t->model = m;
+    t->engine = e;
+    t->opts = *opts;
+    t->batch = m->train.batch;
+    bt_status st = BT_OK;
+    BT_TRY_GOTO(st, load_data(t), fail);
+    t->per_epoch = (int64_t)(t->n_train / ((size_t)t->seq_len * (size_t)t->batch) + 1);
+    t->total_steps = opts->steps > 0 ? opts->steps : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) * t->per_epoch;
     t->idx = malloc((size_t)t->batch * (size_t)t->seq_len * sizeof *t->idx);
     t->label = malloc((size_t)t->batch * (size_t)t->seq_len * sizeof *t->label);
     t->losses = malloc((size_t)t->batch * sizeof *t->losses);
@@ -158,9 +214,15 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
         st = bt_error(BT_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (opts->init) BT_TRY_GOTO(st, bt_checkpoint_load_weights(e, m->graph, opts->init), fail);
+    if (opts->init && opts->init_partial) {
+        t->has_init_report = 1;
+        BT_TRY_GOTO(st, bt_checkpoint_load_weights_partial(e, m->graph, opts->init, &t->init_report), fail);
+    } else if (opts->init) {
+        BT_TRY_GOTO(st, bt_checkpoint_load_weights(e, m->graph, opts->init), fail);
+    }
     /* the directory is created, tested and locked before step 1, as the trainer does */
     if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
+    if (opts->resume) BT_TRY_GOTO(st, resume(t), fail);
     *out = t;
     return BT_OK;
 fail:
@@ -172,6 +234,7 @@ void bt_lm_destroy(bt_lm *t)
 {
     if (!t) return;
     bt_dir_lock_release(t->ckpt_lock);
+    bt_weights_report_free(&t->init_report);
     free(t->train);
     if (t->val_owned) free(t->val);
     free(t->idx);
@@ -182,6 +245,8 @@ void bt_lm_destroy(bt_lm *t)
 
 int64_t bt_lm_total_steps(const bt_lm *t) { return t->total_steps; }
 int64_t bt_lm_stopped_at(const bt_lm *t) { return t->stopped_at; }
+int64_t bt_lm_first_step(const bt_lm *t) { return t->first_step; }
+const bt_weights_report *bt_lm_init_report(const bt_lm *t) { return t->has_init_report ? &t->init_report : NULL; }
 
 void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab)
 {
@@ -198,20 +263,75 @@ static void fill_window(const bt_lm *t, const uint16_t *tok, size_t at, int b)
     }
 }
 
-bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens)
+/* The evaluation's batches: one window per T tokens of the validation split, whole batches, at
+ * most BT_LM_EVAL_BATCHES, at least one. */
+static int64_t eval_batches(const bt_lm *t)
 {
     const size_t starts = t->n_val - (size_t)t->seq_len - 1;
     int64_t windows = (int64_t)(starts / (size_t)t->seq_len) + 1, batches = windows / t->batch;
     if (batches > BT_LM_EVAL_BATCHES) batches = BT_LM_EVAL_BATCHES;
-    if (batches < 1) batches = 1;
-    const int64_t count = batches * t->batch;
+    return batches < 1 ? 1 : batches;
+}
+
+/* Where evaluation window w of count starts: spread evenly over the validation split. */
+static size_t eval_start(const bt_lm *t, int64_t w, int64_t count)
+{
+    const size_t starts = t->n_val - (size_t)t->seq_len - 1;
+    return (size_t)((double)w * (double)starts / (double)count);
+}
+
+bt_status bt_lm_eval_columns(const bt_model *m, int64_t batch, const bt_column *spec, int n_spec, bt_columns *out)
+{
+    memset(out, 0, sizeof *out);
+    bt_lm *t = calloc(1, sizeof *t);
+    if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
+    t->model = m;
+    t->batch = batch;
+    bt_status st = BT_OK;
+    BT_TRY_GOTO(st, load_data(t), done);
+    if (n_spec != 2) {
+        st = bt_error(BT_ERR_MODEL, "%s: text data feeds two inputs; %d were asked for", m->path, n_spec);
+        goto done;
+    }
+    const int64_t count = eval_batches(t) * batch;
+    const size_t per = (size_t)count * (size_t)t->seq_len;
+    out->n_cols = n_spec;
+    out->n = count;
+    for (int c = 0; c < n_spec; c++) {
+        out->col[c] = spec[c];
+        out->col[c].owned = 1;
+        out->col[c].data = malloc(per * sizeof(int32_t));
+        if (!out->col[c].data || spec[c].dtype != BT_I32 || spec[c].numel != t->seq_len) {
+            st = out->col[c].data ? bt_error(BT_ERR_MODEL, "%s: input '%s' is not i32 [%d]", m->path, spec[c].name, t->seq_len)
+                                  : bt_error(BT_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    int label = strcmp(spec[1].name, t->label_name) == 0;
+    int32_t *idx = out->col[label ? 0 : 1].data, *lab = out->col[label ? 1 : 0].data;
+    for (int64_t w = 0; w < count; w++) {
+        const size_t at = eval_start(t, w, count);
+        for (int k = 0; k < t->seq_len; k++) {
+            idx[(size_t)w * (size_t)t->seq_len + (size_t)k] = t->val[at + (size_t)k];
+            lab[(size_t)w * (size_t)t->seq_len + (size_t)k] = t->val[at + (size_t)k + 1];
+        }
+    }
+done:
+    if (st != BT_OK) bt_columns_free(out);
+    bt_lm_destroy(t);
+    return st;
+}
+
+bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens)
+{
+    const int64_t batches = eval_batches(t), count = batches * t->batch;
     double sum = 0;
     bt_feed feeds[] = {{t->idx_name, t->idx, BT_I32}, {t->label_name, t->label, BT_I32}};
     bt_dtype dt = bt_engine_dtype(t->engine);
     for (int64_t q = 0; q < batches; q++) {
         for (int b = 0; b < t->batch; b++) {
             const int64_t w = q * t->batch + b; /* window w of count, spread over the split */
-            fill_window(t, t->val, (size_t)((double)w * (double)starts / (double)count), b);
+            fill_window(t, t->val, eval_start(t, w, count), b);
         }
         bt_step_result r;
         void *out = t->losses;
@@ -242,13 +362,16 @@ bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)
 {
     bt_feed feeds[] = {{t->idx_name, t->idx, BT_I32}, {t->label_name, t->label, BT_I32}};
     const size_t starts = t->n_train - (size_t)t->seq_len - 1;
-    for (int64_t step = 1; step <= t->total_steps; step++) {
+    t->stopped_at = 0;
+    if (t->first_step >= t->total_steps) return BT_OK; /* a resumed run already at its end */
+    for (int64_t step = t->first_step + 1; step <= t->total_steps; step++) {
         uint64_t rng = bt_mix64(t->opts.seed ^ (0x6c6dULL + (uint64_t)step * 0x9e3779b97f4a7c15ULL));
         for (int b = 0; b < t->batch; b++) fill_window(t, t->train, (size_t)(bt_rng_next(&rng) % starts), b);
         bt_step_result r;
         BT_TRY(bt_engine_train_step(t->engine, feeds, 2, &r));
         if (!isfinite(r.loss)) return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is not finite (%g)", (long long)step, r.loss);
-        bt_train_event ev = {.kind = BT_EV_STEP, .step = step, .total_steps = t->total_steps, .result = &r};
+        bt_train_event ev = {.kind = BT_EV_STEP, .step = step, .total_steps = t->total_steps,
+                             .epoch = (step - 1) / t->per_epoch, .result = &r};
         if (cb) cb(&ev, user);
         if (t->opts.stop && *t->opts.stop) { /* a signal: checkpoint, no evaluation */
             t->stopped_at = step;
@@ -268,7 +391,10 @@ bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)
 /* A checkpoint of step (keep_last numbered files kept) and vocab.txt beside it. */
 static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
 {
-    bt_checkpoint_meta meta = {.step = step, .seed = t->opts.seed};
+    /* the data position is the step (see resume); meta.step counts the optimizer's steps */
+    bt_checkpoint_meta meta = {.step = bt_engine_step(t->engine), .epoch = step / t->per_epoch,
+                               .batch_index = step % t->per_epoch, .batches_per_epoch = t->per_epoch,
+                               .batch = t->batch, .seed = t->opts.seed};
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
     BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta,
                                    t->opts.keep_last == 0 ? 1 : t->opts.keep_last));

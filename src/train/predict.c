@@ -16,6 +16,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/npy.h"
+#include "train/lm.h"
 #include "train/predict.h"
 #include "train/trainer.h"
 
@@ -199,6 +200,10 @@ static bt_status load(const bt_model *m, bt_engine *e, const bt_predict_opts *o,
         d->has_labels = d->label_col >= 0;
     } else if (src->kind == BT_DATA_IDX || src->kind == BT_DATA_NPY) {
         BT_TRY(from_pair(src, d));
+    } else if (src->kind == BT_DATA_TEXT || src->kind == BT_DATA_TOKENS) {
+        /* a language model's validation windows, as its training run evaluated them */
+        BT_TRY(bt_lm_eval_columns(m, bt_engine_batch(e), d->spec, d->n_spec, &d->files));
+        d->has_labels = d->label_col >= 0;
     } else {
         return bt_error(BT_ERR_INVALID_ARG, "no data to predict on");
     }

@@ -295,7 +295,8 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->saved_step = -1;
     BT_TRY_GOTO(st, check_opts(opts), fail);
     BT_TRY_GOTO(st, inspect_graph(t), fail);
-    if (opts->checkpoint_dir)
+    /* across processes only rank 0 writes checkpoints (bt_engine_sync_params gives it every stage) */
+    if (opts->checkpoint_dir && bt_engine_rank(engine) == 0)
         BT_TRY_GOTO(st, bt_checkpoint_dir_prepare(opts->checkpoint_dir, checkpoint_bytes(t), &t->ckpt_lock), fail);
     BT_TRY_GOTO(st, load_data(t), fail);
     int64_t batch = bt_engine_batch(engine);
@@ -456,6 +457,8 @@ done:
 
 static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
 {
+    BT_TRY(bt_engine_sync_params(t->engine)); /* every rank takes part; rank 0 writes */
+    if (bt_engine_rank(t->engine) != 0) return BT_OK;
     BT_TRY(check_state_finite(t, step));
     bt_checkpoint_meta meta;
     memset(&meta, 0, sizeof meta);

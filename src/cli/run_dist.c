@@ -1,0 +1,158 @@
+/* cli/run_dist.c: `baton run` as one rank of a job across processes. Decides whether this run is
+ * distributed (--dp D, parallel.data: D, or a launcher's environment: mpirun, srun), brings MPI up,
+ * checks N = D x P against the model's plan (P stages) and makes this rank's layout (rank = replica
+ * x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
+ * /dev/null; errors still reach stderr, naming the rank, stage and replica). A rank that fails
+ * ends the whole job (MPI_Abort), so no rank is left waiting on it. Without MPI in the build, a
+ * request for more than one process is an error naming it; a plain `baton run` never touches MPI. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/run_dist.h"
+#include "core/error.h"
+#include "dist/dist.h"
+#include "exec/engine_dist.h"
+#include "plan/plan.h"
+
+static int plan_stages(const bt_model *m, const bt_engine_params *p, int *out)
+{
+    bt_plan *plan = NULL;
+    bt_status st = bt_plan_build(m->graph, &p->parallel, &plan);
+    if (st != BT_OK) return bt_cli_fail("run", st);
+    *out = plan->stages;
+    bt_plan_destroy(plan);
+    return BT_EXIT_OK;
+}
+
+int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_params *p, bt_cli_dist *d)
+{
+    memset(d, 0, sizeof *d);
+    const char *var = NULL;
+    int launched = bt_dist_launched(&var);
+    int want = o->dp > 0 ? o->dp : m->parallel.data;
+    const char *asked = o->dp > 0 ? "--dp" : "parallel.data";
+    if (launched <= 1 && want <= 1) return BT_EXIT_OK; /* one process, as always */
+    if (!bt_dist_built()) {
+        if (want > 1)
+            fprintf(stderr, "baton run: %s %d asks for a job across processes, but this baton was built without "
+                    "MPI: install libopenmpi-dev and openmpi-bin (scripts/install-deps.sh) and configure again\n",
+                    asked, want);
+        else
+            fprintf(stderr, "baton run: started as one of %d ranks (%s), but this baton was built without MPI: "
+                    "install libopenmpi-dev and openmpi-bin (scripts/install-deps.sh) and configure again\n",
+                    launched, var);
+        return BT_EXIT_USAGE;
+    }
+    int stages = 0;
+    int rc = plan_stages(m, p, &stages);
+    if (rc != BT_EXIT_OK) return rc;
+    if (launched == 0) {
+        fprintf(stderr, "baton run: %s %d asks for %d data-parallel replicas of the model's %d stages: start it as "
+                "N = D x P = %d ranks, mpirun -np %d baton run ...\n",
+                asked, want, want, stages, want * stages, want * stages);
+        return BT_EXIT_USAGE;
+    }
+    int rank = 0, size = 1;
+    bt_status st = bt_dist_init(&rank, &size);
+    d->mpi_up = 1;
+    if (st != BT_OK) return bt_cli_fail("run", st);
+    st = bt_dist_layout_make(size, rank, want > 0 ? want : 0, stages, &d->layout);
+    if (st != BT_OK) {
+        if (rank == 0) bt_cli_fail("run", st); /* every rank finds the same: one message */
+        bt_dist_finalize();
+        d->mpi_up = 0;
+        return BT_EXIT_USAGE;
+    }
+    d->on = 1;
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "baton run: rank %d: cannot redirect its output to /dev/null\n", rank);
+        return BT_EXIT_RUNTIME;
+    }
+    return BT_EXIT_OK;
+}
+
+void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
+{
+    if (!d->on) return;
+    if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
+    if (d->layout.rank == 0) return;
+    o->trace_path = NULL;
+    o->timeline_path = NULL;
+    o->tensorboard = NULL;
+    m->train.tensorboard = NULL;
+    o->log_file = NULL;
+}
+
+bt_status bt_cli_dist_create_engine(const bt_cli_dist *d, const bt_model *m, const bt_engine_params *p,
+                                    bt_engine **out)
+{
+    if (!d->on) return bt_engine_create(m->graph, p, out);
+    BT_TRY(bt_engine_create_dist(m->graph, p, &d->layout, out));
+    bt_engine_dist_trace(*out, d->trace);
+    return BT_OK;
+}
+
+void bt_cli_dist_gather(const bt_engine *e)
+{
+    if (!bt_engine_dist_layout(e)) return;
+    /* collective: every rank runs the summary (only rank 0's output is shown); the statistics are
+     * the engine's own, so the summary may refresh them */
+    bt_status st = bt_engine_dist_gather_stats((bt_engine *)e);
+    if (st != BT_OK) bt_cli_fail("run", st);
+}
+
+void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
+{
+    const bt_dist_layout *l = bt_engine_dist_layout(e);
+    if (!l) return;
+    int64_t n = 0;
+    double bytes = 0, wait_ms = 0, total_ms = 0;
+    bt_engine_dist_reduce_stats(e, &n, &bytes, &wait_ms, &total_ms);
+    if (o->jsonl) {
+        printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
+               "\"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
+               l->size, l->data, l->stages, (long long)n, bytes, wait_ms);
+        for (int r = 0; r < l->size; r++) {
+            bt_time_stats t;
+            bt_memory_stats m;
+            if (bt_engine_dist_rank_stats(e, r, &t, &m) != BT_OK) break;
+            double wall = t.wall_ms > 0 ? t.wall_ms : 1;
+            printf("%s{\"rank\": %d, \"replica\": %d, \"stage\": %d, \"peak_bytes\": %zu, \"busy\": %.4f, "
+                   "\"transfer\": %.4f, \"idle\": %.4f}",
+                   r ? ", " : "", r, r / l->stages, r % l->stages, m.peak, t.busy_ms / wall, t.transfer_ms / wall,
+                   t.idle_ms / wall);
+        }
+        printf("]}}\n");
+        return;
+    }
+    printf("  job: %d ranks = %d replica%s x %d stage%s (rank = replica x %d + stage); the stage rows above are "
+           "replica 0's, each measured by its own rank; per rank (STEP's waits for other ranks count as busy):\n",
+           l->size, l->data, l->data == 1 ? "" : "s", l->stages, l->stages == 1 ? "" : "s", l->stages);
+    printf("  %-5s %-7s %-5s %11s %6s %6s %6s\n", "rank", "replica", "stage", "peak", "busy", "xfer", "idle");
+    for (int r = 0; r < l->size; r++) {
+        bt_time_stats t;
+        bt_memory_stats m;
+        char pk[32];
+        if (bt_engine_dist_rank_stats(e, r, &t, &m) != BT_OK) break;
+        double wall = t.wall_ms > 0 ? t.wall_ms : 1;
+        printf("  %-5d %-7d %-5d %11s %5.1f%% %5.1f%% %5.1f%%\n", r, r / l->stages, r % l->stages,
+               bt_cli_bytes((double)m.peak, pk, sizeof pk), 100 * t.busy_ms / wall, 100 * t.transfer_ms / wall,
+               100 * t.idle_ms / wall);
+    }
+    if (n > 0)
+        printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
+               "in total\n",
+               (long long)n, bytes / 1e6, wait_ms);
+}
+
+int bt_cli_dist_finish(bt_cli_dist *d, int rc)
+{
+    if (!d->mpi_up) return rc;
+    fflush(stdout);
+    fflush(stderr);
+    if (rc != BT_EXIT_OK) bt_dist_abort(rc); /* the others may wait on this rank: end them all */
+    bt_dist_finalize();
+    d->mpi_up = 0;
+    return rc;
+}

@@ -1,0 +1,37 @@
+/* exec/engine_dist.h: creating an engine that is one rank of a job across processes (baton run
+ * under mpirun). The CLI calls it after MPI is up; every rank calls it at the same time (creation
+ * is collective: it builds the communicators and checks that every rank built the same schedule).
+ * Each rank runs stage layout->stage of replica layout->replica; the rest of the engine's API is
+ * the same as in one process (docs/distributed.md). */
+#ifndef BT_EXEC_ENGINE_DIST_H
+#define BT_EXEC_ENGINE_DIST_H
+
+#include "baton/engine.h"
+#include "dist/dist.h"
+
+/* params->batch is the global batch: each replica takes its shard (batch / D samples) of every
+ * fed batch. layout->stages must equal the plan's stage count (an error naming N, D and P). */
+bt_status bt_engine_create_dist(const bt_graph *graph, const bt_engine_params *params,
+                                const bt_dist_layout *layout, bt_engine **out);
+
+/* The layout a distributed engine runs (NULL in one process). */
+const bt_dist_layout *bt_engine_dist_layout(const bt_engine *e);
+
+/* Every rank calls it alike: after each job the ranks of a replica share their instruction
+ * records, so a trace or timeline drawn on rank 0 shows every stage of replica 0 (one machine's
+ * clock: across machines the stages' offsets are as far off as the machines' clocks). */
+void bt_engine_dist_trace(bt_engine *e, int on);
+
+/* Collective: this rank's local stage's time and memory statistics (and its boundaries') copied
+ * into rank 0's engine for the stages of replica 0, so rank 0's summary shows every stage. */
+bt_status bt_engine_dist_gather_stats(bt_engine *e);
+
+/* Rank r's own stage's statistics, from the last bt_engine_dist_gather_stats. */
+bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats *time, bt_memory_stats *mem);
+
+/* Data-parallel all-reduce statistics of the local stage: reductions, bytes, the time spent waiting
+ * for them at STEP, and the time from start to completion. */
+void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
+                                 double *total_ms);
+
+#endif

@@ -1,0 +1,24 @@
+#!/bin/sh
+# tests/cpu_bf16_paths.sh: runs tests/test_cpu_bf16 once per bf16 path baton can be forced onto
+# (BATON_CPU_BF16=f32, avx512_bf16, amx): the paths this CPU has must pass against the f32
+# reference, the ones it lacks must be refused with a message naming BATON_CPU_BF16 (the test
+# checks both). `baton devices` and `baton run` must say which path runs, and `baton run` with an
+# unknown value must fail naming it, never run anyway.
+set -eu
+builddir=${BT_BUILDDIR:-$(pwd)}
+srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+for path in f32 avx512_bf16 amx; do
+  echo "== BATON_CPU_BF16=$path"
+  BATON_CPU_BF16=$path "$builddir/tests/test_cpu_bf16"
+done
+out=$(BATON_CPU_BF16=bogus "$builddir/baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic \
+  --steps 1 train.precision=bf16 2>&1) && { echo "BATON_CPU_BF16=bogus was accepted:"; echo "$out"; exit 1; }
+echo "$out" | grep -q 'BATON_CPU_BF16=bogus' || { echo "the refusal does not name BATON_CPU_BF16:"; echo "$out"; exit 1; }
+echo "BATON_CPU_BF16=bogus refused: $out"
+BATON_CPU_BF16=f32 "$builddir/baton" devices | grep -q 'precision bf16: .*forced by BATON_CPU_BF16=f32' ||
+  { echo "baton devices does not show the forced f32 path:"; BATON_CPU_BF16=f32 "$builddir/baton" devices; exit 1; }
+out=$(BATON_CPU_BF16=f32 "$builddir/baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 1 \
+  train.precision=bf16 2>&1) || { echo "$out"; exit 1; }
+echo "$out" | grep -q '^  bf16 on cpu .*forced by BATON_CPU_BF16=f32' ||
+  { echo "baton run does not say which bf16 path its CPU stages use:"; echo "$out"; exit 1; }
+echo "baton devices and baton run name the path"
