@@ -1,7 +1,9 @@
 /* ops/activation.c: elementwise activations of one float input: `relu`, `gelu` (the exact erf
- * form, PyTorch's default), `tanh`, `sigmoid`, `silu` (x sigmoid(x), PyTorch's SiLU). Output shape
- * and dtype are the input's. The backward recomputes what it needs from the input, so it never
- * depends on the output buffer still holding this layer's activations. */
+ * form, PyTorch's default; in f32 through ops/fastmath.h's vectorised erf and exp, within 5.3e-7
+ * of libm's, as PyTorch's own vectorised CPU GELU), `tanh`, `sigmoid`, `silu` (x sigmoid(x),
+ * PyTorch's SiLU). Output shape and dtype are the input's. The backward recomputes what it needs
+ * from the input, so it never depends on the output buffer still holding this layer's
+ * activations. */
 #include "ops/ops.h"
 
 #define BT_REAL_BITS 32

@@ -48,23 +48,35 @@ static bt_status R(relu_backward)(const bt_op_call *call)
     return BT_OK;
 }
 
+/* gelu's loops use ERF_V and EXP_V (real.h), which vectorise in f32, in AVX-512 where the CPU
+ * has it (BT_OPS_VCLONES, ops/fastmath.h). */
+BT_OPS_VCLONES static void R(gelu_loop)(const REAL *restrict x, REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = (REAL)0.5 * x[i] * (1 + ERF_V(x[i] * (REAL)BT_SQRT1_2)););
+}
+
+BT_OPS_VCLONES static void R(gelu_grad_loop)(const REAL *restrict x, const REAL *restrict dy,
+                                             REAL *restrict dx, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, {
+        /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
+        const REAL cdf = (REAL)0.5 * (1 + ERF_V(x[i] * (REAL)BT_SQRT1_2));
+        const REAL pdf = (REAL)BT_INV_SQRT_2PI * EXP_V((REAL)-0.5 * x[i] * x[i]);
+        dx[i] += dy[i] * (cdf + x[i] * pdf);
+    });
+}
+
 static bt_status R(gelu_forward)(const bt_op_call *call)
 {
-    ACT_FORWARD_SETUP;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (REAL)0.5 * x[i] * (1 + ERF(x[i] * (REAL)BT_SQRT1_2));
+    R(gelu_loop)(call->in[0].data, call->out->data, bt_tensor_numel(call->out));
     return BT_OK;
 }
 
 static bt_status R(gelu_backward)(const bt_op_call *call)
 {
-    ACT_BACKWARD_SETUP;
-    for (int64_t i = 0; i < n; i++) {
-        /* d/dx [x Phi(x)] = Phi(x) + x phi(x) */
-        REAL cdf = (REAL)0.5 * (1 + ERF(x[i] * (REAL)BT_SQRT1_2));
-        REAL pdf = (REAL)BT_INV_SQRT_2PI * EXP((REAL)-0.5 * x[i] * x[i]);
-        dx[i] += dy[i] * (cdf + x[i] * pdf);
-    }
+    if (!BT_OPS_WANTS(&call->in_grad[0])) return BT_OK;
+    R(gelu_grad_loop)(call->in[0].data, call->out_grad->data, call->in_grad[0].data,
+                      bt_tensor_numel(call->out_grad));
     return BT_OK;
 }
 

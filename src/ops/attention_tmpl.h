@@ -10,6 +10,13 @@ static inline int64_t R(att_keys)(const bt_attention_config *cf, int64_t i1)
     return cf->causal ? i1 : cf->t;
 }
 
+/* x[j] = exp(x[j] - shift) for j < n, through EXP_V (real.h: vectorised in f32, in AVX-512
+ * where the CPU has it). */
+BT_OPS_VCLONES static void R(attn_exp_shift)(REAL *restrict x, REAL shift, int64_t n)
+{
+    BT_OPS_VLOOP(j, n, x[j] = EXP_V(x[j] - shift););
+}
+
 static bt_status R(attention_forward)(const bt_op_call *call)
 {
     const bt_attention_config *cf = call->config;
@@ -45,10 +52,8 @@ static bt_status R(attention_forward)(const bt_op_call *call)
                         for (int64_t j = 0; j < lim; j++) mx = si[j] > mx ? si[j] : mx;
                         const REAL corr = EXP(m[i] - mx);
                         double sum = 0;
-                        for (int64_t j = 0; j < lim; j++) {
-                            si[j] = EXP(si[j] - mx);
-                            sum += si[j];
-                        }
+                        R(attn_exp_shift)(si, mx, lim);
+                        for (int64_t j = 0; j < lim; j++) sum += si[j];
                         for (int64_t j = lim; j < nk; j++) si[j] = 0;
                         l[i] = l[i] * corr + (REAL)sum;
                         m[i] = mx;
@@ -110,7 +115,7 @@ static bt_status R(attention_backward)(const bt_op_call *call)
                         if (lim < 0) lim = 0;
                         const REAL li = (REAL)lh[i0 + i];
                         REAL *pi = p + i * B;
-                        for (int64_t j = 0; j < lim; j++) pi[j] = EXP(pi[j] - li);
+                        R(attn_exp_shift)(pi, li, lim);
                         for (int64_t j = lim; j < nk; j++) pi[j] = 0;
                     }
                     /* dv (nk, hd) += p^T do */

@@ -6,10 +6,12 @@
  * REAL is the element type, R(name) the instance's function name, GEMM the BLAS call (GEMM_AT(call,
  * ...) the one at the call's precision: bf16 GEMMs on oneDNN, see cpu/blas.h; GEMM_W(call,
  * BT_GEMM_PARAM_A or _B, ...) the same with that operand a parameter, whose conversion is kept), and the
- * math names map to the float or double libm functions. Reductions accumulate in double. */
+ * math names map to the float or double libm functions; EXP_V and ERF_V are the f32 vectorisable
+ * approximations of ops/fastmath.h (libm's exp and erf for f64). Reductions accumulate in double. */
 #include <math.h>
 
 #include "cpu/blas.h"
+#include "ops/fastmath.h"
 
 #undef REAL
 #undef R
@@ -21,6 +23,8 @@
 #undef TANH
 #undef ERF
 #undef SQRT
+#undef EXP_V
+#undef ERF_V
 
 #if BT_REAL_BITS == 32
 #define REAL float
@@ -33,6 +37,8 @@
 #define TANH tanhf
 #define ERF erff
 #define SQRT sqrtf
+#define EXP_V bt_fast_expf /* vectorisable, within 2 ulp (ops/fastmath.h) */
+#define ERF_V bt_fast_erff /* vectorisable, absolute error < 5.3e-7 */
 #elif BT_REAL_BITS == 64
 #define REAL double
 #define R(name) name##_f64
@@ -44,6 +50,8 @@
 #define TANH tanh
 #define ERF erf
 #define SQRT sqrt
+#define EXP_V exp
+#define ERF_V erf
 #else
 #error "define BT_REAL_BITS as 32 or 64 before including ops/real.h"
 #endif
