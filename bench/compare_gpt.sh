@@ -67,5 +67,5 @@ if [ -n "$ckpt" ]; then
     printf "generate 200 tokens: KV cache %.1f tokens/s, without %.1f tokens/s: %.2fx\n", k, n, k / n }'
 fi
 
-g2=$("$build/baton" run models/gpt2-small.yaml --steps 3 | awk '/^median step/ {print $3}')
+g2=$("$build/baton" run models/gpt2-small.yaml --synthetic --steps 3 | awk '/^median step/ {print $3}')
 echo "gpt2-small (124M, 4 stages, 4 micro-batches, batch 4 x 1024 tokens): median step $g2 ms, $(awk -v m="$g2" 'BEGIN {printf "%.0f", 4096000 / m}') tokens/s"
