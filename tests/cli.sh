@@ -41,20 +41,7 @@ if expect_rc 0 "run jsonl" "$baton" run "$srcdir/models/mlp.yaml" --steps 3 --lo
 fi
 # a model fed token ids (no float input): trained on synthetic inputs shaped like its declaration
 # when asked (--synthetic; without data: and without it, tests/data_cli.sh: exit 2)
-cat >"$tmp/tokens.yaml" <<'YAML'
-format: 1
-name: tokens
-inputs:
-  tokens: {shape: [6], dtype: i32}
-  label: {shape: [], dtype: i32}
-layers:
-  - {name: emb, op: embedding, args: {num: 50, dim: 8}}
-  - {name: flat, op: flatten}
-  - {name: head, op: linear, args: {out: 5}}
-  - {name: loss, op: cross_entropy, from: [head, label]}
-parallel: {devices: [cpu:0, cpu:1], pipeline: {microbatches: 2}}
-train: {batch: 8}
-YAML
+tokens_model "$tmp/tokens.yaml"
 if expect_rc 0 "run a token model" "$baton" run "$tmp/tokens.yaml" --steps 3 --synthetic; then
   tests=$((tests + 1))
   [ "$(grep -c '^step ' "$tmp/out")" = 3 ] || fail "token model: expected 3 step lines: $(cat "$tmp/out")"
@@ -248,15 +235,10 @@ tests=$((tests + 1))
 # file, sample and element); a run whose update diverges fails (exit 1) on its non-finite eval
 # loss; JSON records write such numbers as null (strict JSON: no NaN, no Infinity)
 if command -v python3 >/dev/null 2>&1; then
-  python3 - "$tmp" <<'PY'
-import struct, sys
-def npy(path, descr, shape, fmt, values):
-    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%s%s), }" % (
-        descr, ", ".join(map(str, shape)), "," if len(shape) == 1 else "")
-    h = d + " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() +
-                struct.pack("<%d%s" % (len(values), fmt), *values))
+  BT_TESTS_DIR="$srcdir/tests" python3 - "$tmp" <<'PY'
+import os, struct, sys
+sys.path.insert(0, os.environ["BT_TESTS_DIR"])
+from npy_write import npy
 x = [0.5] * 32
 x[3 * 4 + 1] = float("nan")
 npy(sys.argv[1] + "/x.npy", "<f4", (8, 4), "f", x)

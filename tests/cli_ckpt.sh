@@ -78,20 +78,7 @@ expect_rc 0 "--init from a checkpoint directory" "$baton" run "$mlp" --steps 2 -
 if expect_rc 2 "inference with --checkpoint-dir" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 1 --checkpoint-dir "$tmp/inf"; then
   check "inference: names the flag: $(cat "$tmp/err")" grep -q "^baton run: --checkpoint-dir: .* has no train: section" "$tmp/err"
 fi
-cat >"$tmp/tokens.yaml" <<'YAML'
-format: 1
-name: tokens
-inputs:
-  tokens: {shape: [6], dtype: i32}
-  label: {shape: [], dtype: i32}
-layers:
-  - {name: emb, op: embedding, args: {num: 50, dim: 8}}
-  - {name: flat, op: flatten}
-  - {name: head, op: linear, args: {out: 5}}
-  - {name: loss, op: cross_entropy, from: [head, label]}
-parallel: {devices: [cpu:0, cpu:1], pipeline: {microbatches: 2}}
-train: {batch: 8}
-YAML
+tokens_model "$tmp/tokens.yaml"
 expect_rc 2 "inference with --keep-last" "$baton" run "$srcdir/models/mlp-infer.yaml" --synthetic --steps 1 --keep-last 2
 expect_rc 2 "inference with --init-partial" "$baton" run "$srcdir/models/mlp-infer.yaml" --synthetic --steps 1 --init-partial "$tmp/base"
 # a token model trains through the trainer now: its checkpoint resumes (its data is synthetic)

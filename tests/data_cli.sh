@@ -15,7 +15,6 @@ check() { # description grep-pattern file
   grep -q -- "$2" "$3" || { fail "$1: no '$2' in: $(head -c 600 "$3")"; return 1; }
 }
 # the JSON value of key in the last record of file that has it
-json_field() { grep "\"$2\": " "$1" | tail -n 1 | sed -E "s/.*\"$2\": ([^,}]*).*/\\1/"; }
 
 if ! command -v python3 >/dev/null 2>&1; then
   echo "data_cli: python3 is needed to write npy files; skipping"
@@ -23,15 +22,10 @@ if ! command -v python3 >/dev/null 2>&1; then
 fi
 
 # npy files from plain Python (no numpy needed)
-python3 - "$tmp" <<'PY'
-import random, struct, sys
-def npy(path, descr, shape, fmt, values):
-    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%s%s), }" % (
-        descr, ", ".join(map(str, shape)), "," if len(shape) == 1 else "")
-    h = d + " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() +
-                struct.pack("<%d%s" % (len(values), fmt), *values))
+BT_TESTS_DIR="$srcdir/tests" python3 - "$tmp" <<'PY'
+import os, random, struct, sys
+sys.path.insert(0, os.environ["BT_TESTS_DIR"])
+from npy_write import npy
 r = random.Random(7)
 t = sys.argv[1]
 toks = [r.randrange(50) for _ in range(96 * 6)]
@@ -46,20 +40,7 @@ npy(t + "/ex.npy", "<f4", (40, 16), "f", x[:40 * 16])
 npy(t + "/ey.npy", "<i4", (40,), "i", [int(x[i * 16] > 0) + 2 * int(x[i * 16 + 1] > 0) for i in range(40)])
 PY
 
-cat >"$tmp/tokens.yaml" <<'YAML'
-format: 1
-name: tokens
-inputs:
-  tokens: {shape: [6], dtype: i32}
-  label: {shape: [], dtype: i32}
-layers:
-  - {name: emb, op: embedding, args: {num: 50, dim: 8}}
-  - {name: flat, op: flatten}
-  - {name: head, op: linear, args: {out: 5}}
-  - {name: loss, op: cross_entropy, from: [head, label]}
-parallel: {devices: [cpu:0, cpu:1], pipeline: {microbatches: 2}}
-train: {batch: 8}
-YAML
+tokens_model "$tmp/tokens.yaml"
 
 # 1. no data: and no --synthetic: refused, naming data.train (it used to train on made-up data)
 if expect_rc 2 "token model without data" "$baton" run "$tmp/tokens.yaml" --steps 3; then
@@ -178,12 +159,11 @@ if expect_rc 2 "inference --checkpoint-dir" "$baton" run "$infer" --synthetic --
 fi
 expect_rc 2 "inference --resume" "$baton" run "$infer" --synthetic --resume "$tmp/clf"
 expect_rc 2 "inference --init of a missing file" "$baton" run "$infer" --synthetic --steps 1 --init "$tmp/nope.safetensors"
-python3 - "$tmp" <<'PY'
-import struct, sys
-d = "{'descr': '<f4', 'fortran_order': False, 'shape': (100, 64), }"
-h = d + " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
-with open(sys.argv[1] + "/xi.npy", "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() + struct.pack("<6400f", *([0.25] * 6400)))
+BT_TESTS_DIR="$srcdir/tests" python3 - "$tmp" <<'PY'
+import os, sys
+sys.path.insert(0, os.environ["BT_TESTS_DIR"])
+from npy_write import npy
+npy(sys.argv[1] + "/xi.npy", "<f4", (100, 64), "f", [0.25] * 6400)
 PY
 if expect_rc 0 "inference on data:" "$baton" run "$infer" "data={eval: {type: npy, inputs: {x: $tmp/xi.npy}}}"; then
   tests=$((tests + 1))

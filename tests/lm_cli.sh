@@ -20,22 +20,16 @@ same() { # description a b
   [ -n "$2" ] && [ "$2" = "$3" ] || fail "$1: '$2' vs '$3'"
 }
 # the JSON value of key in the last record of file that has it
-json_field() { grep "\"$2\": " "$1" | tail -n 1 | sed -E "s/.*\"$2\": ([^,}]*).*/\\1/"; }
 
 if ! command -v python3 >/dev/null 2>&1; then
   echo "lm_cli: python3 is needed to write npy files; skipping"
   exit 77
 fi
 
-python3 - "$tmp" <<'PY'
-import random, struct, sys
-def npy(path, descr, shape, fmt, values):
-    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%s%s), }" % (
-        descr, ", ".join(map(str, shape)), "," if len(shape) == 1 else "")
-    h = d + " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h.encode() +
-                struct.pack("<%d%s" % (len(values), fmt), *values))
+BT_TESTS_DIR="$srcdir/tests" python3 - "$tmp" <<'PY'
+import os, random, struct, sys
+sys.path.insert(0, os.environ["BT_TESTS_DIR"])
+from npy_write import npy
 r = random.Random(11)
 t = sys.argv[1]
 T = 8

@@ -40,6 +40,10 @@
 bt_status bt_checkpoint_dir_prepare(const char *dir, size_t checkpoint_bytes, bt_dir_lock **lock);
 /* bt_checkpoint_dir_prepare without the space check. */
 bt_status bt_checkpoint_dir_open(const char *dir, bt_dir_lock **lock);
+/* The checks every resume makes before loading: PATH (a checkpoint, or a directory with its latest)
+ * exists, its metadata reads, and it was saved with this seed by this model (model NULL or "": not
+ * checked). Fills *meta; failures are BT_ERR_INVALID_ARG naming what differs. */
+bt_status bt_checkpoint_resume_meta(const char *path, uint64_t seed, const char *model, bt_checkpoint_meta *meta);
 /* bt_checkpoint_save, then removes the oldest numbered checkpoints so that keep_last remain (the
  * one just written always does; <= 0: keep all). */
 bt_status bt_checkpoint_save_kept(const bt_engine *engine, const bt_graph *graph, const char *dir,

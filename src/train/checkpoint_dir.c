@@ -258,3 +258,28 @@ bt_status bt_checkpoint_save_kept(const bt_engine *e, const bt_graph *g, const c
     free(file);
     return st;
 }
+
+bt_status bt_checkpoint_resume_meta(const char *path, uint64_t seed, const char *model, bt_checkpoint_meta *meta)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        char *latest = bt_strfmt("%s/%s", path, BT_CHECKPOINT_FILE);
+        int found = latest && stat(latest, &sb) == 0;
+        free(latest);
+        if (!found)
+            return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there (no %s in it)", path,
+                            BT_CHECKPOINT_FILE);
+    }
+    BT_TRY(bt_checkpoint_read_meta(path, meta));
+    if (meta->seed != seed)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to continue it exactly",
+                        path, (unsigned long long)meta->seed, (unsigned long long)seed,
+                        (unsigned long long)meta->seed);
+    if (meta->model[0] && model && model[0] && strcmp(meta->model, model) != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta->model,
+                        model);
+    return BT_OK;
+}

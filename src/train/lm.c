@@ -153,26 +153,7 @@ static bt_status resume(bt_lm *t)
 {
     const char *path = t->opts.resume;
     bt_checkpoint_meta meta;
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        char *latest = bt_strfmt("%s/%s", path, BT_CHECKPOINT_FILE);
-        int found = latest && stat(latest, &sb) == 0;
-        free(latest);
-        if (!found)
-            return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there (no %s in it)", path,
-                            BT_CHECKPOINT_FILE);
-    }
-    BT_TRY(bt_checkpoint_read_meta(path, &meta));
-    if (meta.seed != t->opts.seed)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to continue it exactly",
-                        path, (unsigned long long)meta.seed, (unsigned long long)t->opts.seed,
-                        (unsigned long long)meta.seed);
-    if (meta.model[0] && strcmp(meta.model, t->model->name) != 0)
-        return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta.model,
-                        t->model->name);
+    BT_TRY(bt_checkpoint_resume_meta(path, t->opts.seed, t->model->name, &meta));
     if (meta.batch != t->batch)
         return bt_error(BT_ERR_INVALID_ARG,
                         "%s was saved by a run of batch %lld, but this run has batch %lld: each step would draw "

@@ -204,26 +204,8 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
     bt_checkpoint_meta meta;
     char model[sizeof meta.model];
     int64_t position;
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        char *latest = bt_strfmt("%s/%s", path, BT_CHECKPOINT_FILE);
-        int found = latest && stat(latest, &sb) == 0;
-        free(latest);
-        if (!found)
-            return bt_error(BT_ERR_INVALID_ARG, "%s: no checkpoint to resume from there (no %s in it)", path,
-                            BT_CHECKPOINT_FILE);
-    }
-    BT_TRY(bt_checkpoint_read_meta(path, &meta));
-    if (meta.seed != t->opts.seed)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "%s was saved with seed %llu but this run uses seed %llu: pass --seed %llu to continue it exactly",
-                        path, (unsigned long long)meta.seed, (unsigned long long)t->opts.seed,
-                        (unsigned long long)meta.seed);
     snprintf(model, sizeof model, "%s", t->model->name ? t->model->name : "");
-    if (meta.model[0] && model[0] && strcmp(meta.model, model) != 0)
-        return bt_error(BT_ERR_INVALID_ARG, "%s was saved by model '%s', but this model is '%s'", path, meta.model, model);
+    BT_TRY(bt_checkpoint_resume_meta(path, t->opts.seed, model, &meta));
     if (meta.batch > 0 && meta.batch != bt_engine_batch(t->engine))
         return bt_error(BT_ERR_INVALID_ARG,
                         "%s was saved by a run of batch %lld, but this run has batch %lld: each step would read "
