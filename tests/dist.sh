@@ -163,6 +163,11 @@ else bad "2 ranks for P=3: exit $rc: $(head -c 600 "$tmp/e")"; fi
 mpi -np 3 "$b" run "$model" --layout "$(layout_for 2)" parallel.data=2 >"$tmp/o" 2>"$tmp/e"; rc=$?
 if [ $rc = 2 ] && grep -q "N = 3 ranks but D x P = 2 x 2" "$tmp/e"; then ok "parallel.data: 2 on 3 ranks: exit 2 naming N, D, P"
 else bad "parallel.data: 2 on 3 ranks: exit $rc: $(head -c 600 "$tmp/e")"; fi
+# parallel: auto is not resolved rank by rank (each would measure and choose its own layout)
+awk '/^parallel:/ {print "parallel: auto"; skip = 1; next} skip && /^ / {next} {skip = 0; print}' "$model" >"$tmp/auto.yaml"
+mpi -np 2 "$b" run "$tmp/auto.yaml" --dp 2 --steps 1 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "parallel: auto cannot be resolved across processes" "$tmp/e"; then ok "parallel: auto under mpirun: exit 2"
+else bad "parallel: auto under mpirun: exit $rc: $(head -c 600 "$tmp/e") $(grep -c 'parallel: auto' "$tmp/auto.yaml")"; fi
 # every rank checks that the others built the same job (here: another seed on rank 1)
 mpi -np 1 "$b" run "$model" --layout "$(layout_for 2)" --seed 1 : -np 1 "$b" run "$model" \
   --layout "$(layout_for 2)" --seed 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
