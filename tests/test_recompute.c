@@ -235,7 +235,7 @@ static void test_refused_with_split_backward(void)
     p.batch = BATCH_N;
     p.threads = 1;
     bt_engine *e = NULL;
-    CU_ASSERT(bt_engine_create(rec->graph, &p, &e) == BT_ERR_UNSUPPORTED);
+    CU_ASSERT(bt_engine_create(rec->graph, &p, &e) == BT_ERR_INVALID_ARG);
     CU_ASSERT(strstr(bt_last_error(), "split backward") != NULL);
     bt_engine_destroy(e);
     e = NULL;

@@ -47,7 +47,7 @@ bt_status bt_layout_memory_params(bt_engine *e)
      * (one shared copy) cannot serve it; refused, never ignored */
     for (int l = 0; mp->split_backward && mp->training && l < e->graph->n_layers; l++)
         if (e->graph->layers[l].recompute)
-            return bt_error(BT_ERR_UNSUPPORTED, "layer '%s' is recomputed (recompute:), which the %s schedule's "
+            return bt_error(BT_ERR_INVALID_ARG, "layer '%s' is recomputed (recompute:), which the %s schedule's "
                             "split backward cannot combine with (its W reads activations after later "
                             "forwards); use 1f1b, gpipe or interleaved-1f1b, or no recomputation",
                             e->graph->layers[l].name, bt_schedule_name(e->train_sched->kind));
