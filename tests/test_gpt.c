@@ -360,11 +360,13 @@ static void test_generate(void)
 
 /* A batch-1 inference engine on `stages` stages (layout: a cut string, or NULL for the default
  * partition) with the weights of src. */
-static bt_engine *copy_engine(const bt_model *m, bt_engine *src, int stages, const char *layout)
+static bt_engine *copy_engine(const bt_model *m, bt_engine *src, int stages, const char *layout,
+                              bt_transfer_mode transfer)
 {
     bt_engine_params p;
     bt_engine_params_init(&p);
     p.parallel.stages = stages;
+    p.transfer = transfer;
     if (layout) {
         p.parallel.partition = BT_PARTITION_LAYOUT;
         p.parallel.layout = layout;
@@ -408,9 +410,13 @@ static void test_generate_pipelined(void)
     /* skip: h.0.res1 on stage 2 reads wpe's output from stage 0 */
     static const char skip_layout[] = "wte,wpe | h.0.ln_1,h.0.c_attn,h.0.attn,h.0.c_proj | h.0.res1,h.0.ln_2,"
                                       "h.0.c_fc,h.0.mlp_proj,h.0.res2,h.1 | h.2,ln_f,lm_head,loss";
-    bt_engine *eng[5];
-    for (int s = 0; s < 4; s++) eng[s] = copy_engine(m, trained, s + 1, NULL);
-    eng[4] = copy_engine(m, trained, 4, skip_layout);
+    enum { N_ENG = 7 };
+    bt_engine *eng[N_ENG];
+    for (int s = 0; s < 4; s++) eng[s] = copy_engine(m, trained, s + 1, NULL, BT_TRANSFER_AUTO);
+    eng[4] = copy_engine(m, trained, 4, skip_layout, BT_TRANSFER_AUTO);
+    /* the rows through host memory (the path between different devices) */
+    eng[5] = copy_engine(m, trained, 3, NULL, BT_TRANSFER_HOST);
+    eng[6] = copy_engine(m, trained, 4, skip_layout, BT_TRANSFER_STAGED);
     const int32_t p0[] = {1, 2, 3}, p1[] = {4}, p2[] = {5, 6, 7, 8, 9, 10, 11, 12, 0, 1, 2}, p3[] = {7, 7};
     const int32_t *prompts[NP] = {p0, p1, p2, p3};
     const int64_t lens[NP] = {3, 1, 11, 2};
@@ -426,10 +432,11 @@ static void test_generate_pipelined(void)
         bt_generate_stats per[NP], total;
         CU_ASSERT_FATAL(bt_generate_batch(eng[0], m->graph, NP, prompts, lens, &gp, ref_out, per, &total) == BT_OK);
         CU_ASSERT(total.stages == 1 && total.tokens_per_s > 0 && total.busy > 0 && total.busy <= 1.0 + 1e-9);
-        for (int e = 1; e < 5; e++) {
+        static const int stages_of[N_ENG] = {1, 2, 3, 4, 4, 3, 4};
+        for (int e = 1; e < N_ENG; e++) {
             memset(got, 0xff, sizeof got);
             CU_ASSERT_FATAL(bt_generate_batch(eng[e], m->graph, NP, prompts, lens, &gp, got_out, per, &total) == BT_OK);
-            CU_ASSERT(total.stages == (e < 4 ? e + 1 : 4));
+            CU_ASSERT(total.stages == stages_of[e]);
             if (memcmp(got, ref, sizeof ref) != 0) printf("\n  engine %d (sampled %d): tokens differ\n", e, sampled);
             CU_ASSERT(memcmp(got, ref, sizeof ref) == 0);
         }
@@ -454,7 +461,7 @@ static void test_generate_pipelined(void)
     /* scoring through every stage count agrees with the forward */
     double per_sample[4];
     CU_ASSERT_FATAL(bt_engine_forward(trained, feeds, 2, per_sample, &r) == BT_OK);
-    for (int e = 0; e < 5; e++)
+    for (int e = 0; e < N_ENG; e++)
         for (int b = 0; b < 4; b++) {
             int32_t seq[T + 1];
             memcpy(seq, idx + b * T, sizeof(int32_t) * T);
@@ -474,7 +481,7 @@ static void test_generate_pipelined(void)
     gp.tokens = 3;
     CU_ASSERT(bt_generate_batch(eng[1], m->graph, 2, bad_prompts, bad_lens, &gp, outs, NULL, NULL) == BT_ERR_INVALID_ARG);
     CU_ASSERT(strstr(bt_last_error(), "prompt 1: prompt token 13 at 1") != NULL);
-    for (int e = 0; e < 5; e++) bt_engine_destroy(eng[e]);
+    for (int e = 0; e < N_ENG; e++) bt_engine_destroy(eng[e]);
     bt_engine_destroy(trained);
     bt_model_destroy(m);
 }
