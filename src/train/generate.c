@@ -68,21 +68,25 @@ static double logit_at(const lm_shape *d, const void *row, int64_t i)
     return d->dt == BT_F64 ? ((const double *)row)[i] : ((const float *)row)[i];
 }
 
-/* Samples from logits row (vocab entries) at temperature and top_k. */
-static int32_t sample(const lm_shape *d, const void *row, const bt_generate_params *p, uint64_t *rng)
+static int by_value_descending(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Samples from logits row (vocab entries) at temperature and top_k; w: scratch of 2 x vocab
+ * doubles. top_k keeps the logits at or above the k-th largest (ties included). */
+static int32_t sample(const lm_shape *d, const void *row, const bt_generate_params *p, uint64_t *rng, double *w)
 {
     const int64_t V = d->vocab;
-    double *w = malloc((size_t)V * sizeof *w);
-    if (!w) return 0;
     double mx = -INFINITY;
     for (int64_t i = 0; i < V; i++) mx = fmax(mx, logit_at(d, row, i) / p->temperature);
     double cut = -INFINITY;
-    if (p->top_k > 0 && p->top_k < V) { /* the k-th largest logit: count how many exceed each */
-        for (int64_t i = 0; i < V; i++) {
-            int64_t above = 0;
-            for (int64_t j = 0; j < V; j++) above += logit_at(d, row, j) > logit_at(d, row, i);
-            if (above < p->top_k) cut = cut > -INFINITY ? fmin(cut, logit_at(d, row, i)) : logit_at(d, row, i);
-        }
+    if (p->top_k > 0 && p->top_k < V) { /* the k-th largest logit */
+        double *sorted = w + V;
+        for (int64_t i = 0; i < V; i++) sorted[i] = logit_at(d, row, i);
+        qsort(sorted, (size_t)V, sizeof *sorted, by_value_descending);
+        cut = sorted[p->top_k - 1];
     }
     double z = 0;
     for (int64_t i = 0; i < V; i++) {
@@ -99,7 +103,6 @@ static int32_t sample(const lm_shape *d, const void *row, const bt_generate_para
             break;
         }
     }
-    free(w);
     return pick;
 }
 
@@ -141,8 +144,9 @@ static bt_status generate_window(bt_engine *e, const lm_shape *d, const int32_t 
     int32_t *seq = malloc((size_t)total * sizeof *seq), *win = calloc((size_t)T, sizeof *win),
             *lab = calloc((size_t)T, sizeof *lab);
     void *logits = malloc((size_t)(T * d->vocab) * bt_dtype_size(d->dt));
+    double *scratch = malloc((size_t)(2 * d->vocab) * sizeof *scratch);
     bt_status st = BT_OK;
-    if (!seq || !win || !lab || !logits) {
+    if (!seq || !win || !lab || !logits || !scratch) {
         st = bt_error(BT_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
@@ -157,12 +161,12 @@ static bt_status generate_window(bt_engine *e, const lm_shape *d, const int32_t 
         bt_step_result r;
         BT_TRY_GOTO(st, bt_engine_forward_layer(e, feeds, 2, layer, logits, &r), done);
         seq[n] = out[n - n_prompt] =
-            sample(d, (const char *)logits + (size_t)((len - 1) * d->vocab) * bt_dtype_size(d->dt), p, &rng);
+            sample(d, (const char *)logits + (size_t)((len - 1) * d->vocab) * bt_dtype_size(d->dt), p, &rng, scratch);
     }
     stats->generate_ms = bt_now_ms() - t0;
     if (stats->generate_ms > 0) stats->tokens_per_s = (double)p->tokens / (stats->generate_ms / 1000);
 done:
-    free(seq), free(win), free(lab), free(logits);
+    free(seq), free(win), free(lab), free(logits), free(scratch);
     return st;
 }
 
@@ -180,6 +184,7 @@ typedef struct gen_run {
     const lm_shape *m;
     const bt_generate_params *p;
     gen_seq *seq;
+    double *scratch;       /* sample()'s, used by the logits stage's thread only */
     double t0;
 } gen_run;
 
@@ -198,7 +203,7 @@ static bt_status on_logits(void *ctx, int q, const void *logits, int64_t rows, b
         next->done = 1;
         return BT_OK;
     }
-    const int32_t tok = sample(run->m, logits, run->p, &s->rng);
+    const int32_t tok = sample(run->m, logits, run->p, &s->rng, run->scratch);
     s->out[s->k++] = tok;
     if (s->k == run->p->tokens) {
         next->done = 1;
@@ -223,10 +228,11 @@ static bt_status generate_pipelined(bt_engine *e, const lm_shape *m, int n_promp
 {
     const int64_t T = m->T;
     if (n_prompts < 1) return bt_error(BT_ERR_INVALID_ARG, "generate: no prompts");
-    gen_run run = {.m = m, .p = p, .seq = calloc((size_t)n_prompts, sizeof *run.seq)};
+    gen_run run = {.m = m, .p = p, .seq = calloc((size_t)n_prompts, sizeof *run.seq),
+                   .scratch = malloc((size_t)(2 * m->vocab) * sizeof *run.scratch)};
     bt_decode_item *first = calloc((size_t)n_prompts, sizeof *first);
     bt_status st = BT_OK;
-    if (!run.seq || !first) {
+    if (!run.seq || !first || !run.scratch) {
         st = bt_error(BT_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
@@ -268,7 +274,7 @@ static bt_status generate_pipelined(bt_engine *e, const lm_shape *m, int n_promp
     }
 done:
     for (int i = 0; run.seq && i < n_prompts; i++) free(run.seq[i].ctx);
-    free(run.seq), free(first);
+    free(run.seq), free(first), free(run.scratch);
     return st;
 }
 
