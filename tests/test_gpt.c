@@ -9,6 +9,10 @@
  *     copies are bit-identical after every step;
  *   - generation: the decoder with its KV cache scores a window exactly as the engine's forward
  *     does (f64), and samples the same tokens as the cache-free path that reruns the window;
+ *   - generation through the pipeline: 4 prompts in flight through 1, 2, 3 and 4 stages (and a cut
+ *     whose value skips a stage; host and staged paths) get the one-stage engine's tokens, greedy
+ *     and sampled, past the context window; each prompt alone with seed + its index gets the same;
+ *     scoring through every stage count equals the forward (f64);
  *   - checkpoints of a tied model hold the tensor once (wte.weight, no lm_head.weight), and a
  *     resume on another placement (3 stages, 2 micro-batches -> 1 stage, 1) continues to float
  *     rounding, the tied copy restored from the source;
