@@ -77,7 +77,7 @@ void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
     if (!d->on) return;
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
-    o->trace_path = NULL;
+    /* --trace stays on: every rank traces, and rank 0 writes the job's one trace (run_trace.c) */
     o->timeline_path = NULL;
     o->tensorboard = NULL;
     m->train.tensorboard = NULL;

@@ -94,6 +94,7 @@ typedef struct bt_dp_bucket {
     void *flat;                /* host copy of the gradients, reduced in place */
     int pending;               /* parameters not final yet this step */
     bt_comm_req req;
+    double start_ms, done_ms;  /* this step's reduction: started, first seen complete (host ms; 0: not) */
     /* parallel.zero: 1: the bucket is D chunks of `chunk` elements (flat and wflat are padded to
      * D x chunk); this rank keeps the optimizer state of its chunk only */
     size_t chunk;
@@ -133,6 +134,8 @@ typedef struct bt_engine_dist {
     /* statistics since creation */
     int64_t reductions;
     double reduced_bytes, reduce_wait_ms, reduce_ms;
+    double reduce_hidden_ms;   /* the part of reduce_ms before STEP began to wait (behind compute) */
+    double reduce_wait_t0_ms;  /* this step's: when STEP began to wait for the buckets (host ms) */
 } bt_engine_dist;
 
 typedef struct bt_param_store {
