@@ -39,6 +39,7 @@
 #include "graph/graph_internal.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
+#include "exec/engine_dist.h"
 #include "exec/step_view.h"
 #include "sched/sched.h"
 #include "optim/loss_scale.h"
@@ -130,7 +131,9 @@ typedef struct bt_engine_dist {
     struct bt_rank_stats {
         bt_time_stats time;
         bt_memory_stats mem;
+        bt_dist_reduce_stats reduce;
     } *rank_stats;             /* [size] each rank's own stage, once gathered (bt_engine_dist_gather_stats) */
+    double *rank_channels;     /* [size][n_channels][3]: messages, bytes, copy ms of each rank's channels */
     /* statistics since creation */
     int64_t reductions;
     double reduced_bytes, reduce_wait_ms, reduce_ms;
