@@ -55,6 +55,7 @@ else bad "--ranks without --profile: exit $rc: $(cat "$tmp/e")"; fi
 if [ "${BT_HAVE_MPI:-1}" = 1 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+  if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as tests/dist.sh
   timeout 300 "${BT_MPIRUN:-mpirun}" --oversubscribe -np 2 "$b" profile "$model" --repeats 1 --warmup 0 \
     -o "$tmp/mpi.json" >"$tmp/o" 2>&1; rc=$?
   n=$(python3 -c 'import json,sys; print(len([l for l in json.load(open(sys.argv[1]))["links"] if l["from_rank"] == 0 and l["to_rank"] == 1 and l["oneway_ms"] > 0]))' "$tmp/mpi.json" 2>/dev/null)
