@@ -332,7 +332,7 @@ bt_status bt_comm_gather_bytes(const bt_comm *c, const void *send, size_t bytes,
             }
             at[r] = (int)total;
             total += (size_t)len[r];
-            counts[r] = (size_t)len[r];
+            if (counts) counts[r] = (size_t)len[r];
         }
         all = malloc(total + 1);
         if (!all) {
