@@ -329,6 +329,8 @@ static void test_links_between_ranks(void)
     p->links[3].to_rank = 2;
     unlink(path);
 
+    for (int l = 0; l < p->n_layers * p->n_kinds; l++) /* fixed costs: the same cut both ways, no noise */
+        p->times[l] = (bt_profile_time){0.01, 0.02, 0.0, 0.01, 0.01};
     bt_placement_params pp;
     bt_placement_params_init(&pp);
     pp.devices = "cpu:0,cpu:1";
@@ -342,7 +344,17 @@ static void test_links_between_ranks(void)
     CU_ASSERT(fabs(s0->link_act_ms - (lat + cut / 2e6)) < 1e-9);
     CU_ASSERT(fabs(s1->link_grad_ms - (lat + cut / 2e6)) < 1e-9);
     CU_ASSERT(s0->send_act_ms >= s0->link_act_ms);
-    CU_ASSERT(across.step_ms > local.step_ms + 2 * lat - 1e-9); /* a forward and a backward crossing at least */
+    /* with the link the cut moves to where no more bytes cross than without it */
+    int lc = local.stage[1].first_layer - 1, ac = across.stage[1].first_layer - 1;
+    CU_ASSERT(p->layers[ac].cut_bytes_per_sample <= p->layers[lc].cut_bytes_per_sample);
+    /* on the same cut, the link adds at least a forward and a backward crossing to the step */
+    int first[3] = {0, across.stage[1].first_layer, p->n_layers};
+    bt_placement same;
+    pp.cross_rank = 0;
+    CU_ASSERT_FATAL(bt_placement_evaluate(p, &pp, first, &same) == BT_OK);
+    pp.cross_rank = 1;
+    CU_ASSERT(across.step_ms > same.step_ms + 2 * lat - 1e-9);
+    bt_placement_clear(&same);
     bt_placement_clear(&local);
     bt_placement_clear(&across);
     /* no links: planning across ranks says how to measure them */
