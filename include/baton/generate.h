@@ -10,13 +10,13 @@
  * stages and at least P prompts every stage is busy. Decoding computes in f32 (f64 engines: f64)
  * from the master weights, on CPU stages (a GPU stage is refused where a layer needs a decoding
  * cache). Without the cache every token runs the whole context window through the engine's
- * forward (batch 1, the forward-only schedule), prompt after prompt. Both give the same tokens;
- * the context is the model's T: once it is full, its last T/2 tokens are read again and decoding
- * goes on from there.
+ * forward (batch 1, the forward-only schedule), prompt after prompt. The context is the model's
+ * T: once it is full, the cache keeps its last T/2 tokens and reads them again, while the window
+ * slides; so the two give the same tokens while the prompt and the new tokens fit in T.
  *
  * Sampling: prompt i of a batch draws from the random stream of seed + i (the stream
  * bt_generate uses for one prompt with that seed), so its tokens do not depend on the other
- * prompts, on their number, on the stage count or on the cache: `--seed S` with prompts P0, P1
+ * prompts, on their number or on the stage count: `--seed S` with prompts P0, P1
  * gives P1 the tokens `--seed S+1` gives P1 alone. */
 #ifndef BATON_GENERATE_H
 #define BATON_GENERATE_H
