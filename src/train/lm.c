@@ -378,7 +378,7 @@ static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
                                .batch = t->batch, .seed = t->opts.seed};
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
     BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta,
-                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last));
+                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last, t->opts.checkpoint_shards));
     char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
     if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
     bt_status st = t->have_vocab ? bt_vocab_save(&t->vocab, vp) : BT_OK;
