@@ -188,6 +188,15 @@ static bt_status open_weights(const char *path, bt_ckpt_source **src)
     struct stat sb;
     if (stat(path, &sb) != 0)
         return bt_error(BT_ERR_INVALID_ARG, "%s: no weights there: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        char *latest = NULL;
+        BT_TRY(bt_ckpt_source_latest(path, &latest));
+        int found = latest != NULL;
+        free(latest);
+        if (!found)
+            return bt_error(BT_ERR_INVALID_ARG, "%s: no weights there (neither %s nor %s in it)", path,
+                            BT_CHECKPOINT_FILE, BT_CHECKPOINT_INDEX);
+    }
     BT_TRY(bt_ckpt_source_open(path, src));
     bt_checkpoint_meta m;
     bt_status st = BT_OK;

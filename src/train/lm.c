@@ -178,6 +178,9 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
                         "from the checkpoint; give one of them", opts->resume, opts->init);
     if (opts->init_partial && !opts->init)
         return bt_error(BT_ERR_INVALID_ARG, "a partial weight load was asked for without weights to load");
+    if (opts->checkpoint_shards && !opts->checkpoint_dir)
+        return bt_error(BT_ERR_INVALID_ARG, "sharded checkpoints were asked for, but no checkpoint directory was given "
+                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written");
     bt_lm *t = calloc(1, sizeof *t);
     if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
     t->model = m;

@@ -251,6 +251,9 @@ static bt_status check_opts(const bt_trainer_opts *o)
                         "checkpoints every %lld steps were asked for, but no checkpoint directory was given "
                         "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written",
                         (long long)o->checkpoint_every);
+    if (o->checkpoint_shards && !o->checkpoint_dir)
+        return bt_error(BT_ERR_INVALID_ARG, "sharded checkpoints were asked for, but no checkpoint directory was given "
+                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written");
     if (o->keep_last < -1)
         return bt_error(BT_ERR_INVALID_ARG, "keep_last is %d: at least 1, or -1 to keep every checkpoint", o->keep_last);
     return BT_OK;
