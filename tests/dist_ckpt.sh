@@ -9,7 +9,8 @@
 #     before its owner writes it);
 #   - D=2,P=2 for 3 steps resumed on D=2,P=2 equals 5 straight steps (with and without zero);
 #   - --init and `baton predict --weights` read a sharded checkpoint: predictions equal those from
-#     the single file of the same state.
+#     the single file of the same state; a text model (train/lm.c) under mpirun writes shards and
+#     vocab.txt, and `baton generate --weights` scores them as the one-process single file.
 # Failures: a shard corrupted or truncated is refused naming it (one process and under mpirun); a
 # rank whose shard cannot be written fails the job naming the rank, and no index is written for
 # that step (the index is written last: the latest still resumes the step before). keep_last
@@ -102,6 +103,44 @@ if [ -d "$tmp/z0-b4" ] && [ -d "$tmp/z0-b1" ]; then
   run init4 1 1 --steps 2 --init "$tmp/z0-b4/checkpoint-00000005.safetensors.index.json" --checkpoint-dir "$tmp/init4" &&
     same init1 init4 "--init from an index equals --init from the single file"
 fi
+
+# a language model on text (train/lm.c) under mpirun: shards and vocab.txt, and `baton generate
+# --weights` scores the same from its directory, its index, and a one-process run's single file
+python3 -c 'import random
+r = random.Random(1); w = ["the", "king", "shall", "come", "to", "rome", "and", "speak", "of", "love"]
+open("'"$tmp"'/text.txt", "w").write(" ".join(r.choice(w) + ("\n" if r.random() < 0.1 else "") for _ in range(2000)))'
+cat >"$tmp/textlm.yaml" <<YAML
+format: 1
+name: textlm
+inputs:
+  idx: {shape: [8], dtype: i32}
+  label: {shape: [8], dtype: i32}
+layers:
+  - {name: wte, op: embedding, args: {num: 40, dim: 16}}
+  - {name: wpe, op: pos_embedding, args: {num: 8}}
+  - {name: ln, op: layernorm}
+  - {name: qkv, op: linear, args: {out: 48, bias: false}}
+  - {name: attn, op: attention, args: {heads: 2}}
+  - {name: res, op: add, from: [-1, wpe]}
+  - {name: head, op: linear, args: {out: 40}}
+  - {name: loss, op: cross_entropy, from: [head, label]}
+parallel: {pipeline: {stages: 2, microbatches: 2}}
+train:
+  batch: 4
+  optimizer: {type: adamw, lr: 3.0e-3}
+data:
+  train: {type: text, path: $tmp/text.txt, val_fraction: 0.1}
+YAML
+timeout 120 "$mpirun" --oversubscribe -np 2 "$b" run "$tmp/textlm.yaml" --steps 4 --threads 1 \
+  --checkpoint-dir "$tmp/lm2" >"$tmp/lm2.out" 2>&1; rc=$?
+"$b" run "$tmp/textlm.yaml" --steps 4 --threads 1 --checkpoint-dir "$tmp/lm1" >"$tmp/lm1.out" 2>&1
+for w in lm1 lm2 lm2/checkpoint-00000004.safetensors.index.json; do
+  "$b" generate "$tmp/textlm.yaml" --weights "$tmp/$w" --score 5 2>&1 | tail -n 1
+done >"$tmp/scores"
+if [ $rc = 0 ] && [ -f "$tmp/lm2/checkpoint-00000004-00002-of-00002.safetensors" ] && [ -f "$tmp/lm2/vocab.txt" ] &&
+   [ "$(sort -u "$tmp/scores" | wc -l)" = 1 ] && grep -q 'mean loss' "$tmp/scores"; then
+  ok "text model under mpirun: sharded checkpoint and vocab.txt; generate --weights scores it as the single file ($(head -n 1 "$tmp/scores"))"
+else bad "text model under mpirun: exit $rc: $(tail -c 600 "$tmp/lm2.out") scores: $(cat "$tmp/scores")"; fi
 
 # a corrupted or a truncated shard: refused naming it, in one process and under mpirun
 if [ -d "$tmp/z0-a" ]; then
