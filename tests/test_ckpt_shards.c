@@ -433,13 +433,21 @@ static void test_keep_last_and_layout_changes(void)
     CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000004"), 0);
     CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000008"), 0);
     CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000012"), 4); /* index and 3 shards */
-    /* the same directory continued in one file: one latest, the old layout pruned */
+    /* shards no index names (a failed save of step 14) are no checkpoint: keep_last 2 keeps 12 and
+     * 16 below, not the stray shard */
+    char shard12[400], stray[400];
+    snprintf(shard12, sizeof shard12, "%s/checkpoint-00000012-00001-of-00003.safetensors", dir);
+    snprintf(stray, sizeof stray, "%s/checkpoint-00000014-00001-of-00003.safetensors", dir);
+    copy_file(shard12, stray);
+    /* the same directory continued in one file: one latest, the old layout pruned when
+     * keep_last says so, and the stray shard always */
     bt_engine *one = make_engine(m, 1);
-    CU_ASSERT_FATAL(train(m, one, 16, dir, 0, 1, dir) == BT_OK);
+    CU_ASSERT_FATAL(train(m, one, 16, dir, 0, 2, dir) == BT_OK);
     CU_ASSERT(exists(dir, "checkpoint.safetensors"));
     CU_ASSERT(!exists(dir, "checkpoint.safetensors.index.json"));
-    CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000012"), 0);
-    CU_ASSERT_EQUAL(count_files(dir, "checkpoint-000000"), 1);
+    CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000014"), 0);
+    CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000012"), 4);
+    CU_ASSERT_EQUAL(count_files(dir, "checkpoint-00000016"), 1);
     /* and back to shards, resuming from the single file */
     bt_engine *two = make_engine(m, 2);
     CU_ASSERT_FATAL(train(m, two, 20, dir, 1, 2, dir) == BT_OK);

@@ -19,7 +19,7 @@
  * directory has one latest (after a crash in between, readers take the later position: see
  * ckpt_source.h). Pruning counts positions over both layouts and removes a sharded checkpoint
  * index first, then its shards, so no index ever names a removed shard; shards that no index names
- * (a writer that crashed before its index) are pruned like any older position. */
+ * (a writer that failed or crashed before its index) are removed and never count as kept. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -186,6 +186,18 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* *complete: position has a single file or an index (not only shards). */
+static bt_status position_complete(const char *dir, int64_t position, int *complete)
+{
+    char *single = bt_checkpoint_numbered_path(dir, position), *index = bt_checkpoint_index_path(dir, position);
+    struct stat sb;
+    bt_status st = single && index ? BT_OK : bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    *complete = st == BT_OK && (stat(single, &sb) == 0 || stat(index, &sb) == 0);
+    free(single);
+    free(index);
+    return st;
+}
+
 bt_status bt_checkpoint_prune(const char *dir, int64_t current, int keep_last)
 {
     if (keep_last <= 0) return BT_OK;
@@ -214,6 +226,19 @@ bt_status bt_checkpoint_prune(const char *dir, int64_t current, int keep_last)
         if (p > current) above[n_above++] = p;
         else below[n_below++] = p;
     }
+    /* shards no index names (a save that failed or was killed before its index) are no
+     * checkpoint: they go first, with the files above the current one, and never count as kept */
+    for (size_t i = 0; i < n_below && st == BT_OK;) {
+        int complete = 0;
+        st = position_complete(dir, below[i], &complete);
+        if (st != BT_OK || complete) {
+            i++;
+            continue;
+        }
+        above[n_above++] = below[i];
+        below[i] = below[--n_below];
+    }
+    if (st != BT_OK) goto done;
     if (n_below > 1) qsort(below, n_below, sizeof *below, cmp_i64);
     /* keep: the current file and the keep_last - 1 newest below it; files above it go first */
     size_t keep_below = (size_t)keep_last - 1 < n_below ? (size_t)keep_last - 1 : n_below;
