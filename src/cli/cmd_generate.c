@@ -28,8 +28,8 @@ static void usage(FILE *f)
                "\n"
                "Samples N tokens (default 200) after each prompt (default a newline) from a language model trained\n"
                "on text data, the tokens streaming through the model's pipeline stages. CKPT is the checkpoint\n"
-               "directory `baton run --checkpoint-dir` wrote (its checkpoint.safetensors and vocab.txt) or a\n"
-               ".safetensors file with vocab.txt beside it.\n"
+               "directory `baton run --checkpoint-dir` wrote (its latest checkpoint, one file or sharded, and\n"
+               "vocab.txt), or a .safetensors file or a sharded checkpoint's .index.json with vocab.txt beside it.\n"
                "  --prompt TEXT     a prompt; repeat it for several, all in flight through the stages at once\n"
                "  --prompts FILE    one prompt per line (after those of --prompt); prompt i samples with seed S + i\n"
                "  --temperature T   > 0 (default 1)      --top-k K   sample among the K most likely (0: all)\n"
@@ -95,11 +95,13 @@ static int read_prompts(const char *path, prompt_list *l)
     return rc;
 }
 
-/* vocab.txt in the directory CKPT, or beside the file CKPT. */
+/* vocab.txt in the directory CKPT, or beside the file CKPT (a .safetensors file or a sharded
+ * checkpoint's .index.json). */
 static char *vocab_path(const char *weights)
 {
     size_t n = strlen(weights);
-    if (n > 12 && strcmp(weights + n - 12, ".safetensors") == 0) {
+    if ((n > 12 && strcmp(weights + n - 12, ".safetensors") == 0) ||
+        (n > 11 && strcmp(weights + n - 11, ".index.json") == 0)) {
         const char *slash = strrchr(weights, '/');
         return slash ? bt_strfmt("%.*s/vocab.txt", (int)(slash - weights), weights) : bt_strdup("vocab.txt");
     }
@@ -316,18 +318,13 @@ int bt_cmd_generate(int argc, char **argv)
     p.batch = 1;
     p.training = 0;
     p.seed = 0;
-    const size_t wl = strlen(weights);
-    char *file = wl > 12 && strcmp(weights + wl - 12, ".safetensors") == 0
-                     ? bt_strdup(weights)
-                     : bt_strfmt("%s/" BT_CHECKPOINT_FILE, weights);
-    if (!file || !ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
+    if (!ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
+    /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h) */
     if (st != BT_OK || (st = bt_engine_create(m->graph, &p, &e)) != BT_OK ||
-        (st = bt_checkpoint_load_weights(e, m->graph, file)) != BT_OK) {
-        free(file);
+        (st = bt_checkpoint_load_weights(e, m->graph, weights)) != BT_OK) {
         rc = bt_cli_fail("generate", st);
         goto done;
     }
-    free(file);
     if (score > 0) {
         rc = score_windows(m, e, &vocab, score);
         goto done;
