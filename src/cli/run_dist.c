@@ -2,7 +2,9 @@
  * distributed (--dp D, parallel.data: D, or a launcher's environment: mpirun, srun), brings MPI up,
  * checks N = D x P against the model's plan (P stages) and makes this rank's layout (rank = replica
  * x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
- * /dev/null; errors still reach stderr, naming the rank, stage and replica). A rank that fails
+ * /dev/null; errors still reach stderr, naming the rank, stage and replica), as plain step lines:
+ * never the progress bar, whose terminal under mpirun is a pty of Open MPI's, not the user's
+ * (docs/distributed.md). A rank that fails
  * ends the whole job (MPI_Abort), so no rank is left waiting on it. Without MPI in the build, a
  * request for more than one process is an error naming it; a plain `baton run` never touches MPI. */
 #include <stdio.h>
@@ -74,7 +76,17 @@ int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_p
 
 void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
 {
+    int replicas = d->on ? d->layout.data : 1;
+    if (m->parallel.zero && (replicas < 2 || !m->train.enabled) && (!d->on || d->layout.rank == 0))
+        /* a model file may say it for the runs that have replicas: a note, not an error */
+        fprintf(stderr, "baton run: note: parallel.zero: 1 shards the optimizer state over data-parallel replicas; "
+                "this run has %s, so it changes nothing\n",
+                !m->train.enabled ? "no training (no optimizer state)" : "one replica (D = 1)");
     if (!d->on) return;
+    /* Open MPI gives every rank a pseudo-terminal of its own, so isatty says yes even when mpirun's
+     * output goes to a file or a pipe, and a rank cannot see what mpirun writes to: under a
+     * launcher no rank draws the progress bar; rank 0 prints plain step lines */
+    o->progress = 0;
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
     o->trace_path = NULL;

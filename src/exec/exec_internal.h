@@ -126,6 +126,10 @@ typedef struct bt_engine_dist {
     double *xbuf;
     bt_comm_req *xsend, *xrecv;
     double loss_sum;           /* the last step's loss summed over every replica */
+    /* rank 0, from bt_engine_sync_params to the next job: the other stages' weights and optimizer
+     * state (replica 0's), for a checkpoint; per stage, parameter by parameter in graph order, its
+     * weights then each state slot (NULL: not held) */
+    unsigned char **mirror;    /* [stages] */
     struct bt_rank_stats {
         bt_time_stats time;
         bt_memory_stats mem;
@@ -172,6 +176,8 @@ typedef struct bt_stage {
     void *recv_scratch;        /* BT_PATH_HOST: device buffer for one received gradient message */
     size_t recv_scratch_bytes;
     size_t host_channel_bytes; /* host-path channel buffers this stage sends into (host memory) */
+    size_t mpi_send_bytes;     /* mpi path: the sender's own copy of its outgoing messages (counted
+                                * in mem.activations; the memory model counts receive buffers) */
     bt_channel **recv_from;    /* [graph n_values]: the device channel a value arrives by, or NULL */
     size_t *recv_off;          /* [graph n_values]: its offset in that channel's messages */
     const void **sq_ptr;       /* [n_params]: the gradients and their sizes, for one sum_squares call */
@@ -420,6 +426,11 @@ bt_status bt_dist_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t ste
 /* zero: the full state buffer of ps's slot for a write (allocated, zeroed, when sharded); a read
  * of a sharded state is an error saying to call bt_engine_sync_params first. */
 bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, int slot, int write);
+/* Rank 0 after bt_engine_sync_params: parameter param of another rank's stage s, its weights
+ * (slot -1) or a state slot, into dst; an error naming the holder otherwise. */
+bt_status bt_dist_mirror_read(const bt_engine *e, int s, int param, int slot, void *dst, size_t bytes);
+/* Frees the copies (at the start of the next job: they would be stale). */
+void bt_dist_mirror_drop(bt_engine *e);
 /* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
 void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
 void bt_dist_teardown(bt_engine *e);

@@ -636,7 +636,7 @@ void *bt_worker_main(void *arg)
     uint64_t seen = 0;
     /* a thread the device could not be bound to fails every job it is given, with the reason */
     char bind_error[sizeof w->error] = "";
-    bt_status bound = st->be->bind_thread(st->dev);
+    bt_status bound = bt_stage_is_local(e, w->stage) ? st->be->bind_thread(st->dev) : BT_OK;
     if (bound != BT_OK)
         snprintf(bind_error, sizeof bind_error, "stage %d (%s): cannot bind the worker thread: %s", st->index,
                  st->device_name, bt_last_error());
