@@ -473,7 +473,7 @@ static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
                             feeds[f].name, bt_dtype_name(feeds[f].dtype), bt_dtype_name(want));
         if (!feeds[f].data) return bt_error(BT_ERR_INVALID_ARG, "feed '%s' has no data", feeds[f].name);
         e->feed_ptr[val->input_index] = feeds[f].data;
-        if (e->dist.on) /* each replica reads its own shard of the global batch */
+        if (e->dist.on && !e->local_feeds) /* each replica reads its own shard of the global batch */
             e->feed_ptr[val->input_index] = (const unsigned char *)feeds[f].data +
                                             (size_t)e->dist.layout.replica * (size_t)e->mb_size *
                                                 (size_t)e->params.parallel.microbatches *
@@ -481,7 +481,7 @@ static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
     }
     for (int c = 0; c < e->plan->n_crossings; c++) {
         const bt_crossing *x = &e->plan->crossings[c];
-        if (x->src != -1) continue;
+        if (x->src != -1 || !bt_stage_is_local(e, x->dst)) continue; /* only what this rank's stages read */
         const bt_value *val = &g->values[x->value];
         if (!e->feed_ptr[val->input_index])
             return bt_error(BT_ERR_INVALID_ARG, "input '%s' was not fed", val->name);

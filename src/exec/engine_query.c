@@ -245,3 +245,28 @@ void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)
     e->drop_send_stage = stage;
     e->drop_send_mb = mb;
 }
+
+void bt_engine_feed_rows(const bt_engine *e, int64_t *first, int64_t *count)
+{
+    int64_t rows = e ? e->mb_size * e->params.parallel.microbatches : 0;
+    *first = e && e->dist.on ? (int64_t)e->dist.layout.replica * rows : 0;
+    *count = rows;
+}
+
+int bt_engine_reads_input(const bt_engine *e, const char *name)
+{
+    if (!e || !name) return 0;
+    int v = bt_graph_find_value(e->graph, name);
+    for (int c = 0; v >= 0 && c < e->plan->n_crossings; c++) {
+        const bt_crossing *x = &e->plan->crossings[c];
+        if (x->src == -1 && x->value == v && bt_stage_is_local(e, x->dst)) return 1;
+    }
+    return 0;
+}
+
+bt_status bt_engine_set_local_feeds(bt_engine *e, int on)
+{
+    BT_TRY(bt_engine_check_usable(e));
+    e->local_feeds = on != 0;
+    return BT_OK;
+}

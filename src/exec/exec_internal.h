@@ -266,6 +266,7 @@ struct bt_engine {
     const bt_feed *feeds;
     int n_feeds;
     const void *feed_ptr[64];  /* per graph input: the caller's rows, or NULL */
+    int local_feeds;           /* feeds hold this rank's rows only (bt_engine_set_local_feeds) */
     int out_value;
     void *out_ptr;
     double lr;
