@@ -99,6 +99,32 @@ if [ -n "$full" ] && [ -n "$sharded" ] && [ $((full - sharded)) -ge 12000 ] && [
   ok "parallel.zero: 1, D=2: stage 0 peaks at $sharded bytes against $full (half the optimizer state)"
 else bad "parallel.zero: 1, D=2: peak bytes $sharded against $full"; fi
 
+# each rank allocates its own stage only: stage 1 of wide-tail.yaml holds about 67 MB (weights,
+# gradients, AdamW moments), stage 0 a few KiB; each rank's peak resident memory, measured by a
+# wrapper around it, must show it on rank 1 alone (rank 0 at least 48 MB below), and the summary's
+# per-rank rows likewise
+mkdir -p "$tmp/rss"
+mpi -np 2 /usr/bin/python3 -c 'import os, resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(os.path.join(sys.argv[1], "rss." + os.environ["OMPI_COMM_WORLD_RANK"]), "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "$tmp/rss" "$b" run "$src/tests/dist/wide-tail.yaml" --layout "fc_in|wide0,wide1,head,loss" --threads 1 \
+  >"$tmp/rss.out" 2>&1; rc=$?
+r0=$(cat "$tmp/rss/rss.0" 2>/dev/null); r1=$(cat "$tmp/rss/rss.1" 2>/dev/null)
+if [ $rc = 0 ] && [ -n "$r0" ] && [ -n "$r1" ] && [ $((r1 - r0)) -ge 49152 ] &&
+   grep -Eq '^  0 +0 +0 +[0-9.]+ KiB' "$tmp/rss.out" && grep -Eq '^  1 +0 +1 +6[0-9.]+ MiB' "$tmp/rss.out"; then
+  ok "each rank holds its own stage: peak resident memory rank 0 $r0 KiB, rank 1 $r1 KiB"
+else bad "each rank holds its own stage: exit $rc, peak resident memory rank 0 ${r0:-?} KiB, rank 1 ${r1:-?} KiB: $(tail -c 1200 "$tmp/rss.out")"; fi
+# under mpirun no rank draws the progress bar (Open MPI gives every rank a pseudo-terminal, so a
+# bar would go to mpirun's output, here a file): rank 0 prints plain step lines, once each
+if grep -q "$(printf '\r')" "$tmp/rss.out" || [ "$(grep -c '^step [12]/2 ' "$tmp/rss.out")" != 2 ]; then
+  bad "under mpirun: a progress bar, or not one plain line per step: $(od -c "$tmp/rss.out" | head -20)"
+else ok "under mpirun: plain step lines from rank 0, no progress bar"; fi
+# parallel.zero: 1 with one replica changes nothing, and says so (on rank 0 only)
+mpi -np 2 "$b" run "$model" --layout "$(layout_for 2)" --steps 1 parallel.zero=1 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'note: parallel.zero: 1 .* one replica (D = 1), so it changes nothing' "$tmp/e")" = 1 ]; then
+  ok "parallel.zero: 1 with D = 1: one note"
+else bad "parallel.zero: 1 with D = 1: exit $rc: $(head -c 600 "$tmp/e")"; fi
+
 # checkpoints move between layouts: 3 steps on one, 2 more on another, against 5 steps in one process
 "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --steps 5 --log-format jsonl \
   --checkpoint-dir "$tmp/ref5" >"$tmp/ref5.jsonl" 2>"$tmp/ref5.err" || bad "5 steps: $(cat "$tmp/ref5.err")"
