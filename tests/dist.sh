@@ -200,6 +200,39 @@ mpi -np 1 "$b" run "$model" --layout "$(layout_for 2)" --seed 1 : -np 1 "$b" run
 if [ $rc != 0 ] && grep -q "the ranks of this job disagree" "$tmp/e"; then ok "ranks started with different seeds: refused (exit $rc)"
 else bad "ranks started with different seeds: exit $rc: $(head -c 600 "$tmp/e")"; fi
 
+# SIGTERM or SIGINT to mpirun: Open MPI sends SIGTERM to every rank (and SIGKILL a second later,
+# odls_base_sigkill_timeout); the ranks agree to stop after the same step, rank 0 writes the
+# checkpoint of that step and every rank ends on its own, as one process does on a signal. mpirun
+# stops forwarding the ranks' output meanwhile (rank 0's step records may be cut off), so the
+# test reads the checkpoint: one numbered file, of the step the ranks stopped at, that resumes
+signal_test() { # SIGNAL
+  k=$tmp/sig-$1
+  mkdir -p "$k"
+  timeout 120 "$mpirun" --oversubscribe -np 2 "$b" run "$model" --layout "$(layout_for 2)" --steps 100000000 \
+    --threads 1 --log-format jsonl --checkpoint-dir "$k/ck" >"$k/out" 2>"$k/err" &
+  job=$!
+  i=0
+  while ! grep -q '"step": 20,' "$k/out" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 300 ] && break; sleep 0.05
+  done
+  start=$(date +%s)
+  kill -"$1" $job
+  wait $job; rc=$?
+  took=$(($(date +%s) - start))
+  files=$(cd "$k/ck" 2>/dev/null && ls checkpoint-*.safetensors 2>/dev/null)
+  at=$(echo "$files" | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.safetensors$/\1/p')
+  if [ $rc != 0 ] && [ "$took" -le 15 ] && [ "$(echo "$files" | wc -w)" = 1 ] && [ -n "$at" ] &&
+     [ "$(grep -c 'stopping after this step' "$k/err")" = 2 ] && ! grep -q "MPI_ABORT\|signal 9" "$k/err" &&
+     "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --steps $((at + 1)) --resume "$k/ck" >"$k/resume" 2>&1 &&
+     grep -q "^step $((at + 1))/$((at + 1)) " "$k/resume"; then
+    ok "SIG$1 to mpirun: both ranks stopped after step $at and its checkpoint resumes; ended in ${took}s (mpirun exit $rc)"
+  else
+    bad "SIG$1 to mpirun: exit $rc after ${took}s, checkpoints: $files: $(tail -c 800 "$k/err") $(tail -c 400 "$k/resume" 2>/dev/null)"
+  fi
+}
+signal_test TERM
+signal_test INT
+
 # a rank killed mid-step: every rank ends, non-zero, within the watchdog, naming the lost rank
 kill_test() { # label watchdog [mpirun options...]
   label=$1 wd=$2; shift 2

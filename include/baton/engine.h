@@ -223,6 +223,10 @@ BT_API int bt_engine_rank(const bt_engine *engine);
  * one is dropped (its own rank writes it, so every rank may load the same file). In one process:
  * nothing to do. */
 BT_API bt_status bt_engine_sync_params(bt_engine *engine);
+/* Between steps, on every rank alike: *stop = 1 when local is nonzero on any rank of the job (a
+ * signal reached one of them), so every rank stops after the same step. In one process *stop is
+ * local (nonzero: 1). */
+BT_API bt_status bt_engine_agree_stop(bt_engine *engine, int local, int *stop);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
  * (docs/distributed.md). A rank that fails
  * ends the whole job (MPI_Abort), so no rank is left waiting on it. Without MPI in the build, a
  * request for more than one process is an error naming it; a plain `baton run` never touches MPI. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,7 @@ void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
      * output goes to a file or a pipe, and a rank cannot see what mpirun writes to: under a
      * launcher no rank draws the progress bar; rank 0 prints plain step lines */
     o->progress = 0;
+    bt_cli_stop_under_launcher();
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
     o->trace_path = NULL;
@@ -163,7 +165,9 @@ int bt_cli_dist_finish(bt_cli_dist *d, int rc)
     if (!d->mpi_up) return rc;
     fflush(stdout);
     fflush(stderr);
-    if (rc != BT_EXIT_OK) bt_dist_abort(rc); /* the others may wait on this rank: end them all */
+    /* the others may wait on this rank: end them all; but a run stopped by a signal stopped on
+     * every rank after the same step (bt_engine_agree_stop) and ends cleanly */
+    if (rc != BT_EXIT_OK && rc != 128 + SIGINT && rc != 128 + SIGTERM) bt_dist_abort(rc);
     bt_dist_finalize();
     d->mpi_up = 0;
     return rc;

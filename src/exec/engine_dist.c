@@ -483,6 +483,21 @@ bt_status bt_engine_sync_params(bt_engine *e)
     return BT_OK;
 }
 
+bt_status bt_engine_agree_stop(bt_engine *e, int local, int *stop)
+{
+    if (!stop) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_agree_stop: stop is NULL");
+    *stop = local != 0;
+    BT_TRY(bt_engine_check_usable(e));
+    if (!e->dist.on) return BT_OK;
+    double v = local != 0;
+    bt_status st = bt_comm_allreduce_f64(e->dist.world, &v, 1, e->params.watchdog_s);
+    if (st != BT_OK)
+        return bt_error_context(st, "rank %d (stage %d, replica %d): agreeing whether to stop", e->dist.layout.rank,
+                                e->dist.layout.stage, e->dist.layout.replica);
+    *stop = v > 0;
+    return BT_OK;
+}
+
 /* The statistics rank 0 prints for every stage of replica 0: each rank's own, gathered. */
 typedef struct dist_stats {
     bt_time_stats time;

@@ -521,7 +521,9 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
                                  .epoch = step / per_epoch, .result = &r};
             cb(&ev, user);
         }
-        if (t->opts.stop && *t->opts.stop && step + 1 < t->total_steps) {
+        int stop = 0; /* across processes every rank stops after the same step */
+        if (t->opts.stop) BT_TRY(bt_engine_agree_stop(t->engine, *t->opts.stop != 0, &stop));
+        if (stop && step + 1 < t->total_steps) {
             /* stopped from outside (a signal): keep the step just done, skip the evaluation */
             t->stopped_at = step + 1;
             if (t->opts.checkpoint_dir) BT_TRY(save(t, step + 1, cb, user));
