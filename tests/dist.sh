@@ -154,11 +154,18 @@ resume "D=1,P=1 -> D=2,P=2,zero" "1 1" "2 2 parallel.zero=1"
 resume "D=2,P=2 -> D=1,P=4" "2 2" "1 4"
 resume "D=1,P=4 -> D=2,P=2" "1 4" "2 2"
 
-# ZB-H1 (a split backward: weight gradients in W, so the buckets start at STEP), with and without zero
+# ZB-H1 (a split backward: weight gradients in W, where their buckets start), with and without zero
 if run_ref zb-h1; then
   equiv 2 2 zb-h1
   extra=parallel.zero=1 equiv 2 2 zb-h1
+  # one bucket per parameter: every bucket starts during the backward work (its W), none at STEP
+  BATON_DP_BUCKET=1024 extra="--steps 3" equiv 2 2 zb-h1
   extra=""
+  f=$tmp/2-2-zb-h1---steps_3-.jsonl
+  c=$(sed -n 's/.*"allreduce": {"count": \([0-9]*\), "early": \([0-9]*\).*/\1 \2/p' "$f")
+  set -- $c
+  if [ $# = 2 ] && [ "$1" -gt 3 ] && [ "$1" = "$2" ]; then ok "zb-h1, D=2: all $1 bucket reductions started during the backward work"
+  else bad "zb-h1, D=2: bucket reductions (count, early): ${c:-none}: $(tail -c 400 "$f")"; fi
 fi
 # the same over TCP instead of shared memory
 for dp in "2 2" "1 3"; do
@@ -208,7 +215,8 @@ else bad "ranks started with different seeds: exit $rc: $(head -c 600 "$tmp/e")"
 signal_test() { # SIGNAL
   k=$tmp/sig-$1
   mkdir -p "$k"
-  timeout 120 "$mpirun" --oversubscribe -np 2 "$b" run "$model" --layout "$(layout_for 2)" --steps 100000000 \
+  # --foreground: timeout passes the signal on to mpirun alone (else to its whole process group)
+  timeout --foreground 120 "$mpirun" --oversubscribe -np 2 "$b" run "$model" --layout "$(layout_for 2)" --steps 100000000 \
     --threads 1 --log-format jsonl --checkpoint-dir "$k/ck" >"$k/out" 2>"$k/err" &
   job=$!
   i=0

@@ -120,13 +120,13 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
 {
     const bt_dist_layout *l = bt_engine_dist_layout(e);
     if (!l) return;
-    int64_t n = 0;
+    int64_t n = 0, early = 0;
     double bytes = 0, wait_ms = 0, total_ms = 0;
-    bt_engine_dist_reduce_stats(e, &n, &bytes, &wait_ms, &total_ms);
+    bt_engine_dist_reduce_stats(e, &n, &early, &bytes, &wait_ms, &total_ms);
     if (o->jsonl) {
         printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
-               "\"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
-               l->size, l->data, l->stages, (long long)n, bytes, wait_ms);
+               "\"early\": %lld, \"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
+               l->size, l->data, l->stages, (long long)n, (long long)early, bytes, wait_ms);
         for (int r = 0; r < l->size; r++) {
             bt_time_stats t;
             bt_memory_stats m;
@@ -155,9 +155,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                100 * t.idle_ms / wall);
     }
     if (n > 0)
-        printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
-               "in total\n",
-               (long long)n, bytes / 1e6, wait_ms);
+        printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions (%lld started during the backward "
+               "work), %.1f MB, %.2f ms waited at STEP in total\n",
+               (long long)n, (long long)early, bytes / 1e6, wait_ms);
 }
 
 int bt_cli_dist_finish(bt_cli_dist *d, int rc)

@@ -196,7 +196,8 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
     return BT_OK;
 }
 
-static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
+/* early: started during the backward work (not at STEP), overlapping it */
+static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b, int early)
 {
     bt_engine_dist *d = &e->dist;
     size_t dsz = bt_dtype_size(e->dtype);
@@ -208,6 +209,7 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
     }
     b->pending = -1; /* started */
     d->reductions++;
+    d->early_reductions += early;
     d->reduced_bytes += (double)(b->count * dsz);
     if (d->zero) { /* each replica gets the sum of its chunk only */
         size_t padded = b->chunk * (size_t)d->layout.data;
@@ -224,7 +226,7 @@ bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
     for (int i = 0; i < st->n_params; i++) {
         if (d->final_after[i] != k) continue;
         bt_dp_bucket *b = &d->buckets[d->bucket_of[i]];
-        if (b->pending > 0 && --b->pending == 0) BT_TRY(start_bucket(e, st, b));
+        if (b->pending > 0 && --b->pending == 0) BT_TRY(start_bucket(e, st, b, 1));
     }
     for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
         int done;
@@ -241,7 +243,7 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     double t0 = bt_now_ms();
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
-        if (b->pending >= 0) BT_TRY(start_bucket(e, st, b)); /* a stage whose last backward left it */
+        if (b->pending >= 0) BT_TRY(start_bucket(e, st, b, 0)); /* a stage whose last backward left it */
         bt_status s = bt_comm_wait(&b->req, e->params.watchdog_s, &e->abort);
         if (s == BT_ERR_TIMEOUT)
             return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step "

@@ -13,7 +13,8 @@
  * Data parallelism (D > 1, dist_dp.c): the D ranks of a stage all-reduce its parameter gradients in buckets
  * (about bucket_bytes each, in the order backward finishes them); a bucket's all-reduce starts
  * during the stage's last backward of the step as soon as its last gradient is final, so it
- * overlaps the rest of the backward work; STEP waits for them. Each replica feeds its own shard
+ * overlaps the rest of the backward work (a split backward's W instructions, for the weight
+ * gradients they finish); STEP waits for them. Each replica feeds its own shard
  * of the global batch and seeds the loss gradient with 1 / (global batch), so the summed gradient
  * is the global mean; the loss is summed over replicas. The global gradient norm is all-gathered
  * per stage over the replica's pipeline, so clipping and the finite check see the same total
@@ -95,12 +96,15 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
     if (e->params.parallel.virtual_stages > 1)
         return bt_error(BT_ERR_UNSUPPORTED, "interleaved schedules (virtual %d) do not run across processes yet",
                         e->params.parallel.virtual_stages);
-    e->dist.last_bwd = -1;
-    /* a split backward (zb-h1) finishes weight gradients in W: the buckets then start at STEP */
-    if (e->train_sched && !e->train_sched->split_backward) {
+    e->dist.last_bwd = e->dist.last_wgt = -1;
+    /* a bucket starts once its gradients are final: after the step's last backward of their node,
+     * or its last W where a split backward (zb-h1) defers the weight gradients */
+    if (e->train_sched) {
         int s = layout->stage;
-        for (int i = 0; i < e->train_sched->len[s]; i++)
+        for (int i = 0; i < e->train_sched->len[s]; i++) {
             if (e->train_sched->list[s][i].kind == BT_I_BWD) e->dist.last_bwd = i;
+            if (e->train_sched->list[s][i].kind == BT_I_WGT) e->dist.last_wgt = i;
+        }
     }
     return BT_OK;
 }
@@ -613,10 +617,11 @@ bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats 
     return BT_OK;
 }
 
-void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
-                                 double *total_ms)
+void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, int64_t *early, double *bytes,
+                                 double *wait_ms, double *total_ms)
 {
     *reductions = e->dist.reductions;
+    *early = e->dist.early_reductions;
     *bytes = e->dist.reduced_bytes;
     *wait_ms = e->dist.reduce_wait_ms;
     *total_ms = e->dist.reduce_ms;

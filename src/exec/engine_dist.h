@@ -29,9 +29,10 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e);
 /* Rank r's own stage's statistics, from the last bt_engine_dist_gather_stats. */
 bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats *time, bt_memory_stats *mem);
 
-/* Data-parallel all-reduce statistics of the local stage: reductions, bytes, the time spent waiting
- * for them at STEP, and the time from start to completion. */
-void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
-                                 double *total_ms);
+/* Data-parallel all-reduce statistics of the local stage: reductions (early: those started during
+ * the backward work, before STEP), bytes, the time spent waiting for them at STEP, and the time
+ * from start to completion. */
+void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, int64_t *early, double *bytes,
+                                 double *wait_ms, double *total_ms);
 
 #endif

@@ -121,6 +121,7 @@ typedef struct bt_engine_dist {
     int full_state;            /* zero: the local stage's full state buffers are allocated (gathered
                                 * for a checkpoint, or written by a resume) and hold the truth */
     int last_bwd;              /* the local stage's last BWD in the training schedule */
+    int last_wgt;              /* its last W (split backward), or -1 */
     /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
     int *xpeer;
     double *xbuf;
@@ -135,7 +136,7 @@ typedef struct bt_engine_dist {
         bt_memory_stats mem;
     } *rank_stats;             /* [size] each rank's own stage, once gathered (bt_engine_dist_gather_stats) */
     /* statistics since creation */
-    int64_t reductions;
+    int64_t reductions, early_reductions; /* early: started before STEP, during the backward work */
     double reduced_bytes, reduce_wait_ms, reduce_ms;
 } bt_engine_dist;
 
@@ -405,8 +406,9 @@ bt_status bt_dist_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
 bt_status bt_dist_wait(bt_engine *e, bt_channel *ch, int mb);
 /* After the job's instructions: waits for this rank's sends (ok = 1) or cancels what is pending. */
 bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok);
-/* Backward of node k (stage-local) in the stage's last backward of the step: starts the buckets
- * whose gradients are now final. */
+/* Backward of node k (stage-local) in the stage's last backward of the step (for a node whose
+ * weight gradients a split backward defers: in its last W): starts the buckets whose gradients are
+ * now final. */
 bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k);
 /* At STEP: waits for every bucket's all-reduce (starting any not started) and copies the sums back. */
 bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st);
