@@ -346,7 +346,7 @@ void bt_dist_teardown(bt_engine *e)
 {
     bt_engine_dist *d = &e->dist;
     for (int b = 0; b < d->n_buckets; b++) {
-        free(d->buckets[b].flat);
+        if (!d->buckets[b].in_place) free(d->buckets[b].flat);
         free(d->buckets[b].wflat);
         free(d->buckets[b].state[0]);
         free(d->buckets[b].state[1]);

@@ -94,6 +94,7 @@ typedef struct bt_dp_bucket {
     void *flat;                /* host copy of the gradients, reduced in place */
     int pending;               /* parameters not final yet this step */
     bt_comm_req req;
+    int in_place;              /* flat is the stores' gradients themselves (in the stage's grad_arena) */
     /* parallel.zero: 1: the bucket is D chunks of `chunk` elements (flat and wflat are padded to
      * D x chunk); this rank keeps the optimizer state of its chunk only */
     size_t chunk;
@@ -194,6 +195,8 @@ typedef struct bt_stage {
     void *workspace;
     int n_params;
     bt_param_store *params;
+    void *grad_arena;          /* data parallel on a CPU stage: every store's gradient, in bucket order
+                                * (dist_dp.c); the stores' g point into it */
     bt_param_store *(*node_params)[BT_MAX_PARAMS]; /* [n_nodes]: each node's stores, in order */
     int n_in_act, n_out_act, n_in_grad, n_out_grad;
     bt_channel *in_act[BT_MAX_STAGES], *out_act[BT_MAX_STAGES];

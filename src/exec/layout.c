@@ -284,12 +284,13 @@ void bt_layout_free_stage(bt_stage *st)
         for (int i = 0; st->params && i < st->n_params; i++) {
             bt_param_store *ps = &st->params[i];
             if (ps->w) st->be->free(st->dev, ps->w);
-            if (ps->g) st->be->free(st->dev, ps->g);
+            if (ps->g && !st->grad_arena) st->be->free(st->dev, ps->g);
             for (int j = 0; j < 2; j++)
                 if (ps->state[j]) st->be->free(st->dev, ps->state[j]);
         }
         for (int i = 0; st->params && i < st->n_params; i++)
             if (st->params[i].w_lp) st->be->free(st->dev, st->params[i].w_lp);
+        if (st->grad_arena) st->be->free(st->dev, st->grad_arena);
         if (st->slots) st->be->free(st->dev, st->slots);
         if (st->grads) st->be->free(st->dev, st->grads);
         if (st->workspace) st->be->free(st->dev, st->workspace);
