@@ -10,6 +10,7 @@
  *   channel.c       the mailbox that tells the receiver a message is there
  *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
+ *   dist_sync.c     across processes, between steps: rank 0's checkpoint copy, agreeing to stop
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
  *                   includes this header)
  *
