@@ -101,8 +101,9 @@ else bad "parallel.zero: 1, D=2: peak bytes $sharded against $full"; fi
 
 # each rank allocates its own stage only: stage 1 of wide-tail.yaml holds about 67 MB (weights,
 # gradients, AdamW moments), stage 0 a few KiB; each rank's peak resident memory, measured by a
-# wrapper around it, must show it on rank 1 alone (rank 0 at least 48 MB below), and the summary's
-# per-rank rows likewise
+# wrapper around it, must show it on rank 1 alone (rank 0 at least 32 MB below: 67 MB apart in
+# the build without CUDA, 50 MB in the CUDA build; a rank holding both stages measured 0.8 MB
+# apart), and the summary's per-rank rows likewise
 mkdir -p "$tmp/rss"
 mpi -np 2 /usr/bin/python3 -c 'import os, resource, subprocess, sys
 rc = subprocess.call(sys.argv[2:])
@@ -110,7 +111,7 @@ open(os.path.join(sys.argv[1], "rss." + os.environ["OMPI_COMM_WORLD_RANK"]), "w"
 sys.exit(rc)' "$tmp/rss" "$b" run "$src/tests/dist/wide-tail.yaml" --layout "fc_in|wide0,wide1,head,loss" --threads 1 \
   >"$tmp/rss.out" 2>&1; rc=$?
 r0=$(cat "$tmp/rss/rss.0" 2>/dev/null); r1=$(cat "$tmp/rss/rss.1" 2>/dev/null)
-if [ $rc = 0 ] && [ -n "$r0" ] && [ -n "$r1" ] && [ $((r1 - r0)) -ge 49152 ] &&
+if [ $rc = 0 ] && [ -n "$r0" ] && [ -n "$r1" ] && [ $((r1 - r0)) -ge 32768 ] &&
    grep -Eq '^  0 +0 +0 +[0-9.]+ KiB' "$tmp/rss.out" && grep -Eq '^  1 +0 +1 +6[0-9.]+ MiB' "$tmp/rss.out"; then
   ok "each rank holds its own stage: peak resident memory rank 0 $r0 KiB, rank 1 $r1 KiB"
 else bad "each rank holds its own stage: exit $rc, peak resident memory rank 0 ${r0:-?} KiB, rank 1 ${r1:-?} KiB: $(tail -c 1200 "$tmp/rss.out")"; fi
