@@ -91,7 +91,7 @@ void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
     bt_cli_stop_under_launcher();
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
-    o->trace_path = NULL;
+    /* --trace stays on: every rank traces, and rank 0 writes the job's one trace (run_trace.c) */
     o->timeline_path = NULL;
     o->tensorboard = NULL;
     m->train.tensorboard = NULL;
@@ -137,7 +137,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                    r ? ", " : "", r, r / l->stages, r % l->stages, m.peak, t.busy_ms / wall, t.transfer_ms / wall,
                    t.idle_ms / wall);
         }
-        printf("]}}\n");
+        printf("]");
+        bt_cli_job_rows_json(e); /* every replica's boundaries, each rank's reductions */
+        printf("}}\n");
         return;
     }
     printf("  job: %d ranks = %d replica%s x %d stage%s (rank = replica x %d + stage); the stage rows above are "
@@ -155,9 +157,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                100 * t.idle_ms / wall);
     }
     if (n > 0)
-        printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions (%lld started during the backward "
-               "work), %.1f MB, %.2f ms waited at STEP in total\n",
-               (long long)n, (long long)early, bytes / 1e6, wait_ms);
+        printf("  gradient all-reduce: %lld of rank 0's %lld bucket reductions started during the backward work\n",
+               (long long)early, (long long)n);
+    bt_cli_job_rows_text(e); /* the other replicas' boundaries, each rank's gradient reductions */
 }
 
 int bt_cli_dist_finish(bt_cli_dist *d, int rc)
