@@ -100,6 +100,33 @@ if [ -n "$full" ] && [ -n "$sharded" ] && [ $((full - sharded)) -ge 12000 ] && [
   ok "parallel.zero: 1, D=2: stage 0 peaks at $sharded bytes against $full (half the optimizer state)"
 else bad "parallel.zero: 1, D=2: peak bytes $sharded against $full"; fi
 
+# each rank allocates its own stage only: stage 1 of wide-tail.yaml holds about 67 MB (weights,
+# gradients, AdamW moments), stage 0 a few KiB; each rank's peak resident memory, measured by a
+# wrapper around it, must show it on rank 1 alone (rank 0 at least 32 MB below: 67 MB apart in
+# the build without CUDA, 50 MB in the CUDA build; a rank holding both stages measured 0.8 MB
+# apart), and the summary's per-rank rows likewise
+mkdir -p "$tmp/rss"
+mpi -np 2 /usr/bin/python3 -c 'import os, resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(os.path.join(sys.argv[1], "rss." + os.environ["OMPI_COMM_WORLD_RANK"]), "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "$tmp/rss" "$b" run "$src/tests/dist/wide-tail.yaml" --layout "fc_in|wide0,wide1,head,loss" --threads 1 \
+  >"$tmp/rss.out" 2>&1; rc=$?
+r0=$(cat "$tmp/rss/rss.0" 2>/dev/null); r1=$(cat "$tmp/rss/rss.1" 2>/dev/null)
+if [ $rc = 0 ] && [ -n "$r0" ] && [ -n "$r1" ] && [ $((r1 - r0)) -ge 32768 ] &&
+   grep -Eq '^  0 +0 +0 +[0-9.]+ KiB' "$tmp/rss.out" && grep -Eq '^  1 +0 +1 +6[0-9.]+ MiB' "$tmp/rss.out"; then
+  ok "each rank holds its own stage: peak resident memory rank 0 $r0 KiB, rank 1 $r1 KiB"
+else bad "each rank holds its own stage: exit $rc, peak resident memory rank 0 ${r0:-?} KiB, rank 1 ${r1:-?} KiB: $(tail -c 1200 "$tmp/rss.out")"; fi
+# under mpirun no rank draws the progress bar (Open MPI gives every rank a pseudo-terminal, so a
+# bar would go to mpirun's output, here a file): rank 0 prints plain step lines, once each
+if grep -q "$(printf '\r')" "$tmp/rss.out" || [ "$(grep -c '^step [12]/2 ' "$tmp/rss.out")" != 2 ]; then
+  bad "under mpirun: a progress bar, or not one plain line per step: $(od -c "$tmp/rss.out" | head -20)"
+else ok "under mpirun: plain step lines from rank 0, no progress bar"; fi
+# parallel.zero: 1 with one replica changes nothing, and says so (on rank 0 only)
+mpi -np 2 "$b" run "$model" --layout "$(layout_for 2)" --steps 1 parallel.zero=1 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'note: parallel.zero: 1 .* one replica (D = 1), so it changes nothing' "$tmp/e")" = 1 ]; then
+  ok "parallel.zero: 1 with D = 1: one note"
+else bad "parallel.zero: 1 with D = 1: exit $rc: $(head -c 600 "$tmp/e")"; fi
+
 # checkpoints move between layouts: 3 steps on one, 2 more on another, against 5 steps in one process
 "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --steps 5 --log-format jsonl \
   --checkpoint-dir "$tmp/ref5" >"$tmp/ref5.jsonl" 2>"$tmp/ref5.err" || bad "5 steps: $(cat "$tmp/ref5.err")"
@@ -129,11 +156,18 @@ resume "D=1,P=1 -> D=2,P=2,zero" "1 1" "2 2 parallel.zero=1"
 resume "D=2,P=2 -> D=1,P=4" "2 2" "1 4"
 resume "D=1,P=4 -> D=2,P=2" "1 4" "2 2"
 
-# ZB-H1 (a split backward: weight gradients in W, so the buckets start at STEP), with and without zero
+# ZB-H1 (a split backward: weight gradients in W, where their buckets start), with and without zero
 if run_ref zb-h1; then
   equiv 2 2 zb-h1
   extra=parallel.zero=1 equiv 2 2 zb-h1
+  # one bucket per parameter: every bucket starts during the backward work (its W), none at STEP
+  BATON_DP_BUCKET=1024 extra="--steps 3" equiv 2 2 zb-h1
   extra=""
+  f=$tmp/2-2-zb-h1---steps_3-.jsonl
+  c=$(sed -n 's/.*"allreduce": {"count": \([0-9]*\), "early": \([0-9]*\).*/\1 \2/p' "$f")
+  set -- $c
+  if [ $# = 2 ] && [ "$1" -gt 3 ] && [ "$1" = "$2" ]; then ok "zb-h1, D=2: all $1 bucket reductions started during the backward work"
+  else bad "zb-h1, D=2: bucket reductions (count, early): ${c:-none}: $(tail -c 400 "$f")"; fi
 fi
 # the same over TCP instead of shared memory
 for dp in "2 2" "1 3"; do
@@ -174,6 +208,41 @@ mpi -np 1 "$b" run "$model" --layout "$(layout_for 2)" --seed 1 : -np 1 "$b" run
   --layout "$(layout_for 2)" --seed 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
 if [ $rc != 0 ] && grep -q "the ranks of this job disagree" "$tmp/e"; then ok "ranks started with different seeds: refused (exit $rc)"
 else bad "ranks started with different seeds: exit $rc: $(head -c 600 "$tmp/e")"; fi
+
+# SIGTERM or SIGINT to mpirun: Open MPI sends SIGTERM to every rank (and SIGKILL a second later,
+# odls_base_sigkill_timeout, raised to 8 s here so a loaded machine does not cut the checkpoint
+# short; mpirun then waits that long per rank before it exits); the ranks agree to stop after the same step, rank 0 writes the
+# checkpoint of that step and every rank ends on its own, as one process does on a signal. mpirun
+# stops forwarding the ranks' output meanwhile (rank 0's step records may be cut off), so the
+# test reads the checkpoint: one numbered file, of the step the ranks stopped at, that resumes
+signal_test() { # SIGNAL
+  k=$tmp/sig-$1
+  mkdir -p "$k"
+  # --foreground: timeout passes the signal on to mpirun alone (else to its whole process group)
+  timeout --foreground 120 "$mpirun" --oversubscribe --mca odls_base_sigkill_timeout 8 -np 2 "$b" run "$model" --layout "$(layout_for 2)" --steps 100000000 \
+    --threads 1 --log-format jsonl --checkpoint-dir "$k/ck" >"$k/out" 2>"$k/err" &
+  job=$!
+  i=0
+  while ! grep -q '"step": 20,' "$k/out" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 300 ] && break; sleep 0.05
+  done
+  start=$(date +%s)
+  kill -"$1" $job
+  wait $job; rc=$?
+  took=$(($(date +%s) - start))
+  files=$(cd "$k/ck" 2>/dev/null && ls checkpoint-*.safetensors 2>/dev/null)
+  at=$(echo "$files" | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.safetensors$/\1/p')
+  if [ $rc != 0 ] && [ "$took" -le 60 ] && [ "$(echo "$files" | wc -w)" = 1 ] && [ -n "$at" ] &&
+     [ "$(grep -c 'stopping after this step' "$k/err")" = 2 ] && ! grep -q "MPI_ABORT\|signal 9" "$k/err" &&
+     "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --steps $((at + 1)) --resume "$k/ck" >"$k/resume" 2>&1 &&
+     grep -q "^step $((at + 1))/$((at + 1)) " "$k/resume"; then
+    ok "SIG$1 to mpirun: both ranks stopped after step $at and its checkpoint resumes; ended in ${took}s (mpirun exit $rc)"
+  else
+    bad "SIG$1 to mpirun: exit $rc after ${took}s, checkpoints: $files: $(tail -c 800 "$k/err") $(tail -c 400 "$k/resume" 2>/dev/null)"
+  fi
+}
+signal_test TERM
+signal_test INT
 
 # a rank killed mid-step: every rank ends, non-zero, within the watchdog, naming the lost rank
 kill_test() { # label watchdog [mpirun options...]

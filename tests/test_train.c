@@ -328,6 +328,44 @@ static void test_init_from_weights_file(void)
     bt_model_destroy(m);
 }
 
+/* A shard loader (one rank of a job across processes) gives exactly its rows of the whole
+ * batches, and only the columns asked for. */
+static void test_loader_shard(void)
+{
+    bt_data_source src = {.kind = BT_DATA_SYNTHETIC, .samples = 103, .shuffle = 1};
+    bt_dataset ds;
+    CU_ASSERT_FATAL(bt_dataset_load(&src, 5, 4, 1, 0, &ds) == BT_OK);
+    for (int64_t i = 0; i < ds.n; i++) ds.inputs[i * 5] = (float)i;
+    bt_columns cols;
+    memset(&cols, 0, sizeof cols);
+    cols.n = ds.n;
+    cols.n_cols = 2;
+    cols.col[0] = (bt_column){.dtype = BT_F32, .numel = 5, .data = ds.inputs};
+    cols.col[1] = (bt_column){.dtype = BT_I32, .numel = 1, .data = ds.labels};
+    bt_loader *whole = NULL, *shard = NULL;
+    const unsigned char use[2] = {1, 0};
+    CU_ASSERT_FATAL(bt_loader_create_columns(&cols, 10, 1, 1, 77, 2, NULL, &whole) == BT_OK);
+    CU_ASSERT_FATAL(bt_loader_create_shard(&cols, 10, 5, 5, use, 1, 1, 77, 2, NULL, &shard) == BT_OK);
+    CU_ASSERT_EQUAL(bt_loader_batches_per_epoch(shard), 10);
+    int same = 1;
+    for (int k = 0; k < 13; k++) {
+        bt_batch a, b;
+        CU_ASSERT_FATAL(bt_loader_next(whole, &a) == BT_OK);
+        CU_ASSERT_FATAL(bt_loader_next(shard, &b) == BT_OK);
+        CU_ASSERT_EQUAL(b.valid, 5);
+        CU_ASSERT_PTR_NULL(b.cols[1]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(b.cols[0]);
+        same &= memcmp((const float *)a.cols[0] + 5 * 5, b.cols[0], 5 * 5 * sizeof(float)) == 0;
+        bt_loader_release(whole);
+        bt_loader_release(shard);
+    }
+    CU_ASSERT(same);
+    bt_loader_destroy(whole);
+    bt_loader_destroy(shard);
+    CU_ASSERT(bt_loader_create_shard(&cols, 10, 6, 5, use, 1, 1, 77, 2, NULL, &shard) == BT_ERR_INVALID_ARG);
+    bt_dataset_free(&ds);
+}
+
 static void test_loader_order_and_seek(void)
 {
     bt_data_source src = {.kind = BT_DATA_SYNTHETIC, .samples = 103, .shuffle = 1};
@@ -819,6 +857,7 @@ int main(void)
         {"mismatched checkpoints are rejected", test_mismatched_checkpoint_rejected},
         {"init from a weights file", test_init_from_weights_file},
         {"loader order and seek", test_loader_order_and_seek},
+        {"shard loader: its rows and columns of the whole batches", test_loader_shard},
         {"a model learns the synthetic task", test_model_learns_synthetic_task},
         {"a diverged update is never checkpointed", test_diverged_update_is_never_checkpointed},
         {"a non-finite eval loss fails the run", test_nonfinite_eval_loss_fails_the_run},

@@ -111,6 +111,19 @@ BT_API bt_status bt_engine_forward_layer(bt_engine *engine, const bt_feed *feeds
 BT_API bt_status bt_engine_predict(bt_engine *engine, const bt_feed *feeds, int n_feeds, const char *layer,
                                    void *output, void *losses, bt_step_result *result);
 
+/* Which rows of every global batch this engine's stages read: [*first, *first + *count). In one
+ * process the whole batch; one rank of a job across processes the shard of its replica (batch / D
+ * rows). */
+BT_API void bt_engine_feed_rows(const bt_engine *engine, int64_t *first, int64_t *count);
+/* 1 when the engine's stages read model input name: in one process every input; one rank of a
+ * job across processes those its own stage reads (the first stage the images, the last the
+ * labels, say). */
+BT_API int bt_engine_reads_input(const bt_engine *engine, const char *name);
+/* on = 1: the feeds of the following steps hold only the rows bt_engine_feed_rows names, and only
+ * the inputs bt_engine_reads_input says yes to are needed (others may be left out). on = 0, the
+ * default: each feed holds the whole global batch, and every input the stages read is needed. */
+BT_API bt_status bt_engine_set_local_feeds(bt_engine *engine, int on);
+
 /* Page-locked host memory for feeds, from the engine's devices (cudaHostAlloc when a stage is on a
  * GPU, ordinary aligned memory otherwise). Inputs fed from it reach a GPU by asynchronous copies;
  * fed from ordinary memory they are correct but the copy waits for the device. Free it with
@@ -203,10 +216,17 @@ BT_API int64_t bt_engine_step(const bt_engine *engine);
 /* A job across processes (`baton run` under mpirun: each rank runs one stage of one replica, see
  * docs/distributed.md): this rank's number, 0 in one process. */
 BT_API int bt_engine_rank(const bt_engine *engine);
-/* Across processes every rank must call it: afterwards every rank holds every stage's current
- * weights and optimizer state (replica 0 of each stage broadcasts its own), so any rank can read
- * or save the whole model. In one process: nothing to do. */
+/* Across processes every rank must call it (a checkpoint): afterwards rank 0 holds a copy of every
+ * stage's current weights and optimizer state (replica 0's rank of each stage sends its own), so
+ * it can read or save the whole model; the copy is dropped at the next step. A rank holds its own
+ * stage's tensors only: another stage's read elsewhere is an error naming its rank, and a write of
+ * one is dropped (its own rank writes it, so every rank may load the same file). In one process:
+ * nothing to do. */
 BT_API bt_status bt_engine_sync_params(bt_engine *engine);
+/* Between steps, on every rank alike: *stop = 1 when local is nonzero on any rank of the job (a
+ * signal reached one of them), so every rank stops after the same step. In one process *stop is
+ * local (nonzero: 1). */
+BT_API bt_status bt_engine_agree_stop(bt_engine *engine, int local, int *stop);
 
 /* ---- checkpoints across processes (docs/checkpoints.md; src/exec/engine_ckpt.c) ---- */
 /* Processes in the job: 1 in one process. */

@@ -78,6 +78,9 @@ int bt_cli_metrics_close(bt_cli_metrics *mt);
 volatile sig_atomic_t *bt_cli_stop_begin(void);
 volatile sig_atomic_t *bt_cli_stop_flag(void);
 int bt_cli_stop_end(void);
+/* One rank of a job under a launcher: a stop signal also makes standard output non-blocking
+ * (run_signals.c says why). */
+void bt_cli_stop_under_launcher(void);
 
 /* JSON records (run_log.c): built with jansson, written to stdout under --log-format jsonl and to
  * the --log-file. bt_cli_record takes rec (NULL: nothing). bt_cli_json_num gives null for a

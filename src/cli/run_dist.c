@@ -2,9 +2,12 @@
  * distributed (--dp D, parallel.data: D, or a launcher's environment: mpirun, srun), brings MPI up,
  * checks N = D x P against the model's plan (P stages) and makes this rank's layout (rank = replica
  * x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
- * /dev/null; errors still reach stderr, naming the rank, stage and replica). A rank that fails
+ * /dev/null; errors still reach stderr, naming the rank, stage and replica), as plain step lines:
+ * never the progress bar, whose terminal under mpirun is a pty of Open MPI's, not the user's
+ * (docs/distributed.md). A rank that fails
  * ends the whole job (MPI_Abort), so no rank is left waiting on it. Without MPI in the build, a
  * request for more than one process is an error naming it; a plain `baton run` never touches MPI. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +77,18 @@ int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_p
 
 void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
 {
+    int replicas = d->on ? d->layout.data : 1;
+    if (m->parallel.zero && (replicas < 2 || !m->train.enabled) && (!d->on || d->layout.rank == 0))
+        /* a model file may say it for the runs that have replicas: a note, not an error */
+        fprintf(stderr, "baton run: note: parallel.zero: 1 shards the optimizer state over data-parallel replicas; "
+                "this run has %s, so it changes nothing\n",
+                !m->train.enabled ? "no training (no optimizer state)" : "one replica (D = 1)");
     if (!d->on) return;
+    /* Open MPI gives every rank a pseudo-terminal of its own, so isatty says yes even when mpirun's
+     * output goes to a file or a pipe, and a rank cannot see what mpirun writes to: under a
+     * launcher no rank draws the progress bar; rank 0 prints plain step lines */
+    o->progress = 0;
+    bt_cli_stop_under_launcher();
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
     /* --trace stays on: every rank traces, and rank 0 writes the job's one trace (run_trace.c) */
@@ -106,13 +120,13 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
 {
     const bt_dist_layout *l = bt_engine_dist_layout(e);
     if (!l) return;
-    int64_t n = 0;
+    int64_t n = 0, early = 0;
     double bytes = 0, wait_ms = 0, total_ms = 0;
-    bt_engine_dist_reduce_stats(e, &n, &bytes, &wait_ms, &total_ms);
+    bt_engine_dist_reduce_stats(e, &n, &early, &bytes, &wait_ms, &total_ms);
     if (o->jsonl) {
         printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
-               "\"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
-               l->size, l->data, l->stages, (long long)n, bytes, wait_ms);
+               "\"early\": %lld, \"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
+               l->size, l->data, l->stages, (long long)n, (long long)early, bytes, wait_ms);
         for (int r = 0; r < l->size; r++) {
             bt_time_stats t;
             bt_memory_stats m;
@@ -142,6 +156,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                bt_cli_bytes((double)m.peak, pk, sizeof pk), 100 * t.busy_ms / wall, 100 * t.transfer_ms / wall,
                100 * t.idle_ms / wall);
     }
+    if (n > 0)
+        printf("  gradient all-reduce: %lld of rank 0's %lld bucket reductions started during the backward work\n",
+               (long long)early, (long long)n);
     bt_cli_job_rows_text(e); /* the other replicas' boundaries, each rank's gradient reductions */
 }
 
@@ -150,7 +167,9 @@ int bt_cli_dist_finish(bt_cli_dist *d, int rc)
     if (!d->mpi_up) return rc;
     fflush(stdout);
     fflush(stderr);
-    if (rc != BT_EXIT_OK) bt_dist_abort(rc); /* the others may wait on this rank: end them all */
+    /* the others may wait on this rank: end them all; but a run stopped by a signal stopped on
+     * every rank after the same step (bt_engine_agree_stop) and ends cleanly */
+    if (rc != BT_EXIT_OK && rc != 128 + SIGINT && rc != 128 + SIGTERM) bt_dist_abort(rc);
     bt_dist_finalize();
     d->mpi_up = 0;
     return rc;

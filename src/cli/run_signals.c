@@ -5,7 +5,15 @@
  * io/atomic_file.h: it removes a checkpoint being written, then dies of the signal) and raises the
  * signal again. A signal the process was started ignoring (nohup, a background job of a script)
  * stays ignored. Installed only around bt_trainer_run; everything the handler does is
- * async-signal-safe (a flag, write(2), sigaction, raise). */
+ * async-signal-safe (a flag, write(2), fcntl, sigaction, raise).
+ *
+ * Under mpirun the signal comes from Open MPI (SIGINT or SIGTERM to mpirun becomes SIGTERM to
+ * every rank, SIGKILL odls_base_sigkill_timeout seconds later, 1 by default) and the ranks agree
+ * to stop after the same step (bt_engine_agree_stop). From then on mpirun no longer forwards the
+ * ranks' output (seen with Open MPI 4.1: a rank's write to its stdout blocked until it was
+ * killed), so the handler makes standard output non-blocking: what cannot be written is dropped
+ * rather than holding rank 0 back from the checkpoint and a clean exit. */
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,7 +23,7 @@
 static const int stop_signals[] = {SIGINT, SIGTERM};
 #define N_STOP_SIGNALS 2
 
-static volatile sig_atomic_t stop_flag, stop_signal;
+static volatile sig_atomic_t stop_flag, stop_signal, launched;
 static struct sigaction replaced[N_STOP_SIGNALS];
 static int installed[N_STOP_SIGNALS];
 
@@ -32,12 +40,18 @@ static void on_stop(int sig)
     }
     stop_signal = sig;
     stop_flag = 1;
+    if (launched) { /* see bt_cli_stop_under_launcher */
+        int fl = fcntl(STDOUT_FILENO, F_GETFL);
+        if (fl != -1) fcntl(STDOUT_FILENO, F_SETFL, fl | O_NONBLOCK);
+    }
     static const char later[] = "\nbaton run: stopping after this step (press Ctrl-C again to stop at once)\n";
     ssize_t ignored = write(STDERR_FILENO, later, sizeof later - 1);
     (void)ignored;
 }
 
 volatile sig_atomic_t *bt_cli_stop_flag(void) { return &stop_flag; }
+
+void bt_cli_stop_under_launcher(void) { launched = 1; }
 
 volatile sig_atomic_t *bt_cli_stop_begin(void)
 {

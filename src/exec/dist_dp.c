@@ -3,7 +3,8 @@
  * bucket_bytes, in the order backward finishes them (later nodes first); during the stage's last
  * backward of the step a bucket's reduction over the stage's D replicas starts as soon as its last
  * gradient is final (bt_dist_grads_final), overlapping the backward work left, and STEP waits for
- * them (bt_dist_grads_reduce): an all-reduce, whose sums are copied back into the gradients.
+ * them (bt_dist_grads_reduce): an all-reduce, whose sums are copied back into the gradients (on a
+ * CPU stage the gradients live in the buckets, reduced in place: grads_in_place).
  *
  * parallel.zero: 1 shards the optimizer state instead: each bucket is D chunks; the reduction is a
  * reduce-scatter (each replica gets the sum of its own chunk), the global gradient norm adds the
@@ -149,6 +150,47 @@ bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, i
     return BT_OK;
 }
 
+/* Without zero, on a device whose memory the host reads (cpu:N): the stage's gradients move into
+ * one arena in bucket order, each store's gradient 64-byte aligned (the padding stays zero, so
+ * reducing it changes nothing), and each bucket is all-reduced in place there: no copy into a
+ * separate buffer and back (two passes over every gradient per step). The arena replaces the
+ * stores' own gradient buffers (bt_stage.grad_arena; the layout frees it). */
+static bt_status grads_in_place(bt_engine *e, bt_stage *st)
+{
+    bt_engine_dist *d = &e->dist;
+    size_t dsz = bt_dtype_size(e->dtype), align = 64 / dsz, total = 0;
+    for (int bi = 0; bi < d->n_buckets; bi++) {
+        bt_dp_bucket *b = &d->buckets[bi];
+        b->count = 0;
+        for (int j = 0; j < b->n; j++)
+            b->count += (st->params[d->order[b->first + j]].numel + align - 1) / align * align;
+        total += b->count * dsz;
+    }
+    void *arena = NULL;
+    BT_TRY(st->be->alloc(st->dev, total ? total : 64, &arena));
+    BT_TRY(st->be->zero(st->dev, arena, total ? total : 64));
+    st->grad_arena = arena;
+    unsigned char *at = arena;
+    size_t padded = 0;
+    for (int bi = 0; bi < d->n_buckets; bi++) {
+        bt_dp_bucket *b = &d->buckets[bi];
+        b->flat = at;
+        b->in_place = 1;
+        for (int j = 0; j < b->n; j++) {
+            int i = d->order[b->first + j];
+            bt_param_store *p = &st->params[i];
+            size_t n = (p->numel + align - 1) / align * align;
+            st->be->free(st->dev, p->g);
+            p->g = at;
+            st->sq_ptr[i] = at;
+            at += n * dsz;
+            padded += (n - p->numel) * dsz;
+        }
+    }
+    st->mem.gradients += padded;
+    return BT_OK;
+}
+
 bt_status bt_dist_setup_buckets(bt_engine *e)
 {
     if (!e->dist.on || e->dist.layout.data < 2 || !e->train_sched) return BT_OK;
@@ -188,20 +230,26 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
             b->wflat = calloc(1, bytes ? bytes : 64);
             if (!b->wflat) return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
         }
+        if (!d->zero && st->be->shares_host_memory) { /* in place: see grads_in_place */
+            d->n_buckets++;
+            continue;
+        }
         b->flat = calloc(1, bytes ? bytes : 64);
         if (!b->flat) return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
         d->n_buckets++;
     }
     if (d->zero) BT_TRY(shard_state(e, st));
+    else if (st->be->shares_host_memory) BT_TRY(grads_in_place(e, st));
     return BT_OK;
 }
 
-static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
+/* early: started during the backward work (not at STEP), overlapping it */
+static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b, int early)
 {
     bt_engine_dist *d = &e->dist;
     size_t dsz = bt_dtype_size(e->dtype);
     unsigned char *flat = b->flat;
-    for (int j = 0; j < b->n; j++) {
+    for (int j = 0; j < b->n && !b->in_place; j++) {
         bt_param_store *p = &st->params[d->order[b->first + j]];
         BT_TRY(st->be->to_host(st->dev, flat, p->g, p->numel * dsz));
         flat += p->numel * dsz;
@@ -210,6 +258,7 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
     b->start_ms = bt_now_ms();
     b->done_ms = 0;
     d->reductions++;
+    d->early_reductions += early;
     d->reduced_bytes += (double)(b->count * dsz);
     if (d->zero) { /* each replica gets the sum of its chunk only */
         size_t padded = b->chunk * (size_t)d->layout.data;
@@ -226,7 +275,7 @@ bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
     for (int i = 0; i < st->n_params; i++) {
         if (d->final_after[i] != k) continue;
         bt_dp_bucket *b = &d->buckets[d->bucket_of[i]];
-        if (b->pending > 0 && --b->pending == 0) BT_TRY(start_bucket(e, st, b));
+        if (b->pending > 0 && --b->pending == 0) BT_TRY(start_bucket(e, st, b, 1));
     }
     for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
         int done;
@@ -247,7 +296,7 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     d->reduce_wait_t0_ms = t0;
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
-        if (b->pending >= 0) BT_TRY(start_bucket(e, st, b)); /* a stage whose last backward left it */
+        if (b->pending >= 0) BT_TRY(start_bucket(e, st, b, 0)); /* a stage whose last backward left it */
         bt_status s = bt_comm_wait(&b->req, e->params.watchdog_s, &e->abort);
         if (s == BT_ERR_TIMEOUT)
             return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step "
@@ -259,7 +308,7 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
         if (b->done_ms == 0) b->done_ms = bt_now_ms();
         d->reduce_ms += b->done_ms - b->start_ms; /* the trace's collective slices (step_view.c) */
         d->reduce_hidden_ms += (b->done_ms < t0 ? b->done_ms : t0) - (b->start_ms < t0 ? b->start_ms : t0);
-        if (d->zero) continue; /* the chunk's sum stays in flat (bt_dist_zero_update) */
+        if (d->zero || b->in_place) continue; /* zero: the chunk's sum stays in flat (bt_dist_zero_update) */
         const unsigned char *flat = b->flat;
         for (int j = 0; j < b->n; j++) {
             bt_param_store *p = &st->params[d->order[b->first + j]];

@@ -2,7 +2,9 @@
  * stages, builds and validates the schedules, opens one device per stage, chooses the paths
  * between stages (topology.c), lays out, checks and allocates every stage's memory from the one
  * memory model (layout.c, which initialises the parameters through param_init.c), builds the
- * channels (topology.c) and starts one worker thread per stage. A step posts a job to the workers
+ * channels (topology.c) and starts one worker thread per stage. One rank of a job across
+ * processes opens and allocates its own stage only (bt_stage_is_local): the other stages keep
+ * their plan data (nodes, memory layout, channels without buffers) and idle workers. A step posts a job to the workers
  * and waits for all of them; the first failure's message is handed back to the caller's thread.
  * Accessors live in engine_query.c. */
 #include <math.h>
@@ -97,7 +99,9 @@ static bt_status open_stage(bt_engine *e, int s)
         if (e->dist.on) devices = e->dist.layout.local_size * e->local_stages; /* the ranks on this machine */
         threads = -(cpus > devices ? (int)(cpus / devices) : 1);
     }
-    BT_TRY(st->be->open(index, threads, &st->dev));
+    /* across processes only this rank's stage is opened and allocated: the others are plan data
+     * (their ranks hold their tensors; their workers idle) */
+    if (bt_stage_is_local(e, s)) BT_TRY(st->be->open(index, threads, &st->dev));
     /* as many activation slots as the schedules this engine runs name (see sched.h) */
     int slots = bt_schedule_max_inflight(e->infer_sched, s);
     if (e->train_sched && bt_schedule_max_inflight(e->train_sched, s) > slots)
@@ -249,7 +253,8 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     BT_TRY_GOTO(st, bt_layout_memory_params(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_stage(e, &e->stage[s]), fail);
     BT_TRY_GOTO(st, bt_layout_check_memory(e), fail);
-    for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
+    for (int s = 0; s < e->stages; s++)
+        if (bt_stage_is_local(e, s)) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
     if (params->training) BT_TRY_GOTO(st, build_ties(e), fail);
     if (e->n_ties && e->dist.on) {
         st = bt_error(BT_ERR_UNSUPPORTED, "tied parameters (shared weights) do not run across processes yet");
@@ -471,7 +476,7 @@ static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
                             feeds[f].name, bt_dtype_name(feeds[f].dtype), bt_dtype_name(want));
         if (!feeds[f].data) return bt_error(BT_ERR_INVALID_ARG, "feed '%s' has no data", feeds[f].name);
         e->feed_ptr[val->input_index] = feeds[f].data;
-        if (e->dist.on) /* each replica reads its own shard of the global batch */
+        if (e->dist.on && !e->local_feeds) /* each replica reads its own shard of the global batch */
             e->feed_ptr[val->input_index] = (const unsigned char *)feeds[f].data +
                                             (size_t)e->dist.layout.replica * (size_t)e->mb_size *
                                                 (size_t)e->params.parallel.microbatches *
@@ -479,7 +484,7 @@ static bt_status bind_feeds(bt_engine *e, const bt_feed *feeds, int n_feeds)
     }
     for (int c = 0; c < e->plan->n_crossings; c++) {
         const bt_crossing *x = &e->plan->crossings[c];
-        if (x->src != -1) continue;
+        if (x->src != -1 || !bt_stage_is_local(e, x->dst)) continue; /* only what this rank's stages read */
         const bt_value *val = &g->values[x->value];
         if (!e->feed_ptr[val->input_index])
             return bt_error(BT_ERR_INVALID_ARG, "input '%s' was not fed", val->name);
@@ -548,6 +553,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
     e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
     atomic_store(&e->abort, 0);
+    if (e->dist.on) bt_dist_mirror_drop(e); /* rank 0's checkpoint copy of the other stages: stale now */
     clear_mailboxes(e);
     e->barrier_count = 0;
     for (int d = 0; d < e->turn_devices; d++) e->turn[d] = 0; /* workers are idle: no lock needed */

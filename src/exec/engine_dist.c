@@ -1,7 +1,7 @@
 /* exec/engine_dist.c: an engine that is one rank of a job across processes. Every rank builds the
- * whole engine (plan, schedules for every stage, validated on every rank, and memory for every
- * stage, so any rank can hold the whole model for a checkpoint) but runs only its own stage
- * (layout.stage) of its own replica; the other stages' workers idle. A boundary between two
+ * whole plan (schedules for every stage, validated on every rank, every stage's memory layout) but
+ * allocates and runs only its own stage (layout.stage) of its own replica; the other stages are
+ * plan data and their workers idle (rank 0's checkpoint copy of them: dist_sync.c). A boundary between two
  * stages on different ranks takes the `mpi` path:
  *
  *   the receiver posts, at the start of each job, a receive for every micro-batch of every
@@ -13,7 +13,8 @@
  * Data parallelism (D > 1, dist_dp.c): the D ranks of a stage all-reduce its parameter gradients in buckets
  * (about bucket_bytes each, in the order backward finishes them); a bucket's all-reduce starts
  * during the stage's last backward of the step as soon as its last gradient is final, so it
- * overlaps the rest of the backward work; STEP waits for them. Each replica feeds its own shard
+ * overlaps the rest of the backward work (a split backward's W instructions, for the weight
+ * gradients they finish); STEP waits for them. Each replica feeds its own shard
  * of the global batch and seeds the loss gradient with 1 / (global batch), so the summed gradient
  * is the global mean; the loss is summed over replicas. The global gradient norm is all-gathered
  * per stage over the replica's pipeline, so clipping and the finite check see the same total
@@ -30,7 +31,8 @@
 #include "optim/optim.h"
 
 #define BT_DP_BUCKET_DEFAULT ((size_t)4 << 20)
-/* Tags of the STEP exchanges (BT_TAG_ZERO: dist_dp.c), above every channel's (c x BT_MAX_MICROBATCHES + mb) */
+/* Tags of the STEP exchanges (BT_TAG_ZERO: dist_dp.c; BT_TAG_MIRROR: dist_sync.c), above every channel's
+ * (c x BT_MAX_MICROBATCHES + mb) */
 #define BT_TAG_PIPE 0x40000000
 #define BT_TAG_REPLICAS 0x40000001
 
@@ -95,12 +97,15 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
     if (e->params.parallel.virtual_stages > 1)
         return bt_error(BT_ERR_UNSUPPORTED, "interleaved schedules (virtual %d) do not run across processes yet",
                         e->params.parallel.virtual_stages);
-    e->dist.last_bwd = -1;
-    /* a split backward (zb-h1) finishes weight gradients in W: the buckets then start at STEP */
-    if (e->train_sched && !e->train_sched->split_backward) {
+    e->dist.last_bwd = e->dist.last_wgt = -1;
+    /* a bucket starts once its gradients are final: after the step's last backward of their node,
+     * or its last W where a split backward (zb-h1) defers the weight gradients */
+    if (e->train_sched) {
         int s = layout->stage;
-        for (int i = 0; i < e->train_sched->len[s]; i++)
+        for (int i = 0; i < e->train_sched->len[s]; i++) {
             if (e->train_sched->list[s][i].kind == BT_I_BWD) e->dist.last_bwd = i;
+            if (e->train_sched->list[s][i].kind == BT_I_WGT) e->dist.last_wgt = i;
+        }
     }
     return BT_OK;
 }
@@ -342,7 +347,7 @@ void bt_dist_teardown(bt_engine *e)
 {
     bt_engine_dist *d = &e->dist;
     for (int b = 0; b < d->n_buckets; b++) {
-        free(d->buckets[b].flat);
+        if (!d->buckets[b].in_place) free(d->buckets[b].flat);
         free(d->buckets[b].wflat);
         free(d->buckets[b].state[0]);
         free(d->buckets[b].state[1]);
@@ -357,6 +362,8 @@ void bt_dist_teardown(bt_engine *e)
     free(d->xrecv);
     free(d->rank_stats);
     free(d->rank_channels);
+    bt_dist_mirror_drop(e);
+    free(d->mirror);
     bt_comm_free(d->dp);
     bt_comm_free(d->pipe);
     bt_comm_free(d->world);
@@ -366,28 +373,6 @@ void bt_dist_teardown(bt_engine *e)
 int bt_engine_rank(const bt_engine *e)
 {
     return e && e->dist.on ? e->dist.layout.rank : 0;
-}
-
-bt_status bt_engine_sync_params(bt_engine *e)
-{
-    BT_TRY(bt_engine_check_usable(e));
-    if (!e->dist.on) return BT_OK;
-    size_t dsz = bt_dtype_size(e->dtype);
-    if (e->dist.zero) BT_TRY(bt_dist_gather_state(e, &e->stage[e->dist.layout.stage]));
-    for (int s = 0; s < e->stages; s++) {
-        bt_stage *st = &e->stage[s];
-        int root = bt_dist_rank_of(&e->dist.layout, 0, s);
-        for (int i = 0; i < st->n_params; i++) {
-            bt_param_store *p = &st->params[i];
-            BT_TRY(bt_comm_bcast(e->dist.world, p->w, p->numel * dsz, root, e->params.watchdog_s));
-            for (int k = 0; k < 2; k++)
-                if (p->state[k])
-                    BT_TRY(bt_comm_bcast(e->dist.world, p->state[k], p->numel * dsz, root, e->params.watchdog_s));
-            BT_TRY(bt_worker_refresh_lowp(e, st, p));
-        }
-        BT_TRY(st->be->sync(st->dev));
-    }
-    return BT_OK;
 }
 
 /* The statistics rank 0 prints for every stage of replica 0: each rank's own, gathered. */
@@ -534,10 +519,11 @@ bt_status bt_engine_dist_replica_boundary(const bt_engine *e, int replica, int i
     return BT_OK;
 }
 
-void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
-                                 double *total_ms)
+void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, int64_t *early, double *bytes,
+                                 double *wait_ms, double *total_ms)
 {
     *reductions = e->dist.reductions;
+    *early = e->dist.early_reductions;
     *bytes = e->dist.reduced_bytes;
     *wait_ms = e->dist.reduce_wait_ms;
     *total_ms = e->dist.reduce_ms;

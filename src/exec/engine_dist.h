@@ -45,9 +45,10 @@ bt_status bt_engine_dist_rank_reduce(const bt_engine *e, int rank, bt_dist_reduc
  * counted (from the last bt_engine_dist_gather_stats): the rows of replicas other than 0. */
 bt_status bt_engine_dist_replica_boundary(const bt_engine *e, int replica, int i, bt_boundary_stats *out);
 
-/* Data-parallel all-reduce statistics of the local stage: reductions, bytes, the time spent waiting
- * for them at STEP, and the time from start to completion. */
-void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
-                                 double *total_ms);
+/* Data-parallel all-reduce statistics of the local stage: reductions (early: those started during
+ * the backward work, before STEP), bytes, the time spent waiting for them at STEP, and the time
+ * from start to completion. */
+void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, int64_t *early, double *bytes,
+                                 double *wait_ms, double *total_ms);
 
 #endif

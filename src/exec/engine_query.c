@@ -11,35 +11,50 @@
 #include "optim/optim.h"
 
 
-static bt_status find_param(const bt_engine *e, const char *name, bt_stage **st, bt_param_store **ps)
+/* The store of parameter name, or (across processes) *ps = NULL when another rank holds it: *st is
+ * then its stage (plan data only here) and *param its graph id. */
+static bt_status find_param(const bt_engine *e, const char *name, bt_stage **st, bt_param_store **ps, int *param)
 {
     if (!e || !name) return bt_error(BT_ERR_INVALID_ARG, "NULL engine or parameter name");
     BT_TRY(bt_engine_check_usable(e)); /* a stuck worker may still be writing them */
-    for (int s = 0; s < e->stages; s++)
-        for (int i = 0; i < e->stage[s].n_params; i++)
-            if (strcmp(e->graph->params[e->stage[s].params[i].param].name, name) == 0) {
-                *st = &e->stage[s];
-                *ps = &e->stage[s].params[i];
-                return BT_OK;
-            }
+    const bt_graph *g = e->graph;
+    for (int p = 0; p < g->n_params; p++) {
+        if (strcmp(g->params[p].name, name) != 0) continue;
+        *param = p;
+        *ps = NULL;
+        for (int s = 0; s < e->stages; s++) {
+            bt_stage *k = &e->stage[s];
+            if (g->params[p].node < k->first_node || g->params[p].node >= k->first_node + k->n_nodes) continue;
+            *st = k;
+            for (int i = 0; i < k->n_params; i++)
+                if (k->params[i].param == p) *ps = &k->params[i];
+            return BT_OK;
+        }
+    }
     return bt_error(BT_ERR_INVALID_ARG, "the model has no parameter '%s'", name);
 }
 
-static bt_status check_bytes(const bt_engine *e, const bt_param_store *ps, const char *name, size_t bytes)
+static bt_status check_bytes(const bt_engine *e, const bt_graph *g, int param, const char *name, size_t bytes)
 {
-    size_t want = ps->numel * bt_dtype_size(e->dtype);
+    size_t numel = (size_t)bt_shape_numel(&g->params[param].shape);
+    size_t want = numel * bt_dtype_size(e->dtype);
     if (bytes != want)
         return bt_error(BT_ERR_INVALID_ARG, "parameter '%s' holds %zu bytes (%zu %s), not %zu", name,
-                        want, ps->numel, bt_dtype_name(e->dtype), bytes);
+                        want, numel, bt_dtype_name(e->dtype), bytes);
     return BT_OK;
 }
 
+/* Across processes a rank holds its own stage's tensors only: another stage's are readable on rank
+ * 0 after bt_engine_sync_params (its copy for a checkpoint), and a write of them is dropped (its
+ * own rank writes them: every rank loads the same file). */
 bt_status bt_engine_read_param(const bt_engine *e, const char *name, void *dst, size_t bytes)
 {
     bt_stage *st;
     bt_param_store *ps;
-    BT_TRY(find_param(e, name, &st, &ps));
-    BT_TRY(check_bytes(e, ps, name, bytes));
+    int p;
+    BT_TRY(find_param(e, name, &st, &ps, &p));
+    BT_TRY(check_bytes(e, e->graph, p, name, bytes));
+    if (!ps) return bt_dist_mirror_read(e, st->index, p, -1, dst, bytes);
     return st->be->to_host(st->dev, dst, ps->w, bytes);
 }
 
@@ -47,8 +62,10 @@ bt_status bt_engine_write_param(bt_engine *e, const char *name, const void *src,
 {
     bt_stage *st;
     bt_param_store *ps;
-    BT_TRY(find_param(e, name, &st, &ps));
-    BT_TRY(check_bytes(e, ps, name, bytes));
+    int p;
+    BT_TRY(find_param(e, name, &st, &ps, &p));
+    BT_TRY(check_bytes(e, e->graph, p, name, bytes));
+    if (!ps) return BT_OK; /* another rank's (see above) */
     BT_TRY(st->be->from_host(st->dev, ps->w, src, bytes));
     if (!ps->w_lp) return BT_OK;
     BT_TRY(bt_worker_refresh_lowp(e, st, ps));
@@ -59,8 +76,14 @@ bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, s
 {
     bt_stage *st;
     bt_param_store *ps;
-    BT_TRY(find_param(e, name, &st, &ps));
-    BT_TRY(check_bytes(e, ps, name, bytes));
+    int p;
+    BT_TRY(find_param(e, name, &st, &ps, &p));
+    BT_TRY(check_bytes(e, e->graph, p, name, bytes));
+    if (!ps) {
+        char who[96];
+        bt_dist_describe_stage(e, st->index, who, sizeof who);
+        return bt_error(BT_ERR_INVALID_ARG, "the gradient of '%s' is held by %s, not by this rank", name, who);
+    }
     if (!ps->g) return bt_error(BT_ERR_INVALID_ARG, "the engine was created without gradients");
     return st->be->to_host(st->dev, dst, ps->g, bytes);
 }
@@ -78,10 +101,10 @@ const char *bt_engine_optimizer_slot_name(const bt_engine *e, int slot)
 }
 
 static bt_status find_state(const bt_engine *e, const char *name, int slot, size_t bytes, bt_stage **st,
-                            bt_param_store **ps)
+                            bt_param_store **ps, int *param)
 {
-    BT_TRY(find_param(e, name, st, ps));
-    BT_TRY(check_bytes(e, *ps, name, bytes));
+    BT_TRY(find_param(e, name, st, ps, param));
+    BT_TRY(check_bytes(e, e->graph, *param, name, bytes));
     if (slot < 0 || slot >= bt_engine_optimizer_slots(e))
         return bt_error(BT_ERR_INVALID_ARG, "parameter '%s': the optimizer has no state slot %d", name, slot);
     return BT_OK;
@@ -91,7 +114,9 @@ bt_status bt_engine_read_state(const bt_engine *e, const char *name, int slot, v
 {
     bt_stage *st;
     bt_param_store *ps;
-    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    int p;
+    BT_TRY(find_state(e, name, slot, bytes, &st, &ps, &p));
+    if (!ps) return bt_dist_mirror_read(e, st->index, p, slot, dst, bytes);
     BT_TRY(bt_dist_state_buffer((bt_engine *)e, st, ps, slot, 0)); /* parallel.zero: sharded */
     return st->be->to_host(st->dev, dst, ps->state[slot], bytes);
 }
@@ -100,7 +125,9 @@ bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const 
 {
     bt_stage *st;
     bt_param_store *ps;
-    BT_TRY(find_state(e, name, slot, bytes, &st, &ps));
+    int p;
+    BT_TRY(find_state(e, name, slot, bytes, &st, &ps, &p));
+    if (!ps) return BT_OK; /* another rank's */
     BT_TRY(bt_dist_state_buffer(e, st, ps, slot, 1)); /* parallel.zero: held in full until the next job */
     return st->be->from_host(st->dev, ps->state[slot], src, bytes);
 }
@@ -134,7 +161,10 @@ bt_status bt_engine_stage(const bt_engine *e, int s, bt_stage_info *out)
     out->first_layer = e->plan->first_layer[s];
     out->n_layers = e->plan->n_stage_layers[s];
     out->device = e->stage[s].device_name;
-    for (int i = 0; i < e->stage[s].n_params; i++) out->n_params += (int64_t)e->stage[s].params[i].numel;
+    for (int p = 0; p < e->graph->n_params; p++) /* from the graph: another rank may hold the stage */
+        if (e->graph->params[p].node >= e->stage[s].first_node &&
+            e->graph->params[p].node < e->stage[s].first_node + e->stage[s].n_nodes)
+            out->n_params += bt_shape_numel(&e->graph->params[p].shape);
     out->send_bytes = bt_plan_send_bytes(e->plan, s) * (size_t)e->mb_size;
     return BT_OK;
 }
@@ -174,8 +204,8 @@ const bt_trace_rec *bt_engine_trace(const bt_engine *e, int stage, int *n)
 static const bt_stage *host_memory_stage(const bt_engine *e)
 {
     for (int s = 0; s < e->stages; s++)
-        if (e->stage[s].be->copies_overlap) return &e->stage[s];
-    return &e->stage[0];
+        if (bt_stage_is_local(e, s) && e->stage[s].be->copies_overlap) return &e->stage[s];
+    return &e->stage[e->dist.on ? e->dist.layout.stage : 0];
 }
 
 bt_status bt_engine_host_alloc(bt_engine *e, size_t bytes, void **out)
@@ -214,4 +244,29 @@ void bt_engine_test_drop_send(bt_engine *e, int stage, int mb)
 {
     e->drop_send_stage = stage;
     e->drop_send_mb = mb;
+}
+
+void bt_engine_feed_rows(const bt_engine *e, int64_t *first, int64_t *count)
+{
+    int64_t rows = e ? e->mb_size * e->params.parallel.microbatches : 0;
+    *first = e && e->dist.on ? (int64_t)e->dist.layout.replica * rows : 0;
+    *count = rows;
+}
+
+int bt_engine_reads_input(const bt_engine *e, const char *name)
+{
+    if (!e || !name) return 0;
+    int v = bt_graph_find_value(e->graph, name);
+    for (int c = 0; v >= 0 && c < e->plan->n_crossings; c++) {
+        const bt_crossing *x = &e->plan->crossings[c];
+        if (x->src == -1 && x->value == v && bt_stage_is_local(e, x->dst)) return 1;
+    }
+    return 0;
+}
+
+bt_status bt_engine_set_local_feeds(bt_engine *e, int on)
+{
+    BT_TRY(bt_engine_check_usable(e));
+    e->local_feeds = on != 0;
+    return BT_OK;
 }

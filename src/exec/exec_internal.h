@@ -12,6 +12,7 @@
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
  *   decode.c        autoregressive decoding through the stages (exec/decode.h): per-stage KV
  *                   caches, one position's rows streaming stage to stage, several sequences at once
+ *   dist_sync.c     across processes, between steps: rank 0's checkpoint copy, agreeing to stop
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
  *                   includes this header)
  *
@@ -97,6 +98,7 @@ typedef struct bt_dp_bucket {
     void *flat;                /* host copy of the gradients, reduced in place */
     int pending;               /* parameters not final yet this step */
     bt_comm_req req;
+    int in_place;              /* flat is the stores' gradients themselves (in the stage's grad_arena) */
     double start_ms, done_ms;  /* this step's reduction: started, first seen complete (host ms; 0: not) */
     /* parallel.zero: 1: the bucket is D chunks of `chunk` elements (flat and wflat are padded to
      * D x chunk); this rank keeps the optimizer state of its chunk only */
@@ -125,11 +127,16 @@ typedef struct bt_engine_dist {
     int full_state;            /* zero: the local stage's full state buffers are allocated (gathered
                                 * for a checkpoint, or written by a resume) and hold the truth */
     int last_bwd;              /* the local stage's last BWD in the training schedule */
+    int last_wgt;              /* its last W (split backward), or -1 */
     /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
     int *xpeer;
     double *xbuf;
     bt_comm_req *xsend, *xrecv;
     double loss_sum;           /* the last step's loss summed over every replica */
+    /* rank 0, from bt_engine_sync_params to the next job: the other stages' weights and optimizer
+     * state (replica 0's), for a checkpoint; per stage, parameter by parameter in graph order, its
+     * weights then each state slot (NULL: not held) */
+    unsigned char **mirror;    /* [stages] */
     struct bt_rank_stats {
         bt_time_stats time;
         bt_memory_stats mem;
@@ -137,7 +144,7 @@ typedef struct bt_engine_dist {
     } *rank_stats;             /* [size] each rank's own stage, once gathered (bt_engine_dist_gather_stats) */
     double *rank_channels;     /* [size][n_channels][3]: messages, bytes, copy ms of each rank's channels */
     /* statistics since creation */
-    int64_t reductions;
+    int64_t reductions, early_reductions; /* early: started before STEP, during the backward work */
     double reduced_bytes, reduce_wait_ms, reduce_ms;
     double reduce_hidden_ms;   /* the part of reduce_ms before STEP began to wait (behind compute) */
     double reduce_wait_t0_ms;  /* this step's: when STEP began to wait for the buckets (host ms) */
@@ -180,6 +187,8 @@ typedef struct bt_stage {
     void *recv_scratch;        /* BT_PATH_HOST: device buffer for one received gradient message */
     size_t recv_scratch_bytes;
     size_t host_channel_bytes; /* host-path channel buffers this stage sends into (host memory) */
+    size_t mpi_send_bytes;     /* mpi path: the sender's own copy of its outgoing messages (counted
+                                * in mem.activations; the memory model counts receive buffers) */
     bt_channel **recv_from;    /* [graph n_values]: the device channel a value arrives by, or NULL */
     size_t *recv_off;          /* [graph n_values]: its offset in that channel's messages */
     const void **sq_ptr;       /* [n_params]: the gradients and their sizes, for one sum_squares call */
@@ -195,6 +204,8 @@ typedef struct bt_stage {
     void *workspace;
     int n_params;
     bt_param_store *params;
+    void *grad_arena;          /* data parallel on a CPU stage: every store's gradient, in bucket order
+                                * (dist_dp.c); the stores' g point into it */
     bt_param_store *(*node_params)[BT_MAX_PARAMS]; /* [n_nodes]: each node's stores, in order */
     int n_in_act, n_out_act, n_in_grad, n_out_grad;
     bt_channel *in_act[BT_MAX_STAGES], *out_act[BT_MAX_STAGES];
@@ -277,6 +288,7 @@ struct bt_engine {
     const bt_feed *feeds;
     int n_feeds;
     const void *feed_ptr[64];  /* per graph input: the caller's rows, or NULL */
+    int local_feeds;           /* feeds hold this rank's rows only (bt_engine_set_local_feeds) */
     int out_value;
     void *out_ptr;
     double lr;
@@ -422,8 +434,9 @@ bt_status bt_dist_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
 bt_status bt_dist_wait(bt_engine *e, bt_channel *ch, int mb);
 /* After the job's instructions: waits for this rank's sends (ok = 1) or cancels what is pending. */
 bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok);
-/* Backward of node k (stage-local) in the stage's last backward of the step: starts the buckets
- * whose gradients are now final. */
+/* Backward of node k (stage-local) in the stage's last backward of the step (for a node whose
+ * weight gradients a split backward defers: in its last W): starts the buckets whose gradients are
+ * now final. */
 bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k);
 /* At STEP: waits for every bucket's all-reduce (starting any not started) and copies the sums back. */
 bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st);
@@ -444,6 +457,11 @@ bt_status bt_dist_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t ste
 /* zero: the full state buffer of ps's slot for a write (allocated, zeroed, when sharded); a read
  * of a sharded state is an error saying to call bt_engine_sync_params first. */
 bt_status bt_dist_state_buffer(bt_engine *e, bt_stage *st, bt_param_store *ps, int slot, int write);
+/* Rank 0 after bt_engine_sync_params: parameter param of another rank's stage s, its weights
+ * (slot -1) or a state slot, into dst; an error naming the holder otherwise. */
+bt_status bt_dist_mirror_read(const bt_engine *e, int s, int param, int slot, void *dst, size_t bytes);
+/* Frees the copies (at the start of the next job: they would be stale). */
+void bt_dist_mirror_drop(bt_engine *e);
 /* "rank 3 (stage 1, replica 1)" for stage s of this rank's replica. */
 void bt_dist_describe_stage(const bt_engine *e, int s, char *buf, size_t size);
 void bt_dist_teardown(bt_engine *e);

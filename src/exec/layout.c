@@ -3,7 +3,9 @@
  * bt_layout_check_memory adds the model's bytes up per memory pool and refuses a plan that does
  * not fit before anything is allocated; bt_layout_alloc_stage allocates exactly those buffers
  * (channel buffers come with the channels, exec/topology.c) and bt_layout_verify asserts, once
- * everything is allocated, that the engine holds exactly what the model said. Pools come from the
+ * everything is allocated, that the engine holds exactly what the model said. One rank of a job
+ * across processes lays out every stage (the plan is global) but checks and allocates its own
+ * stage only (bt_stage_is_local). Pools come from the
  * backend table: every device of a backend that shares host memory (cpu:N) draws from the
  * machine's memory, together with host-path channel buffers; any other device index is its own
  * pool, shared by the logical stages opened on it. */
@@ -97,6 +99,7 @@ static size_t pool_need(const bt_engine *e, const bt_stage *st)
 {
     size_t need = 0;
     for (int k = 0; k < e->stages; k++) {
+        if (!bt_stage_is_local(e, k)) continue; /* another rank's */
         if (same_pool(&e->stage[k], st)) need += e->stage[k].need.device_total;
         if (st->be->shares_host_memory) need += e->stage[k].need.host_channels;
     }
@@ -110,7 +113,9 @@ static bt_status check_each_device(bt_engine *e)
     for (int s = 0; s < e->stages; s++) {
         int seen = 0;
         size_t need = 0;
+        if (!bt_stage_is_local(e, s)) continue;
         for (int k = 0; k < e->stages; k++) {
+            if (!bt_stage_is_local(e, k)) continue;
             if (strcmp(e->stage[k].device_name, e->stage[s].device_name) != 0) continue;
             seen |= k < s;
             need += e->stage[k].need.device_total + e->stage[k].need.host_channels;
@@ -135,8 +140,9 @@ bt_status bt_layout_check_memory(bt_engine *e)
     if (e->params.device_memory && e->params.device_memory_each) return check_each_device(e);
     for (int s = 0; s < e->stages; s++) {
         bt_stage *st = &e->stage[s];
+        if (!bt_stage_is_local(e, s)) continue;
         int seen = 0;
-        for (int k = 0; k < s; k++) seen |= same_pool(&e->stage[k], st);
+        for (int k = 0; k < s; k++) seen |= bt_stage_is_local(e, k) && same_pool(&e->stage[k], st);
         if (seen) continue; /* each pool once, from its first stage */
         size_t need = pool_need(e, st);
         size_t free_bytes = e->params.device_memory, total = 0;
@@ -144,7 +150,8 @@ bt_status bt_layout_check_memory(bt_engine *e)
         if (!free_bytes || need <= free_bytes) continue;
         int worst = s;
         for (int k = 0; k < e->stages; k++)
-            if (same_pool(&e->stage[k], st) && e->stage[k].need.device_total > e->stage[worst].need.device_total)
+            if (bt_stage_is_local(e, k) && same_pool(&e->stage[k], st) &&
+                e->stage[k].need.device_total > e->stage[worst].need.device_total)
                 worst = k;
         const bt_stage_memory *w = &e->stage[worst].need;
         size_t other = w->device_total - w->weights - w->gradients - w->optimizer - w->activations;
@@ -256,11 +263,15 @@ void bt_layout_verify(const bt_engine *e)
         const bt_stage *st = &e->stage[s];
         const bt_stage_memory *n = &st->need;
         const bt_memory_stats *m = &st->mem;
+        if (!bt_stage_is_local(e, s)) { /* another rank's: nothing of it here */
+            assert(m->weights + m->gradients + m->optimizer + m->activations + m->workspace == 0);
+            continue;
+        }
         /* the classes as bt_memory_stats groups them (baton/engine.h) */
         assert(m->weights == n->weights);
         assert(m->gradients == n->gradients);
         assert(m->optimizer == n->optimizer);
-        assert(m->activations == n->activations + n->recv_buffers);
+        assert(m->activations == n->activations + n->recv_buffers + st->mpi_send_bytes);
         assert(m->workspace == n->value_grads + n->workspace + n->loss_seed + n->recv_scratch);
         assert(st->host_channel_bytes == n->host_channels);
         (void)st, (void)n, (void)m;
@@ -273,12 +284,13 @@ void bt_layout_free_stage(bt_stage *st)
         for (int i = 0; st->params && i < st->n_params; i++) {
             bt_param_store *ps = &st->params[i];
             if (ps->w) st->be->free(st->dev, ps->w);
-            if (ps->g) st->be->free(st->dev, ps->g);
+            if (ps->g && !st->grad_arena) st->be->free(st->dev, ps->g);
             for (int j = 0; j < 2; j++)
                 if (ps->state[j]) st->be->free(st->dev, ps->state[j]);
         }
         for (int i = 0; st->params && i < st->n_params; i++)
             if (st->params[i].w_lp) st->be->free(st->dev, st->params[i].w_lp);
+        if (st->grad_arena) st->be->free(st->dev, st->grad_arena);
         if (st->slots) st->be->free(st->dev, st->slots);
         if (st->grads) st->be->free(st->dev, st->grads);
         if (st->workspace) st->be->free(st->dev, st->workspace);

@@ -70,9 +70,18 @@ bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch)
         from->host_channel_bytes += total; /* host memory, not the device's */
         return BT_OK;
     }
+    if (ch->path == BT_PATH_MPI) { /* no events: MPI requests (engine_dist.c) */
+        /* the buffer of the end this rank runs (the receiver's, or the sender's copy); none when
+         * neither end is this rank's */
+        bt_stage *own = bt_stage_is_local(e, ch->to) ? to : bt_stage_is_local(e, ch->from) ? from : NULL;
+        if (!own) return BT_OK;
+        BT_TRY(own->be->alloc(own->dev, total ? total : 64, (void **)&ch->buf));
+        own->mem.activations += total;
+        if (own == from) from->mpi_send_bytes += total;
+        return BT_OK;
+    }
     BT_TRY(to->be->alloc(to->dev, total ? total : 64, (void **)&ch->buf));
     to->mem.activations += total;
-    if (ch->path == BT_PATH_MPI) return BT_OK; /* no events: MPI requests (engine_dist.c) */
     int m = ch->microbatches;
     ch->begin = calloc((size_t)m, sizeof *ch->begin);
     ch->sent = calloc((size_t)m, sizeof *ch->sent);
@@ -109,6 +118,9 @@ void bt_transfer_teardown(bt_engine *e, bt_channel *ch)
     bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
     if (ch->path == BT_PATH_HOST) {
         free(ch->buf);
+    } else if (ch->path == BT_PATH_MPI) {
+        bt_stage *own = bt_stage_is_local(e, ch->to) ? to : from;
+        if (ch->buf && own->dev) own->be->free(own->dev, ch->buf);
     } else {
         if (ch->buf && to->dev) to->be->free(to->dev, ch->buf);
         if (from->dev) {

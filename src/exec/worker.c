@@ -234,14 +234,15 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb, int last)
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
-        if (last) BT_TRY(bt_dist_grads_final(e, st, k));
+        /* a node whose W comes later (split backward) has its weight gradients final there */
+        if (last && !node_defers_wgrad(st, k)) BT_TRY(bt_dist_grads_final(e, st, k));
     }
     return BT_OK;
 }
 
 /* W of a split backward: the weight gradients of every node that deferred them, from the
  * activations and output-gradient stashes its slot still holds. */
-static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb)
+static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
 {
     const bt_graph *g = e->graph;
     for (int k = st->n_nodes - 1; k >= 0; k--) {
@@ -256,6 +257,7 @@ static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb)
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
+        if (last) BT_TRY(bt_dist_grads_final(e, st, k)); /* the step's last W: data parallel buckets */
     }
     return BT_OK;
 }
@@ -367,7 +369,7 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         if (!e->job_sched->split_backward) w->live--; /* else the slot is held until W */
         break;
     case BT_I_WGT:
-        s = run_weight_grads(e, st, ins->mb);
+        s = run_weight_grads(e, st, ins->mb, e->dist.n_buckets > 0 && instr == e->dist.last_wgt);
         w->live--;
         break;
     case BT_I_STEP:
@@ -636,7 +638,7 @@ void *bt_worker_main(void *arg)
     uint64_t seen = 0;
     /* a thread the device could not be bound to fails every job it is given, with the reason */
     char bind_error[sizeof w->error] = "";
-    bt_status bound = st->be->bind_thread(st->dev);
+    bt_status bound = bt_stage_is_local(e, w->stage) ? st->be->bind_thread(st->dev) : BT_OK;
     if (bound != BT_OK)
         snprintf(bind_error, sizeof bind_error, "stage %d (%s): cannot bind the worker thread: %s", st->index,
                  st->device_name, bt_last_error());

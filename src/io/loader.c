@@ -2,7 +2,9 @@
  * loader thread fills slot k with the k-th batch of the stream while the consumer trains on an
  * earlier one. It gathers rows of columns (io/columns.h); a classic bt_dataset is its two columns
  * (samples, labels), and its batches also carry them as inputs and labels. The permutation of an epoch is a seeded Fisher-Yates shuffle, recomputed by the
- * thread when it enters an epoch, so (seed, epoch, index) fully determines a batch. */
+ * thread when it enters an epoch, so (seed, epoch, index) fully determines a batch. A shard loader
+ * (one rank of a job across processes) gathers only its rows of each batch and only the columns
+ * its stage reads: the same permutation and positions, a slice of the same batches. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@ struct bt_loader {
     bt_columns cols;       /* views: the data belongs to the caller */
     int classic;           /* made from a bt_dataset: column 0 samples, column 1 labels */
     int64_t batch, per_epoch;
+    int64_t first, rows;   /* the rows of each batch gathered: [first, first + rows) */
+    unsigned char use[BT_COLUMNS_MAX]; /* columns gathered (the others' buffers are NULL) */
     int shuffle, drop_last;
     uint64_t seed;
     int64_t *perm;
@@ -63,12 +67,13 @@ static void fill(bt_loader *l, loader_slot *slot, int64_t epoch, int64_t index)
 {
     const bt_columns *cols = &l->cols;
     if (l->perm_epoch != epoch) make_perm(l, epoch);
-    int64_t start = index * l->batch, valid = 0;
-    for (int64_t r = 0; r < l->batch; r++) {
+    int64_t start = index * l->batch + l->first, valid = 0;
+    for (int64_t r = 0; r < l->rows; r++) {
         int64_t pos = start + r;
         int64_t src = pos < cols->n ? l->perm[pos] : l->perm[0];
         if (pos < cols->n) valid++;
         for (int c = 0; c < cols->n_cols; c++) {
+            if (!l->use[c]) continue;
             size_t row = row_bytes(&cols->col[c]);
             memcpy((char *)slot->cols[c] + (size_t)r * row, (const char *)cols->col[c].data + (size_t)src * row, row);
         }
@@ -122,8 +127,9 @@ static void buffer_free(bt_loader *l, void *p)
     else free(p);
 }
 
-static bt_status create(const bt_columns *cols, int classic, int64_t batch, int shuffle, int drop_last,
-                        uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out)
+static bt_status create(const bt_columns *cols, int classic, int64_t batch, int64_t first, int64_t rows,
+                        const unsigned char *use, int shuffle, int drop_last, uint64_t seed, int prefetch,
+                        const bt_host_memory *mem, bt_loader **out)
 {
     int64_t per_epoch = drop_last ? cols->n / batch : (cols->n + batch - 1) / batch;
     if (per_epoch < 1)
@@ -136,6 +142,9 @@ static bt_status create(const bt_columns *cols, int classic, int64_t batch, int 
     l->classic = classic;
     l->mem = mem;
     l->batch = batch;
+    l->first = first;
+    l->rows = rows;
+    for (int c = 0; c < cols->n_cols; c++) l->use[c] = use ? use[c] != 0 : 1;
     l->per_epoch = per_epoch;
     l->shuffle = shuffle;
     l->drop_last = drop_last;
@@ -147,7 +156,8 @@ static bt_status create(const bt_columns *cols, int classic, int64_t batch, int 
     int ok = l->perm && l->slots;
     for (int i = 0; ok && i < l->n_slots; i++)
         for (int c = 0; ok && c < cols->n_cols; c++) {
-            l->slots[i].cols[c] = buffer(l, (size_t)batch * row_bytes(&cols->col[c]));
+            if (!l->use[c]) continue;
+            l->slots[i].cols[c] = buffer(l, (size_t)rows * row_bytes(&cols->col[c]));
             ok = l->slots[i].cols[c] != NULL;
         }
     pthread_mutex_init(&l->mu, NULL);
@@ -172,7 +182,7 @@ bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int
     cols.n_cols = 2;
     cols.col[0] = (bt_column){.dtype = BT_F32, .numel = ds->sample_numel, .data = ds->inputs};
     cols.col[1] = (bt_column){.dtype = BT_I32, .numel = 1, .data = ds->labels};
-    return create(&cols, 1, batch, shuffle, drop_last, seed, prefetch, mem, out);
+    return create(&cols, 1, batch, 0, batch, NULL, shuffle, drop_last, seed, prefetch, mem, out);
 }
 
 bt_status bt_loader_create_columns(const bt_columns *cols, int64_t batch, int shuffle, int drop_last,
@@ -180,7 +190,16 @@ bt_status bt_loader_create_columns(const bt_columns *cols, int64_t batch, int sh
 {
     if (!cols || cols->n_cols < 1 || batch < 1 || !out)
         return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create_columns: bad arguments");
-    return create(cols, 0, batch, shuffle, drop_last, seed, prefetch, mem, out);
+    return create(cols, 0, batch, 0, batch, NULL, shuffle, drop_last, seed, prefetch, mem, out);
+}
+
+bt_status bt_loader_create_shard(const bt_columns *cols, int64_t batch, int64_t first, int64_t rows,
+                                 const unsigned char *use, int shuffle, int drop_last, uint64_t seed, int prefetch,
+                                 const bt_host_memory *mem, bt_loader **out)
+{
+    if (!cols || cols->n_cols < 1 || batch < 1 || first < 0 || rows < 1 || first + rows > batch || !out)
+        return bt_error(BT_ERR_INVALID_ARG, "bt_loader_create_shard: bad arguments");
+    return create(cols, 0, batch, first, rows, use, shuffle, drop_last, seed, prefetch, mem, out);
 }
 
 void bt_loader_destroy(bt_loader *l)

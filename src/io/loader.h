@@ -39,6 +39,13 @@ bt_status bt_loader_create(const bt_dataset *ds, int64_t batch, int shuffle, int
  * loader; its data is read, never changed). */
 bt_status bt_loader_create_columns(const bt_columns *cols, int64_t batch, int shuffle, int drop_last,
                                    uint64_t seed, int prefetch, const bt_host_memory *mem, bt_loader **out);
+/* The same, gathering only rows [first, first + rows) of every batch of `batch` rows (one rank's
+ * share of a global batch across processes) and only the columns with use[c] != 0 (use NULL: all);
+ * a batch's other columns are NULL and `valid` counts the real rows of the shard. Epochs, positions
+ * and the permutation are those of the whole batches. */
+bt_status bt_loader_create_shard(const bt_columns *cols, int64_t batch, int64_t first, int64_t rows,
+                                 const unsigned char *use, int shuffle, int drop_last, uint64_t seed, int prefetch,
+                                 const bt_host_memory *mem, bt_loader **out);
 void bt_loader_destroy(bt_loader *loader);
 /* Batches per epoch. */
 int64_t bt_loader_batches_per_epoch(const bt_loader *loader);

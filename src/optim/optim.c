@@ -125,11 +125,22 @@ bt_status bt_optim_update(const bt_optimizer_config *cfg, bt_dtype dtype, void *
     }
 }
 
+/* Sum of squares in double over 16 interleaved partial sums, added pairwise at the end: a single
+ * running sum is a chain of dependent additions (one element per add's latency, about 3 ms for
+ * the 1.9 M gradients of the 784-1024-1024-10 MLP, as long as its AdamW update); 16 independent
+ * ones vectorise and leave the loop bound by memory. The grouping is fixed, so the result is the
+ * same on every call and every rank (it differs in the last bits from the single chain's). */
+#define BT_SUMSQ_LANES 16
 double bt_optim_sumsq_f32(const float *x, int64_t n)
 {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    return s;
+    double lane[BT_SUMSQ_LANES] = {0};
+    int64_t i = 0;
+    for (; i + BT_SUMSQ_LANES <= n; i += BT_SUMSQ_LANES)
+        for (int k = 0; k < BT_SUMSQ_LANES; k++) lane[k] += (double)x[i + k] * (double)x[i + k];
+    for (int k = 0; i < n; i++, k++) lane[k] += (double)x[i] * (double)x[i];
+    for (int w = BT_SUMSQ_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) lane[k] += lane[k + w];
+    return lane[0];
 }
 
 double bt_optim_sumsq_f64(const double *x, int64_t n)

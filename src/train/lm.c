@@ -359,7 +359,9 @@ bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)
         bt_train_event ev = {.kind = BT_EV_STEP, .step = step, .total_steps = t->total_steps,
                              .epoch = (step - 1) / t->per_epoch, .result = &r};
         if (cb) cb(&ev, user);
-        if (t->opts.stop && *t->opts.stop) { /* a signal: checkpoint, no evaluation */
+        int stop = 0; /* across processes every rank stops after the same step */
+        if (t->opts.stop) BT_TRY(bt_engine_agree_stop(t->engine, *t->opts.stop != 0, &stop));
+        if (stop) { /* a signal: checkpoint, no evaluation */
             t->stopped_at = step;
             break;
         }

@@ -42,6 +42,7 @@ struct bt_trainer {
     int has_eval;
     int eval_on_train;         /* no eval source: evaluation reads the training set */
     bt_loader *train_loader, *eval_loader;
+    int local_feeds;           /* the train loader gives this rank's rows and inputs only */
     bt_dir_lock *ckpt_lock;    /* held while checkpoint_dir is ours */
     bt_host_memory host_mem;   /* the loaders' buffers: the engine's page-locked memory */
     int64_t total_steps, first_step; /* first_step: batches already consumed (the data position) */
@@ -188,8 +189,20 @@ static bt_status load_data(bt_trainer *t)
     int64_t batch = bt_engine_batch(t->engine);
     int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
     t->host_mem = (bt_host_memory){.alloc = engine_host_alloc, .free = engine_host_free, .ctx = t->engine};
-    BT_TRY(bt_loader_create_columns(&t->train_cols, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
-                                    &t->train_loader));
+    /* one rank of a job across processes reads its replica's rows of each global batch, and only
+     * the inputs its stage reads (the evaluation reads whole batches: rank 0 scores them) */
+    int64_t first, rows;
+    unsigned char use[BT_COLUMNS_MAX];
+    int all = 1;
+    bt_engine_feed_rows(t->engine, &first, &rows);
+    for (int c = 0; c < t->n_spec; c++) all &= use[c] = (unsigned char)bt_engine_reads_input(t->engine, t->spec[c].name);
+    t->local_feeds = rows < batch || !all;
+    if (t->local_feeds)
+        BT_TRY(bt_loader_create_shard(&t->train_cols, batch, first, rows, use, train.shuffle, 1, t->opts.seed, prefetch,
+                                      &t->host_mem, &t->train_loader));
+    else
+        BT_TRY(bt_loader_create_columns(&t->train_cols, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
+                                        &t->train_loader));
     const bt_columns *ev = t->has_eval ? &t->eval_cols : &t->train_cols;
     BT_TRY(bt_loader_create_columns(ev, batch, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
     return BT_OK;
@@ -334,9 +347,13 @@ int bt_trainer_evaluates_on_train(const bt_trainer *t) { return t->eval_on_train
 int64_t bt_trainer_stopped_at(const bt_trainer *t) { return t->stopped_at; }
 const bt_weights_report *bt_trainer_init_report(const bt_trainer *t) { return t->has_init_report ? &t->init_report : NULL; }
 
-static void feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
+/* The feeds of batch b (the columns a shard loader left out are left out); returns their count. */
+static int feeds_for(const bt_trainer *t, const bt_batch *b, bt_feed *feeds)
 {
-    for (int c = 0; c < t->n_spec; c++) feeds[c] = (bt_feed){t->spec[c].name, b->cols[c], t->spec[c].dtype};
+    int n = 0;
+    for (int c = 0; c < t->n_spec; c++)
+        if (b->cols[c]) feeds[n++] = (bt_feed){t->spec[c].name, b->cols[c], t->spec[c].dtype};
+    return n;
 }
 
 static double real_at(const void *p, int64_t i, bt_dtype dtype)
@@ -368,16 +385,17 @@ bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int
     int C = t->n_classes;
     bt_dtype dtype = bt_engine_dtype(t->engine);
     BT_TRY(bt_loader_seek(t->eval_loader, 0, 0));
+    BT_TRY(bt_engine_set_local_feeds(t->engine, 0)); /* whole batches */
     for (int64_t k = 0; k < batches && st == BT_OK; k++) {
         bt_batch b;
         BT_TRY(bt_loader_next(t->eval_loader, &b));
         bt_feed feeds[BT_COLUMNS_MAX];
-        feeds_for(t, &b, feeds);
+        int nf = feeds_for(t, &b, feeds);
         if (t->logits_layer) {
-            st = bt_engine_forward_layer(t->engine, feeds, t->n_spec, t->logits_layer, t->logits, NULL);
+            st = bt_engine_forward_layer(t->engine, feeds, nf, t->logits_layer, t->logits, NULL);
             if (st == BT_OK) bt_score_logits(t->logits, dtype, b.valid, C, b.cols[t->score_col], &loss_sum, &correct);
         } else {
-            st = bt_engine_forward(t->engine, feeds, t->n_spec, t->losses, NULL);
+            st = bt_engine_forward(t->engine, feeds, nf, t->losses, NULL);
             for (int64_t r = 0; st == BT_OK && r < b.valid; r++) loss_sum += real_at(t->losses, r, dtype);
         }
         seen += b.valid;
@@ -499,9 +517,10 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
         bt_batch b;
         BT_TRY(bt_loader_next(t->train_loader, &b));
         bt_feed feeds[BT_COLUMNS_MAX];
-        feeds_for(t, &b, feeds);
+        int nf = feeds_for(t, &b, feeds);
         bt_step_result r;
-        bt_status st = bt_engine_train_step(t->engine, feeds, t->n_spec, &r);
+        bt_status st = bt_engine_set_local_feeds(t->engine, t->local_feeds);
+        if (st == BT_OK) st = bt_engine_train_step(t->engine, feeds, nf, &r);
         bt_loader_release(t->train_loader);
         if (st == BT_ERR_NUMERIC) return st; /* the engine's message names the step */
         if (st != BT_OK) return bt_error_context(st, "step %lld", (long long)step + 1);
@@ -513,7 +532,9 @@ bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
                                  .epoch = step / per_epoch, .result = &r};
             cb(&ev, user);
         }
-        if (t->opts.stop && *t->opts.stop && step + 1 < t->total_steps) {
+        int stop = 0; /* across processes every rank stops after the same step */
+        if (t->opts.stop) BT_TRY(bt_engine_agree_stop(t->engine, *t->opts.stop != 0, &stop));
+        if (stop && step + 1 < t->total_steps) {
             /* stopped from outside (a signal): keep the step just done, skip the evaluation */
             t->stopped_at = step + 1;
             if (t->opts.checkpoint_dir) BT_TRY(save(t, step + 1, cb, user));
