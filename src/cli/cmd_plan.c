@@ -323,7 +323,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
         return bt_cli_fail("plan", st);
     }
     int first[BT_MAX_STAGES + 1], have_uniform = 0;
-    if (pl.stages > 1 && bt_partition_uniform(p->n_layers, pl.stages, first) == BT_OK) {
+    if (pl.stages > 1 && bt_placement_uniform_cuts(m->graph, p->n_layers, pl.stages, first) == BT_OK) {
         bt_placement_params up = lp;
         up.permute = 0;
         have_uniform = bt_placement_evaluate(p, &up, first, &uniform) == BT_OK;

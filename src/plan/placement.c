@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/strutil.h"
+#include "graph/graph_internal.h"
 #include "plan/memory.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
@@ -33,6 +34,8 @@ void bt_placement_problem_free(bt_placement_problem *pb)
     free(pb->xfer);
     free(pb->static_bytes);
     free(pb->act_bytes);
+    free(pb->no_cut);
+    pb->no_cut = NULL;
     pb->cost = pb->xfer = NULL;
     pb->static_bytes = pb->act_bytes = NULL;
 }
@@ -197,9 +200,47 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
     pb->pr.microbatches = m;
     pb->pr.schedule = pp->schedule;
     pb->pr.permute = pp->permute && pb->n_devices <= BT_PARTITION_MAX_PERMUTED_DEVICES;
+    BT_TRY_GOTO(st, bt_placement_block_cuts(pp->graph, prof->n_layers, &pb->no_cut), fail);
+    pb->pr.no_cut = pb->no_cut;
     return BT_OK;
 fail:
     bt_placement_problem_free(pb);
+    return st;
+}
+
+bt_status bt_placement_block_cuts(const bt_graph *g, int n_layers, unsigned char **no_cut)
+{
+    *no_cut = NULL;
+    if (!g) return BT_OK;
+    if (g->n_layers != n_layers)
+        return bt_error(BT_ERR_INVALID_ARG, "placement: the graph has %d layers, the profile %d", g->n_layers, n_layers);
+    int any = 0;
+    for (int l = 1; l < n_layers; l++) any |= g->layers[l].joins_previous;
+    if (!any) return BT_OK;
+    unsigned char *nc = calloc((size_t)n_layers, 1);
+    if (!nc) return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+    for (int l = 0; l + 1 < n_layers; l++) nc[l] = g->layers[l + 1].joins_previous ? 1 : 0;
+    *no_cut = nc;
+    return BT_OK;
+}
+
+bt_status bt_placement_uniform_cuts(const bt_graph *g, int n_layers, int stages, int *first_layer)
+{
+    unsigned char *nc = NULL;
+    BT_TRY(bt_placement_block_cuts(g, n_layers, &nc));
+    int *unit_first = malloc(((size_t)n_layers + 1) * sizeof *unit_first), n = 0, cut[BT_MAX_STAGES + 1];
+    if (!unit_first) {
+        free(nc);
+        return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+    }
+    for (int l = 0; l < n_layers; l++)
+        if (l == 0 || !nc || !nc[l - 1]) unit_first[n++] = l;
+    unit_first[n] = n_layers;
+    free(nc);
+    bt_status st = bt_partition_uniform(n, stages, cut);
+    if (st == BT_OK)
+        for (int k = 0; k <= stages; k++) first_layer[k] = unit_first[cut[k]];
+    free(unit_first);
     return st;
 }
 
@@ -459,7 +500,7 @@ bt_status bt_placement_evaluate(const bt_profile *prof, const bt_placement_param
     return st;
 }
 
-bt_status bt_placement_cut(const bt_profile *prof, const bt_parallel_config *cfg,
+bt_status bt_placement_cut(const bt_profile *prof, const bt_graph *graph, const bt_parallel_config *cfg,
                            const char (*devices)[32], int n, int *first_layer)
 {
     char list[BT_MAX_STAGES * 33] = "";
@@ -472,6 +513,7 @@ bt_status bt_placement_cut(const bt_profile *prof, const bt_parallel_config *cfg
     bt_placement_params_init(&lp);
     lp.devices = list;
     lp.schedule = cfg->schedule;
+    lp.graph = graph; /* cuts fall between block copies; costs stay the profile's */
     bt_placement_problem pb;
     bt_partition_plan plan;
     bt_status st = bt_placement_problem_build(prof, &lp, &pb);

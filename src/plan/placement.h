@@ -69,6 +69,7 @@ typedef struct bt_placement_problem {
     int64_t batch, microbatch_size;
     double time_scale;          /* planned micro-batch size / profiled one */
     double xfer_gb_per_s;       /* rate the planner assumed (0: unknown, transfers free) */
+    unsigned char *no_cut;      /* [layers] from the graph's blocks (NULL: none, or no graph) */
 } bt_placement_problem;
 
 /* Builds the problem. BT_ERR_INVALID_ARG when a device's kind was not profiled, the profile's
@@ -124,9 +125,17 @@ bt_status bt_placement_evaluate(const bt_profile *profile, const bt_placement_pa
 /* Frees the strings of a placement; accepts a zeroed one. */
 void bt_placement_clear(bt_placement *pl);
 
+/* Repeated blocks: *no_cut[l] = 1 where layer l + 1 continues a block copy (a cut after l would
+ * split it), NULL when the graph is NULL or has no blocks; caller frees. BT_ERR_INVALID_ARG when
+ * the graph's layer count is not n_layers. */
+bt_status bt_placement_block_cuts(const bt_graph *graph, int n_layers, unsigned char **no_cut);
+/* The uniform cut over units (layers, and block copies as one) into first_layer[stages + 1]. */
+bt_status bt_placement_uniform_cuts(const bt_graph *graph, int n_layers, int stages, int *first_layer);
+
 /* `partition: profile`: the optimal cut of the n devices (one per stage, cfg's schedule) for the
- * measured costs in profile, written to first_layer[n + 1]. Measures nothing. */
-bt_status bt_placement_cut(const bt_profile *profile, const bt_parallel_config *cfg,
+ * measured costs in profile, written to first_layer[n + 1], never inside a block copy of graph
+ * (NULL: anywhere). Measures nothing. */
+bt_status bt_placement_cut(const bt_profile *profile, const bt_graph *graph, const bt_parallel_config *cfg,
                            const char (*devices)[32], int n, int *first_layer);
 
 #endif
