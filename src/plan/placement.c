@@ -298,7 +298,7 @@ static void fill_transfers(const bt_profile *prof, const bt_placement_problem *p
     }
 }
 
-static bt_status simulate(bt_placement *pl, int training)
+static bt_status simulate(bt_placement *pl, int training, double handoff)
 {
     int p = pl->stages;
     double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], sa[BT_MAX_STAGES], sg[BT_MAX_STAGES], step = 0;
@@ -315,7 +315,7 @@ static bt_status simulate(bt_placement *pl, int training)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     memset(&res, 0, sizeof res);
-    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL};
+    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL, handoff};
     bt_status st = bt_schedule_build(pl->schedule, p, pl->microbatches, &sched);
     if (st == BT_OK && training && sched->split_backward) { /* zb-h1: B and W measured apart */
         costs.bwd = b;
@@ -463,7 +463,7 @@ static bt_status describe(const bt_profile *prof, const bt_placement_params *pp,
     }
     if (pp->graph) BT_TRY(model_memory(pp, pb, plan, out));
     fill_transfers(prof, pb, out);
-    BT_TRY(simulate(out, pb->training));
+    BT_TRY(simulate(out, pb->training, prof->handoff_ms));
     return render(prof, out);
 }
 

@@ -276,6 +276,9 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
     }
     BT_TRY_GOTO(st, measure_kinds(g, pp, prof), fail);
     BT_TRY_GOTO(st, measure_transfers(prof, pp), fail);
+    if (prof->training) /* interleaved 1F1B's turn hand-offs (the stage threads of one device) */
+        BT_TRY_GOTO(st, bt_profile_measure_handoff(prof->n_devices, pp->repeats < 9 ? pp->repeats : 9,
+                                                   &prof->handoff_ms), fail);
     free(last_read);
     *out = prof;
     return BT_OK;
