@@ -25,7 +25,8 @@
  *   measures it (bt_profile_measure_handoff, once per round beside the engines, median kept;
  *   it only matters for interleaved, the one schedule with several stages per device), and
  *   beside it the hand-off gaps the interleaved trace itself shows (median time from the end of
- *   one stage's instruction to the start of the device's next, on another stage);
+ *   one stage's instruction to the start of the device's next, on another stage) and pred(gap),
+ *   the prediction with that median gap as the hand-off cost;
  *   and their ratio, and each schedule's step time and bubble against 1F1B's (the peer measured in
  *   the same run; bench/compare_schedules.sh adds PyTorch on the same model).
  * BENCH_VERBOSE=1 also prints each stage's median F, B, W, optimizer and copy times; BENCH_ONLY=k
@@ -130,9 +131,8 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Predicted step time and bubble: the simulator on the traced per-stage medians (as
- * bt_trace_predict; here with the bubble too). Measured bubble from the same records. */
-static double handoff_ms;
+static double handoff_ms; /* the profile's measurement (median over rounds) */
+static double gap_ms;     /* the median hand-off gap the interleaved trace shows */
 
 /* The 1-, 5- and 15-minute load averages, for the report. */
 static const char *bench_load(void)
@@ -146,7 +146,10 @@ static const char *bench_load(void)
     return buf;
 } /* the profile's measurement (median over rounds) */
 
-static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *meas_bubble, double *mean_ms)
+/* Predicted step time and bubble: the simulator on the traced per-stage medians (as
+ * bt_trace_predict; here with the bubble too). Measured bubble from the same records. */
+static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *meas_bubble, double *mean_ms,
+                    double *gap_pred_ms)
 {
     const bt_schedule *sched = bt_engine_last_schedule(r->engine);
     int p = sched->stages;
@@ -171,6 +174,11 @@ static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *
     *pred_ms = res.step_time;
     *pred_bubble = res.bubble;
     bt_sim_result_free(&res);
+    costs.handoff = gap_ms; /* the hand-off the trace shows instead of the profile's */
+    if (bt_simulate(sched, &costs, &res) != BT_OK) die("simulate");
+    *gap_pred_ms = res.step_time;
+    bt_sim_result_free(&res);
+    costs.handoff = handoff_ms;
     /* the same with mean compute times: on a loaded machine preemptions make a long tail that
      * medians leave out and means keep */
     for (int s = 0; s < p; s++) {
@@ -269,29 +277,29 @@ int main(int argc, char **argv)
     handoff_ms = median(handoffs, rounds);
     printf("load: %s; hand-off between two stage threads of a device (bt_profile_measure_handoff, median of "
            "%d rounds): %.4f ms\n", bench_load(), rounds, handoff_ms);
-    if (runs[1].n_gaps)
-    {
+    if (runs[1].n_gaps) {
         double sum = 0;
         for (int i = 0; i < runs[1].n_gaps; i++) sum += runs[1].gaps[i];
         printf("interleaved trace: %d hand-offs, %.1f per step, gap median %.4f ms, mean %.4f ms\n", runs[1].n_gaps,
                (double)runs[1].n_gaps / (rounds * steps), median(runs[1].gaps, runs[1].n_gaps), sum / runs[1].n_gaps);
+        gap_ms = median(runs[1].gaps, runs[1].n_gaps);
     }
 
     double base_ms = 0, base_bubble = 0;
-    printf("\n%-20s %12s %10s %12s %10s %9s %11s %11s %12s\n", "schedule", "measured ms", "bubble",
-           "predicted ms", "bubble", "meas/pred", "pred(mean)", "vs 1f1b ms", "vs 1f1b bub");
+    printf("\n%-20s %12s %10s %12s %10s %9s %11s %11s %11s %12s\n", "schedule", "measured ms", "bubble",
+           "predicted ms", "bubble", "meas/pred", "pred(mean)", "pred(gap)", "vs 1f1b ms", "vs 1f1b bub");
     for (int k = 0; k < N_KINDS; k++) {
         bench_run *r = &runs[k];
         if (bt_trace_num_steps(r->trace) == 0) continue; /* BENCH_ONLY left it out */
-        double meas_ms = median(r->round_ms, rounds), pred_ms, pred_bubble, meas_bubble, mean_ms;
-        analyse(r, &pred_ms, &pred_bubble, &meas_bubble, &mean_ms);
+        double meas_ms = median(r->round_ms, rounds), pred_ms, pred_bubble, meas_bubble, mean_ms, gap_pred_ms;
+        analyse(r, &pred_ms, &pred_bubble, &meas_bubble, &mean_ms, &gap_pred_ms);
         if (k == 0) base_ms = meas_ms, base_bubble = meas_bubble;
-        printf("%-20s %12.2f %9.1f%% %12.2f %9.1f%% %9.3f %11.2f %10.3fx %11.2fx\n", r->name, meas_ms,
-               100 * meas_bubble, pred_ms, 100 * pred_bubble, meas_ms / pred_ms, mean_ms, meas_ms / base_ms,
+        printf("%-20s %12.2f %9.1f%% %12.2f %9.1f%% %9.3f %11.2f %11.2f %10.3fx %11.2fx\n", r->name, meas_ms,
+               100 * meas_bubble, pred_ms, 100 * pred_bubble, meas_ms / pred_ms, mean_ms, gap_pred_ms, meas_ms / base_ms,
                base_bubble > 0 ? meas_bubble / base_bubble : 0);
         printf("result schedule=%s measured_ms=%.3f measured_bubble=%.4f predicted_ms=%.3f predicted_bubble=%.4f "
-               "predicted_mean_ms=%.3f\n",
-               bt_schedule_name(r->kind), meas_ms, meas_bubble, pred_ms, pred_bubble, mean_ms);
+               "predicted_mean_ms=%.3f predicted_gap_ms=%.3f handoff_ms=%.4f\n",
+               bt_schedule_name(r->kind), meas_ms, meas_bubble, pred_ms, pred_bubble, mean_ms, gap_pred_ms, handoff_ms);
     }
     for (int k = 0; k < N_KINDS; k++) {
         free(runs[k].gaps);
