@@ -135,7 +135,8 @@ static bt_status check_problem(const bt_partition_problem *pr, const bt_partitio
 static bt_status stage_inflight(const bt_partition_problem *pr, int *inflight)
 {
     bt_schedule *sched = NULL;
-    BT_TRY(bt_schedule_build(pr->schedule, pr->stages, pr->microbatches, &sched));
+    BT_TRY(bt_schedule_build_virtual(pr->schedule, pr->stages, pr->microbatches, pr->chunks > 1 ? pr->chunks : 1,
+                                     &sched));
     for (int k = 0; k < pr->stages; k++) inflight[k] = bt_schedule_max_inflight(sched, k);
     bt_schedule_destroy(sched);
     return BT_OK;

@@ -58,6 +58,10 @@ typedef struct bt_partition_problem {
     int permute;                  /* 0: stage k runs on device k (devices 0..p-1 are used);
                                    * 1: any p distinct devices in any order
                                    * (D <= BT_PARTITION_MAX_PERMUTED_DEVICES) */
+    int chunks;                   /* model chunks per physical device (interleaved 1F1B: v, stage
+                                   * k on device slot k, slots k and k + p/v the same device);
+                                   * 0 or 1: one stage per device. Only the in-flight counts read
+                                   * it. */
     const unsigned char *no_cut;  /* [L]: no_cut[l] = 1 forbids a cut right after layer l (inside
                                    * a repeated block of the model file: a block copy is one unit
                                    * to cut between); NULL: a cut may follow any layer */

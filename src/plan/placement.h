@@ -49,6 +49,11 @@ typedef struct bt_placement_params {
      * paid again in each backward (a stage's bwd_ms includes it) and, with a graph, the memory
      * model keeps one shared copy of its activations instead of one per micro-batch in flight. */
     int recompute;
+    /* Interleaved 1F1B's model chunks per device (v >= 2; 0 or 1: one stage per device): the
+     * devices listed are the P physical ones and the placement has P x v logical stages, stage
+     * k on device k mod P. Each device's memory is shared by its v stages: the cut search gives
+     * each stage 1/v of it. Needs m a multiple of P (bt_schedule_check_shape). */
+    int virtual_stages;
 } bt_placement_params;
 
 /* Defaults: devices "cpu:0", the profile's micro-batches, 1F1B, devices' own memory, no
@@ -58,8 +63,10 @@ void bt_placement_params_init(bt_placement_params *params);
 /* The partition problem for a profile, with the arrays it points into. */
 typedef struct bt_placement_problem {
     bt_partition_problem pr;    /* pr.cost etc. point into the arrays below */
-    int n_devices;
+    int n_devices;              /* device slots: one per logical stage (P x v when interleaved) */
     char devices[BT_MAX_STAGES][BT_PROFILE_DEVICE_LEN];
+    int physical;               /* P: the devices listed */
+    int chunks;                 /* v (1: one stage per device) */
     int kind[BT_MAX_STAGES];    /* the profile kind each device runs as */
     uint64_t capacity[BT_MAX_STAGES];
     int capacity_known[BT_MAX_STAGES];
@@ -100,7 +107,8 @@ typedef struct bt_placement_stage {
 } bt_placement_stage;
 
 typedef struct bt_placement {
-    int stages, microbatches;
+    int stages, microbatches;   /* stages: logical (P x chunks) */
+    int chunks;                 /* interleaved 1F1B's v (1: one stage per device) */
     int64_t batch, microbatch_size;
     bt_schedule_kind schedule;
     double time_scale;

@@ -77,7 +77,8 @@ static char *layout_of(const bt_graph *g, const bt_search_candidate *k)
     char *out = malloc(cap);
     if (!out) return NULL;
     out[0] = '\0';
-    for (int s = 0; s < k->stages; s++)
+    int logical = k->stages * (k->chunks > 1 ? k->chunks : 1);
+    for (int s = 0; s < logical; s++)
         for (int l = k->first_layer[s]; l < k->first_layer[s + 1]; l++) {
             bt_layer_info li;
             if (bt_graph_layer(g, l, &li) != BT_OK) continue;
@@ -106,7 +107,8 @@ bt_status bt_auto_apply(const bt_graph *g, const bt_search_result *r, int which,
     }
     cfg->auto_layout = 0;
     cfg->devices = *devices;
-    cfg->stages = k->stages;
+    cfg->virtual_stages = k->chunks > 1 ? k->chunks : 1;
+    cfg->stages = k->stages * cfg->virtual_stages; /* logical stages */
     cfg->microbatches = k->microbatches;
     cfg->schedule = k->schedule;
     cfg->partition = k->stages > 1 ? BT_PARTITION_LAYOUT : BT_PARTITION_UNIFORM;
