@@ -285,6 +285,7 @@ static void fill_stage(const bt_profile *prof, const bt_placement_params *pp, co
     }
     out->bwd_ms += out->recompute_ms;
     out->b_ms += out->recompute_ms;
+    out->w_ms += out->recompute_ms; /* a split backward's W recomputes again (worker.c) */
     out->inflight = plan->inflight[k];
     out->peak_bytes = plan->stage_bytes[k];
     out->capacity = pb->capacity_known[d] ? pb->capacity[d] : UINT64_MAX;

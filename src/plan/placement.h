@@ -99,8 +99,9 @@ typedef struct bt_placement_stage {
     double fwd_ms, bwd_ms, step_ms;     /* per micro-batch (step: per step); bwd_ms includes
                                          * recomputation (recompute_ms of it) */
     double recompute_ms;
-    double b_ms, w_ms;                  /* split backward (zb-h1): the input-gradient part B
-                                         * (with recomputation) and the weight-gradient part W */
+    double b_ms, w_ms;                  /* split backward (zb-h1): the input-gradient part B and the
+                                         * weight-gradient part W, each with the recomputation
+                                         * (W recomputes again, exec/worker.c) */
     double send_act_ms, send_grad_ms;   /* to the next / previous stage */
     double stage_ms;            /* what the planner balanced: compute + outgoing transfer */
     double idle;                /* predicted idle share of the step, 0..1 */

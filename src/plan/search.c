@@ -166,10 +166,6 @@ static void try_one(const bt_search_params *sp, const choices *c, const bt_profi
     lp.recompute = k->recompute;
     lp.virtual_stages = k->chunks;
     memset(pl, 0, sizeof *pl);
-    if (k->recompute && k->schedule == BT_SCHEDULE_ZB_H1) {
-        snprintf(k->why, sizeof k->why, "recomputation is not combined with a split backward");
-        return;
-    }
     if (!prof) {
         snprintf(k->why, sizeof k->why, "no measurement at %lld samples, %d threads",
                  (long long)(sp->batch / k->microbatches), k->threads);
