@@ -1,5 +1,5 @@
-/* plan/search.c: the layout search (see search.h): stages x threads x micro-batches x schedule x
- * recomputation, each cut optimally and simulated by placement.c from the profile measured at its
+/* plan/search.c: the layout search (see search.h): stages x threads x micro-batches x schedule
+ * (interleaved 1F1B with each virtual chunk count that fits) x recomputation, each cut optimally and simulated by placement.c from the profile measured at its
  * micro-batch size and thread count; the fastest that fits wins.
  *
  * Data flow: profiles in, placement.h (partition DP + simulator) used, candidates out. */
@@ -209,9 +209,8 @@ bt_status bt_search_layouts(const bt_search_params *sp, const bt_search_point *p
             if (!thread_ok(sp, &c, p, t)) continue;
             for (int i = 0; i < c.n_mb; i++)
                 for (int s = 0; s < c.n_sched; s++)
-                    for (int v = 1; v <= BT_SEARCH_MAX_VIRTUAL; v++)
-                    for (int q = 0; q < c.n_rec; q++) {
-                        if (!virtual_ok(&c, c.sched[s], p, c.mb[i], v)) break;
+                    for (int v = 1; v <= BT_SEARCH_MAX_VIRTUAL; v++) /* interleaved's chunks; 1 for the rest */
+                    for (int q = 0; q < c.n_rec && virtual_ok(&c, c.sched[s], p, c.mb[i], v); q++) {
                         BT_TRY(grow(r, &cap));
                         bt_search_candidate *k = &r->cand[r->n];
                         memset(k, 0, sizeof *k);
