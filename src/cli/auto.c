@@ -114,7 +114,8 @@ int bt_cli_auto_search(const char *cmd, const bt_model *m, const bt_search_param
 }
 
 /* The fastest prediction not yet in idx[0..n) with a distinct layout (stages, threads,
- * micro-batches: schedule and recomputation variants of one layout differ only as predicted),
+ * micro-batches, interleaved's chunks: schedule and recomputation variants of one layout differ
+ * only as predicted, while v chunks per device bring hand-offs the simulator may misjudge),
  * within 1.5x of the best; kind 0: one stage only, 1: pipelines only, -1: either. -1 if none. */
 static int next_fastest(const bt_search_result *r, const int *idx, int n, int kind)
 {
@@ -126,7 +127,8 @@ static int next_fastest(const bt_search_result *r, const int *idx, int n, int ki
         int dup = 0;
         for (int j = 0; j < n && !dup; j++) {
             const bt_search_candidate *o = &r->cand[idx[j]];
-            dup = o->stages == k->stages && o->threads == k->threads && o->microbatches == k->microbatches;
+            dup = o->stages == k->stages && o->threads == k->threads && o->microbatches == k->microbatches &&
+                  o->chunks == k->chunks;
         }
         if (!dup && (pick < 0 || k->step_ms < r->cand[pick].step_ms ||
                      (k->step_ms == r->cand[pick].step_ms && k->peak_bytes < r->cand[pick].peak_bytes)))
