@@ -172,6 +172,7 @@ static void test_block_partition_measured(void)
     pp.repeats = 1;
     pp.warmup = 0;
     pp.transfer_bytes = 4096;
+    pp.handoff_repeats = 0;
     bt_profile *prof = NULL;
     CU_ASSERT_FATAL(bt_profile_measure(m->graph, "gpt", &pp, &prof) == BT_OK);
     /* every layer costs the same and transfers are free: 32 layers, the even 2-way cut (16) lies

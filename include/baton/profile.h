@@ -39,10 +39,13 @@ typedef struct bt_profile_params {
     uint64_t seed;                      /* fills the buffers */
     int fastest;                        /* 1: keep each layer's fastest run, not the median (a
                                            busy machine only ever slows a run down) */
+    int handoff_repeats;                /* training: alternations measuring the turn hand-off
+                                           (bt_profile_measure_handoff, up to 64); 0: not
+                                           measured, the profile's handoff_ms is 0 */
 } bt_profile_params;
 
 /* Defaults: devices "cpu:0", batch 32, 1 micro-batch, training, AdamW, 10 repeats after 2
- * warm-ups, 1 thread, 8 MiB transfers, seed 0. */
+ * warm-ups, 1 thread, 8 MiB transfers, seed 0, 5 hand-off alternations. */
 BT_API void bt_profile_params_init(bt_profile_params *params);
 
 /* Measures graph (a model named model_name, may be NULL) on the devices of params: opens them,
