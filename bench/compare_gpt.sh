@@ -7,8 +7,9 @@
 #      better setting;
 #   2. the fused attention's forward + backward (bench_gpt attention) against the same causal
 #      attention written in PyTorch;
-#   3. `baton generate` tokens/s with the KV cache against without it (CKPT: a checkpoint
-#      directory of gpt-shakespeare, e.g. from `baton run ... --checkpoint-dir`);
+#   3. `baton generate` tokens/s (bench/compare_generate.sh: the KV cache through 1 and 2 stages
+#      with 1 and 4 prompts in flight, without the cache, PyTorch with a KV cache; CKPT: a
+#      checkpoint directory of gpt-shakespeare, e.g. from `baton run ... --checkpoint-dir`);
 #   4. GPT-2 small (models/gpt2-small.yaml, 4 stages, batch 4 x 1024 tokens, synthetic tokens):
 #      the median step of 3 training steps (no peer: PyTorch's run of it does not fit the time).
 # Usage: bench/compare_gpt.sh BUILD_DIR [ROUNDS] [STEPS] [CKPT]
@@ -56,15 +57,7 @@ awk -v b="$(median $a_b)" -v t="$(median $a_t)" 'BEGIN {
   printf "causal attention T=256 C=256 4 heads batch 8, forward+backward, 1 thread: baton %.2f ms, pytorch %.2f ms, baton / pytorch speed %.2fx\n", b, t, t / b }'
 
 if [ -n "$ckpt" ]; then
-  g1=""; g0=""
-  for r in $(seq "$rounds"); do
-    k=$("$build/baton" generate models/gpt-shakespeare.yaml --weights "$ckpt" --prompt "ROMEO:" --tokens 200 --seed "$r" | awk '/tokens\/s/ {print $6}')
-    n=$("$build/baton" generate models/gpt-shakespeare.yaml --weights "$ckpt" --prompt "ROMEO:" --tokens 200 --seed "$r" --no-kv-cache | awk '/tokens\/s/ {print $6}')
-    echo "round $r: generate with KV cache $k tokens/s, without $n tokens/s"
-    g1="$g1 $k"; g0="$g0 $n"
-  done
-  awk -v k="$(median $g1)" -v n="$(median $g0)" 'BEGIN {
-    printf "generate 200 tokens: KV cache %.1f tokens/s, without %.1f tokens/s: %.2fx\n", k, n, k / n }'
+  "$here/compare_generate.sh" "$build" "$ckpt" "$rounds"
 fi
 
 g2=$("$build/baton" run models/gpt2-small.yaml --synthetic --steps 3 | awk '/^median step/ {print $3}')

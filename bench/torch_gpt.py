@@ -12,9 +12,14 @@ evaluation takes (src/train/lm.c: 200 batches of 12 windows spread evenly over t
 
 usage: torch_gpt.py [--steps N] [--threads K] [--eval-every N] [--text PATH] [--time-only]
        torch_gpt.py --attention T,C,HEADS,BATCH [--steps N] [--threads K]
+       torch_gpt.py --generate N [--prompts K] [--threads K]
 The second form times forward + backward of the causal attention written out (masked
 softmax(QK^T/sqrt(d))V on x [B, T, 3C], then an mse against zeros), as bench/bench_gpt.c
 times baton's fused op, and prints `torch_attention_ms M` (median).
+The third form samples N tokens after a 6-token prompt for K prompts at once (a batch of K, the
+way PyTorch decodes several sequences) from the model with its initial weights, with a KV cache
+per block and baton's window policy (a full context keeps its last T/2 tokens and is read again),
+and prints `torch_generate tokens_per_s R` (all new tokens over the whole time, prompt included).
 prints `step N loss L`, `eval step N loss L`, and at the end
 `torch_gpt steps N median_ms M tokens_per_s T val_loss V`.
 Run with Debian's /usr/bin/python3 and OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS set by the caller
@@ -107,9 +112,56 @@ def attention_bench(spec, steps, threads):
     return 0
 
 
+def generate_bench(tokens, prompts, threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    vocab = 90
+    m = GPT(vocab).eval()
+
+    def run(idx, caches, pos):  # idx [b, n] at positions pos.. ; caches: per block [k, v] or None
+        x = m.wte(idx) + m.wpe.weight[pos : pos + idx.shape[1]]
+        for i, blk in enumerate(m.h):
+            b, t, _ = x.shape
+            q, k, v = blk.c_attn(blk.ln_1(x)).split(C, dim=2)
+            q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
+            if caches[i] is not None:
+                k = torch.cat([caches[i][0], k], dim=2)
+                v = torch.cat([caches[i][1], v], dim=2)
+            caches[i] = (k, v)
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
+            s = s.masked_fill(~blk.mask[pos : pos + t, : pos + t], float("-inf"))
+            y = (F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, t, C)
+            x = x + blk.c_proj(y)
+            x = x + blk.mlp_proj(F.gelu(blk.c_fc(blk.ln_2(x))))
+        return m.lm_head(m.ln_f(x[:, -1]))
+
+    with torch.no_grad():
+        ctx = torch.randint(0, vocab, (prompts, 6))
+        t0 = time.perf_counter()
+        caches = [None] * L
+        logits = run(ctx, caches, 0)
+        for n in range(tokens):
+            tok = torch.multinomial(F.softmax(logits, dim=-1), 1)
+            if n + 1 == tokens:
+                break
+            if ctx.shape[1] == T:  # the window is full: its last half, read again
+                ctx = torch.cat([ctx[:, T - T // 2 :], tok], dim=1)
+                caches = [None] * L
+                logits = run(ctx, caches, 0)
+            else:
+                ctx = torch.cat([ctx, tok], dim=1)
+                logits = run(tok, caches, ctx.shape[1] - 1)
+        ms = (time.perf_counter() - t0) * 1000
+    print(f"generate {tokens} tokens x {prompts} prompts in {ms:.1f} ms\n"
+          f"torch_generate tokens_per_s {tokens * prompts / (ms / 1000):.1f}", flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--attention", default=None)
+    ap.add_argument("--generate", type=int, default=0)
+    ap.add_argument("--prompts", type=int, default=1)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-every", type=int, default=500)
@@ -119,6 +171,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.attention:
         return attention_bench(a.attention, a.steps, a.threads)
+    if a.generate:
+        return generate_bench(a.generate, a.prompts, a.threads)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     data = open(a.text, "rb").read()

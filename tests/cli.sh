@@ -278,13 +278,14 @@ fi
 
 # a language model on text: train, checkpoint with vocab.txt, generate; what is refused
 for i in $(seq 60); do echo "to be, or not to be: that is the question"; done >"$tmp/t.txt"
+# (16 tokens: exactly the characters of the text, so no sampled token falls outside vocab.txt)
 cat >"$tmp/lm.yaml" <<YAML
 format: 1
 inputs:
   idx: {shape: [8], dtype: i32}
   label: {shape: [8], dtype: i32}
 layers:
-  - {name: wte, op: embedding, args: {num: 20, dim: 8, std: 0.1}, from: idx}
+  - {name: wte, op: embedding, args: {num: 16, dim: 8, std: 0.1}, from: idx}
   - {name: wpe, op: pos_embedding, args: {std: 0.1}}
   - name: h
     repeat: 2
@@ -293,7 +294,7 @@ layers:
       - {name: qkv, op: linear, args: {out: 24}}
       - {name: attn, op: attention, args: {heads: 2}}
       - {name: res, op: add, from: [-1, -4]}
-  - {name: lm_head, op: linear, args: {out: 20, bias: false}, tie: wte}
+  - {name: lm_head, op: linear, args: {out: 16, bias: false}, tie: wte}
   - {name: loss, op: cross_entropy, from: [lm_head, label]}
 parallel: {pipeline: {stages: 2, microbatches: 2}}
 train: {batch: 4, steps: 3}
@@ -312,6 +313,39 @@ if expect_rc 0 "train on text" "$baton" run "$tmp/lm.yaml" --checkpoint-dir "$tm
     grep -q "^12 tokens in .* tokens/s (KV cache" "$tmp/out" || fail "generate: no rate line: $(tail -2 "$tmp/out")"
   fi
   expect_rc 0 "generate without the KV cache" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --tokens 5 --no-kv-cache
+  # through 1, 2 and 3 stages, three prompts in flight: the same texts; prompt 2 = prompt 2 alone
+  # with seed + 1; the same from --prompts FILE
+  printf 'be\nquestion\n' >"$tmp/prompts.txt"
+  for s in 1 2 3; do
+    if expect_rc 0 "generate, 3 prompts on $s stages" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --stages $s \
+        --prompt "to be" --prompts "$tmp/prompts.txt" --tokens 20 --top-k 4 --seed 3; then
+      sed '/^[0-9]* tokens in /,$d' "$tmp/out" >"$tmp/gen$s"
+      tests=$((tests + 1))
+      grep -q "^60 tokens in .* tokens/s overall (KV cache, $s stages\{0,1\}, 3 prompts in flight, stages busy" "$tmp/out" &&
+        grep -q "^  prompt 3: 20 tokens in" "$tmp/out" || fail "generate 3 prompts: no rate lines: $(tail -5 "$tmp/out")"
+    fi
+  done
+  tests=$((tests + 1))
+  cmp -s "$tmp/gen1" "$tmp/gen2" && cmp -s "$tmp/gen1" "$tmp/gen3" ||
+    fail "generate: 1, 2 and 3 stages differ: $(diff "$tmp/gen1" "$tmp/gen3" | head -5)"
+  if expect_rc 0 "generate prompt 2 alone" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --stages 2 \
+      --prompt be --tokens 20 --top-k 4 --seed 4; then
+    tests=$((tests + 1))
+    sed '/^20 tokens in /,$d' "$tmp/out" >"$tmp/alone"
+    awk '/^--- prompt 2 of 3 ---$/ {f = 1; next} /^--- prompt 3 of 3 ---$/ {f = 0} f' "$tmp/gen1" >"$tmp/second"
+    [ -s "$tmp/alone" ] && cmp -s "$tmp/alone" "$tmp/second" ||
+      fail "generate: prompt 2 alone (seed 4) differs from prompt 2 of 3 (seed 3): $(head -2 "$tmp/alone")"
+  fi
+  printf 'be\n\nquestion\n' >"$tmp/prompts2.txt"
+  if expect_rc 2 "generate: an empty line in --prompts" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" \
+      --prompts "$tmp/prompts2.txt"; then
+    tests=$((tests + 1))
+    grep -q "prompts2.txt: line 2 is empty" "$tmp/err" || fail "generate --prompts empty line: $(cat "$tmp/err")"
+  fi
+  if expect_rc 2 "generate --score with --prompt" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --score 2 --prompt be; then
+    tests=$((tests + 1))
+    grep -q "score scores validation windows; it takes no --prompt" "$tmp/err" || fail "generate --score --prompt: $(cat "$tmp/err")"
+  fi
   if expect_rc 0 "generate --score" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --score 3; then
     tests=$((tests + 1))
     grep -q "^3 validation windows of 8 tokens: mean loss \([0-9.]*\) by the KV-cache decoder, \1 by the engine" "$tmp/out" ||

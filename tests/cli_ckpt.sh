@@ -2,7 +2,7 @@
 # tests/cli_ckpt.sh: checkpoints and signals as `baton run` users meet them (issue 11). The
 # checkpoint directory is created like mkdir -p and refused before step 1 when it cannot be
 # used; numbered checkpoints beyond --keep-last are removed and checkpoint.safetensors is the
-# newest; --checkpoint-every without a directory, --resume with --init, a resume with another
+# newest; --checkpoint-shards writes shards and an index that --resume and predict read; --checkpoint-every without a directory, --resume with --init, a resume with another
 # batch size and missing files exit 2; --epochs beats train.steps; --init-partial lists what it
 # skipped; SIGINT mid-epoch finishes the step, writes a checkpoint, prints the summary and exits
 # 130, and resuming from it ends bit-identical to an uninterrupted run; SIGTERM exits 143; a
@@ -18,6 +18,18 @@ check() { # description test...
   "$@" || fail "$what"
 }
 no_steps() { ! grep -q '"step"\|^step ' "$tmp/out"; }
+
+# --checkpoint-shards in one process: a shard per stage and the index (the latest), resumed by --resume
+# and read by predict; without a directory it is refused (docs/checkpoints.md; tests/test_ckpt_shards)
+if expect_rc 0 "--checkpoint-shards" "$baton" run "$mlp" --steps 3 --checkpoint-dir "$tmp/sh" --checkpoint-shards; then
+  check "--checkpoint-shards writes 2 shards and the index: $(ls "$tmp/sh")" \
+    test "$(cd "$tmp/sh" && ls checkpoint* | tr '\n' ' ')" = \
+         "checkpoint-00000003-00001-of-00002.safetensors checkpoint-00000003-00002-of-00002.safetensors checkpoint-00000003.safetensors.index.json checkpoint.safetensors.index.json "
+  expect_rc 0 "--resume a sharded checkpoint" "$baton" run "$mlp" --steps 4 --resume "$tmp/sh"
+  expect_rc 0 "predict --weights a sharded checkpoint" "$baton" predict "$mlp" --weights "$tmp/sh" --data train
+fi
+expect_rc 2 "--checkpoint-shards without a directory" "$baton" run "$mlp" --steps 1 --checkpoint-shards &&
+  check "--checkpoint-shards without a directory names it" grep -q "sharded checkpoints were asked for" "$tmp/err"
 
 # the README's own example: a directory whose parents do not exist yet
 if expect_rc 0 "nested checkpoint dir" "$baton" run "$mlp" --steps 5 --checkpoint-dir "$tmp/runs/a/b" \

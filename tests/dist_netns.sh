@@ -87,7 +87,7 @@ equiv() { # D P layout
   moved=$(($(rx_bytes) - before))
   if [ "$moved" -lt 10000 ]; then bad "$tag: the veth carried only $moved bytes"; return; fi
   if m1=$(python3 "$cmp" losses "$tmp/ref.jsonl" "$tmp/$D-$P.jsonl" 1e-5) &&
-     m2=$(python3 "$cmp" tensors "$tmp/ref/checkpoint.safetensors" "$d/checkpoint.safetensors" 1e-5); then
+     m2=$(python3 "$cmp" tensors "$tmp/ref" "$d" 1e-5); then
     ok "$tag ($n0, $n1; $moved bytes received over the veth): $m1; $m2"
   else
     bad "$tag: $m1 ${m2:-}"

@@ -21,7 +21,11 @@
  *   - forward only (the stream schedule) on cuda:0,cuda:0,cuda:0 with 4 micro-batches and fewer
  *     slots, so a slot is reused while the previous micro-batch's copy may still read it: the
  *     logits (layer head) of several batches equal the one-stage CPU forward's within 1e-4, in
- *     f32, bf16 and f16 (with feeds the precision cannot hold: both backends round them). */
+ *     f32, bf16 and f16 (with feeds the precision cannot hold: both backends round them);
+ *   - generation (bt_generate_batch) of a language model without attention through cuda:0 (with
+ *     cuda:0,cuda:0 on the local path and cpu:0,cuda:0 on the host path) gives the greedy tokens
+ *     of the CPU; a model with attention on a GPU stage is refused, naming the layer (the decode
+ *     kernels with a KV cache are the CPU's only). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -339,6 +343,95 @@ static void test_forward_only_matches_cpu(void)
     bt_graph_destroy(g);
 }
 
+static const char lm_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [6], dtype: i32}\n"
+    "  label: {shape: [6], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 11, dim: 16, std: 0.5}, from: idx}\n"
+    "  - {name: fc, op: linear, args: {out: 32}, act: gelu}\n"
+    "  - {name: ln, op: layernorm}\n"
+    "  - {name: head, op: linear, args: {out: 11}}\n"
+    "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+
+static bt_engine *lm_engine(const bt_model *m, const char *devices, int stages, bt_engine *weights_from)
+{
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.devices = devices;
+    p.parallel.stages = stages;
+    p.batch = 1;
+    p.threads = 1;
+    p.seed = 3;
+    p.training = 0;
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    for (int i = 0; weights_from && i < bt_graph_num_params(m->graph); i++) {
+        bt_param_info pi;
+        bt_graph_param(m->graph, i, &pi);
+        size_t bytes = (size_t)bt_shape_numel(&pi.shape) * sizeof(float);
+        float *buf = malloc(bytes);
+        CU_ASSERT_FATAL(bt_engine_read_param(weights_from, pi.name, buf, bytes) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_write_param(e, pi.name, buf, bytes) == BT_OK);
+        free(buf);
+    }
+    return e;
+}
+
+static void test_generate_on_gpu(void)
+{
+    bt_model *m = NULL;
+    CU_ASSERT_FATAL(bt_model_load_string(lm_yaml, strlen(lm_yaml), "lm.yaml", NULL, 0, &m) == BT_OK);
+    bt_engine *cpu = lm_engine(m, "cpu:0", 1, NULL);
+    static const char *const devices[] = {"cuda:0", "cuda:0,cuda:0", "cpu:0,cuda:0"};
+    const int32_t p0[] = {1, 2}, p1[] = {3}, p2[] = {4, 5, 6, 7, 8};
+    const int32_t *prompts[3] = {p0, p1, p2};
+    const int64_t lens[3] = {2, 1, 5};
+    bt_generate_params gp;
+    bt_generate_params_init(&gp);
+    gp.tokens = 9; /* past T = 6: every window is read again */
+    gp.top_k = 1;
+    int32_t ref[3][9], got[3][9];
+    int32_t *ref_out[3] = {ref[0], ref[1], ref[2]}, *got_out[3] = {got[0], got[1], got[2]};
+    CU_ASSERT_FATAL(bt_generate_batch(cpu, m->graph, 3, prompts, lens, &gp, ref_out, NULL, NULL) == BT_OK);
+    for (int d = 0; d < 3; d++) {
+        bt_engine *e = lm_engine(m, devices[d], d == 0 ? 1 : 2, cpu);
+        bt_generate_stats total;
+        memset(got, 0xff, sizeof got);
+        bt_status st = bt_generate_batch(e, m->graph, 3, prompts, lens, &gp, got_out, NULL, &total);
+        if (st != BT_OK) printf("\n  %s: %s\n", devices[d], bt_last_error());
+        CU_ASSERT(st == BT_OK);
+        CU_ASSERT(total.stages == (d == 0 ? 1 : 2));
+        if (memcmp(got, ref, sizeof ref) != 0) printf("\n  %s: tokens differ from the CPU's\n", devices[d]);
+        CU_ASSERT(memcmp(got, ref, sizeof ref) == 0);
+        bt_engine_destroy(e);
+    }
+    bt_engine_destroy(cpu);
+    bt_model_destroy(m);
+    /* attention on a GPU stage: refused, naming the layer and the device */
+    static const char attn_yaml[] =
+        "format: 1\n"
+        "inputs:\n"
+        "  idx: {shape: [6], dtype: i32}\n"
+        "  label: {shape: [6], dtype: i32}\n"
+        "layers:\n"
+        "  - {name: wte, op: embedding, args: {num: 11, dim: 16}, from: idx}\n"
+        "  - {name: qkv, op: linear, args: {out: 48}}\n"
+        "  - {name: attn, op: attention, args: {heads: 2}}\n"
+        "  - {name: head, op: linear, args: {out: 11}}\n"
+        "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+    CU_ASSERT_FATAL(bt_model_load_string(attn_yaml, strlen(attn_yaml), "attn.yaml", NULL, 0, &m) == BT_OK);
+    bt_engine *e = lm_engine(m, "cuda:0", 1, NULL);
+    CU_ASSERT(bt_generate_batch(e, m->graph, 3, prompts, lens, &gp, got_out, NULL, NULL) == BT_ERR_UNSUPPORTED);
+    CU_ASSERT(strstr(bt_last_error(), "layer 'attn' (op attention)") != NULL &&
+              strstr(bt_last_error(), "cuda:0") != NULL);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
 /* No usable GPU: a skip (77), or a failure (1) where BT_REQUIRE_GPU is set to anything but "" or
  * "0" (scripts/gpu-check.sh sets it: on a GPU machine a broken driver must not pass as a skip). */
 static int no_gpu(const char *test, cudaError_t err)
@@ -366,6 +459,7 @@ int main(void)
         {"instruction records come from device events", test_records_from_events},
         {"pinned feeds = ordinary feeds", test_pinned_feeds},
         {"forward only on 3 logical stages = CPU (f32, bf16, f16)", test_forward_only_matches_cpu},
+        {"generate through GPU stages = CPU; attention on a GPU refused", test_generate_on_gpu},
         {NULL, NULL}};
     return bt_test_main("cuda_engine", cases);
 }

@@ -9,6 +9,10 @@
  *     copies are bit-identical after every step;
  *   - generation: the decoder with its KV cache scores a window exactly as the engine's forward
  *     does (f64), and samples the same tokens as the cache-free path that reruns the window;
+ *   - generation through the pipeline: 4 prompts in flight through 1, 2, 3 and 4 stages (and a cut
+ *     whose value skips a stage; host and staged paths) get the one-stage engine's tokens, greedy
+ *     and sampled, past the context window; each prompt alone with seed + its index gets the same;
+ *     scoring through every stage count equals the forward (f64);
  *   - checkpoints of a tied model hold the tensor once (wte.weight, no lm_head.weight), and a
  *     resume on another placement (3 stages, 2 micro-batches -> 1 stage, 1) continues to float
  *     rounding, the tied copy restored from the source;
@@ -459,6 +463,134 @@ static void test_generate(void)
     bt_model_destroy(m);
 }
 
+/* A batch-1 inference engine on `stages` stages (layout: a cut string, or NULL for the default
+ * partition) with the weights of src. */
+static bt_engine *copy_engine(const bt_model *m, bt_engine *src, int stages, const char *layout,
+                              bt_transfer_mode transfer)
+{
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.stages = stages;
+    p.transfer = transfer;
+    if (layout) {
+        p.parallel.partition = BT_PARTITION_LAYOUT;
+        p.parallel.layout = layout;
+    }
+    p.batch = 1;
+    p.dtype = BT_F64;
+    p.threads = 1;
+    p.training = 0;
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    for (int i = 0; i < bt_graph_num_params(m->graph); i++) {
+        bt_param_info pi;
+        bt_graph_param(m->graph, i, &pi);
+        size_t bytes = (size_t)bt_shape_numel(&pi.shape) * 8;
+        double *buf = malloc(bytes);
+        CU_ASSERT_FATAL(bt_engine_read_param(src, pi.name, buf, bytes) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_write_param(e, pi.name, buf, bytes) == BT_OK);
+        free(buf);
+    }
+    return e;
+}
+
+#define NP 4  /* prompts */
+#define NT 20 /* tokens each: past T = 9, so every prompt's window is read again several times */
+
+/* Decoding through 1 to 4 stages (and a cut that sends a value past a stage) gives every prompt
+ * the tokens the one-stage engine gives it, greedy and sampled; prompts in flight together give
+ * what each gives alone with seed + its index; within the window the KV cache gives what the
+ * forward over the whole window gives; scoring agrees with the forward on every stage count. */
+static void test_generate_pipelined(void)
+{
+    bt_model *m = load_gpt(1);
+    bt_engine *trained = make_engine(m, 2, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-2);
+    int32_t idx[4 * T], label[4 * T];
+    fill_tokens(idx, label, 4, 11);
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    for (int s = 0; s < 5; s++) CU_ASSERT_FATAL(bt_engine_train_step(trained, feeds, 2, &r) == BT_OK);
+    /* skip: h.0.res1 on stage 2 reads wpe's output from stage 0 */
+    static const char skip_layout[] = "wte,wpe | h.0.ln_1,h.0.c_attn,h.0.attn,h.0.c_proj | h.0.res1,h.0.ln_2,"
+                                      "h.0.c_fc,h.0.mlp_proj,h.0.res2,h.1 | h.2,ln_f,lm_head,loss";
+    enum { N_ENG = 7 };
+    bt_engine *eng[N_ENG];
+    for (int s = 0; s < 4; s++) eng[s] = copy_engine(m, trained, s + 1, NULL, BT_TRANSFER_AUTO);
+    eng[4] = copy_engine(m, trained, 4, skip_layout, BT_TRANSFER_AUTO);
+    /* the rows through host memory (the path between different devices) */
+    eng[5] = copy_engine(m, trained, 3, NULL, BT_TRANSFER_HOST);
+    eng[6] = copy_engine(m, trained, 4, skip_layout, BT_TRANSFER_STAGED);
+    const int32_t p0[] = {1, 2, 3}, p1[] = {4}, p2[] = {5, 6, 7, 8, 9, 10, 11, 12, 0, 1, 2}, p3[] = {7, 7};
+    const int32_t *prompts[NP] = {p0, p1, p2, p3};
+    const int64_t lens[NP] = {3, 1, 11, 2};
+    for (int sampled = 0; sampled < 2; sampled++) {
+        bt_generate_params gp;
+        bt_generate_params_init(&gp);
+        gp.tokens = NT;
+        gp.seed = 5;
+        gp.top_k = sampled ? 6 : 1;
+        gp.temperature = sampled ? 0.9 : 1.0;
+        int32_t ref[NP][NT], got[NP][NT];
+        int32_t *ref_out[NP] = {ref[0], ref[1], ref[2], ref[3]}, *got_out[NP] = {got[0], got[1], got[2], got[3]};
+        bt_generate_stats per[NP], total;
+        CU_ASSERT_FATAL(bt_generate_batch(eng[0], m->graph, NP, prompts, lens, &gp, ref_out, per, &total) == BT_OK);
+        CU_ASSERT(total.stages == 1 && total.tokens_per_s > 0 && total.busy > 0 && total.busy <= 1.0 + 1e-9);
+        static const int stages_of[N_ENG] = {1, 2, 3, 4, 4, 3, 4};
+        for (int e = 1; e < N_ENG; e++) {
+            memset(got, 0xff, sizeof got);
+            CU_ASSERT_FATAL(bt_generate_batch(eng[e], m->graph, NP, prompts, lens, &gp, got_out, per, &total) == BT_OK);
+            CU_ASSERT(total.stages == stages_of[e]);
+            if (memcmp(got, ref, sizeof ref) != 0) printf("\n  engine %d (sampled %d): tokens differ\n", e, sampled);
+            CU_ASSERT(memcmp(got, ref, sizeof ref) == 0);
+        }
+        /* each prompt alone, with seed + its index */
+        for (int q = 0; q < NP; q++) {
+            bt_generate_params one = gp;
+            one.seed = gp.seed + (uint64_t)q;
+            int32_t alone[NT];
+            CU_ASSERT_FATAL(bt_generate(eng[2], m->graph, prompts[q], lens[q], &one, alone, NULL) == BT_OK);
+            if (memcmp(alone, ref[q], sizeof alone) != 0) printf("\n  prompt %d alone differs (sampled %d)\n", q, sampled);
+            CU_ASSERT(memcmp(alone, ref[q], sizeof alone) == 0);
+        }
+        /* within the window: the KV cache = the forward over the window (prompt p0: 3 + 6 = T) */
+        bt_generate_params win = gp;
+        win.tokens = T - 3;
+        int32_t a[T], b[T];
+        CU_ASSERT_FATAL(bt_generate(eng[3], m->graph, p0, 3, &win, a, NULL) == BT_OK);
+        win.kv_cache = 0;
+        CU_ASSERT_FATAL(bt_generate(eng[1], m->graph, p0, 3, &win, b, NULL) == BT_OK);
+        CU_ASSERT(memcmp(a, b, (size_t)(T - 3) * sizeof *a) == 0);
+    }
+    /* scoring through every stage count agrees with the forward */
+    double per_sample[4];
+    CU_ASSERT_FATAL(bt_engine_forward(trained, feeds, 2, per_sample, &r) == BT_OK);
+    for (int e = 0; e < N_ENG; e++)
+        for (int b = 0; b < 4; b++) {
+            int32_t seq[T + 1];
+            memcpy(seq, idx + b * T, sizeof(int32_t) * T);
+            seq[T] = label[b * T + T - 1];
+            double loss = 0;
+            CU_ASSERT_FATAL(bt_generate_score(eng[e], m->graph, seq, T + 1, &loss) == BT_OK);
+            CU_ASSERT(fabs(loss - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
+        }
+    /* a bad token in the second prompt is named */
+    const int32_t bad[] = {1, V};
+    const int32_t *bad_prompts[2] = {p0, bad};
+    const int64_t bad_lens[2] = {3, 2};
+    int32_t o0[NT], o1[NT];
+    int32_t *outs[2] = {o0, o1};
+    bt_generate_params gp;
+    bt_generate_params_init(&gp);
+    gp.tokens = 3;
+    CU_ASSERT(bt_generate_batch(eng[1], m->graph, 2, bad_prompts, bad_lens, &gp, outs, NULL, NULL) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "prompt 1: prompt token 13 at 1") != NULL);
+    for (int e = 0; e < N_ENG; e++) bt_engine_destroy(eng[e]);
+    bt_engine_destroy(trained);
+    bt_model_destroy(m);
+}
+
 static void test_tied_checkpoint(void)
 {
     bt_model *m = load_gpt(1);
@@ -581,6 +713,7 @@ int main(void)
         {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
         {"generate: KV-cache decoder = forward; with = without the cache", test_generate},
+        {"generate through 1-4 stages, prompts in flight = one stage = alone", test_generate_pipelined},
         {"tie: checkpoints store the tensor once; resume elsewhere", test_tied_checkpoint},
         {"text data: vocabulary, llm.c shards, windows", test_text_data},
         {NULL, NULL},

@@ -208,6 +208,27 @@ BT_API int bt_engine_rank(const bt_engine *engine);
  * or save the whole model. In one process: nothing to do. */
 BT_API bt_status bt_engine_sync_params(bt_engine *engine);
 
+/* ---- checkpoints across processes (docs/checkpoints.md; src/exec/engine_ckpt.c) ---- */
+/* Processes in the job: 1 in one process. */
+BT_API int bt_engine_ranks(const bt_engine *engine);
+/* The stage that holds parameter name (*stage), or BT_ERR_INVALID_ARG naming it. */
+BT_API bt_status bt_engine_param_stage(const bt_engine *engine, const char *name, int *stage);
+/* 1 when this process runs stage and holds its memory (a resume writes its tensors here): in one
+ * process every stage, across processes every replica of its own stage. */
+BT_API int bt_engine_runs_stage(const bt_engine *engine, int stage);
+/* 1 when this process writes stage's tensors into a checkpoint: in one process every stage, across
+ * processes replica 0 of each stage (the replicas hold the same weights). */
+BT_API int bt_engine_owns_stage(const bt_engine *engine, int stage);
+/* Collective across processes (every rank calls it): with parallel.zero: 1 each stage's optimizer
+ * state, spread over its replicas, is gathered whole on each of them, so its owner can read every
+ * tensor (the next step spreads it again). Otherwise, and in one process, nothing to do. */
+BT_API bt_status bt_engine_gather_state(bt_engine *engine);
+/* Collective across processes: each rank gives its status (and, when it failed, its message from
+ * bt_last_error); every rank gets BT_OK when all succeeded, or else the status of the lowest
+ * failing rank with its message, prefixed "rank R (stage S, replica D): " on the other ranks.
+ * Waits at most timeout_s (<= 0: the engine's watchdog). In one process: returns mine. */
+BT_API bt_status bt_engine_agree(bt_engine *engine, bt_status mine, double timeout_s);
+
 #ifdef __cplusplus
 }
 #endif

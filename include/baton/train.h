@@ -9,7 +9,11 @@
  * nothing in them depends on the placement (saved from 2 stages, resumed on 3). A checkpoint
  * directory holds "checkpoint-<step>.safetensors" files (the last keep_last of them) and
  * "checkpoint.safetensors", a hard link to the newest: give the directory to resume from the
- * latest. See docs/c-api.md (Training) and docs/model-format.md (Checkpoints). */
+ * latest. A sharded checkpoint (every job across processes, or on request) is one safetensors
+ * shard per stage plus an index in Hugging Face's form, "checkpoint-<step>.safetensors.index.json",
+ * with "checkpoint.safetensors.index.json" the link to the newest; every reader below takes either
+ * layout (the directory, the index or the file). See docs/c-api.md (Training) and
+ * docs/checkpoints.md. */
 #ifndef BATON_TRAIN_H
 #define BATON_TRAIN_H
 
@@ -40,9 +44,19 @@ typedef struct bt_checkpoint_meta {
 /* Writes dir/checkpoint-<position>.safetensors (position: epoch x batches_per_epoch +
  * batch_index, or step when batches_per_epoch is 0) with the engine's parameters, optimizer state
  * and meta, atomically, creates dir and its parents when missing, and points
- * dir/checkpoint.safetensors at it. Keeps every older numbered file. */
+ * dir/checkpoint.safetensors at it. Keeps every older numbered file. An engine that is one rank of
+ * a job across processes writes a sharded checkpoint instead (bt_checkpoint_save_sharded), and
+ * then every rank must call it. */
 BT_API bt_status bt_checkpoint_save(const bt_engine *engine, const bt_graph *graph, const char *dir,
                                     const bt_checkpoint_meta *meta);
+/* The same checkpoint as shards: dir/checkpoint-<position>-<s>-of-<P>.safetensors, one per stage
+ * with tensors, written in parallel by the stages' owners (bt_engine_owns_stage: in one process a
+ * thread per stage), then, once every shard is complete, dir/checkpoint-<position>.safetensors
+ * .index.json (Hugging Face's form: metadata with total_size and the training state, and
+ * weight_map from each tensor to its shard) atomically, and dir/checkpoint.safetensors.index.json
+ * pointed at it. Collective across processes (every rank calls it). */
+BT_API bt_status bt_checkpoint_save_sharded(bt_engine *engine, const bt_graph *graph, const char *dir,
+                                            const bt_checkpoint_meta *meta);
 /* Restores parameters, optimizer state and the step counter from dir's latest checkpoint (or a
  * .safetensors path) and fills meta. Every parameter must be present with its exact shape and
  * checksum; anything missing, extra, mismatched or corrupt is refused, naming it, before the
@@ -92,6 +106,8 @@ typedef struct bt_trainer_opts {
      * (when checkpoint_dir is set), skips the evaluation, and bt_trainer_run returns BT_OK with
      * bt_trainer_stopped_at set. A signal handler may set it. NULL: never. */
     volatile sig_atomic_t *stop;
+    int checkpoint_shards;     /* 1: sharded checkpoints (one shard per stage, written in parallel, and
+                                  an index) in one process too; across processes they always are */
 } bt_trainer_opts;
 
 /* Fills opts with the defaults: every field zero (steps 0 and epochs 0: one epoch; eval_every 0:

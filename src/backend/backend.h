@@ -24,6 +24,9 @@ typedef enum bt_copy_kind { BT_COPY_D2D = 0, BT_COPY_D2H = 1, BT_COPY_H2D = 2 } 
 
 /* run_op's third argument for the weight-gradient half of a split backward (op->*_backward_weight) */
 #define BT_RUN_WEIGHT 2
+/* run_op's third argument for one position of one sequence (op->cpu_decode where the op has one,
+ * else its forward; call->position and call->cache set): only on a backend with runs_decode */
+#define BT_RUN_DECODE 3
 
 typedef struct bt_backend {
     const char *name;                                 /* "cpu", "cuda" */
@@ -33,6 +36,9 @@ typedef struct bt_backend {
      * shared by the logical stages opened on it). The engine's admission check groups stages by
      * this, never by device name. */
     int shares_host_memory;
+    /* 1: run_op takes BT_RUN_DECODE (the CPU). 0: ops with a decode kernel (attention's KV cache)
+     * cannot decode on this backend; exec/decode.c refuses them, naming the layer. */
+    int runs_decode;
     /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). A
      * negative count is a preference (-threads) the backend may replace by a count already in
      * effect (CPU: OpenBLAS's one count per process); a positive one is required. */
@@ -48,7 +54,8 @@ typedef struct bt_backend {
     bt_status (*from_host)(bt_device *dev, void *dst, const void *src, size_t bytes);
     /* dst += src, n elements of dtype (gradient accumulation across stages). */
     bt_status (*accumulate)(bt_device *dev, bt_dtype dtype, void *dst, const void *src, size_t n);
-    /* backward: 0 forward, 1 backward, BT_RUN_WEIGHT the op's weight gradient (backward_weight) */
+    /* backward: 0 forward, 1 backward, BT_RUN_WEIGHT the op's weight gradient (backward_weight),
+     * BT_RUN_DECODE one decoding position (runs_decode backends only) */
     bt_status (*run_op)(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call);
     /* Sum of squares of every element of count arrays (global-norm clipping): one wait for the
      * device. Infinity or NaN in the input gives a non-finite sum (f16 overflow checks). */

@@ -1,10 +1,14 @@
 /* cli/cmd_generate.c: `baton generate MODEL --weights CKPT --prompt TEXT --tokens N`: samples text
  * from a language model trained by `baton run` on text data. The vocabulary comes from vocab.txt
- * beside the weights (the checkpoint directory `run` wrote). Prints the prompt and what follows,
- * then the tokens per second; --no-kv-cache reruns the whole window for every token through the
- * engine's forward (the comparison the KV cache is measured against). --score N scores N windows
- * of T + 1 tokens spread evenly over the validation split of the model's text data, with the
- * cached decoder (bt_generate_score) and with the engine's forward, and prints both mean losses. */
+ * beside the weights (the checkpoint directory `run` wrote). The engine is built as `run` places
+ * the model (--stages, --devices, the file's parallel: section), and the tokens stream through its
+ * stages (bt_generate_batch); several prompts (--prompt repeated, --prompts FILE with one per
+ * line) are in flight at once, prompt i sampling with seed + i. Prints each prompt and what
+ * follows, then the tokens per second overall and per prompt; --no-kv-cache reruns the whole
+ * window for every token through the engine's forward (the comparison the KV cache is measured
+ * against). --score N scores N windows of T + 1 tokens spread evenly over the validation split of
+ * the model's text data, with the decoder (bt_generate_score) and with the engine's forward, and
+ * prints both mean losses. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,23 +22,86 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: baton generate MODEL.yaml --weights CKPT [--prompt TEXT] [--tokens N] [--temperature T]\n"
-               "                      [--top-k K] [--seed S] [--no-kv-cache] [--devices LIST] [--stages N]\n"
+    fprintf(f, "usage: baton generate MODEL.yaml --weights CKPT [--prompt TEXT]... [--prompts FILE] [--tokens N]\n"
+               "                      [--temperature T] [--top-k K] [--seed S] [--no-kv-cache] [--devices LIST]\n"
+               "                      [--stages N] [--score N]\n"
                "\n"
-               "Samples N tokens (default 200) after TEXT (default a newline) from a language model trained on\n"
-               "text data. CKPT is the checkpoint directory `baton run --checkpoint-dir` wrote (its\n"
-               "checkpoint.safetensors and vocab.txt) or a .safetensors file with vocab.txt beside it.\n"
+               "Samples N tokens (default 200) after each prompt (default a newline) from a language model trained\n"
+               "on text data, the tokens streaming through the model's pipeline stages. CKPT is the checkpoint\n"
+               "directory `baton run --checkpoint-dir` wrote (its latest checkpoint, one file or sharded, and\n"
+               "vocab.txt), or a .safetensors file or a sharded checkpoint's .index.json with vocab.txt beside it.\n"
+               "  --prompt TEXT     a prompt; repeat it for several, all in flight through the stages at once\n"
+               "  --prompts FILE    one prompt per line (after those of --prompt); prompt i samples with seed S + i\n"
                "  --temperature T   > 0 (default 1)      --top-k K   sample among the K most likely (0: all)\n"
                "  --no-kv-cache     recompute the whole context for every token (slower; for comparison)\n"
                "  --score N         instead: the mean per-token loss of N validation windows, by the\n"
                "                    decoder and by the engine's forward\n");
 }
 
-/* vocab.txt in the directory CKPT, or beside the file CKPT. */
+/* The prompts: --prompt's, then --prompts FILE's lines (each non-empty). */
+typedef struct prompt_list {
+    char **text;
+    int n, cap;
+} prompt_list;
+
+static int add_prompt(prompt_list *l, const char *text, size_t len)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        char **t = realloc(l->text, (size_t)cap * sizeof *t);
+        if (!t) return 0;
+        l->text = t;
+        l->cap = cap;
+    }
+    if (!(l->text[l->n] = malloc(len + 1))) return 0;
+    memcpy(l->text[l->n], text, len);
+    l->text[l->n++][len] = '\0';
+    return 1;
+}
+
+static void free_prompts(prompt_list *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->text[i]);
+    free(l->text);
+}
+
+static int read_prompts(const char *path, prompt_list *l)
+{
+    unsigned char *text = NULL;
+    size_t n = 0;
+    bt_status st = bt_text_read(path, &text, &n);
+    if (st != BT_OK) {
+        bt_cli_print_error("generate");
+        return BT_EXIT_USAGE;
+    }
+    int rc = BT_EXIT_OK, line = 0;
+    for (size_t at = 0; at < n && rc == BT_EXIT_OK;) {
+        const unsigned char *nl = memchr(text + at, '\n', n - at);
+        size_t end = nl ? (size_t)(nl - text) : n;
+        line++;
+        if (end == at) {
+            fprintf(stderr, "baton generate: --prompts %s: line %d is empty (every line is a prompt)\n", path, line);
+            rc = BT_EXIT_USAGE;
+        } else if (!add_prompt(l, (const char *)text + at, end - at)) {
+            rc = bt_cli_fail("generate", bt_error(BT_ERR_NOMEM, "out of memory"));
+        }
+        at = end + 1;
+    }
+    if (rc == BT_EXIT_OK && line == 0) {
+        fprintf(stderr, "baton generate: --prompts %s holds no prompt\n", path);
+        rc = BT_EXIT_USAGE;
+    }
+    free(text);
+    return rc;
+}
+
+/* vocab.txt in the directory CKPT, or beside the file CKPT (a .safetensors file or a sharded
+ * checkpoint's .index.json). */
 static char *vocab_path(const char *weights)
 {
     size_t n = strlen(weights);
-    if (n > 12 && strcmp(weights + n - 12, ".safetensors") == 0) {
+    if ((n > 12 && strcmp(weights + n - 12, ".safetensors") == 0) ||
+        (n > 11 && strcmp(weights + n - 11, ".index.json") == 0)) {
         const char *slash = strrchr(weights, '/');
         return slash ? bt_strfmt("%.*s/vocab.txt", (int)(slash - weights), weights) : bt_strdup("vocab.txt");
     }
@@ -103,6 +170,41 @@ done:
     return rc;
 }
 
+/* Prints each prompt and its tokens, then the rates: overall first (the line bench/ reads). */
+static int print_results(const prompt_list *prompts, const bt_vocab *vocab, const bt_generate_params *gp,
+                         int32_t *const *out, const bt_generate_stats *per, const bt_generate_stats *total)
+{
+    const int k = prompts->n;
+    for (int q = 0; q < k; q++) {
+        if (k > 1) printf("%s--- prompt %d of %d ---\n", q ? "\n" : "", q + 1, k);
+        fputs(prompts->text[q], stdout);
+        for (int64_t t = 0; t < gp->tokens; t++) {
+            if (out[q][t] < 0 || out[q][t] >= vocab->size)
+                return bt_cli_fail("generate", bt_error(BT_ERR_INVALID_ARG, "token %d is outside vocab.txt's %d",
+                                                        (int)out[q][t], vocab->size));
+            fputc(vocab->byte[out[q][t]], stdout);
+        }
+        fputc('\n', stdout);
+    }
+    char how[160];
+    if (!gp->kv_cache) snprintf(how, sizeof how, "no KV cache: the window rerun per token");
+    else
+        snprintf(how, sizeof how, "KV cache, %d stage%s, %d prompt%s in flight, stages busy %.0f%%", total->stages,
+                 total->stages == 1 ? "" : "s", k, k == 1 ? "" : "s", 100.0 * total->busy);
+    if (k == 1) {
+        printf("\n%lld tokens in %.1f ms: %.1f tokens/s (%s; prompt %zu tokens in %.1f ms)\n", (long long)gp->tokens,
+               per[0].generate_ms, per[0].tokens_per_s, how, strlen(prompts->text[0]), per[0].prompt_ms);
+        return BT_EXIT_OK;
+    }
+    printf("\n%lld tokens in %.1f ms: %.1f tokens/s overall (%s)\n", (long long)gp->tokens * k, total->generate_ms,
+           total->tokens_per_s, how);
+    for (int q = 0; q < k; q++)
+        printf("  prompt %d: %lld tokens in %.1f ms, %.1f tokens/s (prompt of %zu tokens read by %.1f ms)\n", q + 1,
+               (long long)gp->tokens, per[q].generate_ms, per[q].tokens_per_s, strlen(prompts->text[q]),
+               per[q].prompt_ms);
+    return BT_EXIT_OK;
+}
+
 int bt_cmd_generate(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -111,11 +213,12 @@ int bt_cmd_generate(int argc, char **argv)
         {"top-k", required_argument, NULL, 'k'},   {"seed", required_argument, NULL, 's'},
         {"no-kv-cache", no_argument, NULL, 'N'},   {"devices", required_argument, NULL, 'd'},
         {"stages", required_argument, NULL, 'S'},  {"help", no_argument, NULL, 'h'},
-        {"score", required_argument, NULL, 'C'},
+        {"score", required_argument, NULL, 'C'},   {"prompts", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     memset(&mo, 0, sizeof mo);
-    const char *weights = NULL, *prompt = "\n";
+    const char *weights = NULL, *prompts_file = NULL, *tokens_given = NULL;
+    prompt_list prompts = {0};
     bt_generate_params gp;
     bt_generate_params_init(&gp);
     gp.tokens = 200;
@@ -126,49 +229,79 @@ int bt_cmd_generate(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'w': weights = optarg; break;
-        case 'p': prompt = optarg; break;
+        case 'p':
+            if (*optarg == '\0') {
+                fprintf(stderr, "baton generate: --prompt must not be empty\n");
+                free_prompts(&prompts);
+                return BT_EXIT_USAGE;
+            }
+            if (!add_prompt(&prompts, optarg, strlen(optarg))) {
+                free_prompts(&prompts);
+                return bt_cli_fail("generate", bt_error(BT_ERR_NOMEM, "out of memory"));
+            }
+            break;
+        case 'P': prompts_file = optarg; break;
         case 'n':
-            if ((rc = bt_cli_parse_int("generate", "--tokens", optarg, 0, 1000000, &ll)) != BT_EXIT_OK) return rc;
+            if ((rc = bt_cli_parse_int("generate", "--tokens", optarg, 0, 1000000, &ll)) != BT_EXIT_OK) goto parse_fail;
             gp.tokens = ll;
+            tokens_given = optarg;
             break;
         case 't': {
             char *end;
             gp.temperature = strtod(optarg, &end);
             if (*optarg == '\0' || *end != '\0' || !(gp.temperature > 0) || gp.temperature > 1e6) {
                 fprintf(stderr, "baton generate: --temperature wants a number above 0, not '%s'\n", optarg);
-                return BT_EXIT_USAGE;
+                rc = BT_EXIT_USAGE;
+                goto parse_fail;
             }
             break;
         }
         case 'k':
-            if ((rc = bt_cli_parse_int32("generate", "--top-k", optarg, 0, 1 << 20, &gp.top_k)) != BT_EXIT_OK) return rc;
+            if ((rc = bt_cli_parse_int32("generate", "--top-k", optarg, 0, 1 << 20, &gp.top_k)) != BT_EXIT_OK)
+                goto parse_fail;
             break;
         case 's':
-            if ((rc = bt_cli_parse_u64("generate", "--seed", optarg, &seed)) != BT_EXIT_OK) return rc;
+            if ((rc = bt_cli_parse_u64("generate", "--seed", optarg, &seed)) != BT_EXIT_OK) goto parse_fail;
             gp.seed = seed;
             break;
         case 'N': gp.kv_cache = 0; break;
         case 'C':
-            if ((rc = bt_cli_parse_int("generate", "--score", optarg, 1, 1000000, &score)) != BT_EXIT_OK) return rc;
+            if ((rc = bt_cli_parse_int("generate", "--score", optarg, 1, 1000000, &score)) != BT_EXIT_OK)
+                goto parse_fail;
             break;
         case 'd': mo.devices = optarg; break;
         case 'S':
             if ((rc = bt_cli_parse_int32("generate", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages)) != BT_EXIT_OK)
-                return rc;
+                goto parse_fail;
             break;
-        case 'h': usage(stdout); return BT_EXIT_OK;
-        default: fprintf(stderr, "baton generate: see baton generate --help\n"); return BT_EXIT_USAGE;
+        case 'h': usage(stdout); free_prompts(&prompts); return BT_EXIT_OK;
+        default: fprintf(stderr, "baton generate: see baton generate --help\n"); rc = BT_EXIT_USAGE; goto parse_fail;
         }
     }
-    if ((rc = bt_cli_take_positional("generate", argc, argv, optind, &mo)) != BT_EXIT_OK) return rc;
+    if ((rc = bt_cli_take_positional("generate", argc, argv, optind, &mo)) != BT_EXIT_OK) goto parse_fail;
     if (!weights) {
         fprintf(stderr, "baton generate: --weights CKPT is required (a checkpoint `baton run` wrote)\n");
-        return BT_EXIT_USAGE;
+        rc = BT_EXIT_USAGE;
+        goto parse_fail;
+    }
+    if (score > 0 && (prompts.n > 0 || prompts_file || tokens_given)) {
+        fprintf(stderr, "baton generate: --score scores validation windows; it takes no %s\n",
+                prompts.n > 0 ? "--prompt" : prompts_file ? "--prompts" : "--tokens");
+        rc = BT_EXIT_USAGE;
+        goto parse_fail;
+    }
+    if (prompts_file && (rc = read_prompts(prompts_file, &prompts)) != BT_EXIT_OK) goto parse_fail;
+    if (prompts.n == 0 && !add_prompt(&prompts, "\n", 1)) {
+        rc = bt_cli_fail("generate", bt_error(BT_ERR_NOMEM, "out of memory"));
+        goto parse_fail;
     }
     bt_model *m = NULL;
-    if ((rc = bt_cli_load_model("generate", &mo, &m)) != BT_EXIT_OK) return rc;
+    if ((rc = bt_cli_load_model("generate", &mo, &m)) != BT_EXIT_OK) goto parse_fail;
     bt_engine *e = NULL;
-    int32_t *ids = NULL, *out = NULL;
+    const int k = prompts.n;
+    int32_t **ids = calloc((size_t)k, sizeof *ids), **out = calloc((size_t)k, sizeof *out);
+    int64_t *lens = calloc((size_t)k, sizeof *lens);
+    bt_generate_stats *per = calloc((size_t)k, sizeof *per), total;
     bt_vocab vocab;
     char *vp = vocab_path(weights);
     bt_status st = vp ? bt_vocab_load(vp, &vocab) : bt_error(BT_ERR_NOMEM, "out of memory");
@@ -185,66 +318,55 @@ int bt_cmd_generate(int argc, char **argv)
     p.batch = 1;
     p.training = 0;
     p.seed = 0;
-    const size_t wl = strlen(weights);
-    char *file = wl > 12 && strcmp(weights + wl - 12, ".safetensors") == 0
-                     ? bt_strdup(weights)
-                     : bt_strfmt("%s/" BT_CHECKPOINT_FILE, weights);
-    if (!file) st = bt_error(BT_ERR_NOMEM, "out of memory");
+    if (!ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
+    /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h) */
     if (st != BT_OK || (st = bt_engine_create(m->graph, &p, &e)) != BT_OK ||
-        (st = bt_checkpoint_load_weights(e, m->graph, file)) != BT_OK) {
-        free(file);
+        (st = bt_checkpoint_load_weights(e, m->graph, weights)) != BT_OK) {
         rc = bt_cli_fail("generate", st);
         goto done;
     }
-    free(file);
     if (score > 0) {
         rc = score_windows(m, e, &vocab, score);
         goto done;
     }
-    const size_t n_prompt = strlen(prompt);
-    ids = malloc((n_prompt + 1) * sizeof *ids);
-    out = malloc(((size_t)gp.tokens + 1) * sizeof *out);
-    if (!ids || !out) {
-        rc = bt_cli_fail("generate", bt_error(BT_ERR_NOMEM, "out of memory"));
-        goto done;
-    }
-    for (size_t i = 0; i < n_prompt; i++) {
-        int tok = vocab.token[(unsigned char)prompt[i]];
-        if (tok < 0) {
-            fprintf(stderr, "baton generate: --prompt: byte 0x%02x at %zu is not in the model's vocabulary\n",
-                    (unsigned char)prompt[i], i);
-            rc = BT_EXIT_USAGE;
+    for (int q = 0; q < k; q++) {
+        const size_t n = strlen(prompts.text[q]);
+        ids[q] = malloc((n + 1) * sizeof **ids);
+        out[q] = malloc(((size_t)gp.tokens + 1) * sizeof **out);
+        if (!ids[q] || !out[q]) {
+            rc = bt_cli_fail("generate", bt_error(BT_ERR_NOMEM, "out of memory"));
             goto done;
         }
-        ids[i] = tok;
+        for (size_t i = 0; i < n; i++) {
+            int tok = vocab.token[(unsigned char)prompts.text[q][i]];
+            if (tok < 0) {
+                char which[32] = "";
+                if (k > 1) snprintf(which, sizeof which, " %d", q + 1);
+                fprintf(stderr, "baton generate: prompt%s: byte 0x%02x at %zu is not in the model's vocabulary\n",
+                        which, (unsigned char)prompts.text[q][i], i);
+                rc = BT_EXIT_USAGE;
+                goto done;
+            }
+            ids[q][i] = tok;
+        }
+        lens[q] = (int64_t)n;
     }
-    if (n_prompt == 0) {
-        fprintf(stderr, "baton generate: --prompt must not be empty\n");
-        rc = BT_EXIT_USAGE;
-        goto done;
-    }
-    bt_generate_stats gs;
-    if ((st = bt_generate(e, m->graph, ids, (int64_t)n_prompt, &gp, out, &gs)) != BT_OK) {
+    if ((st = bt_generate_batch(e, m->graph, k, (const int32_t *const *)ids, lens, &gp, out, per, &total)) != BT_OK) {
         rc = bt_cli_fail("generate", st);
         goto done;
     }
-    fwrite(prompt, 1, n_prompt, stdout);
-    for (int64_t k = 0; k < gp.tokens; k++) {
-        if (out[k] < 0 || out[k] >= vocab.size) {
-            rc = bt_cli_fail("generate", bt_error(BT_ERR_INVALID_ARG, "token %d is outside vocab.txt's %d", (int)out[k],
-                                                  vocab.size));
-            goto done;
-        }
-        fputc(vocab.byte[out[k]], stdout);
-    }
-    printf("\n\n%lld tokens in %.1f ms: %.1f tokens/s (%s, prompt %zu tokens in %.1f ms)\n", (long long)gp.tokens,
-           gs.generate_ms, gs.tokens_per_s, gp.kv_cache ? "KV cache" : "no KV cache: the window rerun per token",
-           n_prompt, gs.prompt_ms);
-    rc = BT_EXIT_OK;
+    rc = print_results(&prompts, &vocab, &gp, out, per, &total);
 done:
-    free(ids);
-    free(out);
+    for (int q = 0; q < k; q++) {
+        if (ids) free(ids[q]);
+        if (out) free(out[q]);
+    }
+    free(ids), free(out), free(lens), free(per);
     bt_engine_destroy(e);
     bt_model_destroy(m);
+    free_prompts(&prompts);
+    return rc;
+parse_fail:
+    free_prompts(&prompts);
     return rc;
 }

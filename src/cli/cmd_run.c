@@ -49,6 +49,9 @@ static void run_usage(FILE *f)
             "                        the latest (created like mkdir -p; one run per DIR)\n"
             "  --checkpoint-every N  checkpoint every N steps too (default: only at the end)\n"
             "  --keep-last N         numbered checkpoints kept in DIR (default 1; 0: all)\n"
+            "  --checkpoint-shards   write each checkpoint as one shard per stage, in parallel, and an\n"
+            "                        index (DIR/checkpoint-<step>.safetensors.index.json); under mpirun\n"
+            "                        checkpoints are always sharded (docs/checkpoints.md)\n"
             "  --resume DIR          continue exactly from DIR's latest checkpoint (or a file)\n"
             "  --init FILE           start from weights in a safetensors file or checkpoint DIR\n"
             "                        (PyTorch names; F32, F64, F16 or BF16)\n"
@@ -404,7 +407,7 @@ int bt_cmd_run(int argc, char **argv)
         {"synthetic", no_argument, NULL, 'Y'},          {"memory", required_argument, NULL, 'M'},         {"trace", required_argument, NULL, 'T'},
         {"timeline", required_argument, NULL, 'L'},     {"transfer", required_argument, NULL, 'X'},
         {"tensorboard", required_argument, NULL, 'G'},  {"virtual", required_argument, NULL, 'V'},
-        {"dp", required_argument, NULL, 'D'},
+        {"dp", required_argument, NULL, 'D'},           {"checkpoint-shards", no_argument, NULL, 'Z'},
         {"keep-last", required_argument, NULL, 'K'},    {"log-every", required_argument, NULL, 'e'},
         {"log-file", required_argument, NULL, 'F'},    {"init-partial", required_argument, NULL, 'J'},
         {"plugin", required_argument, NULL, 'U'}, {"recompute", required_argument, NULL, 'Q'},
@@ -445,6 +448,7 @@ int bt_cmd_run(int argc, char **argv)
         case 'v': rc = bt_cli_parse_int("run", "--eval-every", optarg, 0, LLONG_MAX, &o.eval_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'k': rc = bt_cli_parse_int("run", "--checkpoint-every", optarg, 0, LLONG_MAX, &o.checkpoint_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'C': o.checkpoint_dir = optarg; break;
+        case 'Z': o.checkpoint_shards = 1; break;
         case 'e': rc = bt_cli_parse_int("run", "--log-every", optarg, 1, BT_CLI_MAX_STEPS, &o.log_every); if (rc != BT_EXIT_OK) return rc; break;
         case 'F': if (!*optarg) return bt_cli_bad_value("run", "--log-file", "a file name", optarg); o.log_file = optarg; break;
         case 'R': o.resume = optarg; break;

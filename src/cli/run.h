@@ -27,6 +27,7 @@ typedef struct bt_run_opts {
     const char *init;
     int init_partial;            /* --init-partial FILE: load what matches, list what was skipped */
     int keep_last;               /* --keep-last N; -1: unset (train.checkpoint_keep_last) */
+    int checkpoint_shards;       /* --checkpoint-shards: sharded checkpoints in one process too */
     long long log_every;         /* --log-every N: step lines and records every N steps (0, 1: all) */
     const char *log_file;        /* --log-file FILE: JSON records, whatever the terminal shows */
     FILE *log;                   /* open while the run goes (run_log.c) */

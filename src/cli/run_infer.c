@@ -1,6 +1,6 @@
 /* cli/run_infer.c: `baton run` on a model without train: (inference). What only training means is
  * refused before anything runs (exit 2, naming the flag): --checkpoint-dir, --checkpoint-every,
- * --keep-last, --resume, --init-partial, --eval-every, --epochs, and a schedule other than stream. --init loads weights. The
+ * --keep-last, --checkpoint-shards, --resume, --init-partial, --eval-every, --epochs, and a schedule other than stream. --init loads weights. The
  * batches come from the model's data: (data.eval, else data.train) streamed once through the
  * forward-only schedule (train/predict.c), or are synthetic when asked (--synthetic, or
  * data: synthetic); a model with neither is refused rather than fed made-up inputs. */
@@ -30,6 +30,7 @@ int bt_cli_infer_check(const bt_run_opts *o, const bt_model *m)
     if (o->checkpoint_every >= 0) return refuse(m, "--checkpoint-every");
     if (o->resume) return refuse(m, "--resume");
     if (o->keep_last >= 0) return refuse(m, "--keep-last");
+    if (o->checkpoint_shards) return refuse(m, "--checkpoint-shards");
     if (o->init_partial) return refuse(m, "--init-partial (an inference run loads every weight with --init)");
     if (o->eval_every >= 0) return refuse(m, "--eval-every");
     if (o->epochs > 0) return refuse(m, "--epochs");

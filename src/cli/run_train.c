@@ -321,6 +321,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     to.init_partial = o->init_partial;
     int keep = o->keep_last >= 0 ? o->keep_last : m->train.checkpoint_keep_last;
     to.keep_last = keep == 0 ? -1 : keep;
+    to.checkpoint_shards = o->checkpoint_shards;
     to.seed = o->seed;
     to.stop = bt_cli_stop_flag();
     bt_model local = *m;

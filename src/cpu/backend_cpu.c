@@ -112,7 +112,9 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
     call->threads = dev->threads;
     call->stream = NULL;
     bt_status st;
-    if (backward == BT_RUN_WEIGHT) {
+    if (backward == BT_RUN_DECODE) {
+        st = op->cpu_decode ? op->cpu_decode(call) : op->cpu_forward(call);
+    } else if (backward == BT_RUN_WEIGHT) {
         if (!op->cpu_backward_weight)
             return bt_error(BT_ERR_INTERNAL, "op '%s' has no weight-gradient kernel", op->name);
         st = op->cpu_backward_weight(call);
@@ -213,6 +215,7 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
 static const bt_backend cpu_backend = {
     .name = "cpu",
     .shares_host_memory = 1,
+    .runs_decode = 1,
     .open = cpu_open,
     .close = cpu_close,
     .bind_thread = cpu_bind_thread,

@@ -425,8 +425,11 @@ static int wait_for_workers(bt_engine *e)
         if (w->job_done) continue;
         char ins[32] = "";
         int i = atomic_load(&w->cur_instr);
-        if (i >= 0) bt_instr_format(s, &e->job_sched->list[s][i], ins, sizeof ins);
-        if (i >= 0)
+        if (i >= 0 && e->job != BT_JOB_DECODE) bt_instr_format(s, &e->job_sched->list[s][i], ins, sizeof ins);
+        if (e->job == BT_JOB_DECODE)
+            used += (size_t)snprintf(e->unusable + used, sizeof e->unusable - used, "%s stage %d (%s) is stuck decoding",
+                                     sep, s, e->stage[s].device_name);
+        else if (i >= 0)
             used += (size_t)snprintf(e->unusable + used, sizeof e->unusable - used,
                                      "%s stage %d (%s) is stuck in instruction %d (%s)", sep, s,
                                      e->stage[s].device_name, i, ins);
@@ -618,6 +621,22 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
             result->loss = loss_sum / (double)e->params.batch;
     }
     return BT_OK;
+}
+
+bt_status bt_engine_run_plain_job(bt_engine *e, bt_job_kind job)
+{
+    BT_TRY(bt_engine_check_usable(e));
+    atomic_store(&e->abort, 0);
+    pthread_mutex_lock(&e->mu);
+    e->job = job;
+    e->done_count = 0;
+    for (int s = 0; s < e->stages; s++) e->worker[s].job_done = 0;
+    e->generation++;
+    pthread_cond_broadcast(&e->cv_job);
+    int stuck = wait_for_workers(e);
+    pthread_mutex_unlock(&e->mu);
+    if (stuck) return bt_error(BT_ERR_TIMEOUT, "%s", e->unusable);
+    return collect_failure(e);
 }
 
 bt_status bt_engine_compute_grads(bt_engine *e, const bt_feed *feeds, int n_feeds,

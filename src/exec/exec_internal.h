@@ -10,6 +10,8 @@
  *   channel.c       the mailbox that tells the receiver a message is there
  *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
+ *   decode.c        autoregressive decoding through the stages (exec/decode.h): per-stage KV
+ *                   caches, one position's rows streaming stage to stage, several sequences at once
  *   step_view.c     the read-only view of the last step exported to trace/ (nothing outside exec
  *                   includes this header)
  *
@@ -201,7 +203,16 @@ typedef struct bt_stage {
     bt_time_stats time;        /* cumulative over steps */
 } bt_stage;
 
-typedef enum bt_job_kind { BT_JOB_NONE, BT_JOB_GRADS, BT_JOB_TRAIN, BT_JOB_FORWARD, BT_JOB_EXIT } bt_job_kind;
+/* BT_JOB_DECODE: no schedule; every stage runs decode.c's loop (bt_decode_worker) until the
+ * engine's decode run (e->decode) is finished or aborted. */
+typedef enum bt_job_kind {
+    BT_JOB_NONE,
+    BT_JOB_GRADS,
+    BT_JOB_TRAIN,
+    BT_JOB_FORWARD,
+    BT_JOB_DECODE,
+    BT_JOB_EXIT
+} bt_job_kind;
 
 /* What a worker measured for one instruction of the last step, in ms from the step's start. The
  * times come from events on the device's streams, so on a GPU they say when the work ran, not
@@ -307,6 +318,7 @@ struct bt_engine {
     bt_loss_scale scaler;      /* f16: dynamic loss scaling */
     bt_engine_dist dist;       /* across processes (engine_dist.c); off in one process */
     int local_stages;          /* stages this process runs (all of them in one process) */
+    struct bt_decode_run *decode; /* the decode job's state (decode.c), during a BT_JOB_DECODE */
 };
 
 /* Offset off of micro-batch mb's slot, or of the recompute region for offsets from slot_bytes on
@@ -375,6 +387,12 @@ void *bt_worker_main(void *arg);
 bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p);
 /* The STEP instruction of stage st: barrier, global norm, update. */
 bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st);
+
+/* decode.c: a worker's part of a BT_JOB_DECODE job (sets w->status and w->error). */
+void bt_decode_worker(bt_engine *e, bt_worker *w);
+/* engine.c: posts a job without a schedule (BT_JOB_DECODE) to every worker and waits for them,
+ * with the host's watchdog; the first failure's status and message. */
+bt_status bt_engine_run_plain_job(bt_engine *e, bt_job_kind job);
 
 /* transfer.c */
 /* The path between stages a and b (devices open), given the engine's transfer mode. */

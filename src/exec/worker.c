@@ -652,6 +652,7 @@ void *bt_worker_main(void *arg)
         if (job == BT_JOB_EXIT) break;
         if (!bt_stage_is_local(e, w->stage)) { /* another rank runs it */
         } else if (bound != BT_OK) fail_job(e, w, bt_error(bound, "%s", bind_error));
+        else if (job == BT_JOB_DECODE) bt_decode_worker(e, w);
         else run_job(e, w);
         pthread_mutex_lock(&e->mu);
         w->job_done = 1;

@@ -1,8 +1,9 @@
-/* train/checkpoint.c: checkpoints as safetensors (see checkpoint.h). Loading checks the whole
- * file (checksums, metadata, then the tensors against the graph) first and only then writes into
- * the engine, so a rejected file leaves the engine as it was. The format tag stays
- * "baton-checkpoint-1": the checksum and batches_per_epoch keys are additions that older readers
- * ignore. */
+/* train/checkpoint.c: checkpoints as safetensors (see checkpoint.h): writing one file, or one
+ * stage's shard (a file in the same form, holding that stage's tensors; the sharded writer around
+ * it is checkpoint_shards.c), and the checks of the metadata and checksums every reader makes
+ * (the loading itself is checkpoint_load.c). The format tag stays "baton-checkpoint-1": the
+ * checksum, batches_per_epoch and sharded layout are additions that older readers ignore or
+ * cannot open (an index is not safetensors). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,11 +13,11 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/strutil.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_source.h"
 
 #define FORMAT_TAG "baton-checkpoint-1"
 #define CRC_PREFIX "crc32c."
@@ -77,8 +78,65 @@ static uint32_t crc_pair(uint32_t crc, const char *key, const char *value)
 
 static char *crc_text(uint32_t crc) { return bt_strfmt("%08" PRIx32, crc); }
 
-bt_status bt_checkpoint_write_file(const bt_engine *e, const bt_graph *g, const char *path,
-                                   const bt_checkpoint_meta *meta)
+/* The training state's metadata pairs (format, model, step, ...), appended to ml. */
+static bt_status add_state_pairs(meta_list *ml, const bt_checkpoint_meta *meta, int slots)
+{
+    BT_TRY(meta_add(ml, bt_strdup("format"), bt_strdup(FORMAT_TAG)));
+    BT_TRY(meta_add(ml, bt_strdup("model"), bt_strdup(meta->model)));
+    BT_TRY(meta_add(ml, bt_strdup("step"), bt_strfmt("%" PRId64, meta->step)));
+    BT_TRY(meta_add(ml, bt_strdup("epoch"), bt_strfmt("%" PRId64, meta->epoch)));
+    BT_TRY(meta_add(ml, bt_strdup("batch_index"), bt_strfmt("%" PRId64, meta->batch_index)));
+    if (meta->batches_per_epoch > 0)
+        BT_TRY(meta_add(ml, bt_strdup("batches_per_epoch"), bt_strfmt("%" PRId64, meta->batches_per_epoch)));
+    if (meta->batch > 0) BT_TRY(meta_add(ml, bt_strdup("batch"), bt_strfmt("%" PRId64, meta->batch)));
+    BT_TRY(meta_add(ml, bt_strdup("seed"), bt_strfmt("%" PRIu64, meta->seed)));
+    return meta_add(ml, bt_strdup("optimizer_slots"), bt_strfmt("%d", slots));
+}
+
+/* Sorts ml and appends the checksum pair of everything in it. */
+static bt_status seal_pairs(meta_list *ml)
+{
+    qsort(ml->pairs, (size_t)ml->n, sizeof *ml->pairs, cmp_pair);
+    uint32_t crc = 0;
+    for (int i = 0; i < ml->n; i++) crc = crc_pair(crc, ml->pairs[i].key, ml->pairs[i].value);
+    return meta_add(ml, bt_strdup(META_CRC_KEY), crc_text(crc));
+}
+
+bt_status bt_checkpoint_index_pairs(const bt_engine *e, const bt_checkpoint_meta *meta, int *n, char ***keys,
+                                    char ***values)
+{
+    meta_list ml = {0};
+    *n = 0;
+    *keys = *values = NULL;
+    bt_status st = add_state_pairs(&ml, meta, bt_engine_optimizer_slots(e));
+    if (st == BT_OK) st = seal_pairs(&ml);
+    if (st == BT_OK) {
+        *keys = calloc((size_t)ml.n + 1, sizeof **keys);
+        *values = calloc((size_t)ml.n + 1, sizeof **values);
+        if (!*keys || !*values) st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    if (st != BT_OK) {
+        free(*keys);
+        free(*values);
+        *keys = *values = NULL;
+        meta_free(&ml);
+        return st;
+    }
+    for (int i = 0; i < ml.n; i++) (*keys)[i] = ml.pairs[i].key, (*values)[i] = ml.pairs[i].value;
+    *n = ml.n;
+    free(ml.pairs);
+    return BT_OK;
+}
+
+int bt_checkpoint_param_in_shard(const bt_engine *e, const bt_param_info *p, int stage)
+{
+    int s;
+    if (p->tied_to) return 0; /* stored once, under its source's name */
+    return stage < 0 || (bt_engine_param_stage(e, p->name, &s) == BT_OK && s == stage);
+}
+
+static bt_status write_tensors(const bt_engine *e, const bt_graph *g, const char *path, const bt_checkpoint_meta *meta,
+                               int stage)
 {
     bt_status st = BT_OK;
     bt_st_writer *w = NULL;
@@ -94,7 +152,7 @@ bt_status bt_checkpoint_write_file(const bt_engine *e, const bt_graph *g, const 
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
-        if (p.tied_to) continue; /* stored once, under its source's name */
+        if (!bt_checkpoint_param_in_shard(e, &p, stage)) continue;
         size_t bytes = param_bytes(e, &p);
         for (int s = 0; s <= slots; s++) {
             void *buf = bufs[i * (slots + 1) + s] = malloc(bytes ? bytes : 1);
@@ -120,27 +178,10 @@ bt_status bt_checkpoint_write_file(const bt_engine *e, const bt_graph *g, const 
                         done);
         }
     }
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("format"), bt_strdup(FORMAT_TAG)), done);
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("model"), bt_strdup(meta->model)), done);
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("step"), bt_strfmt("%" PRId64, meta->step)), done);
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("epoch"), bt_strfmt("%" PRId64, meta->epoch)), done);
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batch_index"), bt_strfmt("%" PRId64, meta->batch_index)), done);
-    if (meta->batches_per_epoch > 0)
-        BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batches_per_epoch"), bt_strfmt("%" PRId64, meta->batches_per_epoch)),
-                    done);
-    if (meta->batch > 0)
-        BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("batch"), bt_strfmt("%" PRId64, meta->batch)), done);
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("seed"), bt_strfmt("%" PRIu64, meta->seed)), done);
-    BT_TRY_GOTO(st, meta_add(&ml, bt_strdup("optimizer_slots"), bt_strfmt("%d", slots)), done);
-    qsort(ml.pairs, (size_t)ml.n, sizeof *ml.pairs, cmp_pair);
-    uint32_t crc = 0;
-    for (int i = 0; i < ml.n; i++) {
-        crc = crc_pair(crc, ml.pairs[i].key, ml.pairs[i].value);
+    BT_TRY_GOTO(st, add_state_pairs(&ml, meta, slots), done);
+    BT_TRY_GOTO(st, seal_pairs(&ml), done);
+    for (int i = 0; i < ml.n; i++)
         BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, ml.pairs[i].key, ml.pairs[i].value), done);
-    }
-    char crc_buf[16];
-    snprintf(crc_buf, sizeof crc_buf, "%08" PRIx32, crc);
-    BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, META_CRC_KEY, crc_buf), done);
     st = bt_st_writer_write(w, path);
 done:
     bt_st_writer_destroy(w);
@@ -152,221 +193,113 @@ done:
     return st;
 }
 
-/* Opens dir/checkpoint.safetensors, or path itself when it is a file. */
-static bt_status open_checkpoint(const char *path, bt_st_file **f)
+bt_status bt_checkpoint_write_file(const bt_engine *e, const bt_graph *g, const char *path,
+                                   const bt_checkpoint_meta *meta)
 {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        char *file = malloc(strlen(path) + sizeof BT_CHECKPOINT_FILE + 2);
-        if (!file) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-        sprintf(file, "%s/%s", path, BT_CHECKPOINT_FILE);
-        bt_status st = bt_st_open(file, f);
-        free(file);
-        return st;
-    }
-    return bt_st_open(path, f);
+    return write_tensors(e, g, path, meta, -1);
 }
 
-static int shapes_equal(const bt_shape *a, const bt_shape *b)
+bt_status bt_checkpoint_write_shard(const bt_engine *e, const bt_graph *g, const char *path,
+                                    const bt_checkpoint_meta *meta, int stage)
 {
-    if (a->ndim != b->ndim) return 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->dim[i] != b->dim[i]) return 0;
-    return 1;
+    return write_tensors(e, g, path, meta, stage);
 }
 
-/* 1 for the dtypes a parameter can be read from: F32 and F64, and with halves F16 and BF16. */
-static int readable_dtype(const bt_st_tensor *t, int halves)
-{
-    if (!t->known) return 0;
-    return t->dtype == BT_F32 || t->dtype == BT_F64 || (halves && (t->dtype == BT_F16 || t->dtype == BT_BF16));
-}
+/* The metadata of one file, or of a checkpoint (its file's, or its index's): what the checks
+ * below read. */
+typedef struct meta_view {
+    const bt_st_file *f;
+    const bt_ckpt_source *src;
+} meta_view;
 
-static bt_status check_tensor(const bt_st_file *f, const char *name, const bt_shape *want, int halves)
+static const char *mv_path(const meta_view *v) { return v->f ? bt_st_path(v->f) : v->src->path; }
+static int mv_count(const meta_view *v) { return v->f ? bt_st_metadata_count(v->f) : v->src->n_meta; }
+static const char *mv_get(const meta_view *v, const char *key)
 {
-    const bt_st_tensor *t = bt_st_find(f, name);
-    char a[64], b[64];
-    if (!t) return bt_error(BT_ERR_IO, "%s: tensor '%s' is missing", bt_st_path(f), name);
-    if (!readable_dtype(t, halves))
-        return bt_error(BT_ERR_IO, "%s: tensor '%s' has dtype %s (%s expected)", bt_st_path(f), name, t->st_dtype,
-                        halves ? "F32, F64, F16 or BF16" : "F32 or F64");
-    if (!shapes_equal(&t->shape, want))
-        return bt_error(BT_ERR_IO, "%s: tensor '%s' has shape %s but the model's is %s", bt_st_path(f), name,
-                        bt_shape_format(&t->shape, a, sizeof a), bt_shape_format(want, b, sizeof b));
-    return BT_OK;
+    return v->f ? bt_st_metadata(v->f, key) : bt_ckpt_source_meta(v->src, key);
 }
-
-/* Element i of a tensor of dtype at p (unaligned-safe), as a double. */
-static double element(const unsigned char *p, bt_dtype dtype, size_t i)
+static void mv_at(const meta_view *v, int i, const char **key, const char **value)
 {
-    switch (dtype) {
-    case BT_F64: {
-        double v;
-        memcpy(&v, p + i * 8, 8);
-        return v;
-    }
-    case BT_F16:
-    case BT_BF16: {
-        uint16_t bits;
-        memcpy(&bits, p + i * 2, 2);
-        return dtype == BT_F16 ? bt_f16_bits_to_f32(bits) : bt_bf16_bits_to_f32(bits);
-    }
-    default: {
-        float v;
-        memcpy(&v, p + i * 4, 4);
-        return v;
-    }
-    }
-}
-
-/* Copies tensor name into dst in dtype (F32 or F64), converting from F32, F64, F16 or BF16 (every
- * F16 and BF16 value is exact in F32). */
-static bt_status read_converted(const bt_st_file *f, const char *name, bt_dtype dtype, void *dst, size_t n)
-{
-    const bt_st_tensor *t = bt_st_find(f, name);
-    if (t->dtype == dtype) return bt_st_read(f, name, dtype, &t->shape, dst, n * bt_dtype_size(dtype));
-    if ((size_t)t->numel != n || t->nbytes != n * bt_dtype_size(t->dtype))
-        return bt_error(BT_ERR_IO, "%s: tensor '%s' has %lld elements, %zu expected", bt_st_path(f), name,
-                        (long long)t->numel, n);
-    for (size_t i = 0; i < n; i++) {
-        double v = element(t->data, t->dtype, i);
-        if (dtype == BT_F32) ((float *)dst)[i] = (float)v;
-        else ((double *)dst)[i] = v;
-    }
-    return BT_OK;
-}
-
-static int is_model_tensor(const bt_graph *g, const char *name, int slots, const bt_engine *e)
-{
-    for (int i = 0; i < bt_graph_num_params(g); i++) {
-        bt_param_info p;
-        bt_graph_param(g, i, &p);
-        if (strcmp(p.name, name) == 0) return 1;
-        for (int s = 0; s < slots; s++) {
-            char full[512];
-            snprintf(full, sizeof full, "optimizer.%s.%s", p.name, bt_engine_optimizer_slot_name(e, s));
-            if (strcmp(full, name) == 0) return 1;
-        }
-    }
-    return 0;
-}
-
-static bt_status restore(bt_engine *e, const bt_graph *g, const bt_st_file *f, int slots, int halves)
-{
-    int n = bt_graph_num_params(g);
-    char full[512];
-    /* check everything first */
-    for (int i = 0; i < n; i++) {
-        bt_param_info p;
-        bt_graph_param(g, i, &p);
-        const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy is stored under its source */
-        BT_TRY(check_tensor(f, stored, &p.shape, halves));
-        for (int s = 0; s < slots; s++) {
-            snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
-            BT_TRY(check_tensor(f, full, &p.shape, halves));
-        }
-    }
-    for (int i = 0; i < bt_st_count(f); i++) {
-        const char *name = bt_st_at(f, i)->name;
-        if (!is_model_tensor(g, name, slots, e) && (slots > 0 || strncmp(name, "optimizer.", 10) != 0))
-            return bt_error(BT_ERR_IO, "%s: tensor '%s' matches no parameter of the model", bt_st_path(f), name);
-    }
-    /* then write */
-    for (int i = 0; i < n; i++) {
-        bt_param_info p;
-        bt_graph_param(g, i, &p);
-        size_t numel = (size_t)bt_shape_numel(&p.shape), bytes = param_bytes(e, &p);
-        void *buf = malloc(bytes + 1);
-        if (!buf) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-        const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy reads its source */
-        bt_status st = read_converted(f, stored, bt_engine_dtype(e), buf, numel);
-        if (st == BT_OK) st = bt_engine_write_param(e, p.name, buf, bytes);
-        for (int s = 0; s < slots && st == BT_OK; s++) {
-            snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
-            st = read_converted(f, full, bt_engine_dtype(e), buf, numel);
-            if (st == BT_OK) st = bt_engine_write_state(e, p.name, s, buf, bytes);
-        }
-        free(buf);
-        BT_TRY(st);
-    }
-    return BT_OK;
+    if (v->f) bt_st_metadata_at(v->f, i, key, value);
+    else *key = v->src->keys[i], *value = v->src->values[i];
 }
 
 /* A decimal count: digits only (no sign, no spaces), at most INT64_MAX. */
-static bt_status meta_count(const bt_st_file *f, const char *key, int optional, uint64_t max, uint64_t *out)
+static bt_status meta_count(const meta_view *f, const char *key, int optional, uint64_t max, uint64_t *out)
 {
-    const char *v = bt_st_metadata(f, key);
+    const char *v = mv_get(f, key);
     uint64_t x = 0;
     *out = 0;
-    if (!v) return optional ? BT_OK : bt_error(BT_ERR_IO, "%s: metadata '%s' is missing", bt_st_path(f), key);
+    if (!v) return optional ? BT_OK : bt_error(BT_ERR_IO, "%s: metadata '%s' is missing", mv_path(f), key);
     for (const char *c = v; *c; c++) {
         if (*c < '0' || *c > '9' || __builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, (uint64_t)(*c - '0'), &x) ||
             x > max)
-            return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a count from 0 to %llu", bt_st_path(f), key,
+            return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a count from 0 to %llu", mv_path(f), key,
                             v, (unsigned long long)max);
     }
-    if (!*v) return bt_error(BT_ERR_IO, "%s: metadata '%s' is empty", bt_st_path(f), key);
+    if (!*v) return bt_error(BT_ERR_IO, "%s: metadata '%s' is empty", mv_path(f), key);
     *out = x;
     return BT_OK;
 }
 
 /* 1 when the file carries checksums (any "crc32c." key). */
-static int has_checksums(const bt_st_file *f)
+static int has_checksums(const meta_view *f)
 {
-    for (int i = 0; i < bt_st_metadata_count(f); i++) {
+    for (int i = 0; i < mv_count(f); i++) {
         const char *key, *value;
-        bt_st_metadata_at(f, i, &key, &value);
+        mv_at(f, i, &key, &value);
         if (strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0) return 1;
     }
     return 0;
 }
 
 /* The stored checksum under key, which must be eight lowercase hex digits. */
-static bt_status stored_crc(const bt_st_file *f, const char *key, const char *what, uint32_t *out)
+static bt_status stored_crc(const meta_view *f, const char *key, const char *what, uint32_t *out)
 {
-    const char *v = bt_st_metadata(f, key);
+    const char *v = mv_get(f, key);
     uint32_t x = 0;
     if (!v)
         return bt_error(BT_ERR_IO, "%s: %s has no checksum ('%s' is missing) though the file has others",
-                        bt_st_path(f), what, key);
+                        mv_path(f), what, key);
     for (int i = 0; i < 8; i++) {
         char c = v[i];
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-            return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a CRC-32C (8 hex digits)", bt_st_path(f), key, v);
+            return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a CRC-32C (8 hex digits)", mv_path(f), key, v);
         x = x << 4 | (uint32_t)(c <= '9' ? c - '0' : c - 'a' + 10);
     }
-    if (v[8]) return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a CRC-32C (8 hex digits)", bt_st_path(f), key, v);
+    if (v[8]) return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a CRC-32C (8 hex digits)", mv_path(f), key, v);
     *out = x;
     return BT_OK;
 }
 
-static bt_status verify_meta_checksum(const bt_st_file *f)
+static bt_status verify_meta_checksum(const meta_view *f)
 {
     if (!has_checksums(f)) return BT_OK;
     uint32_t want, crc = 0;
     BT_TRY(stored_crc(f, META_CRC_KEY, "the metadata", &want));
-    for (int i = 0; i < bt_st_metadata_count(f); i++) { /* sorted by key */
+    for (int i = 0; i < mv_count(f); i++) { /* sorted by key */
         const char *key, *value;
-        bt_st_metadata_at(f, i, &key, &value);
+        mv_at(f, i, &key, &value);
         if (strcmp(key, META_CRC_KEY) != 0) crc = crc_pair(crc, key, value);
     }
     if (crc != want)
         return bt_error(BT_ERR_IO, "%s: the metadata is corrupt (its CRC-32C is %08" PRIx32 ", the file records %08" PRIx32 ")",
-                        bt_st_path(f), crc, want);
+                        mv_path(f), crc, want);
     return BT_OK;
 }
 
 bt_status bt_checkpoint_verify_tensors(const bt_st_file *f)
 {
-    if (!has_checksums(f)) return BT_OK;
-    BT_TRY(verify_meta_checksum(f));
+    meta_view v = {.f = f};
+    if (!has_checksums(&v)) return BT_OK;
+    BT_TRY(verify_meta_checksum(&v));
     for (int i = 0; i < bt_st_count(f); i++) {
         const bt_st_tensor *t = bt_st_at(f, i);
         char *key = bt_strfmt(CRC_PREFIX "%s", t->name), what[160];
         uint32_t want;
         if (!key) return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
         snprintf(what, sizeof what, "tensor '%.100s'", t->name);
-        bt_status st = stored_crc(f, key, what, &want);
+        bt_status st = stored_crc(&v, key, what, &want);
         free(key);
         BT_TRY(st);
         uint32_t crc = bt_crc32c(0, t->data, t->nbytes);
@@ -385,14 +318,14 @@ bt_status bt_checkpoint_verify_tensors(const bt_st_file *f)
     return BT_OK;
 }
 
-bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta)
+static bt_status parse_meta(const meta_view *f, bt_checkpoint_meta *meta)
 {
-    const char *tag = bt_st_metadata(f, "format"), *model = bt_st_metadata(f, "model");
+    const char *tag = mv_get(f, "format"), *model = mv_get(f, "model");
     uint64_t step, epoch, index, per_epoch, seed, slots, batch;
     memset(meta, 0, sizeof *meta);
     if (!tag || strcmp(tag, FORMAT_TAG) != 0)
         return bt_error(BT_ERR_IO, "%s: not a baton checkpoint (metadata format is '%.40s', expected '%s')",
-                        bt_st_path(f), tag ? tag : "(none)", FORMAT_TAG);
+                        mv_path(f), tag ? tag : "(none)", FORMAT_TAG);
     BT_TRY(verify_meta_checksum(f));
     BT_TRY(meta_count(f, "step", 0, INT64_MAX, &step));
     BT_TRY(meta_count(f, "epoch", 0, INT64_MAX, &epoch));
@@ -402,22 +335,22 @@ bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta
     BT_TRY(meta_count(f, "seed", 0, UINT64_MAX, &seed));
     BT_TRY(meta_count(f, "optimizer_slots", 0, MAX_OPTIMIZER_SLOTS, &slots));
     if (model && strlen(model) >= sizeof meta->model)
-        return bt_error(BT_ERR_IO, "%s: metadata 'model' is longer than %d bytes", bt_st_path(f), (int)sizeof meta->model - 1);
-    if (bt_st_metadata(f, "batches_per_epoch")) {
+        return bt_error(BT_ERR_IO, "%s: metadata 'model' is longer than %d bytes", mv_path(f), (int)sizeof meta->model - 1);
+    if (mv_get(f, "batches_per_epoch")) {
         uint64_t position;
         if (per_epoch == 0)
-            return bt_error(BT_ERR_IO, "%s: metadata 'batches_per_epoch' is 0", bt_st_path(f));
+            return bt_error(BT_ERR_IO, "%s: metadata 'batches_per_epoch' is 0", mv_path(f));
         if (index >= per_epoch)
             return bt_error(BT_ERR_IO, "%s: inconsistent metadata: batch_index %llu is past an epoch of %llu batches",
-                            bt_st_path(f), (unsigned long long)index, (unsigned long long)per_epoch);
+                            mv_path(f), (unsigned long long)index, (unsigned long long)per_epoch);
         if (__builtin_mul_overflow(epoch, per_epoch, &position) || __builtin_add_overflow(position, index, &position) ||
             position > INT64_MAX)
             return bt_error(BT_ERR_IO, "%s: inconsistent metadata: epoch %llu of %llu batches is past any run",
-                            bt_st_path(f), (unsigned long long)epoch, (unsigned long long)per_epoch);
+                            mv_path(f), (unsigned long long)epoch, (unsigned long long)per_epoch);
         if (step > position)
             return bt_error(BT_ERR_IO, "%s: inconsistent metadata: step %llu is past its data position (epoch %llu, "
                             "batch %llu of %llu), though every step reads one batch",
-                            bt_st_path(f), (unsigned long long)step, (unsigned long long)epoch,
+                            mv_path(f), (unsigned long long)step, (unsigned long long)epoch,
                             (unsigned long long)index, (unsigned long long)per_epoch);
     }
     meta->step = (int64_t)step;
@@ -430,138 +363,49 @@ bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta
     return BT_OK;
 }
 
+bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta)
+{
+    meta_view v = {.f = f};
+    return parse_meta(&v, meta);
+}
+
+/* The checks of a whole checkpoint: its metadata; every file's checksums; and for a sharded one,
+ * each shard's training state equal to the index's (a shard left from another checkpoint is
+ * refused, naming it). */
+bt_status bt_checkpoint_verify_source(const bt_ckpt_source *src, bt_checkpoint_meta *meta)
+{
+    meta_view v = {.src = src};
+    BT_TRY(parse_meta(&v, meta));
+    for (int i = 0; i < bt_ckpt_source_files(src); i++) {
+        const bt_st_file *f = bt_ckpt_source_file(src, i);
+        BT_TRY(bt_checkpoint_verify_tensors(f));
+        if (src->single) continue;
+        static const char *const same[] = {"format", "model", "step", "epoch", "batch_index", "batches_per_epoch",
+                                           "batch", "seed", "optimizer_slots"};
+        for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
+            const char *a = bt_ckpt_source_meta(src, same[k]), *b = bt_st_metadata(f, same[k]);
+            if ((a || b) && (!a || !b || strcmp(a, b) != 0))
+                return bt_error(BT_ERR_IO, "%s: shard %s belongs to another checkpoint (its %s is '%.40s', the "
+                                "index's '%.40s')", src->path, bt_st_path(f), same[k], b ? b : "(none)",
+                                a ? a : "(none)");
+        }
+    }
+    return BT_OK;
+}
+
+bt_status bt_checkpoint_parse_source_meta(const bt_ckpt_source *src, bt_checkpoint_meta *meta)
+{
+    meta_view v = {.src = src};
+    return parse_meta(&v, meta);
+}
+
 bt_status bt_checkpoint_read_meta(const char *path, bt_checkpoint_meta *meta)
 {
-    bt_st_file *f = NULL;
-    BT_TRY(open_checkpoint(path, &f));
-    bt_status st = bt_checkpoint_parse_meta(f, meta);
-    bt_st_close(f);
-    return st;
-}
-
-bt_status bt_checkpoint_resume(bt_engine *e, const bt_graph *g, const char *path, bt_checkpoint_meta *meta)
-{
-    bt_st_file *f = NULL;
+    bt_ckpt_source *src = NULL;
     memset(meta, 0, sizeof *meta);
-    BT_TRY(open_checkpoint(path, &f));
-    bt_status st = BT_OK;
-    bt_checkpoint_meta m;
-    BT_TRY_GOTO(st, bt_checkpoint_parse_meta(f, &m), done);
-    BT_TRY_GOTO(st, bt_checkpoint_verify_tensors(f), done);
-    int slots = atoi(bt_st_metadata(f, "optimizer_slots")); /* validated: 0..MAX_OPTIMIZER_SLOTS */
-    if (slots != bt_engine_optimizer_slots(e)) {
-        st = bt_error(BT_ERR_IO, "%s: saved with %d optimizer state tensors per parameter, but this "
-                      "optimizer keeps %d (was the optimizer changed?)",
-                      bt_st_path(f), slots, bt_engine_optimizer_slots(e));
-        goto done;
-    }
-    BT_TRY_GOTO(st, restore(e, g, f, slots, 0), done);
-    BT_TRY_GOTO(st, bt_engine_set_step(e, m.step), done);
-    *meta = m;
-done:
-    bt_st_close(f);
+    BT_TRY(bt_ckpt_source_open(path, &src));
+    bt_status st = bt_checkpoint_parse_source_meta(src, meta);
+    bt_ckpt_source_close(src);
     return st;
 }
 
-/* Opens the weights at path (a checkpoint directory or a safetensors file) and verifies their
- * checksums, where the file has them. A missing path is BT_ERR_INVALID_ARG (a usage error). */
-static bt_status open_weights(const char *path, bt_st_file **f)
-{
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return bt_error(BT_ERR_INVALID_ARG, "%s: no weights there: %s", path, strerror(errno));
-    BT_TRY(open_checkpoint(path, f));
-    bt_status st = bt_checkpoint_verify_tensors(*f);
-    if (st != BT_OK) {
-        bt_st_close(*f);
-        *f = NULL;
-    }
-    return st;
-}
-
-bt_status bt_checkpoint_load_weights(bt_engine *e, const bt_graph *g, const char *path)
-{
-    bt_st_file *f = NULL;
-    BT_TRY(open_weights(path, &f));
-    bt_status st = restore(e, g, f, 0, 1);
-    bt_st_close(f);
-    return st;
-}
-
-void bt_weights_report_free(bt_weights_report *r)
-{
-    if (!r) return;
-    for (int i = 0; i < r->n_skipped; i++) free(r->skipped[i]);
-    for (int i = 0; i < r->n_missing; i++) free(r->missing[i]);
-    free(r->skipped);
-    free(r->missing);
-    memset(r, 0, sizeof *r);
-}
-
-/* Appends a malloc'ed line (NULL: out of memory) to list. */
-static bt_status report_add(char ***list, int *n, char *line)
-{
-    char **grown = line ? realloc(*list, sizeof **list * (size_t)(*n + 1)) : NULL;
-    if (!grown) {
-        free(line);
-        return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-    }
-    *list = grown;
-    (*list)[(*n)++] = line;
-    return BT_OK;
-}
-
-bt_status bt_checkpoint_load_weights_partial(bt_engine *e, const bt_graph *g, const char *path,
-                                             bt_weights_report *report)
-{
-    bt_st_file *f = NULL;
-    bt_status st = BT_OK;
-    void *buf = NULL;
-    memset(report, 0, sizeof *report);
-    BT_TRY(open_weights(path, &f));
-    for (int i = 0; i < bt_graph_num_params(g); i++) {
-        bt_param_info p;
-        bt_graph_param(g, i, &p);
-        const char *stored = p.name;
-        const bt_st_tensor *t = bt_st_find(f, stored);
-        if (!t && p.tied_to) t = bt_st_find(f, stored = p.tied_to); /* a tied copy: its source */
-        char a[64], b[64];
-        if (!t) {
-            BT_TRY_GOTO(st, report_add(&report->missing, &report->n_missing, bt_strdup(p.name)), fail);
-            continue;
-        }
-        if (!readable_dtype(t, 1) || !shapes_equal(&t->shape, &p.shape)) {
-            char *why = !readable_dtype(t, 1)
-                            ? bt_strfmt("%s: dtype %s", p.name, t->st_dtype)
-                            : bt_strfmt("%s: shape %s, the model's is %s", p.name,
-                                        bt_shape_format(&t->shape, a, sizeof a), bt_shape_format(&p.shape, b, sizeof b));
-            BT_TRY_GOTO(st, report_add(&report->skipped, &report->n_skipped, why), fail);
-            BT_TRY_GOTO(st, report_add(&report->missing, &report->n_missing, bt_strdup(p.name)), fail);
-            continue;
-        }
-        size_t numel = (size_t)bt_shape_numel(&p.shape), bytes = param_bytes(e, &p);
-        void *grown = realloc(buf, bytes + 1);
-        if (!grown) {
-            st = bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
-            goto fail;
-        }
-        buf = grown;
-        BT_TRY_GOTO(st, read_converted(f, stored, bt_engine_dtype(e), buf, numel), fail);
-        BT_TRY_GOTO(st, bt_engine_write_param(e, p.name, buf, bytes), fail);
-        report->loaded++;
-    }
-    for (int i = 0; i < bt_st_count(f); i++) {
-        const char *name = bt_st_at(f, i)->name;
-        if (strncmp(name, "optimizer.", 10) == 0 || is_model_tensor(g, name, 0, e)) continue;
-        BT_TRY_GOTO(st, report_add(&report->skipped, &report->n_skipped,
-                                   bt_strfmt("%s: no parameter of the model has this name", name)), fail);
-    }
-    free(buf);
-    bt_st_close(f);
-    return BT_OK;
-fail:
-    free(buf);
-    bt_st_close(f);
-    bt_weights_report_free(report);
-    return st;
-}

@@ -178,6 +178,9 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
                         "from the checkpoint; give one of them", opts->resume, opts->init);
     if (opts->init_partial && !opts->init)
         return bt_error(BT_ERR_INVALID_ARG, "a partial weight load was asked for without weights to load");
+    if (opts->checkpoint_shards && !opts->checkpoint_dir)
+        return bt_error(BT_ERR_INVALID_ARG, "sharded checkpoints were asked for, but no checkpoint directory was given "
+                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written");
     bt_lm *t = calloc(1, sizeof *t);
     if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
     t->model = m;
@@ -201,8 +204,10 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
     } else if (opts->init) {
         BT_TRY_GOTO(st, bt_checkpoint_load_weights(e, m->graph, opts->init), fail);
     }
-    /* the directory is created, tested and locked before step 1, as the trainer does */
-    if (opts->checkpoint_dir) BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
+    /* the directory is created, tested and locked before step 1, as the trainer does (across
+     * processes by rank 0; every stage's owner writes its shard there) */
+    if (opts->checkpoint_dir && bt_engine_rank(e) == 0)
+        BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
     if (opts->resume) BT_TRY_GOTO(st, resume(t), fail);
     *out = t;
     return BT_OK;
@@ -378,7 +383,8 @@ static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
                                .batch = t->batch, .seed = t->opts.seed};
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
     BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta,
-                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last));
+                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last, t->opts.checkpoint_shards));
+    if (bt_engine_rank(t->engine) != 0) return BT_OK; /* collective above; rank 0 writes the vocabulary */
     char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
     if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
     bt_status st = t->have_vocab ? bt_vocab_save(&t->vocab, vp) : BT_OK;

@@ -251,6 +251,9 @@ static bt_status check_opts(const bt_trainer_opts *o)
                         "checkpoints every %lld steps were asked for, but no checkpoint directory was given "
                         "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written",
                         (long long)o->checkpoint_every);
+    if (o->checkpoint_shards && !o->checkpoint_dir)
+        return bt_error(BT_ERR_INVALID_ARG, "sharded checkpoints were asked for, but no checkpoint directory was given "
+                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written");
     if (o->keep_last < -1)
         return bt_error(BT_ERR_INVALID_ARG, "keep_last is %d: at least 1, or -1 to keep every checkpoint", o->keep_last);
     return BT_OK;
@@ -277,7 +280,7 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->saved_step = -1;
     BT_TRY_GOTO(st, check_opts(opts), fail);
     BT_TRY_GOTO(st, inspect_graph(t), fail);
-    /* across processes only rank 0 writes checkpoints (bt_engine_sync_params gives it every stage) */
+    /* across processes rank 0 prepares and locks the directory; every stage's owner writes its shard there */
     if (opts->checkpoint_dir && bt_engine_rank(engine) == 0)
         BT_TRY_GOTO(st, bt_checkpoint_dir_prepare(opts->checkpoint_dir, checkpoint_bytes(t), &t->ckpt_lock), fail);
     BT_TRY_GOTO(st, load_data(t), fail);
@@ -415,6 +418,9 @@ static bt_status check_state_finite(bt_trainer *t, int64_t step)
             goto done;
         }
         buf = grown;
+        int stage;
+        BT_TRY_GOTO(st, bt_engine_param_stage(t->engine, info.name, &stage), done);
+        if (!bt_engine_owns_stage(t->engine, stage)) continue; /* its owner checks it */
         for (int slot = -1; slot < slots; slot++) {
             if (slot < 0) BT_TRY_GOTO(st, bt_engine_read_param(t->engine, info.name, buf, bytes), done);
             else BT_TRY_GOTO(st, bt_engine_read_state(t->engine, info.name, slot, buf, bytes), done);
@@ -439,9 +445,11 @@ done:
 
 static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
 {
-    BT_TRY(bt_engine_sync_params(t->engine)); /* every rank takes part; rank 0 writes */
-    if (bt_engine_rank(t->engine) != 0) return BT_OK;
-    BT_TRY(check_state_finite(t, step));
+    /* across processes every rank takes part: each stage's owner checks and writes its own tensors
+     * (train/checkpoint_shards.c); with parallel.zero the state is gathered first */
+    bt_status st = bt_engine_gather_state(t->engine);
+    if (st == BT_OK) st = check_state_finite(t, step);
+    BT_TRY(bt_engine_agree(t->engine, st, 0));
     bt_checkpoint_meta meta;
     memset(&meta, 0, sizeof meta);
     int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
@@ -453,9 +461,12 @@ static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *u
     meta.seed = t->opts.seed;
     snprintf(meta.model, sizeof meta.model, "%s", t->model->name ? t->model->name : "");
     int keep = t->opts.keep_last == 0 ? 1 : t->opts.keep_last;
-    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta, keep));
+    int sharded = t->opts.checkpoint_shards || bt_engine_ranks(t->engine) > 1;
+    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta, keep, sharded));
     t->saved_step = step;
-    char *file = bt_checkpoint_numbered_path(t->opts.checkpoint_dir, step);
+    if (bt_engine_rank(t->engine) != 0) return BT_OK; /* rank 0 reports */
+    char *file = sharded ? bt_checkpoint_index_path(t->opts.checkpoint_dir, step)
+                         : bt_checkpoint_numbered_path(t->opts.checkpoint_dir, step);
     if (cb) {
         bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
                              .path = file ? file : t->opts.checkpoint_dir};

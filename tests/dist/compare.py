@@ -4,7 +4,10 @@
 #                                                  records; the norm catches a gradient scaled
 #                                                  wrongly, which AdamW and clipping would hide),
 #                                                  and each evaluation's loss and accuracy
-#   compare.py tensors REF.safetensors RUN.safetensors TOL   every tensor (weights and optimizer state)
+#   compare.py tensors REF RUN TOL   every tensor (weights and optimizer state); REF and RUN are
+#                                    checkpoints of either layout: a .safetensors file, a sharded
+#                                    checkpoint's .index.json (Hugging Face's form: weight_map names
+#                                    each tensor's shard), or a checkpoint directory (its latest)
 # Relative tolerance: a loss within TOL of the reference's, relatively; a tensor element within TOL
 # times the tensor's largest magnitude (normwise relative error, as torch.testing's atol/rtol pair
 # would put it): data parallelism adds a gradient's micro-batch contributions in another order, and
@@ -12,7 +15,7 @@
 # a rounding-sized but element-relatively large amount (2e-8 on a weight of 4e-4 after 3 steps).
 # The largest element-wise relative difference is printed too. Exit 0 when equal within TOL, 1
 # naming the first difference.
-import json, struct, sys, array
+import json, os, struct, sys, array
 
 def losses(path):
     out = {}
@@ -29,6 +32,25 @@ def losses(path):
     return out
 
 def tensors(path):
+    if os.path.isdir(path):
+        index = os.path.join(path, "checkpoint.safetensors.index.json")
+        path = index if os.path.exists(index) else os.path.join(path, "checkpoint.safetensors")
+    if path.endswith(".index.json"):
+        with open(path) as f:
+            weight_map = json.load(f)["weight_map"]
+        out = {}
+        for shard in sorted(set(weight_map.values())):
+            part = one_file(os.path.join(os.path.dirname(path), shard))
+            for name in part:
+                if name in out or weight_map.get(name) != shard:
+                    raise SystemExit("%s: tensor %s is not where the index maps it (%s)" % (path, name, shard))
+            out.update(part)
+        if sorted(out) != sorted(weight_map):
+            raise SystemExit("%s: the shards hold %s, the index lists %s" % (path, sorted(out), sorted(weight_map)))
+        return out
+    return one_file(path)
+
+def one_file(path):
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
