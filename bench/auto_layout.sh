@@ -1,18 +1,22 @@
 #!/bin/sh
 # bench/auto_layout.sh: does `parallel: auto` run as fast as the fastest layout found by hand?
 # For each model (models/fashion-mlp.yaml: 784-1024-1024-10, batch 256; bench/mlp7.yaml: 784-
-# 1024x6-10, batch 1024; synthetic data, AdamW) it trains STEPS steps under every hand layout
+# 1024x6-10, batch 1024; MODELS=cnn adds models/fashion-cnn.yaml, batch 128; synthetic data, AdamW)
+# it trains STEPS steps under every hand layout
 # below and under parallel: auto, ROUNDS rounds, the layouts alternating within each round (the
 # machine is shared: load drifts, so no layout gets a quiet stretch the others miss), then prints
 # each layout's median step time, auto's ratio to the fastest hand layout, and the PyTorch peer at
 # its best thread setting measured in the same rounds.
-# Hand layouts: 1 stage x {1, 2} BLAS threads x {1, 2, 4} micro-batches; 2 stages x 1 thread x
-# {1f1b, gpipe} x {2, 4, 8, 16} micro-batches (2 threads each would oversubscribe 2 cores).
-# Usage: bench/auto_layout.sh BUILD_DIR [ROUNDS] [STEPS_MLP] [STEPS_MLP7]
+# Hand layouts (the search space of parallel: auto on 2 cores): 1 stage x {1, 2} BLAS threads x
+# {1, 2, 4} micro-batches; 2 stages x 1 thread x {1f1b, gpipe, zb-h1, interleaved-1f1b with
+# virtual 2} x {2, 4, 8, 16} micro-batches (2 threads each would oversubscribe 2 cores; 3 stages
+# on 2 cores likewise). The model file's parallel: section is replaced for each run (parallel:
+# auto for auto, the interleaved layout written out, since run has no flag for virtual).
+# Usage: bench/auto_layout.sh BUILD_DIR [ROUNDS] [STEPS_MLP] [STEPS_MLP7] [STEPS_CNN]
 # MODELS="mlp mlp7" (default) picks the models; KEEP=DIR keeps every run's output there.
 set -eu
 build=${1:?usage: auto_layout.sh BUILD_DIR [ROUNDS] [STEPS_MLP] [STEPS_MLP7]}
-rounds=${2:-3}; steps3=${3:-30}; steps7=${4:-8}
+rounds=${2:-3}; steps3=${3:-30}; steps7=${4:-8}; stepscnn=${5:-10}
 here=$(cd "$(dirname "$0")" && pwd); src=$(dirname "$here")
 baton=$build/baton
 python=/usr/bin/python3
@@ -21,14 +25,33 @@ core=$(grep -q avx512f /proc/cpuinfo && echo SkylakeX || echo Haswell)
 if [ -n "${KEEP:-}" ]; then tmp=$KEEP; mkdir -p "$tmp"; else tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT; fi
 
 layouts="1s-t1-m1 1s-t1-m2 1s-t1-m4 1s-t2-m1 1s-t2-m2 1s-t2-m4"
-for s in 1f1b gpipe; do for m in 2 4 8 16; do layouts="$layouts 2s-$s-m$m"; done; done
+for s in 1f1b gpipe zb-h1 il2; do for m in 2 4 8 16; do layouts="$layouts 2s-$s-m$m"; done; done
 layouts="$layouts auto"
 
 args_of() { # layout -> baton run flags
   case $1 in
     auto) echo "" ;;
     1s-t*) t=${1#1s-t}; t=${t%%-*}; m=${1##*-m}; echo "--stages 1 --threads $t --microbatches $m" ;;
-    2s-*) s=${1#2s-}; s=${s%%-*}; m=${1##*-m}; echo "--devices cpu:0,cpu:1 --stages 2 --threads 1 --schedule $s --microbatches $m --partition params" ;;
+    2s-il2-*) echo "--threads 1" ;; # the file says it (with_parallel)
+    2s-*) s=${1#2s-}; s=${s%-m*}; m=${1##*-m}; echo "--devices cpu:0,cpu:1 --stages 2 --threads 1 --schedule $s --microbatches $m --partition params" ;;
+  esac
+}
+
+# The model file with its parallel: section replaced by $2 (one YAML line), written to $3.
+with_parallel() {
+  awk -v par="$2" '
+    /^parallel:/ { skip = 1; next }
+    skip && /^[^ #]/ { skip = 0 }
+    !skip { print }
+    END { print par }' "$1" >"$3"
+}
+
+file_for() { # model file, layout -> the file to run
+  case $2 in
+    2s-il2-*) m=${2##*-m}
+      with_parallel "$1" "parallel: {devices: [cpu:0, cpu:1], pipeline: {stages: 4, virtual: 2, microbatches: $m, schedule: interleaved-1f1b, partition: params}}" "$tmp/il2-m$m.yaml"
+      echo "$tmp/il2-m$m.yaml" ;;
+    *) with_parallel "$1" "parallel: auto" "$tmp/auto.yaml"; echo "$tmp/auto.yaml" ;;
   esac
 }
 
@@ -39,7 +62,8 @@ bench_model() { # name file steps widths batch
   for r in $(seq "$rounds"); do
     for l in $layouts; do
       # shellcheck disable=SC2046
-      ms=$(env -u OPENBLAS_CORETYPE "$baton" run "$file" --synthetic --steps "$steps" $(args_of "$l") 2>&1 |
+      f=$(file_for "$file" "$l")
+      ms=$(env -u OPENBLAS_CORETYPE "$baton" run "$f" --synthetic --steps "$steps" $(args_of "$l") 2>&1 |
            tee "$tmp/$name-$l-$r.log" | sed -n 's/^median step \([0-9.]*\) ms.*/\1/p')
       echo "$ms" >>"$tmp/$name-$l"
     done
@@ -72,11 +96,13 @@ bench_model() { # name file steps widths batch
   fi
 }
 
-echo "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; OpenBLAS kernels $core"
+echo "cpu: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; OpenBLAS kernels $core; load at the start $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in ${MODELS:-mlp mlp7}; do
   case $model in
     mlp) bench_model mlp "$src/models/fashion-mlp.yaml" "$steps3" 784,1024,1024,10 256 ;;
     mlp7) bench_model mlp7 "$here/mlp7.yaml" "$steps7" 784,1024,1024,1024,1024,1024,1024,10 1024 ;;
-    *) echo "unknown model $model (mlp, mlp7)" >&2; exit 2 ;;
+    cnn) have_torch=0 # bench/torch_mlp.py is an MLP: no peer for the CNN here (bench/compare_torch.sh has one)
+      bench_model cnn "$src/models/fashion-cnn.yaml" "$stepscnn" - 128 ;;
+    *) echo "unknown model $model (mlp, mlp7, cnn)" >&2; exit 2 ;;
   esac
 done

@@ -21,6 +21,12 @@
  *             follows (the CPU stage performs its own copies): the step time and bubble the
  *             schedule itself implies for those costs; pred(mean) the same with the mean F, B
  *             and W times (which keep the tail that preemptions add on a loaded machine);
+ *   predicted with the turn hand-off between a device's stage threads priced as `baton profile`
+ *   measures it (bt_profile_measure_handoff, once per round beside the engines, median kept;
+ *   it only matters for interleaved, the one schedule with several stages per device), and
+ *   beside it the hand-off gaps the interleaved trace itself shows (median time from the end of
+ *   one stage's instruction to the start of the device's next, on another stage) and pred(gap),
+ *   the prediction with that median gap as the hand-off cost;
  *   and their ratio, and each schedule's step time and bubble against 1F1B's (the peer measured in
  *   the same run; bench/compare_schedules.sh adds PyTorch on the same model).
  * BENCH_VERBOSE=1 also prints each stage's median F, B, W, optimizer and copy times; BENCH_ONLY=k
@@ -59,7 +65,42 @@ typedef struct bench_run {
     /* per stage: summed F, B and W times and counts over the measured steps (the means) */
     double sum[8][3];
     int count[8][3];
+    double *gaps;       /* hand-off gaps seen in the traces (interleaved) */
+    int n_gaps, cap_gaps;
 } bench_run;
+
+/* The last step's hand-off gaps: on each device, consecutive instructions (turn order) of two
+ * different stages (a receive's record starts before it waits for data, so its gap is the
+ * hand-off alone). */
+static void collect_gaps(bench_run *r)
+{
+    const bt_schedule *sched = bt_engine_last_schedule(r->engine);
+    if (sched->devices >= sched->stages) return;
+    for (int d = 0; d < sched->devices; d++) {
+        int n = 0, *st = NULL, *ix = NULL;
+        if (bt_schedule_device_order(sched, d, &n, &st, &ix) != BT_OK) die("device order");
+        for (int i = 1; i < n; i++) {
+            if (st[i] == st[i - 1]) continue;
+            bt_instr_kind k = sched->list[st[i]][ix[i]].kind;
+            if (k == BT_I_STEP) continue; /* handed on before the previous one ended */
+            int na = 0, nb = 0;
+            const bt_trace_rec *a = bt_engine_trace(r->engine, st[i - 1], &na);
+            const bt_trace_rec *b = bt_engine_trace(r->engine, st[i], &nb);
+            const bt_trace_rec *ra = NULL, *rb = NULL;
+            for (int q = 0; q < na; q++) if (a[q].instr == ix[i - 1]) ra = &a[q];
+            for (int q = 0; q < nb; q++) if (b[q].instr == ix[i]) rb = &b[q];
+            if (!ra || !rb) continue;
+            if (r->n_gaps == r->cap_gaps) {
+                r->cap_gaps = r->cap_gaps ? 2 * r->cap_gaps : 256;
+                r->gaps = realloc(r->gaps, sizeof *r->gaps * (size_t)r->cap_gaps);
+                if (!r->gaps) die("out of memory");
+            }
+            r->gaps[r->n_gaps++] = rb->start_ms - ra->end_ms;
+        }
+        free(st);
+        free(ix);
+    }
+}
 
 /* Adds the last step's F, B and W instruction times to r's sums. */
 static void accumulate(bench_run *r)
@@ -90,9 +131,25 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static double handoff_ms; /* the profile's measurement (median over rounds) */
+static double gap_ms;     /* the median hand-off gap the interleaved trace shows */
+
+/* The 1-, 5- and 15-minute load averages, for the report. */
+static const char *bench_load(void)
+{
+    static char buf[64];
+    FILE *f = fopen("/proc/loadavg", "r");
+    double a = 0, b = 0, c = 0;
+    if (!f || fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3) snprintf(buf, sizeof buf, "unknown");
+    else snprintf(buf, sizeof buf, "%.2f %.2f %.2f", a, b, c);
+    if (f) fclose(f);
+    return buf;
+} /* the profile's measurement (median over rounds) */
+
 /* Predicted step time and bubble: the simulator on the traced per-stage medians (as
  * bt_trace_predict; here with the bubble too). Measured bubble from the same records. */
-static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *meas_bubble, double *mean_ms)
+static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *meas_bubble, double *mean_ms,
+                    double *gap_pred_ms)
 {
     const bt_schedule *sched = bt_engine_last_schedule(r->engine);
     int p = sched->stages;
@@ -111,12 +168,17 @@ static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *
                    ss.recv_grad_ms);
     }
     *meas_bubble = 1.0 - used / sched->devices;
-    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd, .wgt = wgt, .step = step};
+    bt_sim_costs costs = {.fwd = fwd, .bwd = bwd, .wgt = wgt, .step = step, .handoff = handoff_ms};
     bt_sim_result res;
     if (bt_simulate(sched, &costs, &res) != BT_OK) die("simulate");
     *pred_ms = res.step_time;
     *pred_bubble = res.bubble;
     bt_sim_result_free(&res);
+    costs.handoff = gap_ms; /* the hand-off the trace shows instead of the profile's */
+    if (bt_simulate(sched, &costs, &res) != BT_OK) die("simulate");
+    *gap_pred_ms = res.step_time;
+    bt_sim_result_free(&res);
+    costs.handoff = handoff_ms;
     /* the same with mean compute times: on a loaded machine preemptions make a long tail that
      * medians leave out and means keep */
     for (int s = 0; s < p; s++) {
@@ -191,7 +253,9 @@ int main(int argc, char **argv)
     printf("model deep: %d -> 6 x %d (relu) -> 10, batch %lld in %d micro-batches of %lld, AdamW, f32, "
            "cpu:0 + cpu:1, 1 BLAS thread each; %d rounds x %d steps, schedules in turn\n",
            width, width, batch, m, batch / m, rounds, steps);
-    for (int round = 0; round < rounds; round++)
+    double handoffs[MAX_ROUNDS];
+    for (int round = 0; round < rounds; round++) {
+        if (bt_profile_measure_handoff(2, 9, &handoffs[round]) != BT_OK) die("hand-off");
         for (int k = 0; k < N_KINDS; k++) {
             bench_run *r = &runs[k];
             if (getenv("BENCH_ONLY") && atoi(getenv("BENCH_ONLY")) != k) continue;
@@ -204,28 +268,41 @@ int main(int argc, char **argv)
                 ms[i - 2] = res.step_ms;
                 if (bt_trace_add_step(r->trace, r->engine) != BT_OK) die("trace step");
                 accumulate(r);
+                collect_gaps(r);
             }
             r->round_ms[round] = median(ms, steps);
             free(ms);
         }
+    }
+    handoff_ms = median(handoffs, rounds);
+    printf("load: %s; hand-off between two stage threads of a device (bt_profile_measure_handoff, median of "
+           "%d rounds): %.4f ms\n", bench_load(), rounds, handoff_ms);
+    if (runs[1].n_gaps) {
+        double sum = 0;
+        for (int i = 0; i < runs[1].n_gaps; i++) sum += runs[1].gaps[i];
+        printf("interleaved trace: %d hand-offs, %.1f per step, gap median %.4f ms, mean %.4f ms\n", runs[1].n_gaps,
+               (double)runs[1].n_gaps / (rounds * steps), median(runs[1].gaps, runs[1].n_gaps), sum / runs[1].n_gaps);
+        gap_ms = median(runs[1].gaps, runs[1].n_gaps);
+    }
 
     double base_ms = 0, base_bubble = 0;
-    printf("\n%-20s %12s %10s %12s %10s %9s %11s %11s %12s\n", "schedule", "measured ms", "bubble",
-           "predicted ms", "bubble", "meas/pred", "pred(mean)", "vs 1f1b ms", "vs 1f1b bub");
+    printf("\n%-20s %12s %10s %12s %10s %9s %11s %11s %11s %12s\n", "schedule", "measured ms", "bubble",
+           "predicted ms", "bubble", "meas/pred", "pred(mean)", "pred(gap)", "vs 1f1b ms", "vs 1f1b bub");
     for (int k = 0; k < N_KINDS; k++) {
         bench_run *r = &runs[k];
         if (bt_trace_num_steps(r->trace) == 0) continue; /* BENCH_ONLY left it out */
-        double meas_ms = median(r->round_ms, rounds), pred_ms, pred_bubble, meas_bubble, mean_ms;
-        analyse(r, &pred_ms, &pred_bubble, &meas_bubble, &mean_ms);
+        double meas_ms = median(r->round_ms, rounds), pred_ms, pred_bubble, meas_bubble, mean_ms, gap_pred_ms;
+        analyse(r, &pred_ms, &pred_bubble, &meas_bubble, &mean_ms, &gap_pred_ms);
         if (k == 0) base_ms = meas_ms, base_bubble = meas_bubble;
-        printf("%-20s %12.2f %9.1f%% %12.2f %9.1f%% %9.3f %11.2f %10.3fx %11.2fx\n", r->name, meas_ms,
-               100 * meas_bubble, pred_ms, 100 * pred_bubble, meas_ms / pred_ms, mean_ms, meas_ms / base_ms,
+        printf("%-20s %12.2f %9.1f%% %12.2f %9.1f%% %9.3f %11.2f %11.2f %10.3fx %11.2fx\n", r->name, meas_ms,
+               100 * meas_bubble, pred_ms, 100 * pred_bubble, meas_ms / pred_ms, mean_ms, gap_pred_ms, meas_ms / base_ms,
                base_bubble > 0 ? meas_bubble / base_bubble : 0);
         printf("result schedule=%s measured_ms=%.3f measured_bubble=%.4f predicted_ms=%.3f predicted_bubble=%.4f "
-               "predicted_mean_ms=%.3f\n",
-               bt_schedule_name(r->kind), meas_ms, meas_bubble, pred_ms, pred_bubble, mean_ms);
+               "predicted_mean_ms=%.3f predicted_gap_ms=%.3f handoff_ms=%.4f\n",
+               bt_schedule_name(r->kind), meas_ms, meas_bubble, pred_ms, pred_bubble, mean_ms, gap_pred_ms, handoff_ms);
     }
     for (int k = 0; k < N_KINDS; k++) {
+        free(runs[k].gaps);
         bt_trace_destroy(runs[k].trace);
         bt_engine_destroy(runs[k].engine);
     }

@@ -2,7 +2,10 @@
 # bench/compare_schedules.sh: bench_schedules (1F1B, interleaved 1F1B v2 and ZB-H1 on cpu:0 +
 # cpu:1, measured against the simulator) alternated with the PyTorch peer training the same model
 # in one process (bench/torch_deep.py at 1 and 2 threads, its best kept), ROUNDS times; prints each
-# round's lines, then per schedule the median step time and its throughput against PyTorch's best.
+# round's lines, then per schedule the medians of the measured step, the simulator's prediction
+# (with the turn hand-off `baton profile` measures), their ratio (target: within 10%), the
+# prediction with the hand-off gap the interleaved trace showed instead, the measured and predicted
+# bubble, and the throughput against PyTorch's best; the load before and after.
 # Usage: bench/compare_schedules.sh BUILD_DIR [ROUNDS] [STEPS]
 # Needs Debian's python3-torch (/usr/bin/python3).
 set -eu
@@ -15,14 +18,16 @@ make -s -C "$build" bench/bench_schedules >/dev/null
 core=$(env -u OPENBLAS_CORETYPE "$build/bench/bench_cpu" mlp --steps 1 --threads 1 2>/dev/null |
   sed -n 's/^blas: OpenBLAS (\([A-Za-z0-9]*\) kernels.*/\1/p' || true)
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); cores: $(nproc)"
-f1=""; fi=""; fz=""; tb=""
+f1=""; fi=""; fz=""; tb=""; rows=""
 for r in $(seq "$rounds"); do
   out=$("$build/bench/bench_schedules" --steps "$steps" --rounds 1)
   [ "$r" = 1 ] && echo "$out" | head -1
   a=$(echo "$out" | sed -n 's/^result schedule=1f1b measured_ms=\([0-9.]*\).*/\1/p')
   b=$(echo "$out" | sed -n 's/^result schedule=interleaved-1f1b measured_ms=\([0-9.]*\).*/\1/p')
   c=$(echo "$out" | sed -n 's/^result schedule=zb-h1 measured_ms=\([0-9.]*\).*/\1/p')
-  echo "$out" | grep '^result' | sed "s/^/round $r: /"
+  echo "$out" | grep -E '^result|^load:|^interleaved trace:' | sed "s/^/round $r: /"
+  rows="$rows
+$(echo "$out" | grep '^result')"
   best=""
   for t in 1 2; do
     ms=$(OPENBLAS_CORETYPE=${core:-SkylakeX} OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t \
@@ -35,7 +40,16 @@ done
 median() { echo "$@" | tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 t=$(median $tb)
 echo "medians of $rounds rounds x $steps steps (load after: $(cut -d' ' -f1-3 /proc/loadavg)):"
-for pair in "1f1b:$(median $f1)" "interleaved-1f1b:$(median $fi)" "zb-h1:$(median $fz)"; do
-  awk -v n="${pair%%:*}" -v b="${pair#*:}" -v t="$t" 'BEGIN {
-    printf "  %-18s %9.2f ms   pytorch best %9.2f ms   baton/pytorch throughput %.2fx\n", n, b, t, t / b }'
+field() { # schedule key -> the values of key= over the rounds
+  echo "$rows" | grep "schedule=$1 " | sed -n "s/.* $2=\([0-9.e+-]*\).*/\1/p" | tr '\n' ' '
+}
+printf '  %-18s %11s %11s %9s %11s %9s %9s %9s %14s\n' schedule "measured" "predicted" "meas/pred" "pred(gap)" \
+  "bubble" "pred bub" "pytorch" "baton/pytorch"
+for n in 1f1b interleaved-1f1b zb-h1; do
+  b=$(median $(field $n measured_ms)); pr=$(median $(field $n predicted_ms)); pg=$(median $(field $n predicted_gap_ms))
+  mb=$(median $(field $n measured_bubble)); pb=$(median $(field $n predicted_bubble))
+  awk -v n="$n" -v b="$b" -v pr="$pr" -v pg="$pg" -v mb="$mb" -v pb="$pb" -v t="$t" 'BEGIN {
+    printf "  %-18s %8.2f ms %8.2f ms %9.3f %8.2f ms %8.1f%% %8.1f%% %6.2f ms %13.2fx%s\n", n, b, pr, b / pr, pg,
+      100 * mb, 100 * pb, t, t / b, (b / pr > 1.1 || b / pr < 0.9) ? "  (outside 10%)" : "" }'
 done
+echo "  hand-off priced in 'predicted' (bt_profile_measure_handoff, each round): $(field 1f1b handoff_ms)ms"

@@ -376,9 +376,16 @@ expect_rc 0 "--recompute stage" "$baton" run "$srcdir/models/mlp.yaml" --steps 2
 expect_rc 2 "--recompute of no layer" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 --recompute fc9 &&
   { tests=$((tests + 1)); grep -q "'fc9', which is no layer" "$tmp/err" || fail "--recompute fc9: $(cat "$tmp/err")"; }
 expect_rc 2 "--recompute without train:" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 1 --recompute stage
-expect_rc 2 "--recompute with zb-h1 (a usage error, not a runtime one)" "$baton" run "$srcdir/models/mlp.yaml" --steps 1 \
-  --stages 2 --microbatches 4 --schedule zb-h1 --recompute stage &&
-  { tests=$((tests + 1)); grep -q "split backward cannot combine with" "$tmp/err" || fail "--recompute with zb-h1: $(cat "$tmp/err")"; }
+expect_rc 0 "--recompute with zb-h1 (W recomputes too)" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 \
+  --stages 2 --microbatches 4 --schedule zb-h1 --recompute stage
+# baton plan with interleaved's virtual chunks by hand, and the refusals (docs/planner.md)
+expect_rc 0 "plan --virtual 2" "$baton" plan "$srcdir/models/mlp.yaml" --schedule interleaved-1f1b --virtual 2 \
+  --microbatches 4 --repeats 1 &&
+  { tests=$((tests + 1)); grep -q "^    virtual: 2$" "$tmp/out" && grep -q "^    stages: 4$" "$tmp/out" ||
+    fail "plan --virtual 2: no virtual/stages in the YAML: $(tail -8 "$tmp/out")"; }
+expect_rc 2 "plan --virtual with 1f1b" "$baton" plan "$srcdir/models/mlp.yaml" --schedule 1f1b --virtual 2 --repeats 1 &&
+  { tests=$((tests + 1)); grep -q "applies to interleaved-1f1b only" "$tmp/err" || fail "plan --virtual 1f1b: $(cat "$tmp/err")"; }
+expect_rc 2 "plan --virtual with --schedule auto" "$baton" plan "$srcdir/models/mlp.yaml" --schedule auto --virtual 2
 sed 's/^parallel:.*/parallel: auto/; /^  devices:/d; /^  pipeline:/d; /^    [a-z]*:/d' "$srcdir/models/mlp.yaml" >"$tmp/auto.yaml"
 if grep -q '^parallel: auto$' "$tmp/auto.yaml"; then
   expect_rc 0 "parallel: auto" "$baton" run "$tmp/auto.yaml" --steps 2 &&

@@ -16,6 +16,9 @@
  *   - checkpoints of a tied model hold the tensor once (wte.weight, no lm_head.weight), and a
  *     resume on another placement (3 stages, 2 micro-batches -> 1 stage, 1) continues to float
  *     rounding, the tied copy restored from the source;
+ *   - measured-cost partitioning (`baton plan`, `partition: profile`, `parallel: auto`'s search)
+ *     cuts between block copies too: with equal costs per layer the unconstrained optimum
+ *     would cut inside h.1, and every planner cuts at a copy's edge instead;
  *   - text data: a character vocabulary (built, saved, loaded, refusing unknown bytes), llm.c
  *     token shards (round trip, a bad header refused) and next-token windows. */
 #include <math.h>
@@ -24,7 +27,9 @@
 #include "baton.h"
 #include "bt_test.h"
 #include "io/text.h"
+#include "plan/placement.h"
 #include "plan/plan.h"
+#include "plan/search.h"
 #include "train/checkpoint.h"
 
 #define T 9  /* not a multiple of the attention tile used below (block: 4) */
@@ -149,6 +154,102 @@ static void test_block_partition(void)
     CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
     CU_ASSERT_EQUAL(plan->first_layer[1], bt_graph_find_layer(m->graph, "h.2.ln_1"));
     bt_plan_destroy(plan);
+    bt_model_destroy(m);
+}
+
+/* Whether a cut before layer l falls between units (layers outside blocks, block copies). */
+static int at_unit_edge(const bt_graph *g, int l)
+{
+    bt_layer_info info;
+    if (bt_graph_layer(g, l, &info) != BT_OK) return 0;
+    return strchr(info.name, '.') == NULL || strstr(info.name, ".ln_1") != NULL;
+}
+
+static void test_block_partition_measured(void)
+{
+    bt_model *m = load_gpt(0);
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.devices = "cpu:0,cpu:1,cpu:2";
+    pp.batch = 4;
+    pp.microbatches = 2;
+    pp.repeats = 1;
+    pp.warmup = 0;
+    pp.transfer_bytes = 4096;
+    pp.handoff_repeats = 0;
+    bt_profile *prof = NULL;
+    CU_ASSERT_FATAL(bt_profile_measure(m->graph, "gpt", &pp, &prof) == BT_OK);
+    /* every layer costs the same and transfers are free: 32 layers, the even 2-way cut (16) lies
+     * inside h.1 (layers 11..19) */
+    for (int l = 0; l < prof->n_layers; l++) {
+        bt_profile_time *t = &prof->times[l * prof->n_kinds];
+        t->fwd_ms = 1;
+        t->bwd_ms = t->b_ms = 2;
+        t->w_ms = 0;
+    }
+    for (int k = 0; k < prof->n_transfers; k++) prof->transfers[k].gb_per_s = 1e6;
+    CU_ASSERT_EQUAL_FATAL(prof->n_layers, 32);
+    bt_placement_params lp;
+    bt_placement_params_init(&lp);
+    lp.devices = "cpu:0,cpu:1";
+    lp.microbatches = 2;
+    bt_placement pl;
+    CU_ASSERT_FATAL(bt_placement_plan(prof, &lp, &pl) == BT_OK); /* without the graph: anywhere */
+    CU_ASSERT_EQUAL(pl.stage[1].first_layer, 16);
+    bt_placement_clear(&pl);
+    lp.graph = m->graph;
+    for (int p = 2; p <= 3; p++) {
+        lp.devices = p == 2 ? "cpu:0,cpu:1" : "cpu:0,cpu:1,cpu:2";
+        CU_ASSERT_FATAL(bt_placement_plan(prof, &lp, &pl) == BT_OK);
+        for (int k = 1; k < p; k++) CU_ASSERT(at_unit_edge(m->graph, pl.stage[k].first_layer));
+        bt_placement_clear(&pl);
+        /* partition: profile */
+        bt_parallel_config cfg = m->parallel;
+        cfg.stages = p;
+        cfg.devices = lp.devices;
+        cfg.partition = BT_PARTITION_PROFILE;
+        cfg.profile = prof;
+        bt_plan *plan = NULL;
+        CU_ASSERT_FATAL(bt_plan_build(m->graph, &cfg, &plan) == BT_OK);
+        for (int k = 1; k < p; k++) CU_ASSERT(at_unit_edge(m->graph, plan->first_layer[k]));
+        bt_plan_destroy(plan);
+        /* the uniform comparison `baton plan` prints */
+        int first[4];
+        CU_ASSERT_FATAL(bt_placement_uniform_cuts(m->graph, prof->n_layers, p, first) == BT_OK);
+        for (int k = 1; k < p; k++) CU_ASSERT(at_unit_edge(m->graph, first[k]));
+    }
+    /* a hand-made cut inside a block is refused when priced */
+    lp.devices = "cpu:0,cpu:1";
+    CU_ASSERT(bt_placement_evaluate(prof, &lp, (const int[]){0, 16, 32}, &pl) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "inside a repeated block") != NULL);
+    /* the layout search (parallel: auto) with this profile at every point it reads */
+    bt_search_params sp;
+    bt_search_params_init(&sp);
+    sp.graph = m->graph;
+    sp.batch = 4;
+    sp.devices = "cpu:0,cpu:1";
+    sp.cores = 2;
+    sp.threads = 1;
+    sp.n_microbatches = 1;
+    sp.microbatches[0] = 2;
+    sp.n_schedules = 1;
+    sp.schedules[0] = BT_SCHEDULE_1F1B;
+    sp.recompute = 0;
+    bt_search_point pts[BT_SEARCH_MAX_POINTS];
+    int n = 0;
+    CU_ASSERT_FATAL(bt_search_points(&sp, pts, BT_SEARCH_MAX_POINTS, &n) == BT_OK && n == 1);
+    const bt_profile *profs[1] = {prof};
+    bt_search_result r;
+    CU_ASSERT_FATAL(bt_search_layouts(&sp, pts, profs, 1, &r) == BT_OK);
+    int multi = 0;
+    for (int i = 0; i < r.n; i++)
+        if (r.cand[i].fits && r.cand[i].stages == 2) {
+            multi = 1;
+            CU_ASSERT(at_unit_edge(m->graph, r.cand[i].first_layer[1]));
+        }
+    CU_ASSERT(multi);
+    bt_search_result_clear(&r);
+    bt_profile_destroy(prof);
     bt_model_destroy(m);
 }
 
@@ -608,6 +709,7 @@ int main(void)
     static const bt_test_case cases[] = {
         {"blocks: names and references", test_block_names},
         {"blocks: partitions cut between copies", test_block_partition},
+        {"blocks: measured-cost plans and the search cut between copies", test_block_partition_measured},
         {"tie: one step moves both copies by the summed gradient", test_tie_sums_gradients},
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
         {"generate: KV-cache decoder = forward; with = without the cache", test_generate},

@@ -468,6 +468,23 @@ static void test_optimal_matches_brute_force(void)
             CU_ASSERT(free_plan.bottleneck <= fast.bottleneck);
             memory_bound += free_plan.bottleneck < fast.bottleneck;
         }
+        /* Blocks that may not be cut inside (no rng drawn: the trials above stay as they were):
+         * both searches agree, respect them, and never beat the unconstrained optimum. */
+        {
+            unsigned char no_cut[9];
+            for (int l = 0; l < pr.layers; l++) no_cut[l] = (unsigned char)((l * 7 + trial) % 3 == 0);
+            bt_partition_problem blocks = pr;
+            bt_partition_plan bf, bs;
+            blocks.no_cut = no_cut;
+            bt_status a = bt_partition_optimal(&blocks, &bf), b = bt_partition_brute_force(&blocks, &bs);
+            CU_ASSERT_EQUAL(a, b);
+            if (a == BT_OK && b == BT_OK) {
+                CU_ASSERT_EQUAL(bf.bottleneck, bs.bottleneck);
+                CU_ASSERT(bf.bottleneck >= fast.bottleneck);
+                for (int k = 1; k < bf.stages; k++) CU_ASSERT(!no_cut[bf.first_layer[k] - 1]);
+                CU_ASSERT_EQUAL(bt_partition_evaluate(&blocks, &bf), BT_OK);
+            }
+        }
         /* Freedom to reorder never hurts. */
         if (!pr.permute) {
             bt_partition_problem free_order = pr;

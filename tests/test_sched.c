@@ -770,7 +770,7 @@ static void test_simulate_unequal_1f1b_by_hand(void)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     const double fwd[] = {1, 2}, bwd[] = {2, 3}, send_act[] = {0.5, 0}, send_grad[] = {0, 0.25};
-    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5, NULL};
+    bt_sim_costs costs = {fwd, bwd, send_act, send_grad, 0.5, NULL, 0};
     CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 2, &sched), BT_OK);
     CU_ASSERT_EQUAL_FATAL(bt_simulate(sched, &costs, &res), BT_OK);
     CU_ASSERT_EQUAL(res.stages, 2);
@@ -954,6 +954,47 @@ static void test_bubble_formulas(void)
                 bt_sim_result_free(&r);
                 bt_schedule_destroy(il);
             }
+}
+
+/* The turn hand-off: free for schedules with one stage per device; on interleaved it adds idle
+ * time (busy unchanged) of at least one hand-off and at most one per device switch. */
+static void test_simulate_handoff(void)
+{
+    double one[8], two[8];
+    for (int s = 0; s < 8; s++) one[s] = 1, two[s] = 2;
+    bt_schedule *f1b = NULL, *il = NULL;
+    bt_sim_result a, b;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, 2, 4, &f1b), BT_OK);
+    bt_sim_costs free_ = {.fwd = one, .bwd = two}, dear = {.fwd = one, .bwd = two, .handoff = 0.25};
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(f1b, &free_, &a), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(f1b, &dear, &b), BT_OK);
+    CU_ASSERT_DOUBLE_EQUAL(a.step_time, b.step_time, 1e-12);
+    bt_sim_result_free(&a);
+    bt_sim_result_free(&b);
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, 4, 4, 2, &il), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(il, &free_, &a), BT_OK);
+    CU_ASSERT_EQUAL_FATAL(bt_simulate(il, &dear, &b), BT_OK);
+    int switches = 0;
+    for (int d = 0; d < il->devices; d++) {
+        int n = 0, *st = NULL, *ix = NULL;
+        CU_ASSERT_EQUAL_FATAL(bt_schedule_device_order(il, d, &n, &st, &ix), BT_OK);
+        int here = 0;
+        for (int i = 1; i < n; i++) here += st[i] != st[i - 1];
+        if (here > switches) switches = here;
+        free(st);
+        free(ix);
+    }
+    CU_ASSERT(switches > 0);
+    CU_ASSERT(b.step_time >= a.step_time + 0.25 - 1e-12);
+    CU_ASSERT(b.step_time <= a.step_time + 0.25 * switches + 1e-12);
+    for (int s = 0; s < 4; s++) CU_ASSERT_DOUBLE_EQUAL(a.busy[s], b.busy[s], 1e-12);
+    CU_ASSERT(b.bubble > a.bubble);
+    bt_sim_result_free(&a);
+    bt_sim_result_free(&b);
+    dear.handoff = NAN;
+    CU_ASSERT_EQUAL(bt_simulate(il, &dear, &a), BT_ERR_INVALID_ARG);
+    bt_schedule_destroy(f1b);
+    bt_schedule_destroy(il);
 }
 
 /* Grids show W (zb-h1) and, for interleaved, one row per device with the logical stage in each
@@ -1165,6 +1206,7 @@ int main(void)
         {"grid columns are fixed width", test_grid_columns_are_fixed_width},
         {"interleaved and zb-h1 validate, within their memory bounds", test_new_schedules_validate},
         {"simulator: the published bubble formulas", test_bubble_formulas},
+        {"simulator: turn hand-offs cost idle time on shared devices only", test_simulate_handoff},
         {"grid: zb-h1 and interleaved", test_grid_new_schedules},
         {"schedule shapes the generators accept", test_check_shape},
         {"validator: weight gradients", test_validate_weight_gradients},

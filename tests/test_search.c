@@ -4,7 +4,10 @@
  * a second thread worth 1.8x makes one stage fastest, and the search says so with the predicted
  * step of one stage by hand; perfectly linear costs and no gain from threads make a pipeline
  * fastest; a memory limit between a layout's memory with and without recomputation makes the
- * search choose recomputation; the points cover every micro-batch size and thread count tried. */
+ * search choose recomputation; the points cover every micro-batch size and thread count tried;
+ * with 2 micro-batches and no W to defer, interleaving wins with its chunk count chosen, and the
+ * layout it hands to the engine builds; a costly turn hand-off (the profile's handoff_ms) makes
+ * the search leave interleaving alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +15,9 @@
 
 #include "baton.h"
 #include "bt_test.h"
+#include "plan/plan.h"
 #include "plan/search.h"
+#include "profile/auto_layout.h"
 #include "sched/sched.h"
 #include "test_models.h"
 
@@ -28,6 +33,7 @@ static void synth_times(bt_profile *p, int threads, const cost_model *cm)
 {
     double mbs = (double)p->microbatch_size;
     double eff = mbs / (mbs + cm->knee);
+    p->handoff_ms = 0; /* measured for real (noise on a busy machine): the tests that want one set it */
     double speed = threads == 2 ? cm->gain : 1.0;
     for (int l = 0; l < p->n_layers; l++) {
         bt_profile_time *t = &p->times[l * p->n_kinds];
@@ -59,6 +65,7 @@ static void measure_all(const bt_graph *g, const bt_search_params *sp, const cos
         pp.repeats = 1;
         pp.warmup = 0;
         pp.transfer_bytes = 4096;
+        pp.handoff_repeats = 0; /* synthetic costs: the tests that want a hand-off set one */
         ms->prof[i] = NULL;
         CU_ASSERT_FATAL(bt_profile_measure(g, "search", &pp, &ms->prof[i]) == BT_OK);
         synth_times(ms->prof[i], ms->pts[i].threads, cm);
@@ -168,14 +175,16 @@ static void test_pipeline_fastest(void)
     CU_ASSERT_EQUAL(b->microbatches, 32); /* the smallest bubble */
     CU_ASSERT(r.best_single >= 0 && r.cand[r.best_single].step_ms > b->step_ms);
     CU_ASSERT_STRING_EQUAL(r.devices, "cpu:0,cpu:1");
-    /* the schedules came from src/sched: every training kind was tried (but interleaving) */
+    /* the schedules came from src/sched: every training kind was tried, interleaving with v >= 2 */
     bt_schedule_kind kinds[BT_SEARCH_MAX_CHOICES];
     int nk = bt_schedule_kinds(1, kinds, BT_SEARCH_MAX_CHOICES);
     CU_ASSERT(nk >= 2);
     for (int k = 0; k < nk; k++) {
-        if (kinds[k] == BT_SCHEDULE_INTERLEAVED_1F1B) continue; /* needs virtual chunks: not searched */
         int tried = 0;
-        for (int i = 0; i < r.n; i++) tried |= r.cand[i].schedule == kinds[k];
+        for (int i = 0; i < r.n; i++) {
+            tried |= r.cand[i].schedule == kinds[k];
+            CU_ASSERT(r.cand[i].schedule == BT_SCHEDULE_INTERLEAVED_1F1B ? r.cand[i].chunks >= 2 : r.cand[i].chunks == 1);
+        }
         CU_ASSERT(tried);
     }
     bt_search_result_clear(&r);
@@ -225,6 +234,63 @@ static void test_recompute_when_memory_is_short(void)
     bt_graph_destroy(g);
 }
 
+/* p = 2, m = 2: 1F1B idles a third of the step; interleaving shrinks that by its chunk count, and
+ * with W free ZB-H1 has nothing to defer. Linear costs, one thread. */
+static void test_interleaving_chosen(void)
+{
+    bt_graph *g = bt_test_residual_graph(8, 16, 4); /* 7 layers: v up to 3 on 2 devices */
+    bt_search_params sp;
+    params(g, &sp);
+    sp.threads = 1;
+    sp.n_microbatches = 1;
+    sp.microbatches[0] = 2;
+    sp.recompute = 0;
+    cost_model cm = {0.0, 1.0, 0.0};
+    measured ms;
+    measure_all(g, &sp, &cm, &ms);
+    for (int i = 0; i < ms.n; i++) {
+        ms.prof[i]->handoff_ms = 0; /* measured for real: free here */
+        for (int l = 0; l < ms.prof[i]->n_layers; l++) {
+            bt_profile_time *t = &ms.prof[i]->times[l * ms.prof[i]->n_kinds];
+            t->b_ms = t->bwd_ms;
+            t->w_ms = 0;
+        }
+    }
+    bt_search_result r;
+    CU_ASSERT_FATAL(bt_search_layouts(&sp, ms.pts, (const bt_profile *const *)ms.prof, ms.n, &r) == BT_OK);
+    const bt_search_candidate *b = &r.cand[r.best];
+    CU_ASSERT_EQUAL(b->schedule, BT_SCHEDULE_INTERLEAVED_1F1B);
+    CU_ASSERT(b->stages == 2 && b->chunks >= 2 && b->chunks <= 3);
+    int seen[4] = {0};
+    for (int i = 0; i < r.n; i++)
+        if (r.cand[i].schedule == BT_SCHEDULE_INTERLEAVED_1F1B && r.cand[i].chunks <= 3) seen[r.cand[i].chunks]++;
+    CU_ASSERT(seen[2] && seen[3]); /* 2 x 4 logical stages would not fit 7 layers: not tried */
+    /* the layout it hands on builds: 2 x v logical stages on two devices */
+    bt_parallel_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    int threads = 0, rec = 0;
+    char *devices = NULL, *layout = NULL;
+    CU_ASSERT_FATAL(bt_auto_apply(g, &r, r.best, &cfg, &threads, &rec, &devices, &layout) == BT_OK);
+    CU_ASSERT_EQUAL(cfg.virtual_stages, b->chunks);
+    CU_ASSERT_EQUAL(cfg.stages, 2 * b->chunks);
+    CU_ASSERT_STRING_EQUAL(cfg.devices, "cpu:0,cpu:1");
+    bt_plan *plan = NULL;
+    CU_ASSERT(bt_plan_build(g, &cfg, &plan) == BT_OK);
+    if (plan)
+        for (int s = 0; s < cfg.stages; s++) CU_ASSERT_EQUAL(plan->first_layer[s], b->first_layer[s]);
+    bt_plan_destroy(plan);
+    free(devices);
+    free(layout);
+    bt_search_result_clear(&r);
+    /* a turn hand-off as dear as a layer's forward and backward: interleaving no longer pays */
+    for (int i = 0; i < ms.n; i++) ms.prof[i]->handoff_ms = 3 * ms.prof[i]->times[0].fwd_ms;
+    CU_ASSERT_FATAL(bt_search_layouts(&sp, ms.pts, (const bt_profile *const *)ms.prof, ms.n, &r) == BT_OK);
+    CU_ASSERT(r.cand[r.best].schedule != BT_SCHEDULE_INTERLEAVED_1F1B);
+    bt_search_result_clear(&r);
+    free_all(&ms);
+    bt_graph_destroy(g);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -232,6 +298,7 @@ int main(void)
         {"one stage with both cores wins when small GEMMs are slow", test_one_stage_fastest},
         {"a pipeline wins when costs are linear", test_pipeline_fastest},
         {"recomputation chosen when memory is short", test_recompute_when_memory_is_short},
+        {"interleaving chosen with its chunk count; not when hand-offs cost", test_interleaving_chosen},
         {NULL, NULL},
     };
     return bt_test_main("search", cases);

@@ -39,10 +39,13 @@ typedef struct bt_profile_params {
     uint64_t seed;                      /* fills the buffers */
     int fastest;                        /* 1: keep each layer's fastest run, not the median (a
                                            busy machine only ever slows a run down) */
+    int handoff_repeats;                /* training: alternations measuring the turn hand-off
+                                           (bt_profile_measure_handoff, up to 64); 0: not
+                                           measured, the profile's handoff_ms is 0 */
 } bt_profile_params;
 
 /* Defaults: devices "cpu:0", batch 32, 1 micro-batch, training, AdamW, 10 repeats after 2
- * warm-ups, 1 thread, 8 MiB transfers, seed 0. */
+ * warm-ups, 1 thread, 8 MiB transfers, seed 0, 5 hand-off alternations. */
 BT_API void bt_profile_params_init(bt_profile_params *params);
 
 /* Measures graph (a model named model_name, may be NULL) on the devices of params: opens them,
@@ -57,6 +60,13 @@ BT_API bt_status bt_profile_measure(const bt_graph *graph, const char *model_nam
  * stream schedule or the graph has no loss) on the devices parallel names, one per stage. *out
  * is NULL when the plan needs no costs (another partition, layers pinned with stage:, or one
  * stage): the result can always be stored in parallel->profile. The caller owns *out. */
+/* What a turn hand-off between two stage threads on one device costs, in ms (*ms >= 0): wake-up
+ * latency and a cold cache, which interleaved 1F1B pays at nearly every instruction and which no
+ * instruction's own time contains. Measured with `devices` pairs of threads passing turns the
+ * way the engine does, against the same work without hand-offs, median of `repeats`
+ * alternations. bt_profile_measure stores it in the profile (handoff_ms). */
+BT_API bt_status bt_profile_measure_handoff(int devices, int repeats, double *ms);
+
 BT_API bt_status bt_profile_measure_for_plan(const bt_graph *graph, const bt_parallel_config *parallel,
                                       bt_profile **out);
 

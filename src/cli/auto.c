@@ -17,17 +17,19 @@ static const char *rec_name(int r) { return r > 0 ? "stage" : r < 0 ? "file's" :
 
 static void describe(const bt_search_candidate *k, char *buf, size_t size)
 {
-    snprintf(buf, size, "%d stage%s x %d thread%s, %d micro-batch%s, %s%s", k->stages, k->stages == 1 ? "" : "s",
+    char virt[32] = "";
+    if (k->chunks > 1) snprintf(virt, sizeof virt, " (virtual %d)", k->chunks);
+    snprintf(buf, size, "%d stage%s x %d thread%s, %d micro-batch%s, %s%s%s", k->stages, k->stages == 1 ? "" : "s",
              k->threads, k->threads == 1 ? "" : "s", k->microbatches, k->microbatches == 1 ? "" : "es",
-             bt_schedule_name(k->schedule), k->recompute > 0 ? ", recompute" : "");
+             bt_schedule_name(k->schedule), virt, k->recompute > 0 ? ", recompute" : "");
 }
 
 void bt_cli_auto_report(const bt_search_result *r, int64_t batch, int full)
 {
     if (full) {
-        printf("  %-6s %-7s %-13s %-17s %-9s %14s %8s\n", "stages", "threads", "micro-batches", "schedule",
-               "recompute", "predicted step", "bubble");
-        /* the best of each (stages, schedule, recompute) */
+        printf("  %-6s %-7s %-13s %-17s %-7s %-9s %14s %8s\n", "stages", "threads", "micro-batches", "schedule",
+               "virtual", "recompute", "predicted step", "bubble");
+        /* the best of each (stages, schedule, virtual, recompute) */
         for (int i = 0; i < r->n; i++) {
             const bt_search_candidate *k = &r->cand[i];
             if (!k->fits) continue;
@@ -35,11 +37,12 @@ void bt_cli_auto_report(const bt_search_result *r, int64_t batch, int full)
             for (int j = 0; j < r->n && !better; j++) {
                 const bt_search_candidate *o = &r->cand[j];
                 better = j != i && o->fits && o->stages == k->stages && o->schedule == k->schedule &&
+                         o->chunks == k->chunks &&
                          o->recompute == k->recompute && (o->step_ms < k->step_ms || (o->step_ms == k->step_ms && j < i));
             }
             if (better && !getenv("BATON_PLAN_ALL")) continue;
-            printf("  %-6d %-7d %-13d %-17s %-9s %11.3f ms %7.1f%%%s\n", k->stages, k->threads, k->microbatches,
-                   bt_schedule_name(k->schedule), rec_name(k->recompute), k->step_ms, 100 * k->bubble,
+            printf("  %-6d %-7d %-13d %-17s %-7d %-9s %11.3f ms %7.1f%%%s\n", k->stages, k->threads, k->microbatches,
+                   bt_schedule_name(k->schedule), k->chunks, rec_name(k->recompute), k->step_ms, 100 * k->bubble,
                    i == r->best ? "  <- best" : "");
         }
     }
@@ -111,7 +114,8 @@ int bt_cli_auto_search(const char *cmd, const bt_model *m, const bt_search_param
 }
 
 /* The fastest prediction not yet in idx[0..n) with a distinct layout (stages, threads,
- * micro-batches: schedule and recomputation variants of one layout differ only as predicted),
+ * micro-batches, interleaved's chunks: schedule and recomputation variants of one layout differ
+ * only as predicted, while v chunks per device bring hand-offs the simulator may misjudge),
  * within 1.5x of the best; kind 0: one stage only, 1: pipelines only, -1: either. -1 if none. */
 static int next_fastest(const bt_search_result *r, const int *idx, int n, int kind)
 {
@@ -123,7 +127,8 @@ static int next_fastest(const bt_search_result *r, const int *idx, int n, int ki
         int dup = 0;
         for (int j = 0; j < n && !dup; j++) {
             const bt_search_candidate *o = &r->cand[idx[j]];
-            dup = o->stages == k->stages && o->threads == k->threads && o->microbatches == k->microbatches;
+            dup = o->stages == k->stages && o->threads == k->threads && o->microbatches == k->microbatches &&
+                  o->chunks == k->chunks;
         }
         if (!dup && (pick < 0 || k->step_ms < r->cand[pick].step_ms ||
                      (k->step_ms == r->cand[pick].step_ms && k->peak_bytes < r->cand[pick].peak_bytes)))

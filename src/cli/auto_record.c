@@ -9,7 +9,7 @@
  * searches anew and says that the continuation may differ in rounding. Layout flags given to the
  * resumed run replace `auto` before any of this, as they always do.
  *
- * The file is text, one "key value" pair a line: stages, microbatches, schedule, threads,
+ * The file is text, one "key value" pair a line: stages, microbatches, schedule, virtual, threads,
  * recompute, devices, layout (written atomically). */
 #include <errno.h>
 #include <stdio.h>
@@ -42,8 +42,10 @@ int bt_cli_auto_record(const char *dir, const bt_parallel_config *cfg, int threa
     bt_status st = bt_checkpoint_dir_prepare(dir, 0, NULL);
     if (st != BT_OK) return bt_cli_fail("run", st);
     char *path = bt_strfmt("%s/" RECORD_NAME, dir);
-    char *text = bt_strfmt("stages %d\nmicrobatches %d\nschedule %s\nthreads %d\nrecompute %d\ndevices %s\nlayout %s\n",
-                           cfg->stages, cfg->microbatches, bt_schedule_name(cfg->schedule), threads, recompute,
+    char *text = bt_strfmt("stages %d\nmicrobatches %d\nschedule %s\nvirtual %d\nthreads %d\nrecompute %d\ndevices %s\n"
+                           "layout %s\n",
+                           cfg->stages, cfg->microbatches, bt_schedule_name(cfg->schedule),
+                           cfg->virtual_stages > 1 ? cfg->virtual_stages : 1, threads, recompute,
                            cfg->devices ? cfg->devices : "-", cfg->layout ? cfg->layout : "-");
     bt_atomic_file *f = NULL;
     if (!path || !text) st = bt_error(BT_ERR_NOMEM, "out of memory");
@@ -104,7 +106,9 @@ int bt_cli_auto_recall(const char *resume, bt_model *m, int *threads, int *recom
     for (int k = 0; ok && k <= (int)BT_SCHEDULE_ZB_H1; k++)
         if (strcmp(sched, bt_schedule_name((bt_schedule_kind)k)) == 0) kind = k;
     int n_stages = ok ? atoi(stages) : 0, n_mb = ok ? atoi(mb) : 0;
-    if (!ok || kind < 0 || n_stages < 1 || n_mb < 1 || strcmp(devices, "-") == 0) {
+    char virt[32];
+    int n_virtual = field(text, "virtual", virt, sizeof virt) ? atoi(virt) : 1; /* older records: none */
+    if (!ok || kind < 0 || n_stages < 1 || n_mb < 1 || n_virtual < 1 || strcmp(devices, "-") == 0) {
         fprintf(stderr, "baton run: %s: not a layout record baton wrote (remove it, or give layout flags)\n", path);
         free(path);
         return BT_EXIT_USAGE;
@@ -121,6 +125,7 @@ int bt_cli_auto_recall(const char *resume, bt_model *m, int *threads, int *recom
     cfg->devices = dev;
     cfg->layout = lay;
     cfg->stages = n_stages;
+    cfg->virtual_stages = n_virtual;
     cfg->microbatches = n_mb;
     cfg->schedule = (bt_schedule_kind)kind;
     cfg->partition = lay ? BT_PARTITION_LAYOUT : BT_PARTITION_UNIFORM;

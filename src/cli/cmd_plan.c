@@ -29,7 +29,7 @@ typedef struct plan_opts {
     bt_cli_model_opts model;
     const char *profile;
     const char *schedule;
-    int microbatches, repeats, permute, json, threads;
+    int microbatches, repeats, permute, json, threads, virtual_stages;
     int ranks;                 /* --ranks N: the D x P split of a job of N ranks (plan_ranks.c) */
     unsigned long long memory;
 } plan_opts;
@@ -46,12 +46,15 @@ static void plan_usage(FILE *f)
             "  --devices LIST        devices, one per stage: cpu:0,cpu:1 (default: the model's)\n"
             "  --profile FILE        costs from `baton profile` (default: measure now)\n"
             "  --microbatches M      micro-batches per step (default: the model's)\n"
-            "  --schedule S          gpipe | 1f1b | stream (default: the model's), or auto: plan\n"
-            "                        the whole layout: stages (one included), BLAS threads,\n"
-            "                        micro-batches, schedule and recomputation, each measured\n"
+            "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 | stream (default:\n"
+            "                        the model's), or auto: plan the whole layout: stages (one\n"
+            "                        included), BLAS threads, micro-batches, schedule with\n"
+            "                        interleaved's virtual chunks, and recomputation, each measured\n"
             "                        (the default for a model with parallel: auto, unless\n"
             "                        --profile is given)\n"
             "  --threads T           auto: only this BLAS thread count per stage\n"
+            "  --virtual V           interleaved-1f1b: model chunks per device (default: the\n"
+            "                        model's pipeline.virtual); the devices are the physical ones\n"
             "  --recompute R         none | stage | LAYER,LAYER: price activation recomputation\n"
             "                        (beats train.recompute; auto then keeps it)\n"
             "  --memory BYTES        memory each device offers, e.g. 2G or 512M (default: the\n"
@@ -258,6 +261,10 @@ static int plan_auto(const plan_opts *o, const bt_model *m)
         fprintf(stderr, "baton plan: --permute does not apply to --schedule auto (its devices are interchangeable cpu:N)\n");
         return BT_EXIT_USAGE;
     }
+    if (o->virtual_stages > 0) {
+        fprintf(stderr, "baton plan: --virtual does not apply to --schedule auto (it chooses interleaved's chunks itself)\n");
+        return BT_EXIT_USAGE;
+    }
     bt_search_params sp;
     const char *given = o->model.devices ? o->model.devices : (m->parallel.auto_layout ? NULL : m->parallel.devices);
     bt_cli_auto_params(m, given, o->threads, &sp);
@@ -317,12 +324,28 @@ static int plan_model(const plan_opts *o, const bt_model *m)
         fprintf(stderr, "baton plan: the stream schedule is forward-only: use gpipe or 1f1b for a model that trains\n");
         return BT_EXIT_USAGE;
     }
+    lp.virtual_stages = o->virtual_stages > 0 ? o->virtual_stages : m->parallel.virtual_stages;
+    if (lp.virtual_stages > 1 && lp.schedule != BT_SCHEDULE_INTERLEAVED_1F1B) {
+        fprintf(stderr, "baton plan: %s %d applies to interleaved-1f1b only (the schedule is %s)\n",
+                o->virtual_stages > 0 ? "--virtual" : "pipeline.virtual", lp.virtual_stages,
+                bt_schedule_name(lp.schedule));
+        return BT_EXIT_USAGE;
+    }
+    if (lp.virtual_stages > 1 && o->permute) {
+        fprintf(stderr, "baton plan: --permute does not apply to interleaved-1f1b with virtual chunks (stage k runs on "
+                        "device k mod the devices)\n");
+        return BT_EXIT_USAGE;
+    }
     lp.memory = o->memory;
     lp.permute = o->permute;
     /* stage memory from the model the engine allocates by */
     lp.graph = m->graph;
     lp.precision = training ? m->train.precision : BT_F32;
     lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
+    if (o->ranks > 1 && lp.virtual_stages > 1) {
+        fprintf(stderr, "baton plan: --ranks prices one stage per rank: it does not combine with interleaved's virtual chunks\n");
+        return BT_EXIT_USAGE;
+    }
     if (o->ranks > 1 && (!o->profile || o->permute)) {
         fprintf(stderr, "baton plan: --ranks %d %s\n", o->ranks,
                 o->permute ? "puts each stage on its own rank: --permute does not apply"
@@ -345,7 +368,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
         return bt_cli_fail("plan", st);
     }
     int first[BT_MAX_STAGES + 1], have_uniform = 0;
-    if (pl.stages > 1 && bt_partition_uniform(p->n_layers, pl.stages, first) == BT_OK) {
+    if (pl.stages > 1 && bt_placement_uniform_cuts(m->graph, p->n_layers, pl.stages, first) == BT_OK) {
         bt_placement_params up = lp;
         up.permute = 0;
         have_uniform = bt_placement_evaluate(p, &up, first, &uniform) == BT_OK;
@@ -365,6 +388,7 @@ int bt_cmd_plan(int argc, char **argv)
         {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
         {"repeats", required_argument, NULL, 'r'}, {"plugin", required_argument, NULL, 'U'}, {"json", no_argument, NULL, 'J'}, {"help", no_argument, NULL, 'h'},
         {"threads", required_argument, NULL, 't'}, {"recompute", required_argument, NULL, 'Q'},
+        {"virtual", required_argument, NULL, 'V'},
         {"ranks", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     plan_opts o;
@@ -381,6 +405,7 @@ int bt_cmd_plan(int argc, char **argv)
         case 'S': o.schedule = optarg; break;
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
+        case 'V': rc = bt_cli_parse_int32("plan", "--virtual", optarg, 1, 64, &o.virtual_stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'R': rc = bt_cli_parse_int32("plan", "--ranks", optarg, 1, 4096, &o.ranks); if (rc != BT_EXIT_OK) return rc; break;
         case 'Q': o.model.recompute = optarg; break;
         case 't': rc = bt_cli_parse_int32("plan", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;

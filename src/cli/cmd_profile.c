@@ -96,6 +96,8 @@ static void print_profile(const bt_profile *p)
            (long long)p->microbatch_size, p->training ? "training" : "forward only", p->optimizer,
            p->repeats, p->warmup, p->threads, p->threads == 1 ? "" : "s");
     for (int k = 0; k < p->n_kinds; k++) print_layers(p, k);
+    if (p->training)
+        printf("\nturn hand-off between two stage threads of one device (interleaved 1F1B): %.4f ms\n", p->handoff_ms);
     if (p->n_transfers == 0) {
         printf("\ntransfers: none measured (one device)\n");
         return;

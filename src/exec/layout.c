@@ -45,14 +45,8 @@ bt_status bt_layout_memory_params(bt_engine *e)
     mp->n_slots = e->stage_slots;
     mp->host_path = e->host_path;
     mp->split_backward = e->train_sched && e->train_sched->split_backward;
-    /* a deferred W reads a micro-batch's activations after later forwards ran: recomputation
-     * (one shared copy) cannot serve it; refused, never ignored */
-    for (int l = 0; mp->split_backward && mp->training && l < e->graph->n_layers; l++)
-        if (e->graph->layers[l].recompute)
-            return bt_error(BT_ERR_INVALID_ARG, "layer '%s' is recomputed (recompute:), which the %s schedule's "
-                            "split backward cannot combine with (its W reads activations after later "
-                            "forwards); use 1f1b, gpipe or interleaved-1f1b, or no recomputation",
-                            e->graph->layers[l].name, bt_schedule_name(e->train_sched->kind));
+    /* a deferred W reads a micro-batch's activations after later micro-batches' B recomputed
+     * theirs into the one shared region: W recomputes them again first (worker.c) */
     return BT_OK;
 }
 

@@ -241,10 +241,13 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb, int last)
 }
 
 /* W of a split backward: the weight gradients of every node that deferred them, from the
- * activations and output-gradient stashes its slot still holds. */
+ * activations and output-gradient stashes its slot still holds. Recomputed activations are
+ * rebuilt first (the shared region may hold another micro-batch's since this one's B): the same
+ * seeds give the same values, so W sees what the forward computed. */
 static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
 {
     const bt_graph *g = e->graph;
+    BT_TRY(recompute(e, st, mb));
     for (int k = st->n_nodes - 1; k >= 0; k--) {
         if (!node_defers_wgrad(st, k)) continue;
         const bt_node *n = &g->nodes[st->first_node + k];

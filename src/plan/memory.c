@@ -56,9 +56,9 @@ int bt_memory_node_recomputed(const bt_graph *g, const bt_plan *plan, const bt_m
 {
     const bt_node *n = &g->nodes[node];
     int on = mp->recompute ? mp->recompute[n->layer] : g->layers[n->layer].recompute;
-    /* a split backward's W reads activations after later forwards ran: never recomputed (the
-     * engine refuses the combination) */
-    return on && !(mp->training && mp->split_backward) && !is_outgoing(plan, s, n->out);
+    /* a split backward's W reads activations after later micro-batches' B reused the shared
+     * recompute region: the engine recomputes again before W (worker.c) */
+    return on && !is_outgoing(plan, s, n->out);
 }
 
 int bt_memory_node_has_wgrad(const bt_graph *g, int node)
@@ -121,10 +121,12 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
             }
             *o = align_up(*o + bytes);
         }
-    for (int k = 0; k < plan->n_stage_nodes[s]; k++) { /* no node is recomputed under a split backward */
+    for (int k = 0; k < plan->n_stage_nodes[s]; k++) {
         int node = plan->first_node[s] + k;
         int stash = mp->training && mp->split_backward && bt_memory_node_has_wgrad(g, node);
-        if (stash && stash_in_place(g, plan, s, node)) {
+        /* a recomputed node's output lives in the shared recompute region, which the recompute
+         * before W rewrites: its stash takes room in the slot */
+        if (stash && !bt_memory_node_recomputed(g, plan, mp, s, node) && stash_in_place(g, plan, s, node)) {
             if (wgrad_offset) wgrad_offset[k] = out_offset[k];
             continue;
         }

@@ -101,6 +101,13 @@ static bt_status check_problem(const bt_partition_problem *pr, const bt_partitio
             "partition: reordering %d devices is not supported (at most %d); place them "
             "in order instead",
             D, BT_PARTITION_MAX_PERMUTED_DEVICES);
+    if (pr->no_cut) {
+        int units = 1;
+        for (int l = 0; l + 1 < L; l++) units += !pr->no_cut[l];
+        if (p > units)
+            return bt_error(BT_ERR_INVALID_ARG, "partition: cannot cut %d units (layers, and block copies as "
+                            "one) into %d non-empty stages", units, p);
+    }
     if (pr->microbatches < 1)
         return bt_error(BT_ERR_INVALID_ARG, "partition: %d micro-batches (need at least 1)",
                         pr->microbatches);
@@ -128,7 +135,8 @@ static bt_status check_problem(const bt_partition_problem *pr, const bt_partitio
 static bt_status stage_inflight(const bt_partition_problem *pr, int *inflight)
 {
     bt_schedule *sched = NULL;
-    BT_TRY(bt_schedule_build(pr->schedule, pr->stages, pr->microbatches, &sched));
+    BT_TRY(bt_schedule_build_virtual(pr->schedule, pr->stages, pr->microbatches, pr->chunks > 1 ? pr->chunks : 1,
+                                     &sched));
     for (int k = 0; k < pr->stages; k++) inflight[k] = bt_schedule_max_inflight(sched, k);
     bt_schedule_destroy(sched);
     return BT_OK;
@@ -177,6 +185,9 @@ bt_status bt_partition_evaluate(const bt_partition_problem *pr, bt_partition_pla
     for (int k = 0; k < out->stages; k++) {
         if (out->first_layer[k] >= out->first_layer[k + 1])
             return bt_error(BT_ERR_INVALID_ARG, "partition: stage %d is empty or out of order", k);
+        if (k > 0 && pr->no_cut && pr->no_cut[out->first_layer[k] - 1])
+            return bt_error(BT_ERR_INVALID_ARG, "partition: stage %d starts at layer %d, inside a repeated "
+                            "block (cuts fall between block copies)", k, out->first_layer[k]);
         int d = out->device[k];
         if (d < 0 || d >= pr->devices)
             return bt_error(BT_ERR_INVALID_ARG, "partition: stage %d names device %d of %d", k, d,
@@ -241,6 +252,7 @@ static bt_status search(const bt_partition_problem *pr, const int *inflight,
                     uint64_t bytes = stage_bytes(static_sum, act_sum, inflight[k]);
                     if (objective == MINIMISE_TIME && bytes > cap) break;
                     if (last_stage && j2 < L) continue;
+                    if (!last_stage && pr->no_cut && pr->no_cut[l]) continue; /* inside a block */
                     double score;
                     if (objective == MINIMISE_TIME)
                         score = t + (!last_stage && pr->xfer ? pr->xfer[l] : 0.0);
@@ -393,7 +405,8 @@ static void brute_cuts(brute_state *bs, int k, int start)
         }
         return;
     }
-    for (int end = start + 1; end <= L - (p - k - 1); end++) brute_cuts(bs, k + 1, end);
+    for (int end = start + 1; end <= L - (p - k - 1); end++)
+        if (!bs->pr->no_cut || !bs->pr->no_cut[end - 1]) brute_cuts(bs, k + 1, end);
 }
 
 bt_status bt_partition_brute_force(const bt_partition_problem *pr, bt_partition_plan *out)

@@ -14,6 +14,9 @@
  *   order along the pipeline is free to choose. bt_partition_brute_force enumerates every cut and
  *   every device order; it exists for the tests, which check that both agree.
  *
+ * Cuts never fall where no_cut forbids (inside a block copy): the optimum, the brute force and
+ * the evaluation of given cuts all respect it.
+ *
  * Memory model of a stage k on device d covering layers [a, b):
  *   bytes = sum static_bytes[a..b) + inflight(k) * sum act_bytes[a..b)
  * where inflight(k) = bt_schedule_max_inflight of the schedule (kind, stages, microbatches) at
@@ -55,6 +58,13 @@ typedef struct bt_partition_problem {
     int permute;                  /* 0: stage k runs on device k (devices 0..p-1 are used);
                                    * 1: any p distinct devices in any order
                                    * (D <= BT_PARTITION_MAX_PERMUTED_DEVICES) */
+    int chunks;                   /* model chunks per physical device (interleaved 1F1B: v, stage
+                                   * k on device slot k, slots k and k + p/v the same device);
+                                   * 0 or 1: one stage per device. Only the in-flight counts read
+                                   * it. */
+    const unsigned char *no_cut;  /* [L]: no_cut[l] = 1 forbids a cut right after layer l (inside
+                                   * a repeated block of the model file: a block copy is one unit
+                                   * to cut between); NULL: a cut may follow any layer */
 } bt_partition_problem;
 
 typedef struct bt_partition_plan {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/strutil.h"
+#include "graph/graph_internal.h"
 #include "plan/memory.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
@@ -33,6 +34,8 @@ void bt_placement_problem_free(bt_placement_problem *pb)
     free(pb->xfer);
     free(pb->static_bytes);
     free(pb->act_bytes);
+    free(pb->no_cut);
+    pb->no_cut = NULL;
     pb->cost = pb->xfer = NULL;
     pb->static_bytes = pb->act_bytes = NULL;
 }
@@ -62,7 +65,7 @@ static uint64_t physical_memory(void)
 
 static void set_capacities(const bt_placement_params *pp, bt_placement_problem *pb)
 {
-    int n_cpu = 0;
+    int n_cpu = 0, v = pb->chunks; /* v slots of one device share it */
     char kind[16];
     for (int d = 0; d < pb->n_devices; d++) {
         kind_of(pb->devices[d], kind, sizeof kind);
@@ -74,10 +77,10 @@ static void set_capacities(const bt_placement_params *pp, bt_placement_problem *
         pb->capacity[d] = BT_PARTITION_UNLIMITED;
         pb->capacity_known[d] = 0;
         if (pp->memory > 0) {
-            pb->capacity[d] = pp->memory;
+            pb->capacity[d] = pp->memory / (uint64_t)v;
             pb->capacity_known[d] = 1;
         } else if (strcmp(kind, "cpu") == 0 && host != BT_PARTITION_UNLIMITED) {
-            pb->capacity[d] = host / (uint64_t)n_cpu;
+            pb->capacity[d] = host / (uint64_t)n_cpu; /* n_cpu counts the slots: v per device */
             pb->capacity_known[d] = 1;
         }
     }
@@ -90,7 +93,7 @@ static double slowest_rate(const bt_profile *prof, const bt_placement_problem *p
     *unknown = 0;
     for (int a = 0; a < pb->n_devices; a++)
         for (int b = 0; b < pb->n_devices; b++) {
-            if (a == b) continue;
+            if (a == b || strcmp(pb->devices[a], pb->devices[b]) == 0) continue; /* v slots of one device */
             double r = bt_profile_rate(prof, pb->devices[a], pb->devices[b]);
             if (r <= 0) *unknown = 1;
             else if (slowest == 0 || r < slowest) slowest = r;
@@ -165,6 +168,19 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
     if (pb->n_devices < 1)
         return bt_error(BT_ERR_INVALID_ARG, "devices '%s': expected a list like cpu:0,cpu:1 (at most %d)",
                         pp->devices ? pp->devices : "", BT_MAX_STAGES);
+    int v = pp->virtual_stages > 1 ? pp->virtual_stages : 1;
+    pb->physical = pb->n_devices;
+    pb->chunks = v;
+    if (v > 1) { /* interleaved: slot k is logical stage k, on device k mod P */
+        int m = pp->microbatches > 0 ? pp->microbatches : prof->microbatches;
+        if ((long)pb->physical * v > BT_MAX_STAGES)
+            return bt_error(BT_ERR_INVALID_ARG, "%d devices x virtual %d: more than %d stages", pb->physical, v,
+                            BT_MAX_STAGES);
+        BT_TRY(bt_schedule_check_shape(pp->schedule, pb->physical * v, m, v));
+        for (int k = pb->physical; k < pb->physical * v; k++)
+            memcpy(pb->devices[k], pb->devices[k % pb->physical], sizeof pb->devices[k]);
+        pb->n_devices = pb->physical * v;
+    }
     for (int d = 0; d < pb->n_devices; d++) {
         char kind[16];
         kind_of(pb->devices[d], kind, sizeof kind);
@@ -204,10 +220,49 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
     pb->pr.capacity = pb->capacity;
     pb->pr.microbatches = m;
     pb->pr.schedule = pp->schedule;
-    pb->pr.permute = pp->permute && pb->n_devices <= BT_PARTITION_MAX_PERMUTED_DEVICES;
+    pb->pr.permute = pp->permute && v == 1 && pb->n_devices <= BT_PARTITION_MAX_PERMUTED_DEVICES;
+    pb->pr.chunks = v;
+    BT_TRY_GOTO(st, bt_placement_block_cuts(pp->graph, prof->n_layers, &pb->no_cut), fail);
+    pb->pr.no_cut = pb->no_cut;
     return BT_OK;
 fail:
     bt_placement_problem_free(pb);
+    return st;
+}
+
+bt_status bt_placement_block_cuts(const bt_graph *g, int n_layers, unsigned char **no_cut)
+{
+    *no_cut = NULL;
+    if (!g) return BT_OK;
+    if (g->n_layers != n_layers)
+        return bt_error(BT_ERR_INVALID_ARG, "placement: the graph has %d layers, the profile %d", g->n_layers, n_layers);
+    int any = 0;
+    for (int l = 1; l < n_layers; l++) any |= g->layers[l].joins_previous;
+    if (!any) return BT_OK;
+    unsigned char *nc = calloc((size_t)n_layers, 1);
+    if (!nc) return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+    for (int l = 0; l + 1 < n_layers; l++) nc[l] = g->layers[l + 1].joins_previous ? 1 : 0;
+    *no_cut = nc;
+    return BT_OK;
+}
+
+bt_status bt_placement_uniform_cuts(const bt_graph *g, int n_layers, int stages, int *first_layer)
+{
+    unsigned char *nc = NULL;
+    BT_TRY(bt_placement_block_cuts(g, n_layers, &nc));
+    int *unit_first = malloc(((size_t)n_layers + 1) * sizeof *unit_first), n = 0, cut[BT_MAX_STAGES + 1];
+    if (!unit_first) {
+        free(nc);
+        return bt_error(BT_ERR_NOMEM, "placement: out of memory");
+    }
+    for (int l = 0; l < n_layers; l++)
+        if (l == 0 || !nc || !nc[l - 1]) unit_first[n++] = l;
+    unit_first[n] = n_layers;
+    free(nc);
+    bt_status st = bt_partition_uniform(n, stages, cut);
+    if (st == BT_OK)
+        for (int k = 0; k <= stages; k++) first_layer[k] = unit_first[cut[k]];
+    free(unit_first);
     return st;
 }
 
@@ -238,6 +293,7 @@ static void fill_stage(const bt_profile *prof, const bt_placement_params *pp, co
     }
     out->bwd_ms += out->recompute_ms;
     out->b_ms += out->recompute_ms;
+    out->w_ms += out->recompute_ms; /* a split backward's W recomputes again (worker.c) */
     out->inflight = plan->inflight[k];
     out->peak_bytes = plan->stage_bytes[k];
     out->capacity = pb->capacity_known[d] ? pb->capacity[d] : UINT64_MAX;
@@ -273,7 +329,7 @@ static void fill_transfers(const bt_profile *prof, const bt_placement_problem *p
     }
 }
 
-static bt_status simulate(bt_placement *pl, int training)
+static bt_status simulate(bt_placement *pl, int training, double handoff)
 {
     int p = pl->stages;
     double fwd[BT_MAX_STAGES], bwd[BT_MAX_STAGES], sa[BT_MAX_STAGES], sg[BT_MAX_STAGES], step = 0;
@@ -290,8 +346,8 @@ static bt_status simulate(bt_placement *pl, int training)
     bt_schedule *sched = NULL;
     bt_sim_result res;
     memset(&res, 0, sizeof res);
-    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL};
-    bt_status st = bt_schedule_build(pl->schedule, p, pl->microbatches, &sched);
+    bt_sim_costs costs = {fwd, training ? bwd : NULL, sa, sg, training ? step : 0, NULL, handoff};
+    bt_status st = bt_schedule_build_virtual(pl->schedule, p, pl->microbatches, pl->chunks > 1 ? pl->chunks : 1, &sched);
     if (st == BT_OK && training && sched->split_backward) { /* zb-h1: B and W measured apart */
         costs.bwd = b;
         costs.wgt = w;
@@ -339,14 +395,17 @@ static bt_status render(const bt_profile *prof, bt_placement *pl)
             }
         }
     ok = ok && cat(&yaml, &yl, &yc, "parallel:\n  devices: [");
-    for (int k = 0; k < pl->stages && ok; k++) {
+    int v = pl->chunks > 1 ? pl->chunks : 1;
+    for (int k = 0; k < pl->stages / v && ok; k++) { /* interleaved: the P devices, each once */
         snprintf(line, sizeof line, "%s%s", k ? ", " : "", pl->stage[k].device);
         ok = cat(&yaml, &yl, &yc, line);
     }
+    char virt[32] = "";
+    if (v > 1) snprintf(virt, sizeof virt, "    virtual: %d\n", v);
     snprintf(line, sizeof line,
-             "]\n  pipeline:\n    stages: %d\n    microbatches: %d\n    schedule: %s\n"
+             "]\n  pipeline:\n    stages: %d\n    microbatches: %d\n    schedule: %s\n%s"
              "    partition: {layout: \"",
-             pl->stages, pl->microbatches, bt_schedule_name(pl->schedule));
+             pl->stages, pl->microbatches, bt_schedule_name(pl->schedule), virt);
     ok = ok && cat(&yaml, &yl, &yc, line) && cat(&yaml, &yl, &yc, layout) && cat(&yaml, &yl, &yc, "\"}\n");
     if (!ok) {
         free(layout);
@@ -425,6 +484,7 @@ static bt_status describe(const bt_profile *prof, const bt_placement_params *pp,
 {
     memset(out, 0, sizeof *out);
     out->stages = plan->stages;
+    out->chunks = pb->chunks;
     out->microbatches = pb->pr.microbatches;
     out->batch = pb->batch;
     out->microbatch_size = pb->microbatch_size;
@@ -438,7 +498,7 @@ static bt_status describe(const bt_profile *prof, const bt_placement_params *pp,
     }
     if (pp->graph) BT_TRY(model_memory(pp, pb, plan, out));
     fill_transfers(prof, pb, out);
-    BT_TRY(simulate(out, pb->training));
+    BT_TRY(simulate(out, pb->training, prof->handoff_ms));
     return render(prof, out);
 }
 
@@ -475,7 +535,7 @@ bt_status bt_placement_evaluate(const bt_profile *prof, const bt_placement_param
     return st;
 }
 
-bt_status bt_placement_cut(const bt_profile *prof, const bt_parallel_config *cfg,
+bt_status bt_placement_cut(const bt_profile *prof, const bt_graph *graph, const bt_parallel_config *cfg,
                            const char (*devices)[32], int n, int *first_layer)
 {
     char list[BT_MAX_STAGES * 33] = "";
@@ -488,6 +548,7 @@ bt_status bt_placement_cut(const bt_profile *prof, const bt_parallel_config *cfg
     bt_placement_params_init(&lp);
     lp.devices = list;
     lp.schedule = cfg->schedule;
+    lp.graph = graph; /* cuts fall between block copies; costs stay the profile's */
     bt_placement_problem pb;
     bt_partition_plan plan;
     bt_status st = bt_placement_problem_build(prof, &lp, &pb);

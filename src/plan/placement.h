@@ -51,6 +51,11 @@ typedef struct bt_placement_params {
      * paid again in each backward (a stage's bwd_ms includes it) and, with a graph, the memory
      * model keeps one shared copy of its activations instead of one per micro-batch in flight. */
     int recompute;
+    /* Interleaved 1F1B's model chunks per device (v >= 2; 0 or 1: one stage per device): the
+     * devices listed are the P physical ones and the placement has P x v logical stages, stage
+     * k on device k mod P. Each device's memory is shared by its v stages: the cut search gives
+     * each stage 1/v of it. Needs m a multiple of P (bt_schedule_check_shape). */
+    int virtual_stages;
     /* A job across processes (docs/distributed.md): 1 puts every stage on its own rank, so every
      * boundary between stages also crosses the link between ranks, priced from the profile's
      * links (bt_profile_link_model: latency + bytes / bandwidth per message, once forward and
@@ -67,8 +72,10 @@ void bt_placement_params_init(bt_placement_params *params);
 /* The partition problem for a profile, with the arrays it points into. */
 typedef struct bt_placement_problem {
     bt_partition_problem pr;    /* pr.cost etc. point into the arrays below */
-    int n_devices;
+    int n_devices;              /* device slots: one per logical stage (P x v when interleaved) */
     char devices[BT_MAX_STAGES][BT_PROFILE_DEVICE_LEN];
+    int physical;               /* P: the devices listed */
+    int chunks;                 /* v (1: one stage per device) */
     int kind[BT_MAX_STAGES];    /* the profile kind each device runs as */
     uint64_t capacity[BT_MAX_STAGES];
     int capacity_known[BT_MAX_STAGES];
@@ -78,6 +85,7 @@ typedef struct bt_placement_problem {
     int64_t batch, microbatch_size;
     double time_scale;          /* planned micro-batch size / profiled one */
     double xfer_gb_per_s;       /* rate the planner assumed (0: unknown, transfers free) */
+    unsigned char *no_cut;      /* [layers] from the graph's blocks (NULL: none, or no graph) */
     int cross_rank;             /* every boundary crosses ranks: the link term below applies */
     double link_latency_ms, link_gb_per_s;
 } bt_placement_problem;
@@ -102,8 +110,9 @@ typedef struct bt_placement_stage {
     double fwd_ms, bwd_ms, step_ms;     /* per micro-batch (step: per step); bwd_ms includes
                                          * recomputation (recompute_ms of it) */
     double recompute_ms;
-    double b_ms, w_ms;                  /* split backward (zb-h1): the input-gradient part B
-                                         * (with recomputation) and the weight-gradient part W */
+    double b_ms, w_ms;                  /* split backward (zb-h1): the input-gradient part B and the
+                                         * weight-gradient part W, each with the recomputation
+                                         * (W recomputes again, exec/worker.c) */
     double send_act_ms, send_grad_ms;   /* to the next / previous stage (the link's part included) */
     double link_act_ms, link_grad_ms;   /* cross_rank: the link's part of them */
     double stage_ms;            /* what the planner balanced: compute + outgoing transfer */
@@ -111,7 +120,8 @@ typedef struct bt_placement_stage {
 } bt_placement_stage;
 
 typedef struct bt_placement {
-    int stages, microbatches;
+    int stages, microbatches;   /* stages: logical (P x chunks) */
+    int chunks;                 /* interleaved 1F1B's v (1: one stage per device) */
     int64_t batch, microbatch_size;
     bt_schedule_kind schedule;
     double time_scale;
@@ -136,9 +146,17 @@ bt_status bt_placement_evaluate(const bt_profile *profile, const bt_placement_pa
 /* Frees the strings of a placement; accepts a zeroed one. */
 void bt_placement_clear(bt_placement *pl);
 
+/* Repeated blocks: *no_cut[l] = 1 where layer l + 1 continues a block copy (a cut after l would
+ * split it), NULL when the graph is NULL or has no blocks; caller frees. BT_ERR_INVALID_ARG when
+ * the graph's layer count is not n_layers. */
+bt_status bt_placement_block_cuts(const bt_graph *graph, int n_layers, unsigned char **no_cut);
+/* The uniform cut over units (layers, and block copies as one) into first_layer[stages + 1]. */
+bt_status bt_placement_uniform_cuts(const bt_graph *graph, int n_layers, int stages, int *first_layer);
+
 /* `partition: profile`: the optimal cut of the n devices (one per stage, cfg's schedule) for the
- * measured costs in profile, written to first_layer[n + 1]. Measures nothing. */
-bt_status bt_placement_cut(const bt_profile *profile, const bt_parallel_config *cfg,
+ * measured costs in profile, written to first_layer[n + 1], never inside a block copy of graph
+ * (NULL: anywhere). Measures nothing. */
+bt_status bt_placement_cut(const bt_profile *profile, const bt_graph *graph, const bt_parallel_config *cfg,
                            const char (*devices)[32], int n, int *first_layer);
 
 #endif

@@ -283,7 +283,7 @@ static bt_status partition_profile(const bt_graph *g, const bt_parallel_config *
                         "bt_profile_measure_for_plan, or load a `baton profile` file with bt_profile_load",
                         plan->stages);
     BT_TRY(bt_profile_check_graph(cfg->profile, g, NULL));
-    BT_TRY(bt_placement_cut(cfg->profile, cfg, (const char(*)[32])plan->device, plan->stages, first));
+    BT_TRY(bt_placement_cut(cfg->profile, g, cfg, (const char(*)[32])plan->device, plan->stages, first));
     first_to_stages(first, plan->stages, plan);
     return BT_OK;
 }

@@ -86,8 +86,11 @@ struct bt_profile {
     bt_profile_layer *layers;           /* [n_layers] */
     bt_profile_time *times;             /* [n_layers * n_kinds] */
     int n_transfers;
-    bt_profile_transfer *transfers;     /* [n_transfers] */    int n_links;                        /* 0: measured in one process */
+    bt_profile_transfer *transfers;     /* [n_transfers] */
+    int n_links;                        /* 0: measured in one process */
     bt_profile_link *links;             /* [n_links] */
+    double handoff_ms;                  /* a turn hand-off between two stage threads on one device
+                                           (bt_profile_measure_handoff); 0 in older files */
 };
 
 /* The kind of a device name: "cpu" of "cpu:1" (truncated to size - 1). */

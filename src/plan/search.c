@@ -1,5 +1,5 @@
-/* plan/search.c: the layout search (see search.h): stages x threads x micro-batches x schedule x
- * recomputation, each cut optimally and simulated by placement.c from the profile measured at its
+/* plan/search.c: the layout search (see search.h): stages x threads x micro-batches x schedule
+ * (interleaved 1F1B with each virtual chunk count that fits) x recomputation, each cut optimally and simulated by placement.c from the profile measured at its
  * micro-batch size and thread count; the fastest that fits wins.
  *
  * Data flow: profiles in, placement.h (partition DP + simulator) used, candidates out. */
@@ -38,6 +38,7 @@ typedef struct choices {
     bt_schedule_kind sched[BT_SEARCH_MAX_CHOICES];
     int n_sched;
     int rec[2], n_rec;
+    int units;                  /* layers, block copies counted once: the most logical stages */
 } choices;
 
 static bt_status resolve(const bt_search_params *sp, choices *c)
@@ -49,6 +50,11 @@ static bt_status resolve(const bt_search_params *sp, choices *c)
                                       sp->devices ? sp->devices : "");
     c->cpu = all_cpu((const char (*)[32])c->dev, c->n_dev);
     int layers = bt_graph_num_layers(sp->graph);
+    c->units = 0;
+    unsigned char *nc = NULL;
+    BT_TRY(bt_placement_block_cuts(sp->graph, layers, &nc));
+    for (int l = 0; l < layers; l++) c->units += l == 0 || !nc || !nc[l - 1];
+    free(nc);
     c->max_p = c->n_dev < layers ? c->n_dev : layers;
     if (sp->max_stages > 0 && sp->max_stages < c->max_p) c->max_p = sp->max_stages;
     if (sp->n_microbatches > 0) {
@@ -68,8 +74,7 @@ static bt_status resolve(const bt_search_params *sp, choices *c)
     } else {
         bt_schedule_kind all[BT_SEARCH_MAX_CHOICES];
         int n = bt_schedule_kinds(1, all, BT_SEARCH_MAX_CHOICES);
-        for (int i = 0; i < n; i++) /* interleaving needs virtual chunks, which this search does not choose */
-            if (all[i] != BT_SCHEDULE_INTERLEAVED_1F1B) c->sched[c->n_sched++] = all[i];
+        for (int i = 0; i < n; i++) c->sched[c->n_sched++] = all[i];
     }
     if (!sp->training || sp->recompute == 0) c->rec[c->n_rec++] = 0;
     else if (sp->recompute == 1 || sp->recompute == -1) c->rec[c->n_rec++] = sp->recompute;
@@ -121,6 +126,16 @@ static const bt_profile *profile_for(const bt_search_point *pts, const bt_profil
     return NULL;
 }
 
+/* Whether the search tries schedule kind on p devices with m micro-batches and v chunks each:
+ * interleaved 1F1B takes v >= 2 on two devices or more, within the units of the model and
+ * Megatron's groups (m a multiple of p); every other kind v = 1 only. */
+static int virtual_ok(const choices *c, bt_schedule_kind kind, int p, int m, int v)
+{
+    if (kind != BT_SCHEDULE_INTERLEAVED_1F1B) return v == 1;
+    if (v < 2 || p < 2 || p * v > c->units || p * v > BT_MAX_STAGES) return 0;
+    return bt_schedule_check_shape(kind, p * v, m, v) == BT_OK ? 1 : (bt_clear_error(), 0);
+}
+
 static bt_status grow(bt_search_result *r, int *cap)
 {
     if (r->n < *cap) return BT_OK;
@@ -149,11 +164,8 @@ static void try_one(const bt_search_params *sp, const choices *c, const bt_profi
     lp.precision = sp->precision;
     lp.optimizer_slots = sp->optimizer_slots;
     lp.recompute = k->recompute;
+    lp.virtual_stages = k->chunks;
     memset(pl, 0, sizeof *pl);
-    if (k->recompute && k->schedule == BT_SCHEDULE_ZB_H1) {
-        snprintf(k->why, sizeof k->why, "recomputation is not combined with a split backward");
-        return;
-    }
     if (!prof) {
         snprintf(k->why, sizeof k->why, "no measurement at %lld samples, %d threads",
                  (long long)(sp->batch / k->microbatches), k->threads);
@@ -197,11 +209,12 @@ bt_status bt_search_layouts(const bt_search_params *sp, const bt_search_point *p
             if (!thread_ok(sp, &c, p, t)) continue;
             for (int i = 0; i < c.n_mb; i++)
                 for (int s = 0; s < c.n_sched; s++)
-                    for (int q = 0; q < c.n_rec; q++) {
+                    for (int v = 1; v <= BT_SEARCH_MAX_VIRTUAL; v++) /* interleaved's chunks; 1 for the rest */
+                    for (int q = 0; q < c.n_rec && virtual_ok(&c, c.sched[s], p, c.mb[i], v); q++) {
                         BT_TRY(grow(r, &cap));
                         bt_search_candidate *k = &r->cand[r->n];
                         memset(k, 0, sizeof *k);
-                        *k = (bt_search_candidate){.stages = p, .threads = t, .microbatches = c.mb[i],
+                        *k = (bt_search_candidate){.stages = p, .threads = t, .microbatches = c.mb[i], .chunks = v,
                                                    .recompute = c.rec[q], .schedule = c.sched[s]};
                         bt_placement pl;
                         try_one(sp, &c, profile_for(pts, profs, n_points, sp->batch / c.mb[i], t), k, &pl);

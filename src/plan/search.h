@@ -4,7 +4,10 @@
  *   - BLAS threads per stage t (CPU devices: p x t <= cores, one count for all stages, as
  *     OpenBLAS has one per process; other devices: 1),
  *   - micro-batches m (powers of two dividing the batch, up to 32, unless listed),
- *   - the schedule (every training kind src/sched offers: bt_schedule_kinds),
+ *   - the schedule (every training kind src/sched offers: bt_schedule_kinds), and for interleaved
+ *     1F1B its virtual chunks per device v (2 .. BT_SEARCH_MAX_VIRTUAL, where the micro-batches
+ *     come in groups of the devices and the model has units for p x v logical stages; v = 1 is
+ *     plain 1F1B, searched as such),
  *   - recomputation (none, and every layer when the model trains),
  * cuts each one optimally (placement.h: the partition DP, then the simulator on the chosen
  * stages), and keeps the fastest that fits in memory. Costs come from measured profiles, one per
@@ -25,6 +28,7 @@
 #include "plan/profile.h"
 
 #define BT_SEARCH_MAX_CHOICES 16
+#define BT_SEARCH_MAX_VIRTUAL 4
 
 typedef struct bt_search_params {
     const bt_graph *graph;      /* for the memory model (required) */
@@ -61,12 +65,13 @@ typedef struct bt_search_point {
 bt_status bt_search_points(const bt_search_params *params, bt_search_point *out, int max, int *n);
 
 typedef struct bt_search_candidate {
-    int stages, threads, microbatches;
+    int stages, threads, microbatches; /* stages: devices used (interleaved: each runs `chunks`) */
+    int chunks;                 /* interleaved 1F1B's v; 1 otherwise */
     int recompute;              /* 0 none, 1 every layer, -1 the graph's own flags */
     bt_schedule_kind schedule;
     double step_ms, bubble;     /* predicted; 0 when it could not be placed */
     uint64_t peak_bytes;        /* the largest stage's memory (equal times: the smaller wins) */
-    int first_layer[BT_MAX_STAGES + 1]; /* the cuts chosen for it */
+    int first_layer[BT_MAX_STAGES + 1]; /* the cuts chosen for it: stages x chunks logical stages */
     int fits;                   /* 1: placed within memory */
     char why[160];              /* when not: the reason */
 } bt_search_candidate;

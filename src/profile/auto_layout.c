@@ -57,7 +57,9 @@ bt_status bt_auto_search(const bt_graph *g, const char *name, const bt_search_pa
         pp.microbatches = (int)(sp->batch / pts[i].microbatch_size);
         pp.threads = pts[i].threads;
         pp.training = sp->training;
+        if (i > 0) pp.handoff_repeats = 0; /* one measurement serves every point (it has no size) */
         BT_TRY_GOTO(st, bt_profile_measure(g, name, &pp, &profs[i]), done);
+        if (i > 0) profs[i]->handoff_ms = profs[0]->handoff_ms;
         (*n_measured)++;
     }
     st = bt_search_layouts(sp, pts, (const bt_profile *const *)profs, n, out);
@@ -77,7 +79,8 @@ static char *layout_of(const bt_graph *g, const bt_search_candidate *k)
     char *out = malloc(cap);
     if (!out) return NULL;
     out[0] = '\0';
-    for (int s = 0; s < k->stages; s++)
+    int logical = k->stages * (k->chunks > 1 ? k->chunks : 1);
+    for (int s = 0; s < logical; s++)
         for (int l = k->first_layer[s]; l < k->first_layer[s + 1]; l++) {
             bt_layer_info li;
             if (bt_graph_layer(g, l, &li) != BT_OK) continue;
@@ -106,7 +109,8 @@ bt_status bt_auto_apply(const bt_graph *g, const bt_search_result *r, int which,
     }
     cfg->auto_layout = 0;
     cfg->devices = *devices;
-    cfg->stages = k->stages;
+    cfg->virtual_stages = k->chunks > 1 ? k->chunks : 1;
+    cfg->stages = k->stages * cfg->virtual_stages; /* logical stages */
     cfg->microbatches = k->microbatches;
     cfg->schedule = k->schedule;
     cfg->partition = k->stages > 1 ? BT_PARTITION_LAYOUT : BT_PARTITION_UNIFORM;

@@ -31,6 +31,7 @@ void bt_profile_params_init(bt_profile_params *p)
     p->warmup = 2;
     p->threads = 1;
     p->transfer_bytes = (size_t)8 << 20;
+    p->handoff_repeats = 5;
 }
 
 bt_status bt_profile_parse_devices(const char *list, char (*devices)[BT_PROFILE_DEVICE_LEN], int max,
@@ -276,6 +277,8 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
     }
     BT_TRY_GOTO(st, measure_kinds(g, pp, prof), fail);
     BT_TRY_GOTO(st, measure_transfers(prof, pp), fail);
+    if (prof->training && pp->handoff_repeats > 0) /* interleaved 1F1B's turn hand-offs */
+        BT_TRY_GOTO(st, bt_profile_measure_handoff(prof->n_devices, pp->handoff_repeats, &prof->handoff_ms), fail);
     free(last_read);
     *out = prof;
     return BT_OK;
@@ -306,6 +309,7 @@ bt_status bt_profile_measure_for_plan(const bt_graph *g, const bt_parallel_confi
     pp.repeats = BT_PROFILE_QUICK_REPEATS;
     pp.warmup = 1;
     pp.transfer_bytes = (size_t)1 << 20;
+    pp.handoff_repeats = 0; /* only cuts are chosen from it: nothing is simulated */
     bt_status st = bt_profile_measure(g, NULL, &pp, out);
     if (st != BT_OK) return bt_error_context(st, "partition: profile (measuring the layers)");
     return BT_OK;

@@ -106,6 +106,7 @@ static json_t *profile_to_json(const bt_profile *p)
         bad |= append(transfers, o);
     }
     bad |= put(root, "transfers", transfers);
+    bad |= put(root, "handoff_ms", number(p->handoff_ms));
     if (p->n_links > 0) { /* measured under mpirun only */
         json_t *links = json_array();
         for (int i = 0; i < p->n_links; i++) {
@@ -474,7 +475,7 @@ bt_status bt_profile_load(const char *path, bt_profile **out)
     static const char *const keys[] = {"format", "version", "model", "devices", "batch",
                                        "microbatches", "microbatch_size", "dtype", "training",
                                        "optimizer", "threads", "repeats", "warmup", "measured_on",
-                                       "layers", "transfers", "links", NULL};
+                                       "layers", "transfers", "links", "handoff_ms", NULL};
     bt_status st = BT_OK;
     if (!path || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_profile_load: NULL argument");
     reader r = {path};
@@ -500,6 +501,8 @@ bt_status bt_profile_load(const char *path, bt_profile **out)
     BT_TRY_GOTO(st, read_layers(&r, root, p), fail);
     BT_TRY_GOTO(st, read_transfers(&r, root, p), fail);
     BT_TRY_GOTO(st, read_links(&r, root, p), fail);
+    if (json_object_get(root, "handoff_ms")) /* older files: 0 */
+        BT_TRY_GOTO(st, read_real(&r, root, "", "handoff_ms", 0, BT_PROFILE_MAX_MS, &p->handoff_ms), fail);
     json_decref(root);
     *out = p;
     return BT_OK;

@@ -171,6 +171,11 @@ typedef struct bt_sim_costs {
     const double *send_grad; /* [stages] time for stage s's gradients to reach s-1; NULL: 0 */
     double step;             /* optimizer step time per stage; 0 allowed */
     const double *wgt;       /* [stages] weight-gradient W; needed when the schedule has W */
+    /* The turn hand-off between two stages on one device (interleaved 1F1B: a stage thread wakes
+     * its device's next stage thread, which then runs on a cold cache): charged before an
+     * instruction whose stage differs from the one its device ran last, as idle time, not busy.
+     * Measured by `baton profile` (bt_profile_measure_handoff); 0: free. */
+    double handoff;
 } bt_sim_costs;
 
 typedef struct bt_sim_result {
@@ -183,7 +188,8 @@ typedef struct bt_sim_result {
 } bt_sim_result;
 
 /* Runs the schedule on the costs: each device executes its instructions in order (its stage's
- * list, or its turns); a RECV completes at the later of its own start and the matching SEND's
+ * list, or its turns; a turn that moves to another stage of the device first waits
+ * costs->handoff); a RECV completes at the later of its own start and the matching SEND's
  * completion plus the transfer time. Caller frees
  * the result with bt_sim_result_free. */
 bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_sim_result *out);

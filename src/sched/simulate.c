@@ -3,7 +3,8 @@
  * Semantics (those of sched.h): each device executes its instructions in order (one stage's list,
  * or the turns of its stages), each instruction starting when the previous one on the same device
  * ended (the first at 0). FWD, BWD, W and STEP take costs->fwd[s], costs->bwd[s], costs->wgt[s]
- * and costs->step. A SEND takes no time on its stage (sends never
+ * and costs->step; an instruction of a different stage than the one its device ran last starts
+ * costs->handoff later (the turn hand-off between stage threads; idle, not busy). A SEND takes no time on its stage (sends never
  * block); its data arrives at the peer transfer time later (send_act[s] towards s+1, send_grad[s]
  * towards s-1). A RECV completes at the later of its own start and that arrival. busy[s] is the
  * compute time (FWD + BWD + W + STEP) of stage s, step_time the latest end of any instruction,
@@ -45,6 +46,8 @@ static bt_status check_costs(const bt_schedule *sched, const bt_sim_costs *costs
     if (costs->wgt) BT_TRY(check_cost(costs->wgt, p, "wgt"));
     if (costs->send_act) BT_TRY(check_cost(costs->send_act, p, "send_act"));
     if (costs->send_grad) BT_TRY(check_cost(costs->send_grad, p, "send_grad"));
+    if (!isfinite(costs->handoff) || costs->handoff < 0)
+        return bt_error(BT_ERR_INVALID_ARG, "simulator: handoff = %g is not a finite time >= 0", costs->handoff);
     if (!isfinite(costs->step) || costs->step < 0)
         return bt_error(BT_ERR_INVALID_ARG, "simulator: step = %g is not a finite time >= 0",
                         costs->step);
@@ -90,7 +93,7 @@ nomem:
 bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_sim_result *out)
 {
     bt_status st = BT_OK;
-    int *pos = NULL, *n = NULL, **order_stage = NULL, **order_index = NULL;
+    int *pos = NULL, *n = NULL, **order_stage = NULL, **order_index = NULL, *last_stage = NULL;
     double *device_free_at = NULL, *act_arrives = NULL, *grad_arrives = NULL;
 
     if (!out) return bt_error(BT_ERR_INVALID_ARG, "bt_simulate: out is NULL");
@@ -107,17 +110,20 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
     order_stage = calloc((size_t)D, sizeof *order_stage);
     order_index = calloc((size_t)D, sizeof *order_index);
     device_free_at = calloc((size_t)D, sizeof *device_free_at);
+    last_stage = malloc((size_t)D * sizeof *last_stage);
     /* act_arrives[s * m + mb]: when stage s's activations of mb reach s+1 (NAN: not sent yet);
      * grad_arrives likewise for gradients reaching s-1. */
     act_arrives = malloc(cells * sizeof *act_arrives);
     grad_arrives = malloc(cells * sizeof *grad_arrives);
-    if (!pos || !n || !order_stage || !order_index || !device_free_at || !act_arrives || !grad_arrives) {
+    if (!pos || !n || !order_stage || !order_index || !device_free_at || !act_arrives || !grad_arrives ||
+        !last_stage) {
         st = bt_error(BT_ERR_NOMEM, "out of memory simulating a schedule");
         goto fail;
     }
     for (int d = 0; d < D; d++)
         BT_TRY_GOTO(st, bt_schedule_device_order(sched, d, &n[d], &order_stage[d], &order_index[d]), fail);
     for (size_t c = 0; c < cells; c++) act_arrives[c] = grad_arrives[c] = NAN;
+    for (int d = 0; d < D; d++) last_stage[d] = -1;
 
     for (;;) {
         int progress = 0, done = 1;
@@ -126,7 +132,9 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
             while (pos[d] < n[d]) {
                 int s = order_stage[d][pos[d]], i = order_index[d][pos[d]];
                 const bt_instr *ins = &sched->list[s][i];
-                double start = device_free_at[d], end = start, cost = 0;
+                double start = device_free_at[d], cost = 0;
+                if (last_stage[d] >= 0 && last_stage[d] != s) start += costs->handoff;
+                double end = start;
                 switch (ins->kind) {
                 case BT_I_FWD: cost = costs->fwd[s]; break;
                 case BT_I_BWD: cost = costs->bwd[s]; break;
@@ -155,6 +163,7 @@ bt_status bt_simulate(const bt_schedule *sched, const bt_sim_costs *costs, bt_si
                 out->start[s][i] = start;
                 out->end[s][i] = end;
                 device_free_at[d] = end;
+                last_stage[d] = s;
                 if (end > out->step_time) out->step_time = end;
                 pos[d]++;
                 progress = 1;
@@ -182,6 +191,7 @@ done:
     }
     free(order_stage);
     free(order_index);
+    free(last_stage);
     free(n);
     free(grad_arrives);
     free(act_arrives);

@@ -518,7 +518,7 @@ bt_status bt_trace_predict(const bt_trace *t, double *predicted_ms, double *meas
     bt_sim_result res;
     memset(&res, 0, sizeof res);
     bt_sim_costs costs = {fwd, last->training ? bwd : NULL, NULL, NULL, last->training ? step : 0,
-                          last->training ? wgt : NULL};
+                          last->training ? wgt : NULL, 0 /* hand-offs: not priced from a trace */};
     bt_status st = bt_schedule_build_virtual(last->kind, t->stages, last->microbatches,
                                              last->chunks > 0 ? last->chunks : 1, &sched);
     if (st == BT_OK) st = bt_simulate(sched, &costs, &res);
