@@ -170,7 +170,7 @@ static void test_fused_bias_equals_unfused(void)
     for (int i = 0; i < m * k; i++) x[i] = rand_bf16();
     for (int i = 0; i < n * k; i++) w[i] = rand_bf16();
     for (int i = 0; i < n; i++) bias[i] = (float)rand() / RAND_MAX - 0.5f;
-    bt_gemm_bias(BT_BF16, 1, BT_GEMM_PARAM_B, 0, 1, m, n, k, x, k, w, k, bias, fused, n);
+    bt_gemm_bias(BT_BF16, 1, BT_GEMM_PARAM_B, 0, 1, m, n, k, x, k, w, k, bias, 0, fused, n);
     CU_ASSERT(bt_gemm_take_error() == BT_OK);
     for (int r = 0; r < m; r++) memcpy(plain + r * n, bias, sizeof(float) * n);
     bt_gemm_at(BT_BF16, 1, 0, 1, m, n, k, 1, x, k, w, k, 1, plain, n);

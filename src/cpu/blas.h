@@ -52,12 +52,13 @@ void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m
 void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
                    int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc);
-/* C (m, n) = op(A) op(B) + bias (n, added to every row), like bt_gemm_param: on oneDNN the bias is
- * added in the matmul's epilogue (one pass over C); otherwise C's rows are set to the bias and
- * bt_gemm_param adds the product (beta 1), the f32 kernels' arithmetic. */
+/* C (m, n) = op(A) op(B) + bias (n, added to every row), then max(C, 0) if relu, like
+ * bt_gemm_param: on oneDNN bias and relu are applied in the matmul's epilogue (one pass over C);
+ * otherwise C's rows are set to the bias, bt_gemm_param adds the product (beta 1), the f32 kernels'
+ * arithmetic, and a pass applies the relu. */
 void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
                   int n, int k, const float *a, int lda, const float *b, int ldb, const float *bias,
-                  float *c, int ldc);
+                  int relu, float *c, int ldc);
 /* Drops the kept bf16 conversions of parameters overlapping [ptr, ptr + bytes): every CPU backend
  * call that writes or frees memory calls it. Cheap when nothing is kept. Thread-safe. */
 void bt_gemm_bf16_forget(const void *ptr, size_t bytes);
