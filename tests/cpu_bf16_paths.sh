@@ -13,6 +13,7 @@ for path in f32 avx512_bf16 amx; do
 done
 echo "== BATON_CPU_F32=openblas"
 BATON_CPU_F32=openblas "$builddir/tests/test_cpu_bf16"
+BATON_CPU_F32=openblas "$builddir/tests/test_watchdog" # the OpenBLAS path's one-count rule
 out=$(BATON_CPU_F32=bogus "$builddir/baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic \
   --steps 1 2>&1) && { echo "BATON_CPU_F32=bogus was accepted:"; echo "$out"; exit 1; }
 echo "$out" | grep -q 'BATON_CPU_F32=bogus' || { echo "the refusal does not name BATON_CPU_F32:"; echo "$out"; exit 1; }
