@@ -187,6 +187,10 @@ typedef struct bt_stage {
     void *workspace;
     int n_params;
     bt_param_store *params;
+    /* The stage's parameters as flat arrays, in params order, each store's w, w_lp, g and state
+     * pointing into them (packed, no gaps): the optimizer updates all of them in one call. */
+    size_t flat_numel;
+    void *flat_w, *flat_w_lp, *flat_g, *flat_state[2];
     bt_param_store *(*node_params)[BT_MAX_PARAMS]; /* [n_nodes]: each node's stores, in order */
     int n_in_act, n_out_act, n_in_grad, n_out_grad;
     bt_channel *in_act[BT_MAX_STAGES], *out_act[BT_MAX_STAGES];
