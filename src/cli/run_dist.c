@@ -77,7 +77,7 @@ void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
     if (!d->on) return;
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
-    o->trace_path = NULL;
+    /* --trace stays on: every rank traces, and rank 0 writes the job's one trace (run_trace.c) */
     o->timeline_path = NULL;
     o->tensorboard = NULL;
     m->train.tensorboard = NULL;
@@ -123,7 +123,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                    r ? ", " : "", r, r / l->stages, r % l->stages, m.peak, t.busy_ms / wall, t.transfer_ms / wall,
                    t.idle_ms / wall);
         }
-        printf("]}}\n");
+        printf("]");
+        bt_cli_job_rows_json(e); /* every replica's boundaries, each rank's reductions */
+        printf("}}\n");
         return;
     }
     printf("  job: %d ranks = %d replica%s x %d stage%s (rank = replica x %d + stage); the stage rows above are "
@@ -140,10 +142,7 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                bt_cli_bytes((double)m.peak, pk, sizeof pk), 100 * t.busy_ms / wall, 100 * t.transfer_ms / wall,
                100 * t.idle_ms / wall);
     }
-    if (n > 0)
-        printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
-               "in total\n",
-               (long long)n, bytes / 1e6, wait_ms);
+    bt_cli_job_rows_text(e); /* the other replicas' boundaries, each rank's gradient reductions */
 }
 
 int bt_cli_dist_finish(bt_cli_dist *d, int rc)
