@@ -335,7 +335,10 @@ static int bench_gemm(int steps, int threads)
     float *c = calloc((size_t)1024 * 1024, sizeof(float));
     for (int i = 0; i < 1024 * 1024; i++) a[i] = b[i] = 0.5f;
     double *t = calloc((size_t)steps, sizeof(double));
-    printf("blas: %s\nbf16: %s\n", bt_blas_describe(), bt_cpu_bf16_describe());
+    if (bt_cpu_f32_init() != BT_OK) die("f32 path");
+    bt_blas_bind_threads(threads); /* f32 on oneDNN: this thread's count */
+    printf("blas: %s\nf32: %s\nbf16: %s\n", bt_blas_describe(), bt_cpu_f32_describe(),
+           bt_cpu_bf16_describe());
     const int shapes[2][3] = {{1024, 1024, 1024}, {256, 1024, 1024}};
     for (int sh = 0; sh < 2; sh++)
         for (int pr = 0; pr < 2; pr++) {
@@ -374,6 +377,7 @@ int main(int argc, char **argv)
         }
     }
     bench_threads = threads;
+    bt_blas_bind_threads(threads); /* direct f32 GEMMs on oneDNN (gemm_f32.c) use this count */
     if (steps < 1 || threads < 1 || m < 1 || bench_batch < m || bench_batch % m) {
         fprintf(stderr, "usage: bench_cpu mlp|pipeline|placement|gemm [--steps N] [--threads T] [--microbatches M] "
                         "[--batch B (a multiple of M)] [--model mlp|deep] [--precision f32|bf16]\n");

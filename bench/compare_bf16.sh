@@ -10,7 +10,9 @@
 #          torch threads 1 with OpenBLAS free to use THREADS (its f32 GEMMs), and torch threads
 #          THREADS with OPENBLAS_NUM_THREADS=1 (no oversubscription); OPENBLAS_CORETYPE is the one
 #          baton picks, so both use the same OpenBLAS kernels.
-#   the machine's GEMM rates (bench_cpu gemm, THREADS) are measured in the same run, once per round.
+#   the machine's GEMM rates (bench_cpu gemm, THREADS) are measured in the same run, once per round:
+#          f32 on oneDNN (baton's default f32 path, cpu/gemm_f32.c), f32 on OpenBLAS
+#          (BATON_CPU_F32=openblas) and bf16; baton f32 is also run on the OpenBLAS path (batonO).
 # Needs Debian's python3-torch (for /usr/bin/python3).
 set -eu
 build=${1:?usage: compare_bf16.sh BUILD_DIR [ROUNDS] [STEPS] [THREADS]}
@@ -26,8 +28,8 @@ out=$(mktemp); trap 'rm -f "$out"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores," \
   "flags: $(grep -m1 -o 'amx_bf16' /proc/cpuinfo || echo no-amx) $(grep -m1 -o 'avx512_bf16' /proc/cpuinfo || echo no-avx512_bf16)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-baton() { # model precision threads -> median step ms
-  env -u OPENBLAS_CORETYPE "$build/baton" run "$models/fashion-$1.yaml" --synthetic --stages 1 \
+baton() { # model precision threads [f32 library] -> median step ms
+  env -u OPENBLAS_CORETYPE BATON_CPU_F32="${4:-auto}" "$build/baton" run "$models/fashion-$1.yaml" --synthetic --stages 1 \
     --partition params --microbatches 1 --threads "$3" --steps "$steps" train.precision="$2" 2>&1 |
     awk '/^median step/ {print $3}'
 }
@@ -37,6 +39,8 @@ torch() { # model precision torch_threads openblas_threads -> median step ms
 }
 for r in $(seq "$rounds"); do
   "$build/bench/bench_cpu" gemm --steps 5 --threads "$threads" | awk -v r="$r" '/gemm/ {print "gemm", r, $2, $3, $8}' >>"$out"
+  BATON_CPU_F32=openblas "$build/bench/bench_cpu" gemm --steps 5 --threads "$threads" |
+    awk -v r="$r" '/gemm f32/ {print "gemm", r, "openblas", $3, $8}' >>"$out"
   for model in mlp cnn; do
     for prec in f32 bf16; do
       b1=$(baton $model $prec 1); echo "baton1 $r $model $prec $b1" >>"$out"
@@ -45,6 +49,11 @@ for r in $(seq "$rounds"); do
       t2=$(torch $model $prec "$threads" 1); echo "torchN $r $model $prec $t2" >>"$out"
       echo "round $r $model $prec: baton (1 thread) $b1 ms, torch (1 thread, OpenBLAS $threads) $t1 ms," \
         "baton ($threads threads) $b ms, torch ($threads threads, OpenBLAS 1) $t2 ms"
+      if [ $prec = f32 ]; then
+        o1=$(baton $model f32 1 openblas); echo "batonO1 $r $model f32 $o1" >>"$out"
+        oN=$(baton $model f32 "$threads" openblas); echo "batonON $r $model f32 $oN" >>"$out"
+        echo "round $r $model f32 on OpenBLAS: baton (1 thread) $o1 ms, ($threads threads) $oN ms"
+      fi
     done
   done
 done
@@ -53,7 +62,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 pick() { awk -v w="$1" -v m="$2" -v p="$3" '$1 == w && $3 == m && $4 == p {print $5}' "$out" | median; }
 echo "medians of $rounds rounds x $steps steps, OpenBLAS $core kernels, each at its better thread setting:"
 for shape in 1024x1024x1024 256x1024x1024; do
-  for prec in f32 bf16; do
+  for prec in f32 openblas bf16; do
     g=$(awk -v s="$shape" -v p="$prec" '$1 == "gemm" && $3 == p && $4 == s {print $5}' "$out" | median)
     echo "  gemm $prec $shape: $g GFLOP/s"
   done
@@ -69,6 +78,8 @@ for model in mlp cnn; do
       printf "  %s %-4s baton %7.2f ms (%6.0f samples/s, %s)  torch best %7.2f ms (%6.0f samples/s, %s)  baton/torch %.2fx\n",
         m, p, b, n * 1e3 / b, bs, t, n * 1e3 / t, s, t / b }'
   done
+  bo=$(for w in batonO1 batonON; do pick $w $model f32; done | sort -g | head -1)
+  echo "  $model f32 baton on OpenBLAS (BATON_CPU_F32=openblas), better thread setting: $bo ms"
   bf=$(for w in baton1 batonN; do pick $w $model f32; done | sort -g | head -1)
   bb=$(for w in baton1 batonN; do pick $w $model bf16; done | sort -g | head -1)
   awk -v m=$model -v f="$bf" -v b="$bb" 'BEGIN { printf "  %s baton bf16 / baton f32 throughput: %.2fx\n", m, f / b }'

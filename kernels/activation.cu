@@ -1,6 +1,7 @@
 /* kernels/activation.cu: relu, gelu (exact, with erf), tanh, sigmoid and silu, elementwise. The
  * formulas and their order of operations are those of src/ops/activation_tmpl.h; the backward
- * recomputes f'(x) from x, as the CPU kernels do. */
+ * recomputes f'(x) from x, as the CPU kernels do. bt_k_relu_mask is the backward of the relu
+ * fused into linear and conv2d (from the output, in place). */
 #include "kernel_util.cuh"
 
 #include "cuda/op_glue.h"
@@ -82,6 +83,21 @@ extern "C" cudaError_t bt_k_activation_backward(cudaStream_t s, bt_dtype dt, bt_
     if (n <= 0) return cudaSuccess;
     BT_K_DISPATCH(dt, k_act_backward<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>(
                           (int)f, (const T *)x, (const T *)dy, (T *)dx, n););
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k_relu_mask(const T *y, T *g, int64_t n)
+{
+    BT_K_FOR(i, n) g[i] = (T)0 + (y[i] > 0 ? g[i] : (T)0);
+}
+
+extern "C" cudaError_t bt_k_relu_mask(cudaStream_t s, bt_dtype dt, const void *y, void *g,
+                                      int64_t n)
+{
+    if (n <= 0) return cudaSuccess;
+    BT_K_DISPATCH(dt, k_relu_mask<T><<<bt_k_blocks(n), BT_K_THREADS, 0, s>>>((const T *)y, (T *)g,
+                                                                             n););
     return cudaGetLastError();
 }
 

@@ -254,14 +254,16 @@ extern "C" bt_status bt_cuda_conv2d_forward(const bt_op_call *call)
     bt_cuda_exec *x;
     BT_TRY(bt_cuda_begin(call, "conv2d", dt, &x));
     if (call->batch == 0) return BT_OK;
+    const bt_conv_config *cf = (const bt_conv_config *)call->config;
+    int done = 0;
 #ifdef BATON_HAVE_CUDNN
-    if (bt_cudnn_conv_applicable(x, dt, (const bt_conv_config *)call->config, call->batch)) {
-        int done = 0;
-        BT_TRY(bt_cudnn_conv_forward(x, call, &done));
-        if (done) return BT_OK;
-    }
+    if (bt_cudnn_conv_applicable(x, dt, cf, call->batch)) BT_TRY(bt_cudnn_conv_forward(x, call, &done));
 #endif
-    return conv_gemm_forward(x, call, dt);
+    if (!done) BT_TRY(conv_gemm_forward(x, call, dt));
+    if (cf->act == BT_OPS_ACT_RELU) /* the fused relu, in place */
+        BT_K_TRY(bt_k_activation_forward, x->stream, dt, BT_K_RELU, call->out->data,
+                 call->out->data, bt_tensor_numel(call->out));
+    return BT_OK;
 }
 
 extern "C" bt_status bt_cuda_conv2d_backward(const bt_op_call *call)
@@ -277,6 +279,9 @@ extern "C" bt_status bt_cuda_conv2d_backward(const bt_op_call *call)
                    ? call->param_grad[1].data
                    : NULL;
     if (call->batch == 0 || (!dx && !dw && !db)) return BT_OK;
+    if (cf->act == BT_OPS_ACT_RELU && call->out->data) /* through the fused relu (not in W) */
+        BT_K_TRY(bt_k_relu_mask, x->stream, dt, call->out->data, call->out_grad->data,
+                 bt_tensor_numel(call->out_grad));
 #ifdef BATON_HAVE_CUDNN
     if (bt_cudnn_conv_applicable(x, dt, cf, call->batch)) {
         int done = 0;

@@ -78,6 +78,9 @@ cudaError_t bt_k_activation_forward(cudaStream_t s, bt_dtype dt, bt_k_activation
 /* dx += dy * f'(x) */
 cudaError_t bt_k_activation_backward(cudaStream_t s, bt_dtype dt, bt_k_activation f,
                                      const void *x, const void *dy, void *dx, int64_t n);
+/* g = 0 + (y > 0 ? g : 0) in place: the backward of a relu fused into linear or conv2d, from its
+ * output y (ops/op_configs.h) */
+cudaError_t bt_k_relu_mask(cudaStream_t s, bt_dtype dt, const void *y, void *g, int64_t n);
 
 /* ---- softmax.cu: over the last dimension, rows of d ----------------------------------------- */
 

@@ -10,7 +10,8 @@
  *   - linear's bias added in the GEMM's epilogue equals the unfused bias-then-GEMM within one
  *     rounding of the final add;
  *   - the thread count of each call is the device's: an engine with `threads` 1, then 2, runs its
- *     bf16 GEMMs with exactly that many threads (native paths);
+ *     bf16 GEMMs with exactly that many threads (native paths), and its f32 GEMMs too where they
+ *     run on oneDNN (BATON_CPU_F32, cpu/gemm_f32.c), with one stage and with two at once;
  *   - a bf16 training run stays within bf16 tolerances of the f32 run (losses within 2%,
  *     logits of the trained model within 3% of their scale), and the pipelined bf16 run equals
  *     the one-stage bf16 run bit for bit (same GEMM shapes on each stage);
@@ -170,7 +171,7 @@ static void test_fused_bias_equals_unfused(void)
     for (int i = 0; i < m * k; i++) x[i] = rand_bf16();
     for (int i = 0; i < n * k; i++) w[i] = rand_bf16();
     for (int i = 0; i < n; i++) bias[i] = (float)rand() / RAND_MAX - 0.5f;
-    bt_gemm_bias(BT_BF16, 1, BT_GEMM_PARAM_B, 0, 1, m, n, k, x, k, w, k, bias, fused, n);
+    bt_gemm_bias(BT_BF16, 1, BT_GEMM_PARAM_B, 0, 1, m, n, k, x, k, w, k, bias, 0, fused, n);
     CU_ASSERT(bt_gemm_take_error() == BT_OK);
     for (int r = 0; r < m; r++) memcpy(plain + r * n, bias, sizeof(float) * n);
     bt_gemm_at(BT_BF16, 1, 0, 1, m, n, k, 1, x, k, w, k, 1, plain, n);
@@ -256,6 +257,39 @@ static void test_training_bf16_against_f32(void)
     bt_graph_destroy(g);
 }
 
+/* f32 GEMMs on oneDNN run on each device's own count, with one stage or two at once (OpenBLAS's
+ * one process-wide count would make two stages share it); on the OpenBLAS path none run there. */
+static void test_f32_threads_per_device(void)
+{
+    const char *want = getenv("BATON_CPU_F32");
+    const bt_status st = bt_cpu_f32_init();
+    printf("\n  BATON_CPU_F32=%s: %s", want ? want : "(unset)", bt_cpu_f32_describe());
+    if (st != BT_OK) { /* only a forced oneDNN in a build without it */
+        CU_ASSERT(want && strcmp(want, "openblas") != 0);
+        return;
+    }
+#ifdef BATON_HAVE_DNNL
+    CU_ASSERT(bt_cpu_f32_onednn() == !(want && strcmp(want, "openblas") == 0));
+#endif
+    if (bt_cpu_bf16_init() != BT_OK) return; /* a forced bf16 path this CPU lacks: devices refuse */
+    bt_graph *g = wide_graph();
+    for (int stages = 1; stages <= 2; stages++)
+        for (int threads = 1; threads <= 2; threads++) {
+            bt_engine_params p;
+            run_result r;
+            engine_params(&p, stages, 2, BT_SCHEDULE_1F1B);
+            p.threads = threads;
+            bt_gemm_f32_threads_seen(1);
+            run_three_steps(g, &p, &r);
+            const int seen = bt_gemm_f32_threads_seen(0);
+            printf("\n  %d stage(s), threads %d: f32 GEMMs on oneDNN ran with at most %d", stages,
+                   threads, seen);
+            CU_ASSERT(seen == (bt_cpu_f32_onednn() ? threads : 0));
+            free_result(&r);
+        }
+    bt_graph_destroy(g);
+}
+
 /* Weights are converted to bf16 once per update, not once per micro-batch and GEMM, and the kept
  * conversions never outlive a change of the weights: the run equals one that converts every time. */
 static void test_weights_converted_once_per_update(void)
@@ -288,6 +322,7 @@ int main(void)
         {"bf16 GEMM = double reference within f32 accumulation", test_gemm_against_reference},
         {"bias in the epilogue = bias then GEMM", test_fused_bias_equals_unfused},
         {"bf16 GEMMs use each device's thread count", test_threads_per_device},
+        {"f32 GEMMs use each device's thread count (oneDNN)", test_f32_threads_per_device},
         {"bf16 training within bf16 tolerance of f32; pipelined = one stage", test_training_bf16_against_f32},
         {"bf16 weights converted once per update, never stale", test_weights_converted_once_per_update},
         {NULL, NULL},

@@ -229,6 +229,15 @@ static void pair_arg(const oc_layer *L, const char *name, int64_t dflt0, int64_t
     out[1] = n == 2 ? v[1] : n ? v[0] : dflt1;
 }
 
+/* The fused activation of linear and conv2d (act: relu): max(y, 0) over the whole output. */
+static void ref_fused_act(const oc_layer *L, double *y, int64_t n)
+{
+    const char *act = bt_infer_arg_string(&L->ctx, "act", NULL);
+    if (!act) return;
+    CU_ASSERT_STRING_EQUAL(act, "relu");
+    for (int64_t e = 0; e < n; e++) y[e] = fmax(y[e], 0);
+}
+
 static void ref_linear(const oc_layer *L, double *y)
 {
     const int64_t in = L->param[0].dim[1], out = L->param[0].dim[0], rows = numel_in(L, 0) / in;
@@ -239,6 +248,7 @@ static void ref_linear(const oc_layer *L, double *y)
                 s += in_at(L, 0, r * in + i) * par_at(L, 0, o * in + i);
             y[r * out + o] = s;
         }
+    ref_fused_act(L, y, rows * out);
 }
 
 static void ref_add(const oc_layer *L, double *y)
@@ -333,6 +343,7 @@ static void ref_conv2d(const oc_layer *L, double *y)
                             }
                     y[((n * O + o) * HO + oh) * WO + ow] = acc;
                 }
+    ref_fused_act(L, y, B * O * HO * WO);
 }
 
 static void ref_pool(const oc_layer *L, double *y, int is_max)

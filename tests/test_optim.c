@@ -285,6 +285,38 @@ static void test_untyped_update(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "bf16"));
 }
 
+/* The engine updates a stage's parameters in one call over their packed arrays (exec/layout.c):
+ * that must equal one call per tensor bit for bit, for every kind, over several steps, tensors
+ * of odd sizes (the vectorised loops' tails fall mid-array when packed). */
+static void test_packed_equals_per_tensor(void)
+{
+    const bt_optimizer_config cfgs[] = {
+        sgd_config(0.1, 0, 0, 0.01), sgd_config(0.1, 0.9, 0, 0.01), sgd_config(0.1, 0.9, 1, 0),
+        adamw_config(0.01, 0.9, 0.999, 1e-8, 0.1),
+    };
+    enum { T = 3, N = 1 + 37 + 200 };
+    const int sizes[T] = {1, 37, 200}; /* packed: [0, 1), [1, 38), [38, 238) */
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        float wp[N], wt[N], g[N], sp[2][N] = {{0}}, st[2][N] = {{0}};
+        for (int i = 0; i < N; i++) {
+            wp[i] = wt[i] = sinf((float)i) * 0.5f;
+        }
+        for (int64_t step = 1; step <= 3; step++) {
+            for (int i = 0; i < N; i++) g[i] = cosf((float)(i * step)) * 0.25f;
+            void *spp[2] = {sp[0], sp[1]};
+            CU_ASSERT_EQUAL(bt_optim_update(&cfgs[c], BT_F32, wp, g, spp, N, 0.05, step, 0.7), BT_OK);
+            for (int t = 0, off = 0; t < T; off += sizes[t++]) {
+                void *stt[2] = {st[0] + off, st[1] + off};
+                CU_ASSERT_EQUAL(bt_optim_update(&cfgs[c], BT_F32, wt + off, g + off, stt,
+                                                (size_t)sizes[t], 0.05, step, 0.7), BT_OK);
+            }
+        }
+        CU_ASSERT_EQUAL(memcmp(wp, wt, sizeof wp), 0);
+        CU_ASSERT_EQUAL(memcmp(sp, st, sizeof sp), 0);
+        CU_ASSERT(wp[5] != sinf(5.0f) * 0.5f);
+    }
+}
+
 /* clip_grad_norm_ over grads [3, 4, 12] and [0, 84] with max_norm 5, from PyTorch 1.13:
  * total norm 85, grads become [0.1764705861591696, 0.2352941148788928, 0.7058823446366784] and
  * [0, 4.941176412456748]. */
@@ -420,6 +452,7 @@ int main(void)
         {"grad_scale", test_grad_scale},
         {"state count and validation", test_state_and_validation},
         {"untyped update entry point", test_untyped_update},
+        {"one update over packed tensors = one per tensor", test_packed_equals_per_tensor},
         {"gradient clipping", test_clipping},
         {"lr constant and warm-up", test_lr_constant_and_warmup},
         {"lr step", test_lr_step},

@@ -17,6 +17,7 @@
 #include "baton.h"
 #include "bt_test.h"
 #include "engine_runs.h"
+#include "cpu/blas.h"
 #include "exec/exec_internal.h"
 
 static double now_s(void)
@@ -254,9 +255,40 @@ static void test_stuck_kernel_one_stage(void) { stuck_kernel_case(1); }
 
 /* ---- one BLAS thread count ------------------------------------------------------------------- */
 
+/* f32 GEMMs on oneDNN (the default where the build has it): every device keeps its own count, so
+ * engines with different counts coexist and both train. */
+static void devices_keep_their_counts(bt_graph *g)
+{
+    bt_engine_params p;
+    bt_engine *a = NULL, *b = NULL;
+    engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
+    p.threads = 1;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &a) == BT_OK);
+    p.threads = 2;
+    CU_ASSERT_FATAL(bt_engine_create(g, &p, &b) == BT_OK);
+    batch_data d;
+    make_batch(&d, 4);
+    bt_gemm_f32_threads_seen(1);
+    CU_ASSERT_EQUAL(bt_engine_train_step(a, d.feeds, 2, NULL), BT_OK);
+    CU_ASSERT_EQUAL(bt_gemm_f32_threads_seen(1), 1);
+    CU_ASSERT_EQUAL(bt_engine_train_step(b, d.feeds, 2, NULL), BT_OK);
+    CU_ASSERT_EQUAL(bt_gemm_f32_threads_seen(1), 2);
+    bt_engine_destroy(a);
+    bt_engine_destroy(b);
+}
+
+/* The OpenBLAS path (BATON_CPU_F32=openblas, which tests/cpu_bf16_paths.sh runs this program
+ * with): one count per process, later devices must ask for it. */
 static void test_cpu_devices_share_one_blas_thread_count(void)
 {
     bt_graph *g = small_graph();
+    if (bt_cpu_f32_onednn()) {
+        printf("\n  f32 GEMMs on oneDNN: each device keeps its count (the OpenBLAS rule runs under "
+               "BATON_CPU_F32=openblas)");
+        devices_keep_their_counts(g);
+        bt_graph_destroy(g);
+        return;
+    }
     bt_engine_params p;
     bt_engine *a = NULL, *b = NULL, *c = NULL;
     engine_params(&p, 2, 2, BT_SCHEDULE_1F1B);
@@ -294,7 +326,8 @@ int main(void)
     static const bt_test_case cases[] = {
         {"the watchdog's value is checked", test_watchdog_value_is_checked},
         {"a wait with an unrepresentable timeout still returns", test_unrepresentable_timeout_still_waits},
-        {"CPU devices share one BLAS thread count", test_cpu_devices_share_one_blas_thread_count},
+        {"CPU devices share one BLAS thread count (OpenBLAS), or keep their own (oneDNN)",
+         test_cpu_devices_share_one_blas_thread_count},
         {"a kernel stuck on stage 0 of 2 ends the step", test_stuck_kernel_two_stages},
         {"a kernel stuck on the only stage ends the step", test_stuck_kernel_one_stage},
         {NULL, NULL}};

@@ -9,6 +9,9 @@
  *     accumulated over micro-batches, rely on this); in_grad[i].data is NULL where input i needs
  *     no gradient (data inputs, labels); an op with a backward_weight (split backward, below)
  *     must also skip a param_grad[j] whose .data is NULL;
+ *   - backward may overwrite out_grad (nothing reads it after the op's backward; W of a split
+ *     backward gets B's out_grad as B left it): the built-in linear and conv2d with a fused relu
+ *     mask it in place;
  *   - both return BT_OK or a status with a message set through bt_op_error. */
 #ifndef BATON_OP_H
 #define BATON_OP_H

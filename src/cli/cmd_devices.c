@@ -27,10 +27,12 @@ static json_t *cpu_info(int json)
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const bt_status st = bt_blas_init();
     if (json)
-        return json_pack("{s:I, s:s, s:b, s:s}", "cores", (json_int_t)cores, "blas", bt_blas_describe(),
-                         "blas_loaded", st == BT_OK, "bf16", bt_cpu_bf16_describe());
+        return json_pack("{s:I, s:s, s:b, s:s, s:s}", "cores", (json_int_t)cores, "blas",
+                         bt_blas_describe(), "blas_loaded", st == BT_OK, "f32",
+                         bt_cpu_f32_describe(), "bf16", bt_cpu_bf16_describe());
     printf("cpu      %ld core%s, BLAS: %s%s\n", cores, cores == 1 ? "" : "s", bt_blas_describe(),
            st == BT_OK ? "" : " (OpenBLAS failed to load)");
+    printf("         precision f32: %s\n", bt_cpu_f32_describe());
     printf("         precision bf16: %s\n", bt_cpu_bf16_describe());
     return NULL;
 }

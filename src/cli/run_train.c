@@ -111,6 +111,7 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
         bt_engine_stage(e, s, &si);
         cpu_stages += strncmp(si.device, "cpu", 3) == 0;
     }
+    if (cpu_stages) printf("  f32 on cpu    %s\n", bt_cpu_f32_describe());
     if (p->precision == BT_BF16 && cpu_stages)
         printf("  bf16 on cpu   %s\n", bt_cpu_bf16_describe());
     printf("\n");

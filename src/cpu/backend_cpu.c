@@ -1,7 +1,7 @@
 /* cpu/backend_cpu.c: the CPU implementation of the backend table. A cpu:N device is a worker
  * thread's view of host memory: allocation is aligned malloc, copies are memcpy, ops run their
- * cpu_forward/cpu_backward kernels on the calling thread with the device's thread count (OpenBLAS
- * has one per process; bf16 GEMMs on oneDNN use it per call, see gemm_bf16.c), and
+ * cpu_forward/cpu_backward kernels on the calling thread with the device's thread count (per call
+ * on oneDNN, f32 and bf16: gemm_f32.c, gemm_bf16.c; OpenBLAS has one per process), and
  * sync has nothing to wait for (every call completes before it returns). Both streams are the
  * calling thread, so an event is complete when recorded: it keeps the host clock's time, which is
  * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
@@ -33,6 +33,7 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     int strict = threads > 0;
     d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
     bt_status st = bt_cpu_bf16_init();
+    if (st == BT_OK) st = bt_cpu_f32_init();
     if (st != BT_OK) {
         free(d);
         return bt_error_context(st, "cpu:%d", index);
@@ -42,8 +43,13 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
         free(d);
         return bt_error_context(st, "cpu:%d", index);
     }
-    snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index, bt_blas_describe(),
-             d->threads, d->threads == 1 ? "" : "s", bt_cpu_bf16_describe());
+    if (bt_cpu_f32_onednn())
+        snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index,
+                 bt_cpu_f32_describe(), d->threads, d->threads == 1 ? "" : "s",
+                 bt_cpu_bf16_describe());
+    else
+        snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index, bt_blas_describe(),
+                 d->threads, d->threads == 1 ? "" : "s", bt_cpu_bf16_describe());
     *out = d;
     return BT_OK;
 }
@@ -111,6 +117,7 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
 {
     call->threads = dev->threads;
     call->stream = NULL;
+    bt_blas_bind_threads(dev->threads); /* f32 GEMMs on oneDNN: this device's count */
     bt_status st;
     if (backward == BT_RUN_DECODE) {
         st = op->cpu_decode ? op->cpu_decode(call) : op->cpu_forward(call);

@@ -3,7 +3,8 @@
  * recognise recent Xeons and falls back to SSE kernels about 5x slower. When the user has not set
  * OPENBLAS_CORETYPE (or BATON_BLAS_CORETYPE, which wins), baton sets it from the CPU's features
  * (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2+FMA: Haswell) just before the dlopen. If OpenBLAS is missing
- * a plain C GEMM keeps everything correct, only slower; bt_blas_describe says which is in use. */
+ * a plain C GEMM keeps everything correct, only slower; bt_blas_describe says which is in use.
+ * bt_sgemm goes to oneDNN's sgemm first where gemm_f32.c chose that path (threads per device). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -100,10 +101,11 @@ bt_status bt_blas_claim_threads(int *threads, int strict)
     bt_blas_init();
     int n = *threads < 1 ? 1 : *threads;
     bt_status st = BT_OK;
+    const int per_device = bt_cpu_f32_onednn(); /* f32 on OpenMP teams per calling thread */
     pthread_mutex_lock(&threads_mu);
-    if (threads_users > 0 && !strict) n = threads_now;
+    if (threads_users > 0 && !strict && !per_device) n = threads_now;
     *threads = n;
-    if (threads_users > 0 && n != threads_now) {
+    if (threads_users > 0 && n != threads_now && !per_device) {
         st = bt_error(BT_ERR_UNSUPPORTED,
                       "OpenBLAS has one thread count per process and the CPU devices already open use %d: "
                       "cannot open one with %d",
@@ -156,6 +158,8 @@ void bt_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const 
 {
     bt_blas_init();
     if (m == 0 || n == 0) return;
+    if (k > 0 && bt_gemm_f32_onednn(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
+        return;
     if (blas_sgemm)
         blas_sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
                    trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c,

@@ -16,9 +16,31 @@ const char *bt_blas_describe(void);
 /* Claims OpenBLAS's thread count (one per process in its pthreads build) for one more CPU device:
  * sets it to *threads (< 1: 1) when no device holds it; else a strict claim must ask for the
  * count in effect (BT_ERR_UNSUPPORTED naming both) and a preference takes it. *threads is the
- * count the device got. Each successful claim is released once. Thread-safe. */
+ * count the device got. With f32 GEMMs on oneDNN (bt_cpu_f32_onednn) every device keeps its own
+ * count (OpenBLAS then serves f64 only, at the first device's count). Each successful claim is
+ * released once. Thread-safe. */
 bt_status bt_blas_claim_threads(int *threads, int strict);
 void bt_blas_release_threads(void);
+
+/* ---- f32 GEMMs: oneDNN (threads per calling thread) or OpenBLAS (gemm_f32.c) ---------------- */
+
+/* Chooses, once per process, the library bt_sgemm uses: oneDNN's sgemm (auto, where the build has
+ * oneDNN) or OpenBLAS; BATON_CPU_F32 (auto | onednn | openblas) forces one. BT_ERR_UNSUPPORTED
+ * when the forced one cannot be had or the value is unknown. */
+bt_status bt_cpu_f32_init(void);
+/* 1 when bt_sgemm runs on oneDNN with the calling thread's bound count. */
+int bt_cpu_f32_onednn(void);
+/* "f32 GEMMs on oneDNN (threads per device)", or the OpenBLAS line, or the error. */
+const char *bt_cpu_f32_describe(void);
+/* The calling thread's f32 GEMMs run with this many threads (oneDNN path); the CPU backend binds
+ * every op call to its device's count. 0: unbound (OpenMP's own count). */
+void bt_blas_bind_threads(int threads);
+/* oneDNN's sgemm on the calling thread's count: 0, or -1 when not on that path (or it failed;
+ * the caller then uses OpenBLAS). */
+int bt_gemm_f32_onednn(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                       int lda, const float *b, int ldb, float beta, float *c, int ldc);
+/* The largest thread count an f32 GEMM on oneDNN has run with since the last reset (tests). */
+int bt_gemm_f32_threads_seen(int reset);
 
 /* C = alpha * op(A) * op(B) + beta * C, row-major. op(A) is M x K, op(B) is K x N, C is M x N.
  * lda, ldb, ldc are row strides of A, B, C as stored. */
@@ -52,12 +74,13 @@ void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m
 void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
                    int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc);
-/* C (m, n) = op(A) op(B) + bias (n, added to every row), like bt_gemm_param: on oneDNN the bias is
- * added in the matmul's epilogue (one pass over C); otherwise C's rows are set to the bias and
- * bt_gemm_param adds the product (beta 1), the f32 kernels' arithmetic. */
+/* C (m, n) = op(A) op(B) + bias (n, added to every row), then max(C, 0) if relu, like
+ * bt_gemm_param: on oneDNN bias and relu are applied in the matmul's epilogue (one pass over C);
+ * otherwise C's rows are set to the bias, bt_gemm_param adds the product (beta 1), the f32 kernels'
+ * arithmetic, and a pass applies the relu. */
 void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
                   int n, int k, const float *a, int lda, const float *b, int ldb, const float *bias,
-                  float *c, int ldc);
+                  int relu, float *c, int ldc);
 /* Drops the kept bf16 conversions of parameters overlapping [ptr, ptr + bytes): every CPU backend
  * call that writes or frees memory calls it. Cheap when nothing is kept. Thread-safe. */
 void bt_gemm_bf16_forget(const void *ptr, size_t bytes);

@@ -19,7 +19,8 @@
  * refreshes it after an update) is converted once and kept in a process-wide cache until any
  * backend write to its memory (round_to, copy, zero, free, ...: bt_gemm_bf16_forget) drops it:
  * with 8 micro-batches the weights would otherwise be converted 16 times a step. bt_gemm_bias
- * adds a bias in the matmul's epilogue (linear's forward) instead of a pass that writes it first.
+ * adds a bias in the matmul's epilogue (linear's forward) instead of a pass that writes it first,
+ * and a fused relu after it.
  *
  * oneDNN threads through OpenMP, whose thread count is per calling thread: each call sets it to
  * the device's count, so `--threads` is honoured per device here (OpenBLAS has one count per process, see blas.c). A oneDNN failure is
@@ -178,6 +179,7 @@ typedef struct gemm_key {
     int ta, tb, m, n, k, ldc, threads;
     float alpha, beta;
     int bias; /* 1: C = op(A) op(B) + bias, the bias (n) added in the epilogue */
+    int relu; /* 1: then relu, in the epilogue too */
 } gemm_key;
 
 typedef struct gemm_entry {
@@ -257,7 +259,7 @@ static int key_equal(const gemm_key *a, const gemm_key *b)
 {
     return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->ldc == b->ldc && a->threads == b->threads && a->alpha == b->alpha &&
-           a->beta == b->beta && a->bias == b->bias;
+           a->beta == b->beta && a->bias == b->bias && a->relu == b->relu;
 }
 
 #define DNNL_TRY(call, what)                                                                     \
@@ -301,9 +303,11 @@ static gemm_entry *entry_build(gemm_tls *t, const gemm_key *key)
     DNNL_TRY(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     if (key->alpha != 1)
         DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha), "output scales");
-    if (key->beta != 0) {
+    if (key->beta != 0 || key->relu) {
         DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
-        DNNL_TRY(dnnl_post_ops_append_sum(po, key->beta), "post_ops_append_sum");
+        if (key->beta != 0) DNNL_TRY(dnnl_post_ops_append_sum(po, key->beta), "post_ops_append_sum");
+        if (key->relu)
+            DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1, dnnl_eltwise_relu, 0, 0), "append_eltwise(relu)");
         DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, po), "set_post_ops");
     }
     DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, dnnl_eng, NULL), "primitive_desc_create");
@@ -534,7 +538,7 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
         if (threads < 1) threads = 1;
         gemm_tls *t = tls_for_call(threads);
-        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, 0};
+        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, 0, 0};
         if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, NULL, c) == 0) return;
     }
 #else
@@ -547,18 +551,24 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
 
 void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
                   int n, int k, const float *a, int lda, const float *b, int ldb, const float *bias,
-                  float *c, int ldc)
+                  int relu, float *c, int ldc)
 {
 #ifdef BATON_HAVE_DNNL
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
         if (threads < 1) threads = 1;
         gemm_tls *t = tls_for_call(threads);
-        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1};
+        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1, relu != 0};
         if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, bias, c) == 0) return;
     }
 #endif
     for (int r = 0; r < m; r++) memcpy(c + (size_t)r * ldc, bias, (size_t)n * sizeof *c);
     bt_gemm_param(precision, threads, param, trans_a, trans_b, m, n, k, 1, a, lda, b, ldb, 1, c, ldc);
+    if (!relu) return;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            float *v = c + (size_t)r * ldc + j;
+            *v = *v > 0 ? *v : 0;
+        }
 }
 
 #ifndef BATON_HAVE_DNNL

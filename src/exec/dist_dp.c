@@ -91,14 +91,19 @@ static bt_status shard_state(bt_engine *e, bt_stage *st)
             st->mem.optimizer += b->chunk * dsz;
         }
     BT_TRY(copy_shards(e, st, 0)); /* the initial state (zeros) */
-    for (int i = 0; i < st->n_params; i++)
-        for (int k = 0; k < slots; k++) {
+    /* the layout packed each slot's full state into one array (bt_stage.flat_state): free it
+     * whole; from now on a store's state is NULL unless a checkpoint or a resume fills it */
+    for (int k = 0; k < slots; k++) {
+        for (int i = 0; i < st->n_params; i++) {
             bt_param_store *p = &st->params[i];
             if (!p->state[k]) continue;
-            st->be->free(st->dev, p->state[k]);
+            if (!st->flat_state[k]) st->be->free(st->dev, p->state[k]);
             p->state[k] = NULL;
             st->mem.optimizer -= p->numel * dsz;
         }
+        if (st->flat_state[k]) st->be->free(st->dev, st->flat_state[k]);
+        st->flat_state[k] = NULL;
+    }
     st->mem.current = st->mem.weights + st->mem.gradients + st->mem.optimizer + st->mem.activations +
                       st->mem.workspace;
     st->mem.peak = st->mem.current;
@@ -180,13 +185,14 @@ static bt_status grads_in_place(bt_engine *e, bt_stage *st)
             int i = d->order[b->first + j];
             bt_param_store *p = &st->params[i];
             size_t n = (p->numel + align - 1) / align * align;
-            st->be->free(st->dev, p->g);
-            p->g = at;
+            p->g = at; /* the packed gradients (layout.c) are freed once, below */
             st->sq_ptr[i] = at;
             at += n * dsz;
             padded += (n - p->numel) * dsz;
         }
     }
+    if (st->flat_g) st->be->free(st->dev, st->flat_g);
+    st->flat_g = NULL; /* the update runs per tensor over the arena (worker_step.c) */
     st->mem.gradients += padded;
     return BT_OK;
 }

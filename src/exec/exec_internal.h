@@ -206,6 +206,10 @@ typedef struct bt_stage {
     bt_param_store *params;
     void *grad_arena;          /* data parallel on a CPU stage: every store's gradient, in bucket order
                                 * (dist_dp.c); the stores' g point into it */
+    /* The stage's parameters as flat arrays, in params order, each store's w, w_lp, g and state
+     * pointing into them (packed, no gaps): the optimizer updates all of them in one call. */
+    size_t flat_numel;
+    void *flat_w, *flat_w_lp, *flat_g, *flat_state[2];
     bt_param_store *(*node_params)[BT_MAX_PARAMS]; /* [n_nodes]: each node's stores, in order */
     int n_in_act, n_out_act, n_in_grad, n_out_grad;
     bt_channel *in_act[BT_MAX_STAGES], *out_act[BT_MAX_STAGES];

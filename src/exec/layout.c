@@ -184,7 +184,9 @@ static bt_status alloc_events(bt_engine *e, bt_stage *st)
     return bt_exec_ordering_event(st->be, st->dev, &st->ev_ready);
 }
 
-/* Parameters of the stage: master weights (initialised), compute copies, gradients, state. */
+/* Parameters of the stage: master weights (initialised), compute copies, gradients, state. Each
+ * class is one allocation holding every parameter of the stage back to back (st->flat_*), so the
+ * optimizer and the compute-copy refresh run once over the stage, not once per tensor. */
 static bt_status alloc_params(bt_engine *e, bt_stage *st)
 {
     const bt_graph *g = e->graph;
@@ -202,6 +204,26 @@ static bt_status alloc_params(bt_engine *e, bt_stage *st)
     st->sq_n = calloc((size_t)st->n_params + 1, sizeof *st->sq_n);
     if (!st->sq_ptr || !st->sq_n) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     int n_state = e->memory.optimizer_slots;
+    size_t total = 0;
+    for (int p = 0; p < g->n_params; p++) {
+        int node = g->params[p].node;
+        if (node >= st->first_node && node < st->first_node + st->n_nodes)
+            total += (size_t)bt_shape_numel(&g->params[p].shape);
+    }
+    st->flat_numel = total;
+    if (st->n_params > 0) {
+        BT_TRY(stage_alloc(st, total * dsz, &st->flat_w, &m->weights));
+        if (e->params.precision != BT_F32) BT_TRY(stage_alloc(st, total * dsz, &st->flat_w_lp, &m->weights));
+        if (training) {
+            BT_TRY(stage_alloc(st, total * dsz, &st->flat_g, &m->gradients));
+            BT_TRY(st->be->zero(st->dev, st->flat_g, total * dsz));
+            for (int j = 0; j < n_state; j++) {
+                BT_TRY(stage_alloc(st, total * dsz, &st->flat_state[j], &m->optimizer));
+                BT_TRY(st->be->zero(st->dev, st->flat_state[j], total * dsz));
+            }
+        }
+    }
+    size_t off = 0; /* bytes into each flat array */
     int k = 0;
     for (int p = 0; p < g->n_params; p++) {
         int node = g->params[p].node;
@@ -212,24 +234,21 @@ static bt_status alloc_params(bt_engine *e, bt_stage *st)
         for (int j = 0; j < owner->n_params; j++)
             if (owner->params[j] == p) st->node_params[node - st->first_node][j] = ps;
         ps->numel = (size_t)bt_shape_numel(&g->params[p].shape);
-        BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w, &m->weights));
+        ps->w = (unsigned char *)st->flat_w + off;
         BT_TRY(bt_param_init(e, st, ps));
-        if (e->params.precision != BT_F32) {
-            BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->w_lp, &m->weights));
+        if (st->flat_w_lp) {
+            ps->w_lp = (unsigned char *)st->flat_w_lp + off;
             BT_TRY(bt_worker_refresh_lowp(e, st, ps));
         }
         if (training) {
-            BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->g, &m->gradients));
+            ps->g = (unsigned char *)st->flat_g + off;
             st->sq_ptr[k - 1] = ps->g;
             /* a tied copy's gradient equals its source's after STEP's exchange: the norm counts
              * it once, through the source */
             st->sq_n[k - 1] = g->params[p].tied_to >= 0 ? 0 : ps->numel;
-            BT_TRY(st->be->zero(st->dev, ps->g, ps->numel * dsz));
-            for (int j = 0; j < n_state; j++) {
-                BT_TRY(stage_alloc(st, ps->numel * dsz, &ps->state[j], &m->optimizer));
-                BT_TRY(st->be->zero(st->dev, ps->state[j], ps->numel * dsz));
-            }
+            for (int j = 0; j < n_state; j++) ps->state[j] = (unsigned char *)st->flat_state[j] + off;
         }
+        off += ps->numel * dsz;
     }
     return BT_OK;
 }
@@ -275,15 +294,18 @@ void bt_layout_verify(const bt_engine *e)
 void bt_layout_free_stage(bt_stage *st)
 {
     if (st->dev) {
-        for (int i = 0; st->params && i < st->n_params; i++) {
-            bt_param_store *ps = &st->params[i];
-            if (ps->w) st->be->free(st->dev, ps->w);
-            if (ps->g && !st->grad_arena) st->be->free(st->dev, ps->g);
-            for (int j = 0; j < 2; j++)
-                if (ps->state[j]) st->be->free(st->dev, ps->state[j]);
+        if (st->flat_w) st->be->free(st->dev, st->flat_w);
+        if (st->flat_g) st->be->free(st->dev, st->flat_g);
+        for (int j = 0; j < 2; j++) {
+            if (st->flat_state[j]) {
+                st->be->free(st->dev, st->flat_state[j]);
+                continue;
+            }
+            /* zero's sharding freed the packed state (dist_dp.c): any left is a store's own */
+            for (int i = 0; st->params && i < st->n_params; i++)
+                if (st->params[i].state[j]) st->be->free(st->dev, st->params[i].state[j]);
         }
-        for (int i = 0; st->params && i < st->n_params; i++)
-            if (st->params[i].w_lp) st->be->free(st->dev, st->params[i].w_lp);
+        if (st->flat_w_lp) st->be->free(st->dev, st->flat_w_lp);
         if (st->grad_arena) st->be->free(st->dev, st->grad_arena);
         if (st->slots) st->be->free(st->dev, st->slots);
         if (st->grads) st->be->free(st->dev, st->grads);

@@ -151,11 +151,23 @@ bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     double unscale = 1.0 / e->loss_scale, scale = unscale;
     if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
     if (e->dist.zero) return bt_dist_zero_update(e, st, e->lr, e->step + 1, scale);
-    for (int i = 0; i < st->n_params; i++) {
-        bt_param_store *p = &st->params[i];
-        BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
-                                        p->state, p->numel, e->lr, e->step + 1, scale));
-        BT_TRY(bt_worker_refresh_lowp(e, st, p));
+    if (st->n_params == 0) return BT_OK;
+    if (st->grad_arena) { /* data parallel in place (dist_dp.c): gradients in bucket order, not packed */
+        for (int i = 0; i < st->n_params; i++) {
+            bt_param_store *p = &st->params[i];
+            BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, p->w, p->g,
+                                            p->state, p->numel, e->lr, e->step + 1, scale));
+            BT_TRY(bt_worker_refresh_lowp(e, st, p));
+        }
+        return BT_OK;
     }
-    return BT_OK;
+    /* one pass over all of the stage's parameters (layout.c packs them into flat arrays): the
+     * update is elementwise with the same coefficients for every tensor, so this is the per-tensor
+     * loop's arithmetic exactly */
+    bt_param_store all = {.param = -1, .numel = st->flat_numel, .w = st->flat_w,
+                          .g = st->flat_g, .w_lp = st->flat_w_lp,
+                          .state = {st->flat_state[0], st->flat_state[1]}};
+    BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, all.w, all.g,
+                                    all.state, all.numel, e->lr, e->step + 1, scale));
+    return bt_worker_refresh_lowp(e, st, &all);
 }

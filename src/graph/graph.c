@@ -1,7 +1,9 @@
 /* graph/graph.c: building a layer graph. bt_graph_add_layer resolves the layer's inputs among the
  * values that exist (so references can only point backwards), checks arguments and infers shapes
- * through the op's shape rule (graph/infer.c), lowers `act:` into a second node, and declares the
- * layer's parameters as "<layer>.<suffix>". A failing call leaves the graph as it was. */
+ * through the op's shape rule (graph/infer.c), lowers `act:` into a second node (or, for `act:
+ * relu` on linear and conv2d, into their own `act` argument: the relu is fused into the op's
+ * output pass, see ops/op_configs.h), and declares the layer's parameters as "<layer>.<suffix>".
+ * A failing call leaves the graph as it was. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +260,23 @@ static bt_status find_act(const bt_layer_desc *d, const bt_op_def **out)
     return BT_OK;
 }
 
+/* Whether the layer's op applies act itself: relu on the built-in linear and conv2d (their `act`
+ * argument), one pass over the output instead of a second node and buffer. */
+static int fuses_act(const bt_op_def *op, const bt_op_def *act)
+{
+    return strcmp(act->name, "relu") == 0 &&
+           (strcmp(op->name, "linear") == 0 || strcmp(op->name, "conv2d") == 0);
+}
+
+/* *out (zeroed) = args plus act = act_name. */
+static bt_status fused_args(bt_args *out, const bt_args *args, const char *act_name)
+{
+    bt_status st = bt_args_copy(out, args);
+    if (st == BT_OK) st = bt_args_set_string(out, "act", act_name);
+    if (st != BT_OK) bt_args_clear(out);
+    return st;
+}
+
 static bt_status record_layer(bt_graph *g, const bt_layer_desc *d, const bt_op_def *op,
                               int first_node)
 {
@@ -309,10 +328,24 @@ bt_status bt_graph_add_layer(bt_graph *g, const bt_layer_desc *d)
     BT_TRY(resolve_inputs(g, d, in, &n_in));
 
     int n_values = g->n_values, n_nodes = g->n_nodes, n_params = g->n_params;
+    bt_args fused = {0};
+    const bt_args *args = d->args;
+    if (act && fuses_act(op, act)) {
+        if (d->args && bt_args_get(d->args, "act"))
+            return located(BT_ERR_MODEL, d->name, d->loc, "%s",
+                           "has both act: and args: {act: ...}; give one");
+        BT_TRY(fused_args(&fused, d->args, act->name));
+        args = &fused;
+        act = NULL;
+    }
     char *pre_name = act ? bt_strfmt("%s:pre", d->name) : NULL;
-    if (act && !pre_name) return bt_error(BT_ERR_NOMEM, "graph: out of memory");
-    bt_status st = add_node(g, op, in, n_in, d->args, d->name, act ? pre_name : d->name, d->loc,
+    if (act && !pre_name) {
+        bt_args_clear(&fused);
+        return bt_error(BT_ERR_NOMEM, "graph: out of memory");
+    }
+    bt_status st = add_node(g, op, in, n_in, args, d->name, act ? pre_name : d->name, d->loc,
                             g->n_layers);
+    bt_args_clear(&fused);
     if (st == BT_OK && act) {
         int pre = g->n_values - 1;
         st = add_node(g, act, &pre, 1, NULL, d->name, d->name, d->loc, g->n_layers);

@@ -12,7 +12,9 @@
  * (out, S Ho Wo) matrix, but at least one sample's column matrix and its gradient, which the
  * CUDA GEMM path (src/cuda/ops_cuda.c) uses (bt_conv_workspace_bytes in ops/op_configs.h,
  * shared with the CUDA kernels). A 1x1 stride-1
- * unpadded conv is a GEMM per sample on the input itself and needs no workspace. */
+ * unpadded conv is a GEMM per sample on the input itself and needs no workspace. With act: relu
+ * (what the graph lowers a layer's `act: relu` to) the output is relu of the convolution, applied
+ * as each output plane is written (ops/op_configs.h). */
 #include <limits.h>
 #include <string.h>
 
@@ -29,6 +31,7 @@
 
 BT_OPS_DISPATCH("conv2d", conv2d_forward, call->out->dtype)
 BT_OPS_DISPATCH("conv2d", conv2d_backward, call->out_grad->dtype)
+BT_OPS_DISPATCH("conv2d", conv2d_backward_weight, call->out_grad->dtype)
 
 static bt_status conv2d_infer(bt_infer_ctx *ctx)
 {
@@ -48,6 +51,7 @@ static bt_status conv2d_infer(bt_infer_ctx *ctx)
                        .kh = k[0], .kw = k[1], .sh = s[0], .sw = s[1], .ph = p[0], .pw = p[1],
                        .bias = bt_infer_arg_bool(ctx, "bias", 1)};
     cfg.pointwise = k[0] == 1 && k[1] == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 && p[1] == 0;
+    if ((st = bt_ops_fused_act(ctx, "conv2d", &cfg.act)) != BT_OK) return st;
     const int64_t fan_in = cfg.c * cfg.kh * cfg.kw;
     bt_shape y = {.ndim = 3, .dim = {cfg.out, cfg.ho, cfg.wo}};
     bt_shape w = {.ndim = 4, .dim = {cfg.out, cfg.c, cfg.kh, cfg.kw}};
@@ -72,6 +76,7 @@ static const bt_arg_spec conv2d_args[] = {
     {"stride", BT_ARG_INTS, 0, 1, BT_OPS_DIM_MAX, "stride: s or [sh, sw] (default 1)"},
     {"padding", BT_ARG_INTS, 0, 0, BT_OPS_DIM_MAX, "zero padding: p or [ph, pw] (default 0)"},
     {"bias", BT_ARG_BOOL, 0, 1, 0, "add a learned bias (default true)"},
+    {"act", BT_ARG_STRING, 0, 1, 0, "relu: applied to the output in the same pass (a layer's act: relu)"},
 };
 
 const bt_op_def bt_op_conv2d = {
@@ -79,12 +84,13 @@ const bt_op_def bt_op_conv2d = {
     .min_inputs = 1,
     .max_inputs = 1,
     .args = conv2d_args,
-    .n_args = 5,
+    .n_args = 6,
     .infer = conv2d_infer,
     .cpu_forward = conv2d_forward,
     .cpu_backward = conv2d_backward,
-    /* W of a split backward: the same kernel, called with no input gradients (it skips every
-     * gradient whose .data is NULL, so B is it called with no parameter gradients) */
-    .cpu_backward_weight = conv2d_backward,
+    /* W of a split backward: the backward without input gradients (it skips every gradient whose
+     * .data is NULL, so B is it called with no parameter gradients), and without the fused relu's
+     * mask, which B applied to the gradient W's stash copies */
+    .cpu_backward_weight = conv2d_backward_weight,
     .help = "2-D convolution of [C, H, W]; weight [out, C, kh, kw], bias [out]",
 };

@@ -8,7 +8,10 @@
  * (oh, ow) is plane[(oh, ow) + (ki - ph, kj - pw)], and consecutive output rows are W apart in
  * both. im2col then copies that run at once and zeroes the positions that wrapped around an edge
  * (the padding columns); col2im zeroes the same positions of the gradient and adds the run back.
- * Otherwise both go output row by output row. */
+ * Otherwise both go output row by output row.
+ *
+ * A fused relu (cfg->act) is applied to each output plane as it is written; its backward masks
+ * the output gradient in place from the output before anything reads it (ops/op_configs.h). */
 
 #include "ops/vec_tmpl.h"
 
@@ -140,6 +143,7 @@ static void R(conv2d_forward_pointwise)(const bt_op_call *call)
         if (b)
             for (int64_t oc = 0; oc < cf->out; oc++) R(vec_fill)(b[oc], yn + oc * howo, howo);
         GEMM_W(call, BT_GEMM_PARAM_A, 0, 0, o, n_out, ckk, 1, w, ckk, x + n * chw, n_out, b ? 1 : 0, yn, n_out);
+        if (cf->act == BT_OPS_ACT_RELU) R(vec_relu)(yn, cf->out * howo);
     }
 }
 
@@ -173,6 +177,7 @@ static bt_status R(conv2d_forward)(const bt_op_call *call)
                     R(conv_add_scalar)(src, b[oc], dst, howo);
                 else
                     memcpy(dst, src, (size_t)howo * sizeof *dst);
+                if (cf->act == BT_OPS_ACT_RELU) R(vec_relu)(dst, howo);
             }
     }
     return BT_OK;
@@ -218,7 +223,8 @@ static void R(conv2d_backward_pointwise)(const bt_op_call *call, REAL *dx, REAL 
     }
 }
 
-static bt_status R(conv2d_backward)(const bt_op_call *call)
+/* The gradients from the output gradient as given (for a fused relu: already masked). */
+static bt_status R(conv2d_backward_from)(const bt_op_call *call)
 {
     const bt_conv_config *cf = call->config;
     REAL *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL; /* (B, C, H, W) */
@@ -263,4 +269,18 @@ static bt_status R(conv2d_backward)(const bt_op_call *call)
         }
     }
     return BT_OK;
+}
+
+static bt_status R(conv2d_backward)(const bt_op_call *call)
+{
+    const bt_conv_config *cf = call->config;
+    if (cf->act == BT_OPS_ACT_RELU) /* through the fused relu, from its output */
+        R(vec_relu_mask)(call->out->data, call->out_grad->data, bt_tensor_numel(call->out_grad));
+    return R(conv2d_backward_from)(call);
+}
+
+/* W of a split backward: B masked the gradient W's stash copied */
+static bt_status R(conv2d_backward_weight)(const bt_op_call *call)
+{
+    return R(conv2d_backward_from)(call);
 }

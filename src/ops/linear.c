@@ -1,6 +1,8 @@
-/* ops/linear.c: `linear`, y = x W^T + b over the last dimension. Input [..., in] (leading
- * per-sample dims act as extra rows); params weight [out, in] and, with bias: true, bias [out],
- * both U(-1/sqrt(in), 1/sqrt(in)) like PyTorch's Linear. Kernels are GEMMs through cpu/blas.h. */
+/* ops/linear.c: `linear`, y = x W^T + b over the last dimension, or relu of it with act: relu (the
+ * graph lowers a layer's `act: relu` to that: one pass less over memory and one activation buffer
+ * less; see ops/op_configs.h). Input [..., in] (leading per-sample dims act as extra rows); params
+ * weight [out, in] and, with bias: true, bias [out], both U(-1/sqrt(in), 1/sqrt(in)) like
+ * PyTorch's Linear. Kernels are GEMMs through cpu/blas.h. */
 #include <string.h>
 
 #include "ops/op_configs.h"
@@ -16,6 +18,7 @@
 
 BT_OPS_DISPATCH("linear", linear_forward, call->out->dtype)
 BT_OPS_DISPATCH("linear", linear_backward, call->out_grad->dtype)
+BT_OPS_DISPATCH("linear", linear_backward_weight, call->out_grad->dtype)
 
 static bt_status linear_infer(bt_infer_ctx *ctx)
 {
@@ -31,6 +34,7 @@ static bt_status linear_infer(bt_infer_ctx *ctx)
     bt_linear_config cfg = {.in = x->dim[x->ndim - 1],
                          .out = bt_infer_arg_int(ctx, "out", 1),
                          .bias = bt_infer_arg_bool(ctx, "bias", 1)};
+    if ((st = bt_ops_fused_act(ctx, "linear", &cfg.act)) != BT_OK) return st;
     bt_shape y = *x;
     y.dim[y.ndim - 1] = cfg.out;
     bt_shape w = {.ndim = 2, .dim = {cfg.out, cfg.in}};
@@ -47,6 +51,7 @@ static bt_status linear_infer(bt_infer_ctx *ctx)
 static const bt_arg_spec linear_args[] = {
     {"out", BT_ARG_INT, 1, 1, BT_OPS_DIM_MAX, "output features"},
     {"bias", BT_ARG_BOOL, 0, 1, 0, "add a learned bias (default true)"},
+    {"act", BT_ARG_STRING, 0, 1, 0, "relu: applied to the output in the same pass (a layer's act: relu)"},
 };
 
 const bt_op_def bt_op_linear = {
@@ -54,12 +59,13 @@ const bt_op_def bt_op_linear = {
     .min_inputs = 1,
     .max_inputs = 1,
     .args = linear_args,
-    .n_args = 2,
+    .n_args = 3,
     .infer = linear_infer,
     .cpu_forward = linear_forward,
     .cpu_backward = linear_backward,
-    /* W of a split backward: the same kernel, called with no input gradients (it skips every
-     * gradient whose .data is NULL, so B is it called with no parameter gradients) */
-    .cpu_backward_weight = linear_backward,
-    .help = "y = x W^T + b over the last dimension; weight [out, in], bias [out]",
+    /* W of a split backward: the backward without input gradients (it skips every gradient whose
+     * .data is NULL, so B is it called with no parameter gradients), and without the fused relu's
+     * mask, which B applied to the gradient W's stash copies */
+    .cpu_backward_weight = linear_backward_weight,
+    .help = "y = x W^T + b (relu of it with act: relu) over the last dimension; weight [out, in], bias [out]",
 };

@@ -20,9 +20,17 @@
     _Static_assert(sizeof(type) <= BT_OP_CONFIG_MAX, #type " exceeds BT_OP_CONFIG_MAX")
 #endif
 
+/* An activation fused into linear's or conv2d's output (arg `act`; the graph lowers a layer's
+ * `act: relu` to it): the forward applies it to the output in place, the backward masks the
+ * output gradient in place with it (from the output: relu(z) > 0 exactly where z > 0), so W of a
+ * split backward, which copies the gradient after B, gets the masked one. */
+#define BT_OPS_ACT_NONE 0
+#define BT_OPS_ACT_RELU 1
+
 typedef struct bt_linear_config {
     int64_t in, out;
     int bias;
+    int act;                /* BT_OPS_ACT_* */
 } bt_linear_config;
 BT_OPS_CONFIG_FITS(bt_linear_config);
 
@@ -44,6 +52,7 @@ typedef struct bt_conv_config {
     int64_t kh, kw, sh, sw, ph, pw;
     int bias;
     int pointwise;          /* 1x1, stride 1, no padding: im2col is the identity */
+    int act;                /* BT_OPS_ACT_* */
 } bt_conv_config;
 BT_OPS_CONFIG_FITS(bt_conv_config);
 

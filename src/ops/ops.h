@@ -43,6 +43,9 @@ const bt_op_def *const *bt_builtin_ops(int *n);
 bt_status bt_ops_need_float(bt_infer_ctx *ctx, const char *op, int i);
 /* Every input must be f32 or f64, all of the same dtype; *dtype receives it. */
 bt_status bt_ops_same_float(bt_infer_ctx *ctx, const char *op, bt_dtype *dtype);
+/* The `act` argument of linear and conv2d: "relu" (BT_OPS_ACT_RELU, fused into the output) or
+ * absent (BT_OPS_ACT_NONE); anything else is an error naming it. */
+bt_status bt_ops_fused_act(bt_infer_ctx *ctx, const char *op, int *act);
 /* Inputs a and b must have identical shapes. */
 bt_status bt_ops_same_shape(bt_infer_ctx *ctx, const char *op, int a, int b);
 /* Input i must have exactly ndim dimensions; what names them in the message ("[C, H, W]"). */

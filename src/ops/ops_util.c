@@ -1,7 +1,10 @@
 /* ops/ops_util.c: checks the built-in shape rules share (float dtypes, equal shapes, ranks,
- * 2-D size arguments) and the kernels' unsupported-dtype error. Every message starts with the
- * op's name and shows the offending values. */
+ * 2-D size arguments, the fused activation) and the kernels' unsupported-dtype error. Every
+ * message starts with the op's name and shows the offending values. */
+#include <string.h>
+
 #include "baton/tensor.h"
+#include "ops/op_configs.h"
 #include "ops/ops.h"
 
 static int is_float(bt_dtype d) { return d == BT_F32 || d == BT_F64; }
@@ -27,6 +30,19 @@ bt_status bt_ops_same_float(bt_infer_ctx *ctx, const char *op, bt_dtype *dtype)
                                   bt_dtype_name(bt_infer_input_dtype(ctx, i)));
     }
     *dtype = bt_infer_input_dtype(ctx, 0);
+    return BT_OK;
+}
+
+bt_status bt_ops_fused_act(bt_infer_ctx *ctx, const char *op, int *act)
+{
+    const char *name = bt_infer_arg_string(ctx, "act", NULL);
+    *act = BT_OPS_ACT_NONE;
+    if (!name) return BT_OK;
+    if (strcmp(name, "relu") != 0)
+        return bt_infer_error(ctx, "%s: act must be \"relu\" (the one activation fused into its "
+                              "output; a layer's other act: values run as their own op), got \"%s\"",
+                              op, name);
+    *act = BT_OPS_ACT_RELU;
     return BT_OK;
 }
 

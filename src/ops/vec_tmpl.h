@@ -18,6 +18,22 @@ static inline void R(vec_mul)(const REAL *restrict a, const REAL *restrict b, RE
     BT_OPS_VLOOP(i, n, y[i] = a[i] * b[i];);
 }
 
+/* y = max(y, 0) in place (a fused relu) */
+static inline void R(vec_relu)(REAL *restrict y, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, y[i] = y[i] > 0 ? y[i] : 0;);
+}
+
+/* g = 0 + (y > 0 ? g : 0) in place: a fused relu's backward, from its output y. The 0 + makes a
+ * masked -0 a +0, exactly what relu's own backward accumulates into a zeroed gradient. */
+static inline void R(vec_relu_mask)(const REAL *restrict y, REAL *restrict g, int64_t n)
+{
+    BT_OPS_VLOOP(i, n, {
+        const REAL v = g[i];
+        g[i] = (REAL)0 + (y[i] > 0 ? v : 0);
+    });
+}
+
 /* y += x */
 static inline void R(vec_acc)(const REAL *restrict x, REAL *restrict y, int64_t n)
 {

@@ -1,6 +1,8 @@
 /* optim/optim.h: optimizer update kernels and gradient-norm clipping helpers, element-wise over
- * one contiguous parameter tensor at a time. The CPU backend calls them once per parameter tensor
- * per step; the CUDA kernels implement the same formulas and are tested against these.
+ * one contiguous array at a time. The engine calls them once per stage and step, over all of the
+ * stage's parameters packed into one array (exec/layout.c): every formula below is elementwise
+ * with per-call coefficients, so that equals one call per tensor bit for bit. The CUDA kernels
+ * implement the same formulas and are tested against these.
  *
  * Semantics follow PyTorch (torch.optim.SGD with dampening 0, torch.optim.AdamW), with g the
  * gradient after scaling by grad_scale, lr the step's learning rate and t the 1-based step count:
