@@ -24,12 +24,18 @@
 bt_status bt_engine_param_stage(const bt_engine *e, const char *name, int *stage)
 {
     if (!e || !name || !stage) return bt_error(BT_ERR_INVALID_ARG, "NULL engine, parameter name or stage");
-    for (int s = 0; s < e->stages; s++)
-        for (int i = 0; i < e->stage[s].n_params; i++)
-            if (strcmp(e->graph->params[e->stage[s].params[i].param].name, name) == 0) {
+    /* by the graph and the stages' node ranges: a rank holds the stores of its own stages only */
+    const bt_graph *g = e->graph;
+    for (int p = 0; p < g->n_params; p++) {
+        if (strcmp(g->params[p].name, name) != 0) continue;
+        for (int s = 0; s < e->stages; s++) {
+            const bt_stage *st = &e->stage[s];
+            if (g->params[p].node >= st->first_node && g->params[p].node < st->first_node + st->n_nodes) {
                 *stage = s;
                 return BT_OK;
             }
+        }
+    }
     return bt_error(BT_ERR_INVALID_ARG, "the model has no parameter '%s'", name);
 }
 
