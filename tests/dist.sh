@@ -211,10 +211,10 @@ else bad "ranks started with different seeds: exit $rc: $(head -c 600 "$tmp/e")"
 
 # SIGTERM or SIGINT to mpirun: Open MPI sends SIGTERM to every rank (and SIGKILL a second later,
 # odls_base_sigkill_timeout, raised to 8 s here so a loaded machine does not cut the checkpoint
-# short; mpirun then waits that long per rank before it exits); the ranks agree to stop after the same step, rank 0 writes the
+# short; mpirun then waits that long per rank before it exits); the ranks agree to stop after the same step, each stage's owner writes its shard of the
 # checkpoint of that step and every rank ends on its own, as one process does on a signal. mpirun
 # stops forwarding the ranks' output meanwhile (rank 0's step records may be cut off), so the
-# test reads the checkpoint: one numbered file, of the step the ranks stopped at, that resumes
+# test reads the checkpoint: one numbered (sharded) checkpoint, of the step the ranks stopped at, that resumes
 signal_test() { # SIGNAL
   k=$tmp/sig-$1
   mkdir -p "$k"
@@ -230,8 +230,9 @@ signal_test() { # SIGNAL
   kill -"$1" $job
   wait $job; rc=$?
   took=$(($(date +%s) - start))
-  files=$(cd "$k/ck" 2>/dev/null && ls checkpoint-*.safetensors 2>/dev/null)
-  at=$(echo "$files" | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.safetensors$/\1/p')
+  # sharded (docs/checkpoints.md): one index per checkpoint, written last
+  files=$(cd "$k/ck" 2>/dev/null && ls checkpoint-*.safetensors.index.json 2>/dev/null)
+  at=$(echo "$files" | sed -n 's/^checkpoint-0*\([0-9][0-9]*\)\.safetensors\.index\.json$/\1/p')
   if [ $rc != 0 ] && [ "$took" -le 60 ] && [ "$(echo "$files" | wc -w)" = 1 ] && [ -n "$at" ] &&
      [ "$(grep -c 'stopping after this step' "$k/err")" = 2 ] && ! grep -q "MPI_ABORT\|signal 9" "$k/err" &&
      "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --steps $((at + 1)) --resume "$k/ck" >"$k/resume" 2>&1 &&
