@@ -193,6 +193,7 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
         d->n_buckets++;
     }
     if (d->zero) BT_TRY(shard_state(e, st));
+    if (!st->be->shares_host_memory && bt_dist_nccl_available(e)) BT_TRY(bt_dist_nccl_dp_setup(e, st));
     return BT_OK;
 }
 
@@ -200,6 +201,12 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
 {
     bt_engine_dist *d = &e->dist;
     size_t dsz = bt_dtype_size(e->dtype);
+    if (d->nccl_dp) { /* on the device, reduced on the communicator's stream (dist_nccl.c) */
+        b->pending = -1;
+        d->reductions++;
+        d->reduced_bytes += (double)(b->count * dsz);
+        return bt_dist_nccl_bucket_start(e, st, b);
+    }
     unsigned char *flat = b->flat;
     for (int j = 0; j < b->n; j++) {
         bt_param_store *p = &st->params[d->order[b->first + j]];
@@ -228,7 +235,7 @@ bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
     }
     for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
         int done;
-        if (d->buckets[b].pending < 0) BT_TRY(bt_comm_test(&d->buckets[b].req, &done));
+        if (d->buckets[b].pending < 0 && !d->nccl_dp) BT_TRY(bt_comm_test(&d->buckets[b].req, &done));
     }
     return BT_OK;
 }
@@ -242,6 +249,10 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         if (b->pending >= 0) BT_TRY(start_bucket(e, st, b)); /* a stage whose last backward left it */
+        if (d->nccl_dp) {
+            BT_TRY(bt_dist_nccl_bucket_finish(e, st, b));
+            continue;
+        }
         bt_status s = bt_comm_wait(&b->req, e->params.watchdog_s, &e->abort);
         if (s == BT_ERR_TIMEOUT)
             return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step "

@@ -38,6 +38,8 @@ const char *bt_transfer_path_name(bt_transfer_path path)
     case BT_PATH_PEER: return "peer";
     case BT_PATH_STAGED: return "staged";
     case BT_PATH_MPI: return "mpi";
+    case BT_PATH_MPI_STAGED: return "mpi-staged";
+    case BT_PATH_NCCL: return "nccl";
     }
     return "?";
 }
@@ -45,7 +47,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
 bt_transfer_path bt_transfer_path_for(bt_engine *e, int a, int b)
 {
     const bt_stage *sa = &e->stage[a], *sb = &e->stage[b];
-    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return BT_PATH_MPI;
+    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return bt_remote_path_for(e, a, b);
     if (e->params.transfer == BT_TRANSFER_HOST || sa->be != sb->be) return BT_PATH_HOST;
     if (e->params.transfer == BT_TRANSFER_STAGED) return BT_PATH_STAGED;
     int access = sa->be->peer_access(sa->dev, sb->dev);
@@ -73,6 +75,7 @@ bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch)
     BT_TRY(to->be->alloc(to->dev, total ? total : 64, (void **)&ch->buf));
     to->mem.activations += total;
     if (ch->path == BT_PATH_MPI) return BT_OK; /* no events: MPI requests (engine_dist.c) */
+    if (bt_path_is_remote(ch->path)) return bt_remote_setup(e, ch); /* transfer_staged.c */
     int m = ch->microbatches;
     ch->begin = calloc((size_t)m, sizeof *ch->begin);
     ch->sent = calloc((size_t)m, sizeof *ch->sent);
@@ -107,6 +110,7 @@ static void destroy_events(bt_stage *st, bt_event **ev, int n)
 void bt_transfer_teardown(bt_engine *e, bt_channel *ch)
 {
     bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) bt_remote_teardown(e, ch);
     if (ch->path == BT_PATH_HOST) {
         free(ch->buf);
     } else {
@@ -172,6 +176,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const bt_backend *be = st->be;
     unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) return bt_remote_send(e, st, ch, mb);
     if (ch->path == BT_PATH_HOST || ch->path == BT_PATH_MPI) {
         double t0 = bt_now_ms();
         for (int k = 0; k < ch->n_values; k++)
@@ -202,6 +207,8 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
             break;
         case BT_PATH_HOST:
         case BT_PATH_MPI:
+        case BT_PATH_MPI_STAGED:
+        case BT_PATH_NCCL:
             break;
         }
     }
@@ -217,6 +224,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 {
     if (ch->path == BT_PATH_MPI) return BT_OK; /* arrived (bt_dist_wait) and read in place */
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) return bt_remote_recv(st, ch, mb);
     if (ch->path != BT_PATH_HOST) return st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]);
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
     for (int k = 0; k < ch->n_values; k++)
@@ -228,7 +236,8 @@ bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-    if (bt_path_has_events(ch->path)) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) BT_TRY(bt_remote_recv(st, ch, mb));
+    else if (bt_path_has_events(ch->path)) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
     for (int k = 0; k < ch->n_values; k++) {
         size_t bytes = value_size(ch, k);
         const void *src = msg + ch->value_off[k];
