@@ -61,7 +61,8 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
     if (p->loss_scale < 0 || !isfinite(p->loss_scale))
         return bt_error(BT_ERR_INVALID_ARG, "loss_scale must be a positive number (0: the default), not %g",
                         p->loss_scale);
-    if (p->transfer != BT_TRANSFER_AUTO && p->transfer != BT_TRANSFER_STAGED && p->transfer != BT_TRANSFER_HOST)
+    if (p->transfer != BT_TRANSFER_AUTO && p->transfer != BT_TRANSFER_STAGED && p->transfer != BT_TRANSFER_HOST &&
+        p->transfer != BT_TRANSFER_NCCL)
         return bt_error(BT_ERR_INVALID_ARG, "unknown transfer mode %d", (int)p->transfer);
     if (p->watchdog_s != 0 && !(p->watchdog_s > 0 && p->watchdog_s <= BT_WATCHDOG_MAX_S))
         return bt_error(BT_ERR_INVALID_ARG,

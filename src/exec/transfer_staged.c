@@ -42,9 +42,6 @@ bt_status bt_remote_check_mode(const bt_engine *e)
     if (!e->dist.on)
         return bt_error(BT_ERR_INVALID_ARG, "--transfer nccl: NCCL joins GPU stages on different ranks, and this "
                         "run is one process (start it under mpirun with stages on GPUs)");
-    if (!bt_dist_nccl_built(e))
-        return bt_error(BT_ERR_INVALID_ARG, "--transfer nccl: this build has no NCCL (configure found none beside "
-                        "CUDA; --transfer staged moves GPU messages through pinned host memory over MPI)");
     for (int a = 0; a < e->stages; a++)
         for (int b = 0; b < e->stages; b++) {
             if (a == b || (bt_stage_is_local(e, a) && bt_stage_is_local(e, b))) continue;
@@ -55,6 +52,13 @@ bt_status bt_remote_check_mode(const bt_engine *e)
                                 "through host memory)",
                                 a, e->stage[a].device_name, b, e->stage[b].device_name);
         }
+    const bt_stage *st = &e->stage[e->dist.layout.stage];
+    if (!on_device(st))
+        return bt_error(BT_ERR_INVALID_ARG, "--transfer nccl: stage %d runs on %s; NCCL joins GPU stages only",
+                        st->index, st->device_name);
+    if (!bt_dist_nccl_built(e))
+        return bt_error(BT_ERR_INVALID_ARG, "--transfer nccl: this build has no NCCL (configure found none beside "
+                        "CUDA; --transfer staged moves GPU messages through pinned host memory over MPI)");
     return BT_OK;
 }
 
