@@ -26,7 +26,10 @@ if [ "${BT_HAVE_MPI:-1}" != 1 ]; then echo "SKIP: dist_gpu: this build has no MP
 "$b" devices >"$tmp/devices" 2>&1
 gpus=$(grep -c '^cuda:[0-9]' "$tmp/devices")
 if [ "$gpus" = 0 ]; then
-  echo "SKIP: dist_gpu: no GPU here and not the CUDA emulator build ($(grep -i cuda "$tmp/devices" | head -n1))"
+  why="no GPU here and not the CUDA emulator build ($(grep -i cuda "$tmp/devices" | head -n1))"
+  # scripts/gpu-check.sh: on a GPU machine a skip would hide a broken driver
+  if [ "${BT_REQUIRE_GPU:-0}" = 1 ]; then echo "FAIL: dist_gpu: BT_REQUIRE_GPU=1 but $why"; exit 1; fi
+  echo "SKIP: dist_gpu: $why"
   exit 77
 fi
 emulated=0
@@ -69,7 +72,8 @@ equiv() {
   tag="D=$D P=$P $S on $devs${*:+ $*}"
   name=$(echo "$D-$P-$S-$devs-$*" | tr -c 'A-Za-z0-9-\n' '_')
   d=$tmp/run-$name
-  mpi -np $((D * P)) "$b" run "$model" --layout "$(layout_for "$P")" --devices "$devs" --schedule "$S" \
+  # shellcheck disable=SC2086
+  mpi -np $((D * P)) $wrapper "$b" run "$model" --layout "$(layout_for "$P")" --devices "$devs" --schedule "$S" \
     --dp "$D" --threads 1 --log-format jsonl --checkpoint-dir "$d" "$@" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   rc=$?
   if [ $rc != 0 ]; then bad "$tag: exit $rc: $(head -c 2000 "$tmp/$name.err")"; return; fi
@@ -88,6 +92,7 @@ equiv() {
   fi
 }
 
+wrapper="" # a command each rank runs baton under
 nccl_built=${BT_HAVE_NCCL:-0} # configure's answer (Makefile.am's test environment)
 remote=mpi-staged
 for S in 1f1b gpipe; do
@@ -127,10 +132,19 @@ fi
 refuse "--transfer nccl with a CPU stage across ranks" "one of them is not a GPU" 2 \
   --layout "$(layout_for 2)" --devices cpu:0,cuda:0 --transfer nccl
 
-# NCCL: two GPUs or more (a lent machine with several; NCCL refuses two ranks on one GPU)
+# NCCL: two GPUs or more (a lent machine with several; NCCL refuses two ranks on one GPU). Each
+# rank sees only the GPU of its local rank (CUDA_VISIBLE_DEVICES, set per rank by a wrapper), so
+# cuda:0 is a different GPU on each rank.
 if [ $nccl_built = 1 ] && [ "$gpus" -ge 2 ]; then
-  equiv 1 2 1f1b nccl cuda:0,cuda:1 --transfer nccl
-  equiv 1 2 gpipe nccl cuda:0,cuda:1 --transfer nccl
+  wrap=$tmp/own-gpu.sh
+  printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=${OMPI_COMM_WORLD_LOCAL_RANK:-0} exec "$@"\n' >"$wrap"
+  chmod +x "$wrap"
+  wrapper=$wrap
+  equiv 1 2 1f1b nccl cuda:0,cuda:0 --transfer nccl
+  equiv 1 2 gpipe nccl cuda:0,cuda:0 --transfer nccl
+  equiv 2 1 1f1b nccl cuda:0 --transfer nccl # the NCCL all-reduce (no boundary)
+  if [ "$gpus" -ge 4 ]; then equiv 2 2 1f1b nccl cuda:0,cuda:0 --transfer nccl; fi
+  wrapper=""
 elif [ $nccl_built = 1 ]; then
   echo "skipped: the nccl path and the NCCL all-reduce need two GPUs (this machine has $gpus)"
 else

@@ -52,7 +52,10 @@ static bt_status join(bt_engine *e, bt_stage *st, const unsigned char *id, int n
                       bt_backend_comm **out, const char *what)
 {
     bt_status s = comms_of(st)->create(st->dev, id, nranks, rank, out);
-    if (s != BT_OK) return bt_error_context(s, "rank %d: joining the NCCL communicator of %s", e->dist.layout.rank, what);
+    if (s != BT_OK)
+        return bt_error_context(s, "rank %d: joining the NCCL communicator of %s (NCCL joins one GPU per rank: "
+                                "ranks that share a GPU need --transfer staged)",
+                                e->dist.layout.rank, what);
     return BT_OK;
 }
 
