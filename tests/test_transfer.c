@@ -149,6 +149,24 @@ static void test_received_values_take_no_slot_space(void)
     bt_graph_destroy(g);
 }
 
+/* NCCL joins GPU stages on different ranks: forcing it in one process is a usage error naming the
+ * flag, never a silent fallback to another path. The paths across processes have their names. */
+static void test_nccl_refused_in_one_process(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    engine_params(&p, 2, 4, BT_SCHEDULE_1F1B);
+    p.transfer = BT_TRANSFER_NCCL;
+    bt_engine *e = NULL;
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "--transfer nccl"));
+    CU_ASSERT_STRING_EQUAL(bt_transfer_path_name(BT_PATH_MPI), "mpi");
+    CU_ASSERT_STRING_EQUAL(bt_transfer_path_name(BT_PATH_MPI_STAGED), "mpi-staged");
+    CU_ASSERT_STRING_EQUAL(bt_transfer_path_name(BT_PATH_NCCL), "nccl");
+    bt_graph_destroy(g);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -156,6 +174,7 @@ int main(void)
         {"a bad staging chunk setting is ignored", test_bad_chunk_setting_ignored},
         {"boundary statistics name the path and count messages", test_boundary_statistics},
         {"received values take no slot space", test_received_values_take_no_slot_space},
+        {"--transfer nccl is refused in one process", test_nccl_refused_in_one_process},
         {NULL, NULL}};
     return bt_test_main("transfer", cases);
 }
