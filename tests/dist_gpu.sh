@@ -72,8 +72,7 @@ equiv() {
   tag="D=$D P=$P $S on $devs${*:+ $*}"
   name=$(echo "$D-$P-$S-$devs-$*" | tr -c 'A-Za-z0-9-\n' '_')
   d=$tmp/run-$name
-  # shellcheck disable=SC2086
-  mpi -np $((D * P)) $wrapper "$b" run "$model" --layout "$(layout_for "$P")" --devices "$devs" --schedule "$S" \
+  mpi -np $((D * P)) "$b" run "$model" --layout "$(layout_for "$P")" --devices "$devs" --schedule "$S" \
     --dp "$D" --threads 1 --log-format jsonl --checkpoint-dir "$d" "$@" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   rc=$?
   if [ $rc != 0 ]; then bad "$tag: exit $rc: $(head -c 2000 "$tmp/$name.err")"; return; fi
@@ -92,7 +91,6 @@ equiv() {
   fi
 }
 
-wrapper="" # a command each rank runs baton under
 nccl_built=${BT_HAVE_NCCL:-0} # configure's answer (Makefile.am's test environment)
 remote=mpi-staged
 for S in 1f1b gpipe; do
@@ -109,6 +107,12 @@ for S in 1f1b gpipe; do
     equiv 1 2 "$S" $remote cpu:0,cuda:0 $force
     # shellcheck disable=SC2086
     equiv 1 2 "$S" $remote cuda:0,cpu:0 $force
+    if [ "$gpus" -ge 2 ]; then # cuda:local is each rank's own GPU: cuda:0 on rank 0, cuda:1 on rank 1
+      # shellcheck disable=SC2086
+      equiv 1 2 "$S" $remote cuda:local,cuda:local $force
+      # shellcheck disable=SC2086
+      equiv 2 1 "$S" $remote cuda:local $force
+    fi
   else
     # shellcheck disable=SC2086
     equiv 1 2 "$S" $remote "$(devices_for 2)" $force
@@ -132,19 +136,13 @@ fi
 refuse "--transfer nccl with a CPU stage across ranks" "one of them is not a GPU" 2 \
   --layout "$(layout_for 2)" --devices cpu:0,cuda:0 --transfer nccl
 
-# NCCL: two GPUs or more (a lent machine with several; NCCL refuses two ranks on one GPU). Each
-# rank sees only the GPU of its local rank (CUDA_VISIBLE_DEVICES, set per rank by a wrapper), so
-# cuda:0 is a different GPU on each rank.
+# NCCL: two GPUs or more (a lent machine with several; NCCL refuses two ranks on one GPU).
+# cuda:local is each rank's own GPU, cuda:<local rank>.
 if [ $nccl_built = 1 ] && [ "$gpus" -ge 2 ]; then
-  wrap=$tmp/own-gpu.sh
-  printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=${OMPI_COMM_WORLD_LOCAL_RANK:-0} exec "$@"\n' >"$wrap"
-  chmod +x "$wrap"
-  wrapper=$wrap
-  equiv 1 2 1f1b nccl cuda:0,cuda:0 --transfer nccl
-  equiv 1 2 gpipe nccl cuda:0,cuda:0 --transfer nccl
-  equiv 2 1 1f1b nccl cuda:0 --transfer nccl # the NCCL all-reduce (no boundary)
-  if [ "$gpus" -ge 4 ]; then equiv 2 2 1f1b nccl cuda:0,cuda:0 --transfer nccl; fi
-  wrapper=""
+  equiv 1 2 1f1b nccl cuda:local,cuda:local --transfer nccl
+  equiv 1 2 gpipe nccl cuda:local,cuda:local --transfer nccl
+  equiv 2 1 1f1b nccl cuda:local --transfer nccl # the NCCL all-reduce (no boundary)
+  if [ "$gpus" -ge 4 ]; then equiv 2 2 1f1b nccl cuda:local,cuda:local --transfer nccl; fi
 elif [ $nccl_built = 1 ]; then
   echo "skipped: the nccl path and the NCCL all-reduce need two GPUs (this machine has $gpus)"
 else

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "baton.h"
 #include "bt_test.h"
 #include "engine_runs.h"
@@ -167,6 +168,27 @@ static void test_nccl_refused_in_one_process(void)
     bt_graph_destroy(g);
 }
 
+/* cuda:local is the GPU of the rank's index on its machine under a launcher, cuda:0 without one. */
+static void test_cuda_local_device(void)
+{
+    char kind[16];
+    int index = -1;
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("MPI_LOCALRANKID");
+    unsetenv("SLURM_LOCALID");
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:local", kind, sizeof kind, &index), BT_OK);
+    CU_ASSERT_STRING_EQUAL(kind, "cuda");
+    CU_ASSERT_EQUAL(index, 0);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:local", kind, sizeof kind, &index), BT_OK);
+    CU_ASSERT_EQUAL(index, 3);
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:2", kind, sizeof kind, &index), BT_OK);
+    CU_ASSERT_EQUAL(index, 2); /* an index is the same GPU on every rank */
+    CU_ASSERT_EQUAL(bt_device_parse("cpu:local", kind, sizeof kind, &index), BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:locale", kind, sizeof kind, &index), BT_ERR_INVALID_ARG);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -175,6 +197,7 @@ int main(void)
         {"boundary statistics name the path and count messages", test_boundary_statistics},
         {"received values take no slot space", test_received_values_take_no_slot_space},
         {"--transfer nccl is refused in one process", test_nccl_refused_in_one_process},
+        {"cuda:local is the launcher's local rank", test_cuda_local_device},
         {NULL, NULL}};
     return bt_test_main("transfer", cases);
 }

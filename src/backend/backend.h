@@ -145,7 +145,8 @@ typedef struct bt_backend {
  * machine has none. */
 const bt_backend *bt_backend_find(const char *kind);
 
-/* Parses "cpu:1" into kind ("cpu") and index (1). */
+/* Parses "cpu:1" into kind ("cpu") and index (1); "cuda:local" is cuda:<this rank's local rank>
+ * under a launcher (mpirun, srun), cuda:0 in one process (docs/distributed.md). */
 bt_status bt_device_parse(const char *spec, char *kind, size_t kind_size, int *index);
 
 const bt_backend *bt_cpu_backend(void);
