@@ -14,6 +14,11 @@
  *           packs the values into its copy of the buffer and sends it (MPI_Isend); the receiver
  *           posted a receive for every micro-batch into its buffer at the job's start and reads the
  *           values in place (engine_dist.c). The rate reported is the packing and posting.
+ *   mpi-staged  different ranks with a GPU on either side: the GPU side copies between its device
+ *           and a pinned host copy of the messages on its copy stream, ordered by events, and MPI
+ *           moves the host copies (transfer_staged.c). The rate is the device-to-host copy.
+ *   nccl    different ranks, GPUs on both sides, a build with NCCL: ncclSend on the sender's copy
+ *           stream, receives queued ahead on the boundary's communicator stream (dist_nccl.c).
  *
  * On every device path the receiver's buffer holds every micro-batch of a step, the receiver reads
  * activations in place from it, and ordering is by events: the sender's copy stream waits for the
