@@ -80,6 +80,10 @@ equiv() {
     bad "$tag: the summary reports no $want boundary: $(grep -o '"path": "[a-z-]*"' "$tmp/$name.jsonl" | sort -u | tr '\n' ' ')"
     return
   fi
+  if [ "$D" -gt 1 ] && ! grep -q "\"allreduce\": {[^}]*\"path\": \"$want\"" "$tmp/$name.jsonl"; then
+    bad "$tag: the summary's gradient all-reduce is not $want: $(grep -o '"allreduce": {[^}]*}' "$tmp/$name.jsonl")"
+    return
+  fi
   m1= m2= m3= m4=
   if m1=$(python3 "$cmp" losses "$tmp/ref-$S-cuda_0.jsonl" "$tmp/$name.jsonl" 1e-5) &&
      m2=$(python3 "$cmp" tensors "$tmp/ref-$S-cuda_0/checkpoint.safetensors" "$d/checkpoint.safetensors" 1e-5) &&

@@ -111,8 +111,8 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
     bt_engine_dist_reduce_stats(e, &n, &bytes, &wait_ms, &total_ms);
     if (o->jsonl) {
         printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
-               "\"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
-               l->size, l->data, l->stages, (long long)n, bytes, wait_ms);
+               "\"bytes\": %.0f, \"wait_ms\": %.3f, \"path\": \"%s\"}, \"per_rank\": [",
+               l->size, l->data, l->stages, (long long)n, bytes, wait_ms, bt_engine_dist_reduce_path(e));
         for (int r = 0; r < l->size; r++) {
             bt_time_stats t;
             bt_memory_stats m;
@@ -141,9 +141,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                100 * t.idle_ms / wall);
     }
     if (n > 0)
-        printf("  gradient all-reduce (rank 0's stage, mpi): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
+        printf("  gradient all-reduce (rank 0's stage, %s): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
                "in total\n",
-               (long long)n, bytes / 1e6, wait_ms);
+               bt_engine_dist_reduce_path(e), (long long)n, bytes / 1e6, wait_ms);
 }
 
 int bt_cli_dist_finish(bt_cli_dist *d, int rc)

@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "core/util.h"
+#include "exec/engine_dist.h"
 #include "exec/exec_internal.h"
 
 #define BT_TAG_NCCL_ID 0x40000100 /* + channel index: a channel's unique id, sender to receiver */
@@ -223,4 +224,11 @@ bt_status bt_dist_nccl_bucket_finish(bt_engine *e, bt_stage *st, bt_dp_bucket *b
         flat += p->numel * dsz;
     }
     return BT_OK;
+}
+
+const char *bt_engine_dist_reduce_path(const bt_engine *e)
+{
+    if (!e || !e->dist.on) return "none";
+    if (e->dist.nccl_dp) return "nccl";
+    return e->stage[e->dist.layout.stage].be->shares_host_memory ? "mpi" : "mpi-staged";
 }

@@ -33,5 +33,8 @@ bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats 
  * for them at STEP, and the time from start to completion. */
 void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
                                  double *total_ms);
+/* How the local stage's gradients are all-reduced: "mpi" (CPU), "mpi-staged" (a GPU through host
+ * memory) or "nccl" (exec/dist_nccl.c). */
+const char *bt_engine_dist_reduce_path(const bt_engine *e);
 
 #endif
