@@ -287,6 +287,86 @@ static void test_corrupt_profiles_rejected(void)
 
 /* ---- placement -------------------------------------------------------------------------------- */
 
+/* Links between ranks (`baton profile` under mpirun): they survive a round trip, the fit gives the
+ * latency of the smallest message and the slope to the largest (the slowest pair's of each), a
+ * link from a rank to itself is refused, and a plan with every stage on its own rank pays the link
+ * per message on top of the same-process transfer: latency + cut bytes / bandwidth, by hand. */
+static void test_links_between_ranks(void)
+{
+    bt_graph *g = lopsided_graph();
+    bt_profile *p = measure(g, "cpu:0", 1), *q = NULL;
+    double lat = -1, bw = -1;
+    CU_ASSERT_EQUAL(bt_profile_link_model(p, &lat, &bw), 0); /* one process: none */
+    p->links = calloc(4, sizeof *p->links);
+    CU_ASSERT_FATAL(p->links != NULL);
+    /* rank 0 -> 1: 0.5 ms + bytes / 2 GB/s; rank 0 -> 2: 0.2 ms + bytes / 4 GB/s */
+    p->links[0] = (bt_profile_link){0, 1, 8, 0.5 + 8 / 2e6};
+    p->links[1] = (bt_profile_link){0, 1, 1 << 20, 0.5 + (1 << 20) / 2e6};
+    p->links[2] = (bt_profile_link){0, 2, 8, 0.2 + 8 / 4e6};
+    p->links[3] = (bt_profile_link){0, 2, 1 << 20, 0.2 + (1 << 20) / 4e6};
+    p->n_links = 4;
+    CU_ASSERT_EQUAL(bt_profile_link_model(p, &lat, &bw), 1);
+    CU_ASSERT(fabs(lat - (0.5 + 8 / 2e6)) < 1e-12);
+    CU_ASSERT(fabs(bw - 2.0) < 1e-9);
+    CU_ASSERT(fabs(bt_profile_link_ms(lat, bw, 2e6) - (lat + 1.0)) < 1e-12);
+    char path[256];
+    tmp_path("links.json", path, sizeof path);
+    CU_ASSERT_FATAL(bt_profile_save(p, path) == BT_OK);
+    CU_ASSERT_FATAL(bt_profile_load(path, &q) == BT_OK);
+    CU_ASSERT_EQUAL_FATAL(q->n_links, 4);
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(q->links[i].from_rank, p->links[i].from_rank);
+        CU_ASSERT_EQUAL(q->links[i].to_rank, p->links[i].to_rank);
+        CU_ASSERT_EQUAL(q->links[i].bytes, p->links[i].bytes);
+        CU_ASSERT(q->links[i].oneway_ms == p->links[i].oneway_ms);
+    }
+    bt_profile_destroy(q);
+    q = NULL;
+    p->links[3].to_rank = 0; /* a link from rank 0 to itself */
+    CU_ASSERT_FATAL(bt_profile_save(p, path) == BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_load(path, &q), BT_ERR_IO);
+    CU_ASSERT(strstr(bt_last_error(), "links[3].to_rank") != NULL);
+    p->links[3].to_rank = 2;
+    unlink(path);
+
+    for (int l = 0; l < p->n_layers * p->n_kinds; l++) /* fixed costs: the same cut both ways, no noise */
+        p->times[l] = (bt_profile_time){0.01, 0.02, 0.0, 0.01, 0.01};
+    bt_placement_params pp;
+    bt_placement_params_init(&pp);
+    pp.devices = "cpu:0,cpu:1";
+    bt_placement local, across;
+    CU_ASSERT_FATAL(bt_placement_plan(p, &pp, &local) == BT_OK);
+    pp.cross_rank = 1;
+    CU_ASSERT_FATAL(bt_placement_plan(p, &pp, &across) == BT_OK);
+    const bt_placement_stage *s0 = &across.stage[0], *s1 = &across.stage[1];
+    int last = s0->first_layer + s0->n_layers - 1;
+    double cut = (double)p->layers[last].cut_bytes_per_sample * (double)across.microbatch_size;
+    CU_ASSERT(fabs(s0->link_act_ms - (lat + cut / 2e6)) < 1e-9);
+    CU_ASSERT(fabs(s1->link_grad_ms - (lat + cut / 2e6)) < 1e-9);
+    CU_ASSERT(s0->send_act_ms >= s0->link_act_ms);
+    /* with the link the cut moves to where no more bytes cross than without it */
+    int lc = local.stage[1].first_layer - 1, ac = across.stage[1].first_layer - 1;
+    CU_ASSERT(p->layers[ac].cut_bytes_per_sample <= p->layers[lc].cut_bytes_per_sample);
+    /* on the same cut, the link adds at least a forward and a backward crossing to the step */
+    int first[3] = {0, across.stage[1].first_layer, p->n_layers};
+    bt_placement same;
+    pp.cross_rank = 0;
+    CU_ASSERT_FATAL(bt_placement_evaluate(p, &pp, first, &same) == BT_OK);
+    pp.cross_rank = 1;
+    CU_ASSERT(across.step_ms > same.step_ms + 2 * lat - 1e-9);
+    bt_placement_clear(&same);
+    bt_placement_clear(&local);
+    bt_placement_clear(&across);
+    /* no links: planning across ranks says how to measure them */
+    free(p->links);
+    p->links = NULL;
+    p->n_links = 0;
+    CU_ASSERT_EQUAL(bt_placement_plan(p, &pp, &across), BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "mpirun -np 2 baton profile") != NULL);
+    bt_profile_destroy(p);
+    bt_graph_destroy(g);
+}
+
 static void test_planner_balances_measured_costs(void)
 {
     bt_graph *g = lopsided_graph();
@@ -683,6 +763,7 @@ int main(void)
 {
     static const bt_test_case cases[] = {
         {"profile save/load round trip", test_save_load_round_trip},
+        {"links between ranks: file, fit, priced per message", test_links_between_ranks},
         {"corrupt profiles rejected naming the field", test_corrupt_profiles_rejected},
         {"a non-finite measurement is saved as null", test_nonfinite_measurement_saved_as_null},
         {"cut bytes count skip connections", test_cut_bytes_count_skips},

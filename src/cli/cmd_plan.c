@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/plan_ranks.h"
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "profile/measure.h"
@@ -29,6 +30,7 @@ typedef struct plan_opts {
     const char *profile;
     const char *schedule;
     int microbatches, repeats, permute, json, threads;
+    int ranks;                 /* --ranks N: the D x P split of a job of N ranks (plan_ranks.c) */
     unsigned long long memory;
 } plan_opts;
 
@@ -55,6 +57,10 @@ static void plan_usage(FILE *f)
             "  --memory BYTES        memory each device offers, e.g. 2G or 512M (default: the\n"
             "                        device's own; cpu devices share the machine's memory)\n"
             "  --permute             let the planner choose the order of the devices too\n"
+            "  --ranks N             a job of N ranks under mpirun: every split N = D x P (D\n"
+            "                        replicas of P stages, a stage per rank) priced with the\n"
+            "                        links between ranks in --profile (from mpirun -np 2 baton\n"
+            "                        profile), the fastest chosen\n"
             "  --repeats R           timed runs per measurement when measuring (default 5)\n"
             "  --plugin LIB.so       load a library of custom ops first (its\n"
             "                        baton_plugin_register registers them)\n"
@@ -280,6 +286,11 @@ static int plan_auto(const plan_opts *o, const bt_model *m)
 static int plan_model(const plan_opts *o, const bt_model *m)
 {
     /* a parallel: auto model plans the whole layout unless a schedule or a profile file is given */
+    if (o->ranks > 1 && o->schedule && strcmp(o->schedule, "auto") == 0) {
+        fprintf(stderr, "baton plan: --ranks prices the splits of a job from a profile file: it does not combine with "
+                        "--schedule auto\n");
+        return BT_EXIT_USAGE;
+    }
     if ((o->schedule && strcmp(o->schedule, "auto") == 0) || (!o->schedule && !o->profile && m->parallel.auto_layout))
         return plan_auto(o, m);
     if (o->threads > 0) {
@@ -312,9 +323,20 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.graph = m->graph;
     lp.precision = training ? m->train.precision : BT_F32;
     lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
+    if (o->ranks > 1 && (!o->profile || o->permute)) {
+        fprintf(stderr, "baton plan: --ranks %d %s\n", o->ranks,
+                o->permute ? "puts each stage on its own rank: --permute does not apply"
+                           : "needs --profile with the links between ranks (mpirun -np 2 baton profile MODEL.yaml)");
+        return BT_EXIT_USAGE;
+    }
     bt_profile *p = NULL;
     int rc = get_profile(o, m, devices, lp.microbatches > 0 ? lp.microbatches : 1, &p);
     if (rc != BT_EXIT_OK) return rc;
+    if (o->ranks > 1) {
+        rc = bt_cli_plan_ranks(m, p, &lp, o->ranks, o->json);
+        bt_profile_destroy(p);
+        return rc;
+    }
     bt_placement pl, uniform;
     memset(&uniform, 0, sizeof uniform);
     bt_status st = bt_placement_plan(p, &lp, &pl);
@@ -343,6 +365,7 @@ int bt_cmd_plan(int argc, char **argv)
         {"memory", required_argument, NULL, 'M'}, {"permute", no_argument, NULL, 'P'},
         {"repeats", required_argument, NULL, 'r'}, {"plugin", required_argument, NULL, 'U'}, {"json", no_argument, NULL, 'J'}, {"help", no_argument, NULL, 'h'},
         {"threads", required_argument, NULL, 't'}, {"recompute", required_argument, NULL, 'Q'},
+        {"ranks", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     plan_opts o;
     memset(&o, 0, sizeof o);
@@ -358,6 +381,7 @@ int bt_cmd_plan(int argc, char **argv)
         case 'S': o.schedule = optarg; break;
         case 'M': if (!bt_cli_parse_bytes(optarg, &o.memory)) goto bad; break;
         case 'P': o.permute = 1; break;
+        case 'R': rc = bt_cli_parse_int32("plan", "--ranks", optarg, 1, 4096, &o.ranks); if (rc != BT_EXIT_OK) return rc; break;
         case 'Q': o.model.recompute = optarg; break;
         case 't': rc = bt_cli_parse_int32("plan", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_int32("plan", "--repeats", optarg, 1, BT_CLI_MAX_REPEATS, &o.repeats); if (rc != BT_EXIT_OK) return rc; break;

@@ -2,6 +2,12 @@
  * forward, backward and optimizer-step time for one micro-batch on each device kind listed, and
  * the transfer rate between every pair of listed devices; prints them as a table and writes the
  * profile file `baton plan --profile` reads (default `<model-name>.profile.json`).
+ *
+ * Under mpirun (or srun) with N > 1 ranks it also measures the links between ranks: rank 0
+ * measures the layers alone (the others wait, so nothing competes for its cores), then every rank
+ * r > 0 ping-pongs with rank 0 at a few message sizes (dist/clock.c), and rank 0 writes the
+ * one-way times into the profile's "links"; `baton plan --ranks` prices a boundary between ranks
+ * with them. Only rank 0 prints and writes; a rank that fails ends the job (MPI_Abort).
  * Exit codes: 0 ok, 2 usage or model errors, 1 runtime failures (measuring, writing). */
 #include <getopt.h>
 #include <stdio.h>
@@ -9,7 +15,16 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/error.h"
+#include "dist/dist.h"
+#include "plan/profile.h"
 #include "profile/measure.h"
+
+/* The link ping-pongs: message sizes, timed round trips of each, and how long a rank waits for
+ * rank 0 (which measures every layer meanwhile). */
+static const size_t link_sizes[] = {8, 4096, 65536, (size_t)1 << 20, (size_t)8 << 20};
+#define LINK_REPS 9
+#define LINK_WAIT_S 3600.0
 
 typedef struct profile_opts {
     bt_cli_model_opts model;
@@ -25,7 +40,9 @@ static void profile_usage(FILE *f)
             "\n"
             "Measures each layer's forward, backward and optimizer-step time for one micro-batch on\n"
             "each kind of device listed, and the transfer rate between every pair of devices, then\n"
-            "writes a profile file for `baton plan --profile`.\n"
+            "writes a profile file for `baton plan --profile`. Under mpirun -np N (N > 1) it also\n"
+            "measures the link from rank 0 to every other rank (ping-pongs at 8 B to 8 MiB), for\n"
+            "`baton plan --ranks`.\n"
             "\n"
             "options:\n"
             "  --devices LIST        devices to measure: cpu:0,cpu:1 (default: the model's, else cpu:0)\n"
@@ -90,6 +107,41 @@ static void print_profile(const bt_profile *p)
         printf("  %-10s -> %-10s %8.2f GB/s\n", p->transfers[i].from, p->transfers[i].to, p->transfers[i].gb_per_s);
 }
 
+/* Collective: every rank r > 0 ping-pongs with rank 0 at each size; rank 0 appends the samples. */
+static bt_status measure_links(const bt_comm *c, bt_profile *p)
+{
+    int n = bt_comm_size(c), me = bt_comm_rank(c);
+    int sizes = (int)(sizeof link_sizes / sizeof *link_sizes);
+    if (me == 0) {
+        if ((n - 1) * sizes > BT_PROFILE_MAX_LINKS)
+            return bt_error(BT_ERR_INVALID_ARG, "profile: %d ranks are more links than a profile holds (%d)", n,
+                            BT_PROFILE_MAX_LINKS / sizes + 1);
+        p->links = calloc((size_t)(n - 1) * (size_t)sizes + 1, sizeof *p->links);
+        if (!p->links) return bt_error(BT_ERR_NOMEM, "profile: out of memory");
+    }
+    for (int r = 1; r < n; r++)
+        for (int i = 0; i < sizes; i++) {
+            double ms = 0;
+            BT_TRY(bt_dist_link_pingpong(c, 0, r, link_sizes[i], LINK_REPS, LINK_WAIT_S, &ms));
+            if (me == 0) p->links[p->n_links++] = (bt_profile_link){0, r, link_sizes[i], ms > 1e-9 ? ms : 1e-9};
+        }
+    return BT_OK;
+}
+
+static void print_links(const bt_profile *p)
+{
+    double lat, bw;
+    if (!bt_profile_link_model(p, &lat, &bw)) return;
+    printf("\nlinks between ranks (ping-pong, half the median round trip):\n");
+    for (int i = 0; i < p->n_links; i++) {
+        char b[32];
+        const bt_profile_link *k = &p->links[i];
+        printf("  rank %d -> %d %10s %10.4f ms %8.3f GB/s\n", k->from_rank, k->to_rank,
+               bt_cli_bytes((double)k->bytes, b, sizeof b), k->oneway_ms, (double)k->bytes / k->oneway_ms / 1e6);
+    }
+    printf("  the planner's link: latency %.1f us, %.3f GB/s (the slowest pair)\n", lat * 1e3, bw);
+}
+
 static int profile_model(const profile_opts *o, const bt_model *m)
 {
     char path[1024], shown[1024], model_path[1024];
@@ -115,10 +167,46 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     if (o->warmup >= 0) pp.warmup = o->warmup;
     pp.threads = o->threads;
     bt_profile *p = NULL;
-    bt_status st = bt_profile_measure(m->graph, m->name, &pp, &p);
-    if (st != BT_OK) return bt_cli_fail("profile", st);
+    const char *var = NULL;
+    int launched = bt_dist_launched(&var), rank = 0, size = 1;
+    bt_comm *world = NULL;
+    bt_status st = BT_OK;
+    if (launched > 1) { /* a job: rank 0 measures the layers, every rank its link with rank 0 */
+        if (!bt_dist_built()) {
+            fprintf(stderr, "baton profile: started as one of %d ranks (%s), but this baton was built without MPI: "
+                    "install libopenmpi-dev and openmpi-bin (scripts/install-deps.sh) and configure again\n",
+                    launched, var);
+            return BT_EXIT_USAGE;
+        }
+        st = bt_dist_init(&rank, &size);
+        if (st == BT_OK) st = bt_comm_world(&world);
+        if (st == BT_OK && rank != 0 && !freopen("/dev/null", "w", stdout))
+            st = bt_error(BT_ERR_IO, "rank %d: cannot redirect its output to /dev/null", rank);
+    }
+    if (st == BT_OK && rank == 0) st = bt_profile_measure(m->graph, m->name, &pp, &p);
+    if (world) { /* rank 0 says whether it measured; the others wait for it, then all ping-pong */
+        int ok = st == BT_OK;
+        bt_status b = bt_comm_bcast(world, &ok, sizeof ok, 0, LINK_WAIT_S);
+        if (st == BT_OK) st = b;
+        if (st == BT_OK && !ok) st = bt_error(BT_ERR_INTERNAL, "rank 0 failed to measure the layers");
+        if (st == BT_OK) st = measure_links(world, p);
+    }
+    if (st != BT_OK) {
+        int rc = bt_cli_fail("profile", st);
+        bt_profile_destroy(p);
+        if (world) bt_dist_abort(rc);
+        return rc;
+    }
+    if (rank != 0) {
+        bt_comm_free(world);
+        bt_dist_finalize();
+        return BT_EXIT_OK;
+    }
     print_profile(p);
+    print_links(p);
     st = bt_profile_save(p, path);
+    bt_comm_free(world);
+    if (world) bt_dist_finalize();
     bt_profile_destroy(p);
     if (st != BT_OK) {
         bt_cli_print_error("profile");

@@ -77,7 +77,7 @@ void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)
     if (!d->on) return;
     if (o->trace_path || o->timeline_path) d->trace = 1; /* every rank shares its records with rank 0 */
     if (d->layout.rank == 0) return;
-    o->trace_path = NULL;
+    /* --trace stays on: every rank traces, and rank 0 writes the job's one trace (run_trace.c) */
     o->timeline_path = NULL;
     o->tensorboard = NULL;
     m->train.tensorboard = NULL;
@@ -112,7 +112,8 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
     if (o->jsonl) {
         printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
                "\"bytes\": %.0f, \"wait_ms\": %.3f, \"path\": \"%s\"}, \"per_rank\": [",
-               l->size, l->data, l->stages, (long long)n, bytes, wait_ms, bt_engine_dist_reduce_path(e));
+               l->size, l->data, l->stages, (long long)n, bytes, wait_ms,
+               bt_transfer_path_name(bt_engine_dist_reduce_path(e)));
         for (int r = 0; r < l->size; r++) {
             bt_time_stats t;
             bt_memory_stats m;
@@ -123,7 +124,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                    r ? ", " : "", r, r / l->stages, r % l->stages, m.peak, t.busy_ms / wall, t.transfer_ms / wall,
                    t.idle_ms / wall);
         }
-        printf("]}}\n");
+        printf("]");
+        bt_cli_job_rows_json(e); /* every replica's boundaries, each rank's reductions */
+        printf("}}\n");
         return;
     }
     printf("  job: %d ranks = %d replica%s x %d stage%s (rank = replica x %d + stage); the stage rows above are "
@@ -140,10 +143,7 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
                bt_cli_bytes((double)m.peak, pk, sizeof pk), 100 * t.busy_ms / wall, 100 * t.transfer_ms / wall,
                100 * t.idle_ms / wall);
     }
-    if (n > 0)
-        printf("  gradient all-reduce (rank 0's stage, %s): %lld bucket reductions, %.1f MB, %.2f ms waited at STEP "
-               "in total\n",
-               bt_engine_dist_reduce_path(e), (long long)n, bytes / 1e6, wait_ms);
+    bt_cli_job_rows_text(e); /* the other replicas' boundaries, each rank's gradient reductions */
 }
 
 int bt_cli_dist_finish(bt_cli_dist *d, int rc)

@@ -2,6 +2,7 @@
 #ifndef BT_CLI_RUN_DIST_H
 #define BT_CLI_RUN_DIST_H
 
+#include "cli/cli.h"
 #include "cli/run.h"
 #include "dist/dist.h"
 
@@ -25,6 +26,11 @@ bt_status bt_cli_dist_create_engine(const bt_cli_dist *d, const bt_model *m, con
  * statistics from its own rank), then the job's line. Nothing in one process. */
 void bt_cli_dist_gather(const bt_engine *e);
 void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e);
+/* The summary's rows of the other replicas' boundaries and of each rank's gradient reductions
+ * (path, bytes, GB/s, time hidden behind compute), as text or inside the JSON "job" record
+ * (run_job_summary.c; nothing in one process). */
+void bt_cli_job_rows_text(const bt_engine *e);
+void bt_cli_job_rows_json(const bt_engine *e);
 /* After the run: a failed rank ends the whole job (MPI_Abort, never returns); otherwise MPI is
  * finalised. Returns rc. */
 int bt_cli_dist_finish(bt_cli_dist *d, int rc);

@@ -297,3 +297,63 @@ bt_status bt_comm_allgather_inplace(const bt_comm *c, void *buf, size_t count, b
     req.active = 1;
     return finish(&req, timeout_s, NULL, "all-gather");
 }
+
+bt_status bt_comm_gather_bytes(const bt_comm *c, const void *send, size_t bytes, int root, void **recv,
+                               size_t *counts, double timeout_s)
+{
+    BT_TRY(check_count(bytes, "a gather"));
+    int n = bt_comm_size(c), me = bt_comm_rank(c);
+    if (recv) *recv = NULL;
+    int mine = (int)bytes, *len = NULL, *at = NULL;
+    unsigned char *all = NULL;
+    bt_comm_req req = {{0}, 0};
+    bt_status st = BT_OK;
+    if (me == root) {
+        len = calloc((size_t)n, sizeof *len);
+        at = calloc((size_t)n, sizeof *at);
+        if (!len || !at) {
+            st = bt_error(BT_ERR_NOMEM, "MPI: out of memory for a gather");
+            goto done;
+        }
+    }
+    int rc = MPI_Igather(&mine, 1, MPI_INT, len, 1, MPI_INT, root, c->comm, req_of(&req));
+    if (rc != MPI_SUCCESS) {
+        st = mpi_fail(rc, "MPI_Igather");
+        goto done;
+    }
+    req.active = 1;
+    BT_TRY_GOTO(st, finish(&req, timeout_s, NULL, "gather (sizes)"), done);
+    size_t total = 0;
+    if (me == root) {
+        for (int r = 0; r < n; r++) {
+            if (total + (size_t)len[r] > (size_t)INT32_MAX) {
+                st = bt_error(BT_ERR_UNSUPPORTED, "MPI: a gather of more than %d bytes", INT32_MAX);
+                goto done;
+            }
+            at[r] = (int)total;
+            total += (size_t)len[r];
+            if (counts) counts[r] = (size_t)len[r];
+        }
+        all = malloc(total + 1);
+        if (!all) {
+            st = bt_error(BT_ERR_NOMEM, "MPI: out of memory for a gather of %zu bytes", total);
+            goto done;
+        }
+    }
+    rc = MPI_Igatherv(send, mine, MPI_BYTE, all, len, at, MPI_BYTE, root, c->comm, req_of(&req));
+    if (rc != MPI_SUCCESS) {
+        st = mpi_fail(rc, "MPI_Igatherv");
+        goto done;
+    }
+    req.active = 1;
+    BT_TRY_GOTO(st, finish(&req, timeout_s, NULL, "gather"), done);
+    if (me == root) {
+        *recv = all;
+        all = NULL;
+    }
+done:
+    free(all);
+    free(len);
+    free(at);
+    return st;
+}

@@ -66,3 +66,9 @@ bt_status bt_comm_allgather_inplace(const bt_comm *c, void *buf, size_t count, b
 {
     return NO_MPI;
 }
+bt_status bt_comm_gather_bytes(const bt_comm *c, const void *send, size_t bytes, int root, void **recv,
+                               size_t *counts, double timeout_s)
+{
+    if (recv) *recv = NULL;
+    return NO_MPI;
+}

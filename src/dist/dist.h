@@ -103,5 +103,29 @@ bt_status bt_comm_allgather_bytes(const bt_comm *c, const void *send, size_t byt
 bt_status bt_comm_reduce_scatter_sum(const bt_comm *c, void *buf, size_t count, bt_dtype dtype, double timeout_s);
 /* Broadcast of bytes from root. */
 bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, double timeout_s);
+/* Gather of a different number of bytes from every rank to root: on root, *recv (malloc'd, the
+ * caller frees) is the ranks' bytes one after another and counts[r] (size(c) entries) rank r's
+ * count; on the others recv and counts are untouched (they may be NULL). */
+bt_status bt_comm_gather_bytes(const bt_comm *c, const void *send, size_t bytes, int root, void **recv,
+                               size_t *counts, double timeout_s);
+
+/* ---- clocks and links (clock.c) ------------------------------------------------------------- */
+
+/* This rank's clock against root's (CLOCK_MONOTONIC, bt_now_ms), measured as Cristian's algorithm
+ * does: `rounds` ping-pongs with root, keeping the one with the shortest round trip; root's clock
+ * read in the middle of it is taken to be at the middle of the round trip. offset_ms is what to
+ * add to this rank's clock to read root's; the true offset lies within +- uncertainty_ms (half the
+ * shortest round trip). Root's own is 0 +- 0. Collective over c: root measures each rank in turn. */
+typedef struct bt_clock_sync {
+    double offset_ms, uncertainty_ms;
+    double rtt_ms;             /* the shortest round trip */
+} bt_clock_sync;
+bt_status bt_dist_clock_sync(const bt_comm *c, int root, int rounds, double timeout_s, bt_clock_sync *out);
+
+/* One ping-pong measurement of the link from rank a to rank b of c: `reps` round trips of a
+ * message of `bytes` each way after one untimed one; *oneway_ms (on a and b) is half the median
+ * round trip. Ranks other than a and b return at once with *oneway_ms = 0. */
+bt_status bt_dist_link_pingpong(const bt_comm *c, int a, int b, size_t bytes, int reps, double timeout_s,
+                                double *oneway_ms);
 
 #endif

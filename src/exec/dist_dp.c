@@ -203,6 +203,8 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
     size_t dsz = bt_dtype_size(e->dtype);
     if (d->nccl_dp) { /* on the device, reduced on the communicator's stream (dist_nccl.c) */
         b->pending = -1;
+        b->start_ms = bt_now_ms();
+        b->done_ms = 0; /* its end is on the device, not timed: no trace slice, no time counted */
         d->reductions++;
         d->reduced_bytes += (double)(b->count * dsz);
         return bt_dist_nccl_bucket_start(e, st, b);
@@ -214,6 +216,8 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b)
         flat += p->numel * dsz;
     }
     b->pending = -1; /* started */
+    b->start_ms = bt_now_ms();
+    b->done_ms = 0;
     d->reductions++;
     d->reduced_bytes += (double)(b->count * dsz);
     if (d->zero) { /* each replica gets the sum of its chunk only */
@@ -235,7 +239,10 @@ bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
     }
     for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
         int done;
-        if (d->buckets[b].pending < 0 && !d->nccl_dp) BT_TRY(bt_comm_test(&d->buckets[b].req, &done));
+        if (d->buckets[b].pending < 0 && !d->nccl_dp) {
+            BT_TRY(bt_comm_test(&d->buckets[b].req, &done));
+            if (done && d->buckets[b].done_ms == 0) d->buckets[b].done_ms = bt_now_ms();
+        }
     }
     return BT_OK;
 }
@@ -246,6 +253,7 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     if (d->n_buckets == 0) return BT_OK;
     size_t dsz = bt_dtype_size(e->dtype);
     double t0 = bt_now_ms();
+    d->reduce_wait_t0_ms = t0;
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         if (b->pending >= 0) BT_TRY(start_bucket(e, st, b)); /* a stage whose last backward left it */
@@ -261,6 +269,9 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
                             e->dist.layout.data);
         if (s == BT_ERR_INTERNAL) return bt_error(s, "stopped at the gradient all-reduce (another stage failed)");
         BT_TRY(s);
+        if (b->done_ms == 0) b->done_ms = bt_now_ms();
+        d->reduce_ms += b->done_ms - b->start_ms; /* the trace's collective slices (step_view.c) */
+        d->reduce_hidden_ms += (b->done_ms < t0 ? b->done_ms : t0) - (b->start_ms < t0 ? b->start_ms : t0);
         if (d->zero) continue; /* the chunk's sum stays in flat (bt_dist_zero_update) */
         const unsigned char *flat = b->flat;
         for (int j = 0; j < b->n; j++) {

@@ -226,9 +226,9 @@ bt_status bt_dist_nccl_bucket_finish(bt_engine *e, bt_stage *st, bt_dp_bucket *b
     return BT_OK;
 }
 
-const char *bt_engine_dist_reduce_path(const bt_engine *e)
+bt_transfer_path bt_engine_dist_reduce_path(const bt_engine *e)
 {
-    if (!e || !e->dist.on) return "none";
-    if (e->dist.nccl_dp) return "nccl";
-    return e->stage[e->dist.layout.stage].be->shares_host_memory ? "mpi" : "mpi-staged";
+    if (e && e->dist.on && e->dist.nccl_dp) return BT_PATH_NCCL;
+    if (e && e->dist.on && !e->stage[e->dist.layout.stage].be->shares_host_memory) return BT_PATH_MPI_STAGED;
+    return BT_PATH_MPI;
 }

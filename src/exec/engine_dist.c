@@ -358,6 +358,7 @@ void bt_dist_teardown(bt_engine *e)
     free(d->xsend);
     free(d->xrecv);
     free(d->rank_stats);
+    free(d->rank_channels);
     bt_comm_free(d->dp);
     bt_comm_free(d->pipe);
     bt_comm_free(d->world);
@@ -394,6 +395,7 @@ bt_status bt_engine_sync_params(bt_engine *e)
 typedef struct dist_stats {
     bt_time_stats time;
     bt_memory_stats mem;
+    bt_dist_reduce_stats reduce;
 } dist_stats;
 
 void bt_engine_dist_trace(bt_engine *e, int on)
@@ -450,7 +452,10 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e)
 {
     if (!e || !e->dist.on) return BT_OK;
     const bt_dist_layout *l = &e->dist.layout;
-    dist_stats mine = {e->stage[l->stage].time, e->stage[l->stage].mem};
+    const bt_engine_dist *d = &e->dist;
+    dist_stats mine = {e->stage[l->stage].time, e->stage[l->stage].mem,
+                       {d->reductions, d->reduced_bytes, d->reduce_ms, d->reduce_hidden_ms, d->reduce_wait_ms, d->zero,
+                        bt_engine_dist_reduce_path(e)}};
     dist_stats *all = calloc((size_t)l->size, sizeof *all);
     double *ch = calloc((size_t)e->n_channels * 3 * ((size_t)l->size + 1), sizeof *ch);
     bt_status st = BT_OK;
@@ -468,6 +473,7 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e)
     for (int r = 0; r < l->size; r++) {
         e->dist.rank_stats[r].time = all[r].time;
         e->dist.rank_stats[r].mem = all[r].mem;
+        e->dist.rank_stats[r].reduce = all[r].reduce;
     }
     double *own = ch + (size_t)e->n_channels * 3 * (size_t)l->size;
     for (int c = 0; c < e->n_channels; c++) {
@@ -479,13 +485,17 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e)
                 bt_comm_allgather_bytes(e->dist.world, own, (size_t)e->n_channels * 3 * sizeof *own, ch,
                                         e->params.watchdog_s),
                 done);
+    free(e->dist.rank_channels); /* kept for the rows of the other replicas' boundaries */
+    e->dist.rank_channels = ch;
+    ch = NULL;
     for (int s = 0; s < e->stages; s++) {
         int r = bt_dist_rank_of(l, l->replica, s);
         e->stage[s].time = all[r].time;
         e->stage[s].mem = all[r].mem;
     }
     for (int c = 0; c < e->n_channels; c++) {
-        const double *src = ch + (size_t)bt_dist_rank_of(l, l->replica, e->channels[c].from) * e->n_channels * 3;
+        const double *src =
+            e->dist.rank_channels + (size_t)bt_dist_rank_of(l, l->replica, e->channels[c].from) * e->n_channels * 3;
         e->channels[c].messages = (int64_t)src[3 * c];
         e->channels[c].bytes = src[3 * c + 1];
         e->channels[c].copy_ms = src[3 * c + 2];
@@ -502,6 +512,27 @@ bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats 
         return bt_error(BT_ERR_INVALID_ARG, "no statistics of rank %d (gather them first)", rank);
     *time = e->dist.rank_stats[rank].time;
     *mem = e->dist.rank_stats[rank].mem;
+    return BT_OK;
+}
+
+bt_status bt_engine_dist_rank_reduce(const bt_engine *e, int rank, bt_dist_reduce_stats *out)
+{
+    if (!e || !e->dist.on || !e->dist.rank_stats || rank < 0 || rank >= e->dist.layout.size)
+        return bt_error(BT_ERR_INVALID_ARG, "no statistics of rank %d (gather them first)", rank);
+    *out = e->dist.rank_stats[rank].reduce;
+    return BT_OK;
+}
+
+bt_status bt_engine_dist_replica_boundary(const bt_engine *e, int replica, int i, bt_boundary_stats *out)
+{
+    BT_TRY(bt_engine_boundary(e, i, out));
+    if (!e->dist.on || !e->dist.rank_channels || replica < 0 || replica >= e->dist.layout.data)
+        return bt_error(BT_ERR_INVALID_ARG, "no statistics of replica %d's boundaries (gather them first)", replica);
+    const double *src = e->dist.rank_channels +
+                        ((size_t)bt_dist_rank_of(&e->dist.layout, replica, out->from) * e->n_channels + i) * 3;
+    out->messages = (int64_t)src[0];
+    out->bytes = src[1];
+    out->copy_ms = src[2];
     return BT_OK;
 }
 

@@ -29,12 +29,30 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e);
 /* Rank r's own stage's statistics, from the last bt_engine_dist_gather_stats. */
 bt_status bt_engine_dist_rank_stats(const bt_engine *e, int rank, bt_time_stats *time, bt_memory_stats *mem);
 
+/* A rank's gradient reductions over its stage's replicas since the start: bucket reductions, bytes
+ * (this rank's gradients), the time from each start to its completion, the part of it before STEP
+ * began to wait (hidden behind the backward work), and STEP's wait for them. */
+typedef struct bt_dist_reduce_stats {
+    int64_t reductions;
+    double bytes, total_ms, hidden_ms, wait_ms;
+    int scatter;               /* 1: reduce-scatter (parallel.zero: 1) */
+    bt_transfer_path path;     /* BT_PATH_MPI, BT_PATH_MPI_STAGED (a GPU through host memory) or
+                                * BT_PATH_NCCL (whose times are on the device and not counted) */
+} bt_dist_reduce_stats;
+
+/* Rank r's gradient reductions, from the last bt_engine_dist_gather_stats. */
+bt_status bt_engine_dist_rank_reduce(const bt_engine *e, int rank, bt_dist_reduce_stats *out);
+
+/* Boundary i (as bt_engine_boundary numbers them) of replica q, as the rank that sends on it
+ * counted (from the last bt_engine_dist_gather_stats): the rows of replicas other than 0. */
+bt_status bt_engine_dist_replica_boundary(const bt_engine *e, int replica, int i, bt_boundary_stats *out);
+
 /* Data-parallel all-reduce statistics of the local stage: reductions, bytes, the time spent waiting
  * for them at STEP, and the time from start to completion. */
 void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, double *bytes, double *wait_ms,
                                  double *total_ms);
-/* How the local stage's gradients are all-reduced: "mpi" (CPU), "mpi-staged" (a GPU through host
- * memory) or "nccl" (exec/dist_nccl.c). */
-const char *bt_engine_dist_reduce_path(const bt_engine *e);
+/* How the local stage's gradients are all-reduced: BT_PATH_MPI (CPU), BT_PATH_MPI_STAGED (a GPU
+ * through host memory) or BT_PATH_NCCL (exec/dist_nccl.c). */
+bt_transfer_path bt_engine_dist_reduce_path(const bt_engine *e);
 
 #endif

@@ -39,6 +39,7 @@
 #include "graph/graph_internal.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
+#include "exec/engine_dist.h"
 #include "exec/step_view.h"
 #include "sched/sched.h"
 #include "optim/loss_scale.h"
@@ -101,6 +102,7 @@ typedef struct bt_dp_bucket {
     void *flat;                /* host copy of the gradients, reduced in place */
     int pending;               /* parameters not final yet this step */
     bt_comm_req req;
+    double start_ms, done_ms;  /* this step's reduction: started, first seen complete (host ms; 0: not) */
     /* parallel.zero: 1: the bucket is D chunks of `chunk` elements (flat and wflat are padded to
      * D x chunk); this rank keeps the optimizer state of its chunk only */
     size_t chunk;
@@ -142,10 +144,14 @@ typedef struct bt_engine_dist {
     struct bt_rank_stats {
         bt_time_stats time;
         bt_memory_stats mem;
+        bt_dist_reduce_stats reduce;
     } *rank_stats;             /* [size] each rank's own stage, once gathered (bt_engine_dist_gather_stats) */
+    double *rank_channels;     /* [size][n_channels][3]: messages, bytes, copy ms of each rank's channels */
     /* statistics since creation */
     int64_t reductions;
     double reduced_bytes, reduce_wait_ms, reduce_ms;
+    double reduce_hidden_ms;   /* the part of reduce_ms before STEP began to wait (behind compute) */
+    double reduce_wait_t0_ms;  /* this step's: when STEP began to wait for the buckets (host ms) */
 } bt_engine_dist;
 
 typedef struct bt_param_store {

@@ -1,5 +1,6 @@
 /* exec/step_view.c: the read-only view of the last step that exec exports (see step_view.h). The
- * STEP of every training step is a barrier across stages (worker.c: a step is all or nothing). */
+ * STEP of every training step is a barrier across stages (worker.c: a step is all or nothing).
+ * Across processes it also shows the last step's gradient reductions (dist_dp.c times them). */
 #include <string.h>
 
 #include "core/error.h"
@@ -35,4 +36,22 @@ bt_status bt_engine_step_stage(const bt_engine *e, int s, bt_step_stage *out)
     for (int c = 0; c < st->n_out_act; c++) out->act_to[out->n_act_to++] = st->out_act[c]->to;
     for (int c = 0; c < st->n_out_grad; c++) out->grad_to[out->n_grad_to++] = st->out_grad[c]->to;
     return BT_OK;
+}
+
+int bt_engine_collectives(const bt_engine *e, bt_coll_rec *out, int cap)
+{
+    if (!e || !e->dist.on) return 0;
+    const bt_engine_dist *d = &e->dist;
+    int n = 0;
+    size_t dsz = bt_dtype_size(e->dtype);
+    for (int b = 0; b < d->n_buckets; b++) {
+        const bt_dp_bucket *k = &d->buckets[b];
+        if (k->start_ms < e->step_t0_ms || k->done_ms < k->start_ms) continue; /* not this step's */
+        if (n < cap)
+            out[n] = (bt_coll_rec){b, (d->zero ? k->chunk * (size_t)d->layout.data : k->count) * dsz, d->zero,
+                                   k->start_ms - e->step_t0_ms, k->done_ms - e->step_t0_ms,
+                                   d->reduce_wait_t0_ms - e->step_t0_ms};
+        n++;
+    }
+    return n;
 }

@@ -47,10 +47,25 @@ typedef struct bt_step_stage {
     int n_grad_to, grad_to[BT_MAX_STAGES]; /* stages this stage's SEND_GRAD reaches */
 } bt_step_stage;
 
+/* One gradient reduction (a data-parallel bucket) of the last step on this rank, in ms from the
+ * step's start on the host clock: started once the bucket's gradients were final, ended when it
+ * was first seen complete (MPI reports completion only when asked: at most the polling late). */
+typedef struct bt_coll_rec {
+    int bucket;
+    size_t bytes;              /* this rank's gradients in the bucket */
+    int scatter;               /* 1: a reduce-scatter (parallel.zero: 1), 0: an all-reduce */
+    double start_ms, end_ms;
+    double wait_ms;            /* when STEP began to wait for the buckets (the rest is hidden) */
+} bt_coll_rec;
+
 /* The last step; BT_ERR_INVALID_ARG when the engine has not run one yet. */
 bt_status bt_engine_step_view(const bt_engine *engine, bt_step_view *out);
 /* Stage s's device, layers and boundary channels; BT_ERR_INVALID_ARG for a bad stage. */
 bt_status bt_engine_step_stage(const bt_engine *engine, int stage, bt_step_stage *out);
+
+/* The gradient reductions of the last step (none in one process, without replicas, or in a step
+ * without an optimizer update): writes up to cap of them to out, returns how many there were. */
+int bt_engine_collectives(const bt_engine *engine, bt_coll_rec *out, int cap);
 
 /* The last job's schedule and stage's records; valid until the next step. */
 const bt_schedule *bt_engine_last_schedule(const bt_engine *engine);

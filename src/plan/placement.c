@@ -138,6 +138,9 @@ static bt_status fill_arrays(const bt_profile *prof, const bt_placement_params *
         }
         double cut = (double)pl->cut_bytes_per_sample * mbs * (pb->training ? 2 : 1);
         pb->xfer[l] = bytes_ms(cut, pb->xfer_gb_per_s);
+        if (pb->cross_rank) /* one message each way over the link between ranks */
+            pb->xfer[l] += (pb->training ? 2 : 1) * bt_profile_link_ms(pb->link_latency_ms, pb->link_gb_per_s,
+                                                                       (double)pl->cut_bytes_per_sample * mbs);
         pb->static_bytes[l] = pl->param_bytes + (pb->training ? pl->grad_bytes + pl->optimizer_bytes : 0);
         /* recomputing every layer keeps only a stage's inputs and what it sends on per
          * micro-batch in flight, which depends on the cuts: the search's per-layer sum counts
@@ -175,12 +178,17 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
         return bt_error(BT_ERR_INVALID_ARG, "%d devices (one stage each) but the model has only %d layers",
                         pb->n_devices, prof->n_layers);
     int m = pp->microbatches > 0 ? pp->microbatches : prof->microbatches;
-    if (m > 4096 || prof->batch % m != 0)
+    int64_t batch = pp->batch > 0 ? pp->batch : prof->batch;
+    if (m > 4096 || batch % m != 0)
+        return bt_error(BT_ERR_INVALID_ARG, "the %s batch of %lld samples does not split into %d micro-batches",
+                        pp->batch > 0 ? "planned" : "profile's", (long long)batch, m);
+    pb->batch = batch;
+    pb->microbatch_size = batch / m;
+    pb->cross_rank = pp->cross_rank && pb->n_devices > 1;
+    if (pb->cross_rank && !bt_profile_link_model(prof, &pb->link_latency_ms, &pb->link_gb_per_s))
         return bt_error(BT_ERR_INVALID_ARG,
-                        "the profile's batch of %lld samples does not split into %d micro-batches",
-                        (long long)prof->batch, m);
-    pb->batch = prof->batch;
-    pb->microbatch_size = prof->batch / m;
+                        "planning stages on different ranks needs the link between ranks, and this profile has "
+                        "none: measure it under mpirun (mpirun -np 2 baton profile MODEL.yaml)");
     pb->time_scale = (double)pb->microbatch_size / (double)prof->microbatch_size;
     pb->training = prof->training && pp->schedule != BT_SCHEDULE_STREAM;
     set_capacities(pp, pb);
@@ -247,12 +255,20 @@ static void fill_transfers(const bt_profile *prof, const bt_placement_problem *p
             pl->unknown_rates |= r <= 0;
             int last = s->first_layer + s->n_layers - 1;
             s->send_act_ms = bytes_ms((double)prof->layers[last].cut_bytes_per_sample * mbs, r);
+            if (pb->cross_rank)
+                s->link_act_ms = bt_profile_link_ms(pb->link_latency_ms, pb->link_gb_per_s,
+                                                    (double)prof->layers[last].cut_bytes_per_sample * mbs);
+            s->send_act_ms += s->link_act_ms;
         }
         if (k > 0 && pb->training) {
             double r = bt_profile_rate(prof, s->device, pl->stage[k - 1].device);
             pl->unknown_rates |= r <= 0;
             s->send_grad_ms =
                 bytes_ms((double)prof->layers[s->first_layer - 1].cut_bytes_per_sample * mbs, r);
+            if (pb->cross_rank)
+                s->link_grad_ms = bt_profile_link_ms(pb->link_latency_ms, pb->link_gb_per_s,
+                                                     (double)prof->layers[s->first_layer - 1].cut_bytes_per_sample * mbs);
+            s->send_grad_ms += s->link_grad_ms;
         }
     }
 }

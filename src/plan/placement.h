@@ -17,6 +17,8 @@
  *     workspace, channel buffers), which is what the report shows and what must fit;
  *   - device capacity: --memory when given, else for cpu devices the machine's physical memory
  *     shared equally by the cpu devices of the plan (they share one host), else unlimited.
+ *   - across processes (cross_rank): every boundary also pays the link between ranks measured by
+ *     `baton profile` under mpirun, latency + bytes / bandwidth per message;
  * The simulator adds the optimizer step (the slowest stage's) and splits transfers by direction.
  *
  * Data flow: profile.h -> here -> partition.h + sched.h; `baton plan` prints the result and
@@ -49,6 +51,13 @@ typedef struct bt_placement_params {
      * paid again in each backward (a stage's bwd_ms includes it) and, with a graph, the memory
      * model keeps one shared copy of its activations instead of one per micro-batch in flight. */
     int recompute;
+    /* A job across processes (docs/distributed.md): 1 puts every stage on its own rank, so every
+     * boundary between stages also crosses the link between ranks, priced from the profile's
+     * links (bt_profile_link_model: latency + bytes / bandwidth per message, once forward and
+     * once backward when training) on top of the same-process transfer; a profile without links
+     * is then an error. 0: one process. */
+    int cross_rank;
+    int64_t batch;              /* samples per step of this pipeline (a replica's share); 0: the profile's */
 } bt_placement_params;
 
 /* Defaults: devices "cpu:0", the profile's micro-batches, 1F1B, devices' own memory, no
@@ -69,6 +78,8 @@ typedef struct bt_placement_problem {
     int64_t batch, microbatch_size;
     double time_scale;          /* planned micro-batch size / profiled one */
     double xfer_gb_per_s;       /* rate the planner assumed (0: unknown, transfers free) */
+    int cross_rank;             /* every boundary crosses ranks: the link term below applies */
+    double link_latency_ms, link_gb_per_s;
 } bt_placement_problem;
 
 /* Builds the problem. BT_ERR_INVALID_ARG when a device's kind was not profiled, the profile's
@@ -93,7 +104,8 @@ typedef struct bt_placement_stage {
     double recompute_ms;
     double b_ms, w_ms;                  /* split backward (zb-h1): the input-gradient part B
                                          * (with recomputation) and the weight-gradient part W */
-    double send_act_ms, send_grad_ms;   /* to the next / previous stage */
+    double send_act_ms, send_grad_ms;   /* to the next / previous stage (the link's part included) */
+    double link_act_ms, link_grad_ms;   /* cross_rank: the link's part of them */
     double stage_ms;            /* what the planner balanced: compute + outgoing transfer */
     double idle;                /* predicted idle share of the step, 0..1 */
 } bt_placement_stage;

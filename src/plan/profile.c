@@ -18,6 +18,7 @@ void bt_profile_destroy(bt_profile *p)
     free(p->layers);
     free(p->times);
     free(p->transfers);
+    free(p->links);
     free(p->model);
     free(p);
 }
@@ -74,4 +75,40 @@ bt_status bt_profile_check_graph(const bt_profile *p, const bt_graph *g, const c
                             src, l, p->layers[l].name, p->layers[l].op, ly->name, ly->op_name);
     }
     return BT_OK;
+}
+
+int bt_profile_link_model(const bt_profile *p, double *latency_ms, double *gb_per_s)
+{
+    *latency_ms = 0;
+    *gb_per_s = 0;
+    int found = 0;
+    for (int i = 0; p && i < p->n_links; i++) {
+        const bt_profile_link *a = &p->links[i];
+        int seen = 0; /* each pair once, at its first sample */
+        for (int j = 0; j < i && !seen; j++)
+            seen = p->links[j].from_rank == a->from_rank && p->links[j].to_rank == a->to_rank;
+        if (seen) continue;
+        const bt_profile_link *lo = a, *hi = a;
+        for (int j = i; j < p->n_links; j++) {
+            const bt_profile_link *b = &p->links[j];
+            if (b->from_rank != a->from_rank || b->to_rank != a->to_rank) continue;
+            if (b->bytes < lo->bytes) lo = b;
+            if (b->bytes > hi->bytes) hi = b;
+        }
+        double lat = lo->oneway_ms, bw;
+        if (hi->bytes > lo->bytes && hi->oneway_ms > lo->oneway_ms)
+            bw = (double)(hi->bytes - lo->bytes) / (hi->oneway_ms - lo->oneway_ms) / 1e6;
+        else
+            bw = (double)hi->bytes / hi->oneway_ms / 1e6;
+        if (!found || lat > *latency_ms) *latency_ms = lat;
+        if (!found || bw < *gb_per_s) *gb_per_s = bw;
+        found = 1;
+    }
+    return found;
+}
+
+double bt_profile_link_ms(double latency_ms, double gb_per_s, double bytes)
+{
+    if (bytes <= 0) return 0;
+    return latency_ms + (gb_per_s > 0 ? bytes / (gb_per_s * 1e6) : 0);
 }

@@ -59,6 +59,16 @@ typedef struct bt_profile_transfer {
     double gb_per_s;                    /* 1e9 bytes per second, > 0 */
 } bt_profile_transfer;
 
+/* One ping-pong measurement between two ranks of a job (`baton profile` under mpirun): a message
+ * of `bytes` bytes took oneway_ms from from_rank to to_rank (half the median round trip). */
+typedef struct bt_profile_link {
+    int from_rank, to_rank;
+    uint64_t bytes;
+    double oneway_ms;                   /* > 0 */
+} bt_profile_link;
+
+#define BT_PROFILE_MAX_LINKS 256
+
 struct bt_profile {
     char *model;                        /* the model's name */
     int n_devices;
@@ -76,7 +86,8 @@ struct bt_profile {
     bt_profile_layer *layers;           /* [n_layers] */
     bt_profile_time *times;             /* [n_layers * n_kinds] */
     int n_transfers;
-    bt_profile_transfer *transfers;     /* [n_transfers] */
+    bt_profile_transfer *transfers;     /* [n_transfers] */    int n_links;                        /* 0: measured in one process */
+    bt_profile_link *links;             /* [n_links] */
 };
 
 /* The kind of a device name: "cpu" of "cpu:1" (truncated to size - 1). */
@@ -88,5 +99,12 @@ const bt_profile_time *bt_profile_time_at(const bt_profile *profile, int layer, 
 /* GB/s from device `from` to `to`: the measured pair, else the slowest pair measured between the
  * same two kinds, else 0 (unknown). */
 double bt_profile_rate(const bt_profile *profile, const char *from, const char *to);
+
+/* The link between ranks as the planner prices it: for every measured pair of ranks, latency = the
+ * one-way time of its smallest message and bandwidth = the slope between its smallest and largest
+ * (GB/s = 1e9 bytes/s); the slowest pair's of each. 0 when the profile has no links. */
+int bt_profile_link_model(const bt_profile *profile, double *latency_ms, double *gb_per_s);
+/* ms for a message of `bytes` over that link: latency + bytes / bandwidth (0 bytes: 0 ms). */
+double bt_profile_link_ms(double latency_ms, double gb_per_s, double bytes);
 
 #endif

@@ -106,6 +106,19 @@ static json_t *profile_to_json(const bt_profile *p)
         bad |= append(transfers, o);
     }
     bad |= put(root, "transfers", transfers);
+    if (p->n_links > 0) { /* measured under mpirun only */
+        json_t *links = json_array();
+        for (int i = 0; i < p->n_links; i++) {
+            const bt_profile_link *k = &p->links[i];
+            json_t *o = json_object();
+            bad |= put(o, "from_rank", json_integer(k->from_rank));
+            bad |= put(o, "to_rank", json_integer(k->to_rank));
+            bad |= put(o, "bytes", json_integer((json_int_t)k->bytes));
+            bad |= put(o, "oneway_ms", number(k->oneway_ms));
+            bad |= append(links, o);
+        }
+        bad |= put(root, "links", links);
+    }
     if (bad) {
         json_decref(root);
         return NULL;
@@ -391,6 +404,37 @@ static bt_status read_transfers(const reader *r, const json_t *root, bt_profile 
     return BT_OK;
 }
 
+/* "links" (optional: profiles measured in one process have none). */
+static bt_status read_links(const reader *r, const json_t *root, bt_profile *p)
+{
+    static const char *const keys[] = {"from_rank", "to_rank", "bytes", "oneway_ms", NULL};
+    json_t *arr = json_object_get(root, "links");
+    if (!arr) return BT_OK;
+    if (!json_is_array(arr) || json_array_size(arr) > BT_PROFILE_MAX_LINKS)
+        return bad_field(r, "", "links", "expected a list of {from_rank, to_rank, bytes, oneway_ms}");
+    size_t n = json_array_size(arr);
+    p->links = calloc(n + 1, sizeof *p->links);
+    if (!p->links) return bt_error(BT_ERR_NOMEM, "profile: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(arr, i);
+        bt_profile_link *k = &p->links[i];
+        char prefix[48];
+        int64_t v;
+        snprintf(prefix, sizeof prefix, "links[%zu]", i);
+        if (!json_is_object(o)) return bt_error(BT_ERR_IO, "%s: field '%s': expected an object", r->file, prefix);
+        BT_TRY(only_keys(r, o, prefix, keys));
+        BT_TRY(read_int(r, o, prefix, "from_rank", 0, INT32_MAX, &v));
+        k->from_rank = (int)v;
+        BT_TRY(read_int(r, o, prefix, "to_rank", 0, INT32_MAX, &v));
+        k->to_rank = (int)v;
+        if (k->from_rank == k->to_rank) return bad_field(r, prefix, "to_rank", "must differ from from_rank");
+        BT_TRY(read_bytes(r, o, prefix, "bytes", &k->bytes));
+        BT_TRY(read_real(r, o, prefix, "oneway_ms", 1e-9, 1e9, &k->oneway_ms));
+        p->n_links++;
+    }
+    return BT_OK;
+}
+
 static bt_status read_header(const reader *r, const json_t *root, bt_profile *p)
 {
     const char *s;
@@ -430,7 +474,7 @@ bt_status bt_profile_load(const char *path, bt_profile **out)
     static const char *const keys[] = {"format", "version", "model", "devices", "batch",
                                        "microbatches", "microbatch_size", "dtype", "training",
                                        "optimizer", "threads", "repeats", "warmup", "measured_on",
-                                       "layers", "transfers", NULL};
+                                       "layers", "transfers", "links", NULL};
     bt_status st = BT_OK;
     if (!path || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_profile_load: NULL argument");
     reader r = {path};
@@ -455,6 +499,7 @@ bt_status bt_profile_load(const char *path, bt_profile **out)
     BT_TRY_GOTO(st, read_measured_on(&r, root, p), fail);
     BT_TRY_GOTO(st, read_layers(&r, root, p), fail);
     BT_TRY_GOTO(st, read_transfers(&r, root, p), fail);
+    BT_TRY_GOTO(st, read_links(&r, root, p), fail);
     json_decref(root);
     *out = p;
     return BT_OK;

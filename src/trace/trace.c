@@ -34,6 +34,7 @@ static void step_free(bt_trace_step *st, int stages)
     for (int s = 0; st->ev && s < stages; s++) free(st->ev[s]);
     free(st->ev);
     free(st->n);
+    free(st->coll);
 }
 
 void bt_trace_destroy(bt_trace *t)
@@ -104,6 +105,25 @@ static bt_status copy_records(const bt_engine *e, const bt_schedule *sched, bt_t
     return BT_OK;
 }
 
+static bt_status copy_collectives(const bt_engine *e, bt_trace_step *step)
+{
+    int n = bt_engine_collectives(e, NULL, 0);
+    if (n == 0) return BT_OK;
+    bt_coll_rec *rec = calloc((size_t)n, sizeof *rec);
+    step->coll = calloc((size_t)n, sizeof *step->coll);
+    if (!rec || !step->coll) {
+        free(rec);
+        return bt_error(BT_ERR_NOMEM, "trace: out of memory");
+    }
+    n = bt_engine_collectives(e, rec, n);
+    for (int i = 0; i < n; i++)
+        step->coll[i] = (bt_trace_coll){rec[i].bucket, rec[i].bytes, rec[i].scatter, rec[i].start_ms, rec[i].end_ms,
+                                        rec[i].wait_ms};
+    step->n_coll = n;
+    free(rec);
+    return BT_OK;
+}
+
 bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
 {
     if (!t || !e) return bt_error(BT_ERR_INVALID_ARG, "bt_trace_add_step: NULL argument");
@@ -131,6 +151,7 @@ bt_status bt_trace_add_step(bt_trace *t, const bt_engine *e)
     step->training = view.training;
     step->barrier = view.step_barrier;
     bt_status st = copy_records(e, sched, step, t->stages);
+    if (st == BT_OK) st = copy_collectives(e, step);
     if (st != BT_OK) {
         step_free(step, t->stages);
         return st;

@@ -68,6 +68,28 @@ bt_status bt_trace_stage_summary(const bt_trace *trace, int stage, bt_trace_stag
  * itself performs them), and gives the median wall time of the traced steps beside it. */
 bt_status bt_trace_predict(const bt_trace *trace, double *predicted_ms, double *measured_ms);
 
+/* ---- a job across processes (trace_job.c) ---------------------------------------------------- */
+
+/* Where a rank sits in the job and how its clock reads against rank 0's (add offset_ms to its
+ * times; the truth lies within +- uncertainty_ms). */
+typedef struct bt_trace_rank {
+    int rank, replica, stage;
+    double offset_ms, uncertainty_ms;
+} bt_trace_rank;
+
+/* Serializes what stage `stage` recorded in trace (the one stage the calling rank runs), every
+ * step with its gradient reductions, on this process's clock, for bt_trace_write_job_json on
+ * another rank of the same build. *buf is malloc'd (the caller frees). */
+bt_status bt_trace_pack_stage(const bt_trace *trace, int stage, void **buf, size_t *len);
+
+/* Writes one Chrome/Perfetto trace of the whole job: parts[r] (lens[r] bytes) is rank r's
+ * bt_trace_pack_stage, ranks[r] its place and clock. Each rank is a process (pid r, "rank r
+ * (replica i, stage s)") with a compute, a transfers and an all-reduce thread; every send has a
+ * flow arrow to the matching receive on the rank it reached; times are on rank 0's clock. The
+ * file's otherData records every rank's clock offset and uncertainty. */
+bt_status bt_trace_write_job_json(const void *const *parts, const size_t *lens, const bt_trace_rank *ranks,
+                                  int n_ranks, int stages, const char *path);
+
 /* ---- the collected data (shared by trace.c and timeline_svg.c; not for other modules) ---------- */
 
 typedef struct bt_trace_ev {
@@ -76,6 +98,15 @@ typedef struct bt_trace_ev {
     size_t bytes;               /* SEND/RECV: bytes moved */
     int live;                   /* micro-batches held after the instruction */
 } bt_trace_ev;
+
+/* One gradient reduction of a data-parallel bucket (jobs across processes: exec's bt_coll_rec). */
+typedef struct bt_trace_coll {
+    int bucket;
+    size_t bytes;
+    int scatter;                /* 1: reduce-scatter (parallel.zero: 1), 0: all-reduce */
+    double start_ms, end_ms;    /* from the start of the step */
+    double wait_ms;             /* when STEP began to wait for it: the part before is hidden */
+} bt_trace_coll;
 
 typedef struct bt_trace_stage {
     char device[32];
@@ -94,6 +125,8 @@ typedef struct bt_trace_step {
     int barrier;                /* STEP waited for every stage (exec says: clipping, f16 loss scaling) */
     int *n;                     /* [stages] */
     bt_trace_ev **ev;           /* [stages][n[s]], in execution order */
+    int n_coll;                 /* this rank's gradient reductions (none in one process) */
+    bt_trace_coll *coll;        /* [n_coll] */
 } bt_trace_step;
 
 struct bt_trace {
