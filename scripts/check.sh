@@ -9,8 +9,9 @@
 #   fuzz   `make -C build fuzz`: each libFuzzer harness for BATON_FUZZ_TIME seconds (default 15)
 #   emu    build-emu/ (--enable-cuda-emulator, docs/gpu.md): the emulator's self-tests, test_cuda
 #          and test_cuda_engine on the CPU emulator of the CUDA execution model (synchronous), then
-#          test_cuda_engine again asynchronously with two pretend GPUs and random delays, and
-#          test_cuda in reverse and random thread order; none of them may skip
+#          test_cuda_engine again asynchronously with two pretend GPUs and random delays,
+#          test_cuda in reverse and random thread order, and tests/dist_gpu.sh (GPU stages across
+#          processes under mpirun, asynchronously); none of them may skip
 #   emu_asan  build-emu-asan/: the emulator's self-test, test_cuda and test_cuda_engine (sync)
 #          under AddressSanitizer + UndefinedBehaviorSanitizer (slower; not in the default list)
 # and ends with one line, "N passed, N failed, N skipped", over all jobs: CUnit test cases (a
@@ -106,13 +107,13 @@ job_tests() {
 # The CUDA tests under the emulator: each run is one automake test run (TESTS=...), so a skip
 # (exit 77) shows as SKIP; here a skip is a failure, since the emulator always has a device.
 EMU_RUNS="sync:tests/test_cuda_emu sync:tests/test_cuda_emu_rt sync:tests/test_cuda sync:tests/test_cuda_engine
-async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda"
+async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda async:tests/dist_gpu.sh"
 EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build"
 
 job_emu() {
   configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return
   # shellcheck disable=SC2086
-  make -C build-emu -j"$jobs" $EMU_PROGRAMS >build-emu/make.out 2>&1 ||
+  make -C build-emu -j"$jobs" $EMU_PROGRAMS baton >build-emu/make.out 2>&1 ||
     { tail -50 build-emu/make.out; failed=$((failed + 1)); return; }
   local run mode prog env rc f0=$failed
   for run in $EMU_RUNS; do

@@ -19,7 +19,8 @@
 #   (always)  nvidia-smi, into env.log.
 #   check     `make check` (BT_REQUIRE_GPU=1: the GPU tests fail rather than skip); `baton
 #             devices`; a 3-stage pipelined run on cuda:0 x 3 and
-#             parity of its eval loss against the same model as 1 stage on cpu:0.
+#             parity of its eval loss against the same model as 1 stage on cpu:0; tests/dist_gpu.sh
+#             (GPU stages across processes; a SKIP with its reason where the build has no MPI).
 #   sanitize  compute-sanitizer memcheck on tests/test_cuda and on a small pipelined training run
 #             (cuda:0 x 3); racecheck, synccheck and initcheck as well without --quick (with
 #             --quick: racecheck and synccheck on test_cuda after the benchmarks, if time is left).
@@ -329,6 +330,28 @@ do_check() {
   step parity-mlp "$out/check.log" 120 parity "$src/models/mlp.yaml" 20
   step parity-fashion-mlp "$out/check.log" 120 parity "$src/models/fashion-mlp.yaml" 10 --synthetic
   step parity-fashion-cnn "$out/check.log" 180 parity "$src/models/fashion-cnn.yaml" 5 --synthetic
+  do_dist_gpu
+}
+
+# GPU stages across processes (tests/dist_gpu.sh, also part of make check): mpi-staged on the GPU,
+# and with NCCL and two GPUs or more the nccl path and the NCCL all-reduce. It needs Open MPI in
+# the build (the kit does not carry it): a skip is recorded as SKIP with the script's reason.
+do_dist_gpu() {
+  local t0 rc mk=$build/Makefile
+  t0=$(date +%s)
+  {
+    echo; echo "==== dist-gpu ($(date -u +%H:%M:%S))"
+    BT_BUILDDIR=$build BT_SRCDIR=$src \
+      BT_HAVE_MPI=$(sed -n 's/^BT_HAVE_MPI = //p' "$mk") BT_HAVE_NCCL=$(sed -n 's/^BT_HAVE_NCCL = //p' "$mk") \
+      BT_MPIRUN=$(sed -n 's/^MPIRUN = //p' "$mk") timeout -k 10 400 sh "$src/tests/dist_gpu.sh"
+  } >"$out/dist_gpu.log" 2>&1
+  rc=$?
+  cat "$out/dist_gpu.log" >>"$out/check.log"
+  case $rc in
+    0) record dist-gpu PASS $(($(date +%s) - t0)) "$(tail -n1 "$out/dist_gpu.log")" ;;
+    77) record dist-gpu SKIP $(($(date +%s) - t0)) "$(grep '^SKIP' "$out/dist_gpu.log" | head -n1)" ;;
+    *) record dist-gpu FAIL $(($(date +%s) - t0)) "exit $rc (see dist_gpu.log)" ;;
+  esac
 }
 
 # ---- sanitize -------------------------------------------------------------------------------

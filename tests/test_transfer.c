@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "baton.h"
 #include "bt_test.h"
 #include "engine_runs.h"
@@ -149,6 +150,45 @@ static void test_received_values_take_no_slot_space(void)
     bt_graph_destroy(g);
 }
 
+/* NCCL joins GPU stages on different ranks: forcing it in one process is a usage error naming the
+ * flag, never a silent fallback to another path. The paths across processes have their names. */
+static void test_nccl_refused_in_one_process(void)
+{
+    bt_graph *g = residual_graph();
+    bt_engine_params p;
+    engine_params(&p, 2, 4, BT_SCHEDULE_1F1B);
+    p.transfer = BT_TRANSFER_NCCL;
+    bt_engine *e = NULL;
+    CU_ASSERT_EQUAL(bt_engine_create(g, &p, &e), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NULL(e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "--transfer nccl"));
+    CU_ASSERT_STRING_EQUAL(bt_transfer_path_name(BT_PATH_MPI), "mpi");
+    CU_ASSERT_STRING_EQUAL(bt_transfer_path_name(BT_PATH_MPI_STAGED), "mpi-staged");
+    CU_ASSERT_STRING_EQUAL(bt_transfer_path_name(BT_PATH_NCCL), "nccl");
+    bt_graph_destroy(g);
+}
+
+/* cuda:local is the GPU of the rank's index on its machine under a launcher, cuda:0 without one. */
+static void test_cuda_local_device(void)
+{
+    char kind[16];
+    int index = -1;
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("MPI_LOCALRANKID");
+    unsetenv("SLURM_LOCALID");
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:local", kind, sizeof kind, &index), BT_OK);
+    CU_ASSERT_STRING_EQUAL(kind, "cuda");
+    CU_ASSERT_EQUAL(index, 0);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:local", kind, sizeof kind, &index), BT_OK);
+    CU_ASSERT_EQUAL(index, 3);
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:2", kind, sizeof kind, &index), BT_OK);
+    CU_ASSERT_EQUAL(index, 2); /* an index is the same GPU on every rank */
+    CU_ASSERT_EQUAL(bt_device_parse("cpu:local", kind, sizeof kind, &index), BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_device_parse("cuda:locale", kind, sizeof kind, &index), BT_ERR_INVALID_ARG);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -156,6 +196,8 @@ int main(void)
         {"a bad staging chunk setting is ignored", test_bad_chunk_setting_ignored},
         {"boundary statistics name the path and count messages", test_boundary_statistics},
         {"received values take no slot space", test_received_values_take_no_slot_space},
+        {"--transfer nccl is refused in one process", test_nccl_refused_in_one_process},
+        {"cuda:local is the launcher's local rank", test_cuda_local_device},
         {NULL, NULL}};
     return bt_test_main("transfer", cases);
 }

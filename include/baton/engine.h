@@ -22,7 +22,10 @@ typedef struct bt_engine bt_engine;
 typedef enum bt_transfer_mode {
     BT_TRANSFER_AUTO = 0,     /* the fastest path each pair of devices has */
     BT_TRANSFER_STAGED = 1,   /* force double-buffered staging through pinned host memory */
-    BT_TRANSFER_HOST = 2      /* force the synchronous copy through host memory (debugging) */
+    BT_TRANSFER_HOST = 2,     /* force the synchronous copy through host memory (debugging); across
+                                 processes a GPU side stages through pinned host memory (mpi-staged) */
+    BT_TRANSFER_NCCL = 3      /* across processes: NCCL between GPU stages on different ranks (an
+                                 error where the build has no NCCL or a remote boundary has a CPU side) */
 } bt_transfer_mode;
 
 /* The largest watchdog (about 31 years): in practice, no watchdog. */
@@ -187,10 +190,13 @@ typedef enum bt_transfer_path {
                                  one device-local copy into the receiver's buffer */
     BT_PATH_PEER = 2,         /* GPU to GPU with peer access: cudaMemcpyPeerAsync */
     BT_PATH_STAGED = 3,       /* GPU to GPU through pinned host memory, double-buffered */
-    BT_PATH_MPI = 4           /* CPU stages on different ranks of a job under mpirun: MPI messages */
+    BT_PATH_MPI = 4,          /* CPU stages on different ranks of a job under mpirun: MPI messages */
+    BT_PATH_MPI_STAGED = 5,   /* different ranks, a GPU on either side: device <-> pinned host memory on
+                                 the GPU's streams, MPI messages between the host buffers */
+    BT_PATH_NCCL = 6          /* GPU stages on different ranks: ncclSend / ncclRecv, device to device */
 } bt_transfer_path;
 
-/* "host", "local", "peer", "staged", "mpi" */
+/* "host", "local", "peer", "staged", "mpi", "mpi-staged", "nccl" */
 BT_API const char *bt_transfer_path_name(bt_transfer_path path);
 
 /* One direction of one stage boundary, with what it has moved since the engine was created. */

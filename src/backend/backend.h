@@ -28,6 +28,34 @@ typedef enum bt_copy_kind { BT_COPY_D2D = 0, BT_COPY_D2H = 1, BT_COPY_H2D = 2 } 
  * else its forward; call->position and call->cache set): only on a backend with runs_decode */
 #define BT_RUN_DECODE 3
 
+/* Communication between processes straight from device memory (the CUDA backend's NCCL): a
+ * communicator joins nranks processes, one device each, from a unique id that the caller shares
+ * (over MPI: exec/dist_nccl.c). It owns a stream of its own on its device, so what waits there for
+ * other ranks never holds up the device's compute or copy stream. Every call reports the library's
+ * own message as a bt_status. */
+typedef struct bt_backend_comm bt_backend_comm;
+
+typedef struct bt_backend_comms {
+    const char *name;                                 /* "nccl" */
+    size_t id_bytes;                                  /* the unique id's size */
+    bt_status (*unique_id)(void *id);
+    /* Collective over the nranks processes (each calls it with the same id). */
+    bt_status (*create)(bt_device *dev, const void *id, int nranks, int rank, bt_backend_comm **out);
+    /* Waits for the communicator's work (abort = 0) or aborts it (abort = 1: a failed job, where
+     * waiting could hang); accepts NULL. */
+    void (*destroy)(bt_backend_comm *c, int abort);
+    /* Sends bytes to peer on dev's copy stream (queued behind what that stream holds). */
+    bt_status (*send)(bt_device *dev, bt_backend_comm *c, const void *buf, size_t bytes, int peer);
+    /* Receives bytes from peer on the communicator's stream and records done there (dev's event). */
+    bt_status (*recv)(bt_device *dev, bt_backend_comm *c, void *buf, size_t bytes, int peer, bt_event *done);
+    /* In-place sum of count elements over the communicator, on its stream once after (an event of
+     * dev) completed; done is recorded after it. */
+    bt_status (*allreduce_sum)(bt_device *dev, bt_backend_comm *c, void *buf, size_t count, bt_dtype dtype,
+                               bt_event *after, bt_event *done);
+    /* An error raised asynchronously (a peer lost) as a status; BT_OK while healthy. */
+    bt_status (*check)(bt_backend_comm *c);
+} bt_backend_comms;
+
 typedef struct bt_backend {
     const char *name;                                 /* "cpu", "cuda" */
     int copies_overlap;       /* 1: the copy stream runs beside compute (CUDA); 0: in turn (CPU) */
@@ -116,13 +144,16 @@ typedef struct bt_backend {
     /* Rounds n f32 values in place to the precision BT_BF16 or BT_F16 (round to nearest even,
      * f16 overflow becomes infinity); the values stay f32. On the compute stream. */
     bt_status (*round_to)(bt_device *dev, bt_dtype precision, float *x, size_t n);
+    /* Optional (NULL: none in this build): communication between processes from device memory. */
+    const bt_backend_comms *comms;
 } bt_backend;
 
 /* The backend for a device kind ("cpu", "cuda"), or NULL with a message when this build or
  * machine has none. */
 const bt_backend *bt_backend_find(const char *kind);
 
-/* Parses "cpu:1" into kind ("cpu") and index (1). */
+/* Parses "cpu:1" into kind ("cpu") and index (1); "cuda:local" is cuda:<this rank's local rank>
+ * under a launcher (mpirun, srun), cuda:0 in one process (docs/distributed.md). */
 bt_status bt_device_parse(const char *spec, char *kind, size_t kind_size, int *index);
 
 const bt_backend *bt_cpu_backend(void);

@@ -28,6 +28,23 @@ const bt_backend *bt_backend_find(const char *kind)
     return NULL;
 }
 
+/* cuda:local: this process's index among the ranks a launcher started on its machine (Open MPI,
+ * MPICH, Slurm), so one command line gives each rank of a machine its own GPU; 0 in one process.
+ * The launchers' variables are read here rather than in src/dist because a device name is parsed
+ * wherever a device is opened (engine, profile), below the code that knows about jobs. */
+static int local_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end == '\0' && n >= 0 && n <= 1023) return (int)n;
+    }
+    return 0;
+}
+
 bt_status bt_device_parse(const char *spec, char *kind, size_t kind_size, int *index)
 {
     const char *colon = strchr(spec, ':');
@@ -37,6 +54,10 @@ bt_status bt_device_parse(const char *spec, char *kind, size_t kind_size, int *i
     memcpy(kind, spec, n);
     kind[n] = '\0';
     *index = 0;
+    if (colon && strcmp(colon, ":local") == 0 && n == 4 && strncmp(spec, "cuda", 4) == 0) {
+        *index = local_rank();
+        return BT_OK;
+    }
     if (colon) {
         char *end = NULL;
         long v = strtol(colon + 1, &end, 10);

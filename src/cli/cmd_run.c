@@ -67,8 +67,10 @@ static void run_usage(FILE *f)
             "                        longer than this (default 60, at most 1e9)\n"
             "  --memory BYTES        memory each device may hold, e.g. 512M or 2G; a plan that\n"
             "                        needs more is refused before anything runs\n"
-            "  --transfer MODE       auto (default) | staged | host: how stages hand messages on;\n"
-            "                        staged forces the pinned-host path, host the synchronous one\n"
+            "  --transfer MODE       auto (default) | staged | host | nccl: how stages hand messages\n"
+            "                        on; staged forces the pinned-host path (across processes:\n"
+            "                        mpi-staged), host the synchronous one, nccl NCCL between GPU\n"
+            "                        stages on different ranks (an error where it cannot)\n"
             "  --dp D                D data-parallel replicas across processes (beats\n"
             "                        parallel.data): mpirun -np D*P baton run ... --dp D\n"
             "  --trace FILE.json     record every step as a Chrome/Perfetto trace\n"
@@ -468,8 +470,9 @@ int bt_cmd_run(int argc, char **argv)
             if (strcmp(optarg, "auto") == 0) o.transfer = BT_TRANSFER_AUTO;
             else if (strcmp(optarg, "staged") == 0) o.transfer = BT_TRANSFER_STAGED;
             else if (strcmp(optarg, "host") == 0) o.transfer = BT_TRANSFER_HOST;
+            else if (strcmp(optarg, "nccl") == 0) o.transfer = BT_TRANSFER_NCCL;
             else
-                return bt_cli_bad_value("run", "--transfer", "auto, staged or host", optarg);
+                return bt_cli_bad_value("run", "--transfer", "auto, staged, host or nccl", optarg);
             break;
         case 'l':
             if (strcmp(optarg, "jsonl") == 0) o.jsonl = 1, o.progress = 0;

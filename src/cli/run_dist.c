@@ -125,8 +125,9 @@ void bt_cli_dist_summary(const bt_run_opts *o, const bt_engine *e)
     bt_engine_dist_reduce_stats(e, &n, &early, &bytes, &wait_ms, &total_ms);
     if (o->jsonl) {
         printf("{\"job\": {\"ranks\": %d, \"data\": %d, \"stages\": %d, \"allreduce\": {\"count\": %lld, "
-               "\"early\": %lld, \"bytes\": %.0f, \"wait_ms\": %.3f}, \"per_rank\": [",
-               l->size, l->data, l->stages, (long long)n, (long long)early, bytes, wait_ms);
+               "\"early\": %lld, \"bytes\": %.0f, \"wait_ms\": %.3f, \"path\": \"%s\"}, \"per_rank\": [",
+               l->size, l->data, l->stages, (long long)n, (long long)early, bytes, wait_ms,
+               bt_transfer_path_name(bt_engine_dist_reduce_path(e)));
         for (int r = 0; r < l->size; r++) {
             bt_time_stats t;
             bt_memory_stats m;

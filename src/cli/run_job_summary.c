@@ -35,10 +35,10 @@ void bt_cli_job_rows_text(const bt_engine *e)
         if (bt_engine_dist_rank_reduce(e, r, &s) != BT_OK || s.reductions == 0) continue;
         if (!shown++)
             printf("  gradient reductions over each stage's %d replicas (hidden: before STEP waited for them):\n"
-                   "  %-5s %-5s %-14s %-5s %8s %11s %10s %10s %9s\n",
+                   "  %-5s %-5s %-14s %-10s %8s %11s %10s %10s %9s\n",
                    l->data, "rank", "stage", "collective", "path", "buckets", "bytes", "GB/s", "total ms", "hidden");
-        printf("  %-5d %-5d %-14s %-5s %8lld %11s %10.2f %10.3f %8.1f%%\n", r, r % l->stages,
-               s.scatter ? "reduce-scatter" : "all-reduce", "mpi", (long long)s.reductions,
+        printf("  %-5d %-5d %-14s %-10s %8lld %11s %10.2f %10.3f %8.1f%%\n", r, r % l->stages,
+               s.scatter ? "reduce-scatter" : "all-reduce", bt_transfer_path_name(s.path), (long long)s.reductions,
                bt_cli_bytes(s.bytes, bytes, sizeof bytes), gb_per_s(s.bytes, s.total_ms), s.total_ms,
                s.total_ms > 0 ? 100 * s.hidden_ms / s.total_ms : 0.0);
     }
@@ -65,11 +65,11 @@ void bt_cli_job_rows_json(const bt_engine *e)
     for (int r = 0; r < l->size; r++) {
         bt_dist_reduce_stats s;
         if (bt_engine_dist_rank_reduce(e, r, &s) != BT_OK || s.reductions == 0) continue;
-        printf("%s{\"rank\": %d, \"replica\": %d, \"stage\": %d, \"collective\": \"%s\", \"path\": \"mpi\", "
+        printf("%s{\"rank\": %d, \"replica\": %d, \"stage\": %d, \"collective\": \"%s\", \"path\": \"%s\", "
                "\"reductions\": %lld, \"bytes\": %.0f, \"gb_per_s\": %.4f, \"total_ms\": %.4f, \"hidden_ms\": %.4f, "
                "\"wait_ms\": %.4f}",
                n++ ? ", " : "", r, r / l->stages, r % l->stages, s.scatter ? "reduce-scatter" : "all-reduce",
-               (long long)s.reductions, s.bytes, gb_per_s(s.bytes, s.total_ms), s.total_ms, s.hidden_ms, s.wait_ms);
+               bt_transfer_path_name(s.path), (long long)s.reductions, s.bytes, gb_per_s(s.bytes, s.total_ms), s.total_ms, s.hidden_ms, s.wait_ms);
     }
     printf("]");
 }

@@ -31,6 +31,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "backend/backend.h"
+#include "cuda/backend_cuda.h"
 #include "cuda/conv_cudnn.h"
 #include "cuda/cuda_check.h"
 #include "cuda/devices.h"
@@ -442,6 +443,10 @@ static void cuda_event_destroy(bt_device *dev, bt_event *ev)
     free(ev);
 }
 
+int bt_cuda_device_index(bt_device *dev) { return dev->index; }
+void *bt_cuda_stream(bt_device *dev, bt_stream_id stream) { return stream_of(dev, stream); }
+void *bt_cuda_event_handle(bt_event *ev) { return ev->ev; }
+
 static bt_status cuda_event_record(bt_device *dev, bt_event *ev, bt_stream_id stream)
 {
     BT_TRY(use_device(dev));
@@ -588,6 +593,9 @@ static const bt_backend cuda_backend = {
     .copy_peer = cuda_copy_peer,
     .peer_access = cuda_peer_access,
     .round_to = cuda_round_to,
+#ifdef BATON_HAVE_NCCL
+    .comms = &bt_cuda_nccl_comms, /* nccl_transfer.c */
+#endif
 };
 
 /* Attaches the kernels already here (open does it again and reports a failure), so that anyone

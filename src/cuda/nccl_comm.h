@@ -5,8 +5,8 @@
  * found NCCL beside CUDA (BATON_HAVE_NCCL), never in the emulator build.
  *
  * Status: compiled, linked and tested by tests/test_nccl.c (one rank on cuda:0; skips without a
- * GPU). The executor does not use it yet: a GPU stage across processes is refused
- * (docs/distributed.md, "Not built yet"). */
+ * GPU). The executor reaches it through the backend's communication table (nccl_transfer.c): the
+ * nccl path and the GPU replicas' all-reduce (exec/dist_nccl.c), not yet run on a GPU. */
 #ifndef BT_CUDA_NCCL_COMM_H
 #define BT_CUDA_NCCL_COMM_H
 

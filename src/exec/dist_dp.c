@@ -246,6 +246,7 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
     }
     if (d->zero) BT_TRY(shard_state(e, st));
     else if (st->be->shares_host_memory) BT_TRY(grads_in_place(e, st));
+    if (!st->be->shares_host_memory && bt_dist_nccl_available(e)) BT_TRY(bt_dist_nccl_dp_setup(e, st));
     return BT_OK;
 }
 
@@ -254,6 +255,14 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b, int e
 {
     bt_engine_dist *d = &e->dist;
     size_t dsz = bt_dtype_size(e->dtype);
+    if (d->nccl_dp) { /* on the device, reduced on the communicator's stream (dist_nccl.c) */
+        b->pending = -1;
+        b->start_ms = bt_now_ms();
+        b->done_ms = 0; /* its end is on the device, not timed: no trace slice, no time counted */
+        d->reductions++;
+        d->reduced_bytes += (double)(b->count * dsz);
+        return bt_dist_nccl_bucket_start(e, st, b);
+    }
     unsigned char *flat = b->flat;
     for (int j = 0; j < b->n && !b->in_place; j++) {
         bt_param_store *p = &st->params[d->order[b->first + j]];
@@ -285,7 +294,7 @@ bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
     }
     for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
         int done;
-        if (d->buckets[b].pending < 0) {
+        if (d->buckets[b].pending < 0 && !d->nccl_dp) {
             BT_TRY(bt_comm_test(&d->buckets[b].req, &done));
             if (done && d->buckets[b].done_ms == 0) d->buckets[b].done_ms = bt_now_ms();
         }
@@ -303,6 +312,10 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         if (b->pending >= 0) BT_TRY(start_bucket(e, st, b, 0)); /* a stage whose last backward left it */
+        if (d->nccl_dp) {
+            BT_TRY(bt_dist_nccl_bucket_finish(e, st, b));
+            continue;
+        }
         bt_status s = bt_comm_wait(&b->req, e->params.watchdog_s, &e->abort);
         if (s == BT_ERR_TIMEOUT)
             return bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step "

@@ -63,7 +63,8 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
     if (p->loss_scale < 0 || !isfinite(p->loss_scale))
         return bt_error(BT_ERR_INVALID_ARG, "loss_scale must be a positive number (0: the default), not %g",
                         p->loss_scale);
-    if (p->transfer != BT_TRANSFER_AUTO && p->transfer != BT_TRANSFER_STAGED && p->transfer != BT_TRANSFER_HOST)
+    if (p->transfer != BT_TRANSFER_AUTO && p->transfer != BT_TRANSFER_STAGED && p->transfer != BT_TRANSFER_HOST &&
+        p->transfer != BT_TRANSFER_NCCL)
         return bt_error(BT_ERR_INVALID_ARG, "unknown transfer mode %d", (int)p->transfer);
     if (p->watchdog_s != 0 && !(p->watchdog_s > 0 && p->watchdog_s <= BT_WATCHDOG_MAX_S))
         return bt_error(BT_ERR_INVALID_ARG,
@@ -241,14 +242,8 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
         goto fail;
     }
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, open_stage(e, s), fail);
-    for (int s = 0; s < e->stages && e->dist.on; s++)
-        if (!e->stage[s].be->shares_host_memory) {
-            st = bt_error(BT_ERR_UNSUPPORTED,
-                          "stage %d is on %s: across processes only CPU stages run today (the mpi path); the "
-                          "NCCL path for GPU stages is not built",
-                          s, e->stage[s].device_name);
-            goto fail;
-        }
+    BT_TRY_GOTO(st, bt_dist_check_gpu(e), fail); /* GPU stages across processes: what runs */
+    BT_TRY_GOTO(st, bt_remote_check_mode(e), fail);
     BT_TRY_GOTO(st, bt_topology_paths(e), fail);
     BT_TRY_GOTO(st, bt_layout_memory_params(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_stage(e, &e->stage[s]), fail);
@@ -314,6 +309,7 @@ void bt_engine_destroy(bt_engine *e)
         pthread_cond_destroy(&e->cv_done);
         pthread_cond_destroy(&e->cv_barrier);
     }
+    bt_dist_nccl_dp_teardown(e); /* device buffers and the communicator, while the devices are open */
     for (int c = 0; c < e->n_channels; c++) {
         if (e->stage) bt_transfer_teardown(e, &e->channels[c]);
         bt_channel_destroy(&e->channels[c]);

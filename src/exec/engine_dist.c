@@ -115,7 +115,7 @@ bt_status bt_dist_setup_channels(bt_engine *e)
     for (int c = 0; c < e->n_channels; c++) {
         bt_channel *ch = &e->channels[c];
         ch->tag_base = c * BT_MAX_MICROBATCHES;
-        if (ch->path != BT_PATH_MPI) continue;
+        if (!bt_path_uses_mpi(ch->path)) continue;
         ch->req = calloc((size_t)ch->microbatches, sizeof *ch->req);
         ch->sent_at = calloc((size_t)ch->microbatches, sizeof *ch->sent_at);
         if (!ch->req || !ch->sent_at) return bt_error(BT_ERR_NOMEM, "engine: out of memory for channels");
@@ -175,9 +175,10 @@ static bt_status post_receives(bt_engine *e, bt_channel *const *chs, int n)
 {
     for (int c = 0; c < n; c++) {
         bt_channel *ch = chs[c];
-        if (ch->path != BT_PATH_MPI) continue;
+        if (ch->path == BT_PATH_NCCL) BT_TRY(bt_dist_nccl_post(e, &e->stage[ch->to], ch));
+        if (!bt_path_uses_mpi(ch->path)) continue;
         for (int mb = 0; mb < ch->microbatches; mb++)
-            BT_TRY(bt_comm_irecv(e->dist.world, ch->buf + (size_t)mb * ch->msg_bytes, ch->msg_bytes,
+            BT_TRY(bt_comm_irecv(e->dist.world, bt_channel_mpi_msg(ch, mb), ch->msg_bytes,
                                  peer_rank(e, ch->from), ch->tag_base + mb, &ch->req[mb]));
     }
     return BT_OK;
@@ -196,7 +197,7 @@ bt_status bt_dist_job_start(bt_engine *e, bt_stage *st, int grads)
 bt_status bt_dist_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     ch->sent_at[mb] = bt_now_ms();
-    return bt_comm_isend(e->dist.world, ch->buf + (size_t)mb * ch->msg_bytes, ch->msg_bytes, peer_rank(e, ch->to),
+    return bt_comm_isend(e->dist.world, bt_channel_mpi_msg(ch, mb), ch->msg_bytes, peer_rank(e, ch->to),
                          ch->tag_base + mb, &ch->req[mb]);
 }
 
@@ -209,7 +210,7 @@ static bt_status finish_requests(bt_engine *e, bt_channel *const *chs, int n, in
 {
     for (int c = 0; c < n; c++) {
         bt_channel *ch = chs[c];
-        if (ch->path != BT_PATH_MPI) continue;
+        if (!bt_path_uses_mpi(ch->path)) continue;
         for (int mb = 0; mb < ch->microbatches; mb++) {
             if (!ch->req[mb].active) continue;
             if (!ok || !sends) {
@@ -233,6 +234,7 @@ static bt_status finish_requests(bt_engine *e, bt_channel *const *chs, int n, in
 bt_status bt_dist_job_end(bt_engine *e, bt_stage *st, int ok)
 {
     if (!e->dist.on) return BT_OK;
+    if (!ok) e->dist.failed = 1; /* NCCL communicators are aborted, not waited for */
     bt_status s = finish_requests(e, st->out_act, st->n_out_act, ok, 1);
     if (s == BT_OK) s = finish_requests(e, st->out_grad, st->n_out_grad, ok, 1);
     finish_requests(e, st->in_act, st->n_in_act, 0, 0);
@@ -438,7 +440,8 @@ bt_status bt_engine_dist_gather_stats(bt_engine *e)
     const bt_dist_layout *l = &e->dist.layout;
     const bt_engine_dist *d = &e->dist;
     dist_stats mine = {e->stage[l->stage].time, e->stage[l->stage].mem,
-                       {d->reductions, d->reduced_bytes, d->reduce_ms, d->reduce_hidden_ms, d->reduce_wait_ms, d->zero}};
+                       {d->reductions, d->reduced_bytes, d->reduce_ms, d->reduce_hidden_ms, d->reduce_wait_ms, d->zero,
+                        bt_engine_dist_reduce_path(e)}};
     dist_stats *all = calloc((size_t)l->size, sizeof *all);
     double *ch = calloc((size_t)e->n_channels * 3 * ((size_t)l->size + 1), sizeof *ch);
     bt_status st = BT_OK;

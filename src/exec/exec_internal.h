@@ -80,6 +80,13 @@ typedef struct bt_channel {
     bt_comm_req *req;
     int tag_base;
     double *sent_at;           /* [microbatches] host ms when each send was posted */
+    /* BT_PATH_MPI_STAGED (transfer_staged.c) where this rank's side is a GPU: the pinned host copy
+     * of every micro-batch's message that MPI sends from or receives into, and (receiving) the
+     * events recorded on this device's copy stream once a message was copied into `buf` */
+    unsigned char *mpi_buf;
+    bt_event **landed;
+    /* BT_PATH_NCCL (dist_nccl.c): the channel's own two-rank communicator (sender rank 0) */
+    struct bt_backend_comm *comm;
     /* mailbox */
     atomic_int *ready;         /* [microbatches] 1 once sent (release), 0 once received */
     pthread_mutex_t mu;
@@ -105,6 +112,10 @@ typedef struct bt_dp_bucket {
     size_t chunk;
     void *wflat;               /* the bucket's weights, packed, for the all-gather */
     void *state[2];            /* [chunk] the optimizer state of this rank's chunk */
+    /* NCCL all-reduce (dist_nccl.c): the bucket packed on the device; `packed` recorded on the
+     * compute stream once packed, `reduced` on the communicator's stream once summed */
+    void *dflat;
+    bt_event *packed, *reduced;
 } bt_dp_bucket;
 
 /* What a job across processes adds to an engine (engine_dist.c). Off (on = 0) in one process,
@@ -128,6 +139,8 @@ typedef struct bt_engine_dist {
                                 * for a checkpoint, or written by a resume) and hold the truth */
     int last_bwd;              /* the local stage's last BWD in the training schedule */
     int last_wgt;              /* its last W (split backward), or -1 */
+    struct bt_backend_comm *nccl_dp; /* GPU replicas with NCCL: the stage's communicator over them */
+    int failed;                /* a job failed: communicators are aborted, not waited for */
     /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
     int *xpeer;
     double *xbuf;
@@ -351,10 +364,31 @@ static inline int bt_stage_is_local(const bt_engine *e, int s)
     return !e->dist.on || s == e->dist.layout.stage;
 }
 
-/* Whether a path orders its copies with events (the device paths). */
+/* Whether a path orders its copies with events (the device paths; across processes, the sender's
+ * side of mpi-staged and nccl, whose events stay unrecorded on a CPU side). */
 static inline int bt_path_has_events(bt_transfer_path path)
 {
-    return path == BT_PATH_LOCAL || path == BT_PATH_PEER || path == BT_PATH_STAGED;
+    return path == BT_PATH_LOCAL || path == BT_PATH_PEER || path == BT_PATH_STAGED ||
+           path == BT_PATH_MPI_STAGED || path == BT_PATH_NCCL;
+}
+
+/* Whether a path joins stages on different ranks. */
+static inline int bt_path_is_remote(bt_transfer_path path)
+{
+    return path == BT_PATH_MPI || path == BT_PATH_MPI_STAGED || path == BT_PATH_NCCL;
+}
+
+/* Whether a path's messages travel as MPI messages between host buffers. */
+static inline int bt_path_uses_mpi(bt_transfer_path path)
+{
+    return path == BT_PATH_MPI || path == BT_PATH_MPI_STAGED;
+}
+
+/* Where MPI sends micro-batch mb's message from, or receives it into: the pinned host copy where
+ * this rank's side is a GPU (mpi-staged), else the channel's buffer (host memory). */
+static inline unsigned char *bt_channel_mpi_msg(const bt_channel *ch, int mb)
+{
+    return (ch->mpi_buf ? ch->mpi_buf : ch->buf) + (size_t)mb * ch->msg_bytes;
 }
 
 /* Where value lives for micro-batch mb on stage st: in place in a device channel's buffer when it
@@ -427,6 +461,47 @@ bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int 
 bt_status bt_transfer_account(bt_engine *e, bt_channel *ch);
 /* Staging chunk bytes: BATON_STAGING_CHUNK from the environment (>= 64), else 4 MiB. */
 size_t bt_transfer_default_chunk(void);
+
+/* transfer_staged.c: boundaries between ranks where a GPU takes part (mpi-staged, nccl) */
+/* The path between stage a and b when one of them runs on another rank. */
+bt_transfer_path bt_remote_path_for(const bt_engine *e, int a, int b);
+/* A transfer mode this job cannot honour (--transfer nccl without NCCL, or with a CPU side). */
+bt_status bt_remote_check_mode(const bt_engine *e);
+/* Buffers and events of an mpi-staged or nccl channel, for this rank's side of it. */
+bt_status bt_remote_setup(bt_engine *e, bt_channel *ch);
+void bt_remote_teardown(bt_engine *e, bt_channel *ch);
+/* Sender: a GPU side copies mb's values into pinned memory on its copy stream (after ev_ready),
+ * waits for them and sends them over MPI; nccl queues ncclSend on the copy stream. */
+bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* Receiver, after the message arrived (MPI) or was queued (nccl): a GPU side copies it into `buf`
+ * on its copy stream and makes its compute stream wait for it. */
+bt_status bt_remote_recv(bt_stage *st, bt_channel *ch, int mb);
+/* Whether this rank's side of ch is a device with its own memory (a GPU). */
+int bt_remote_on_device(const bt_engine *e, const bt_channel *ch);
+
+/* dist_nccl.c: NCCL between GPU stages on different ranks (see there) */
+/* Whether a stage's backend has a communication table (a build with NCCL). */
+int bt_dist_nccl_built(const bt_engine *e);
+/* Whether this job uses NCCL where both sides are GPUs (built, and not forced to stage). */
+int bt_dist_nccl_available(const bt_engine *e);
+/* A channel's communicator (collective with the peer rank: the id goes over MPI) and events. */
+bt_status bt_dist_nccl_channel_setup(bt_engine *e, bt_channel *ch);
+void bt_dist_nccl_channel_teardown(bt_engine *e, bt_channel *ch);
+bt_status bt_dist_nccl_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* At a job's start on the receiver: every micro-batch's receive, on the communicator's stream. */
+bt_status bt_dist_nccl_post(bt_engine *e, bt_stage *st, bt_channel *ch);
+bt_status bt_dist_nccl_recv(bt_stage *st, bt_channel *ch, int mb);
+/* The stage's communicator over its replicas and the buckets' device buffers (collective). */
+bt_status bt_dist_nccl_dp_setup(bt_engine *e, bt_stage *st);
+/* Frees them (devices still open); aborts the communicator after a failure. Accepts none. */
+void bt_dist_nccl_dp_teardown(bt_engine *e);
+/* A bucket's gradients packed and all-reduced (queued); at STEP, waited for and unpacked. */
+bt_status bt_dist_nccl_bucket_start(bt_engine *e, bt_stage *st, bt_dp_bucket *b);
+bt_status bt_dist_nccl_bucket_finish(bt_engine *e, bt_stage *st, bt_dp_bucket *b);
+/* transfer_staged.c: parallel.zero with a GPU stage across processes is refused (not built). */
+bt_status bt_dist_check_gpu(const bt_engine *e);
+/* Broadcast of bytes of stage st's memory from world rank root (through host memory on a GPU). */
+bt_status bt_dist_bcast_stage(bt_engine *e, bt_stage *st, void *ptr, size_t bytes, int root);
 
 /* engine_dist.c: the parts of a job across processes the executor calls (all no-ops, or BT_OK,
  * when the engine is not distributed) */

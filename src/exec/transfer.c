@@ -14,6 +14,11 @@
  *           packs the values into its copy of the buffer and sends it (MPI_Isend); the receiver
  *           posted a receive for every micro-batch into its buffer at the job's start and reads the
  *           values in place (engine_dist.c). The rate reported is the packing and posting.
+ *   mpi-staged  different ranks with a GPU on either side: the GPU side copies between its device
+ *           and a pinned host copy of the messages on its copy stream, ordered by events, and MPI
+ *           moves the host copies (transfer_staged.c). The rate is the device-to-host copy.
+ *   nccl    different ranks, GPUs on both sides, a build with NCCL: ncclSend on the sender's copy
+ *           stream, receives queued ahead on the boundary's communicator stream (dist_nccl.c).
  *
  * On every device path the receiver's buffer holds every micro-batch of a step, the receiver reads
  * activations in place from it, and ordering is by events: the sender's copy stream waits for the
@@ -38,6 +43,8 @@ const char *bt_transfer_path_name(bt_transfer_path path)
     case BT_PATH_PEER: return "peer";
     case BT_PATH_STAGED: return "staged";
     case BT_PATH_MPI: return "mpi";
+    case BT_PATH_MPI_STAGED: return "mpi-staged";
+    case BT_PATH_NCCL: return "nccl";
     }
     return "?";
 }
@@ -45,7 +52,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
 bt_transfer_path bt_transfer_path_for(bt_engine *e, int a, int b)
 {
     const bt_stage *sa = &e->stage[a], *sb = &e->stage[b];
-    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return BT_PATH_MPI;
+    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return bt_remote_path_for(e, a, b);
     if (e->params.transfer == BT_TRANSFER_HOST || sa->be != sb->be) return BT_PATH_HOST;
     if (e->params.transfer == BT_TRANSFER_STAGED) return BT_PATH_STAGED;
     int access = sa->be->peer_access(sa->dev, sb->dev);
@@ -69,6 +76,15 @@ bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch)
         if (!ch->buf) return bt_error(BT_ERR_NOMEM, "engine: out of memory for channels");
         from->host_channel_bytes += total; /* host memory, not the device's */
         return BT_OK;
+    }
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) { /* transfer_staged.c */
+        /* the device buffer a receiving rank copies (or NCCL receives) into; a sending rank sends
+         * from its slots through pinned host memory or NCCL, with no device buffer of the channel */
+        if (bt_stage_is_local(e, ch->to)) {
+            BT_TRY(to->be->alloc(to->dev, total ? total : 64, (void **)&ch->buf));
+            to->mem.activations += total;
+        }
+        return bt_remote_setup(e, ch);
     }
     if (ch->path == BT_PATH_MPI) { /* no events: MPI requests (engine_dist.c) */
         /* the buffer of the end this rank runs (the receiver's, or the sender's copy); none when
@@ -116,6 +132,7 @@ static void destroy_events(bt_stage *st, bt_event **ev, int n)
 void bt_transfer_teardown(bt_engine *e, bt_channel *ch)
 {
     bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) bt_remote_teardown(e, ch);
     if (ch->path == BT_PATH_HOST) {
         free(ch->buf);
     } else if (ch->path == BT_PATH_MPI) {
@@ -184,6 +201,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const bt_backend *be = st->be;
     unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) return bt_remote_send(e, st, ch, mb);
     if (ch->path == BT_PATH_HOST || ch->path == BT_PATH_MPI) {
         double t0 = bt_now_ms();
         for (int k = 0; k < ch->n_values; k++)
@@ -214,6 +232,8 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
             break;
         case BT_PATH_HOST:
         case BT_PATH_MPI:
+        case BT_PATH_MPI_STAGED:
+        case BT_PATH_NCCL:
             break;
         }
     }
@@ -229,6 +249,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 {
     if (ch->path == BT_PATH_MPI) return BT_OK; /* arrived (bt_dist_wait) and read in place */
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) return bt_remote_recv(st, ch, mb);
     if (ch->path != BT_PATH_HOST) return st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]);
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
     for (int k = 0; k < ch->n_values; k++)
@@ -240,7 +261,8 @@ bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
 bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
-    if (bt_path_has_events(ch->path)) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
+    if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) BT_TRY(bt_remote_recv(st, ch, mb));
+    else if (bt_path_has_events(ch->path)) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
     for (int k = 0; k < ch->n_values; k++) {
         size_t bytes = value_size(ch, k);
         const void *src = msg + ch->value_off[k];

@@ -176,6 +176,7 @@ bt_status bt_ld_train(const bt_ld *ld, const bt_ynode *key, const bt_ynode *node
 static int valid_device(const char *s, size_t n)
 {
     size_t p;
+    if (n == 10 && strncmp(s, "cuda:local", 10) == 0) return 1; /* the rank's own GPU (docs/distributed.md) */
     if (n > 4 && strncmp(s, "cpu:", 4) == 0)
         p = 4;
     else if (n > 5 && strncmp(s, "cuda:", 5) == 0)
@@ -254,7 +255,7 @@ static bt_status add_device(const bt_ld *ld, const bt_ynode *at, const char *s, 
     if (!valid_device(s, n))
         return bt_ld_error(ld, at, BT_ERR_MODEL,
                            "parallel.devices: '%.*s' is not a device (auto, or a list of cpu:N "
-                           "and cuda:N; shorthands cpu:0-3, cpu*4, cuda:0*2)",
+                           "and cuda:N or cuda:local; shorthands cpu:0-3, cpu*4, cuda:0*2)",
                            (int)n, s);
     char *next = *joined ? bt_strfmt("%s,%.*s", *joined, (int)n, s) : bt_strfmt("%.*s", (int)n, s);
     if (!next) return bt_error(BT_ERR_NOMEM, "out of memory");
