@@ -13,6 +13,8 @@
 
 /* The tag of a stage's tensors sent to rank 0 by bt_engine_sync_params */
 #define BT_TAG_MIRROR 0x40000010
+/* bt_engine_agree_stop: a rank's word to rank 0 (+ 1: rank 0's answer) */
+#define BT_TAG_STOP 0x40001000 /* above the mirror's per-stage tags and NCCL's per-channel ids */
 
 /* Bytes of stage s's parameters in the engine's dtype, and the offset of param's slot (-1: the
  * weights) in the mirror's order: parameter by parameter (graph order), weights then each slot. */
@@ -125,17 +127,57 @@ bt_status bt_engine_sync_params(bt_engine *e)
     return BT_OK;
 }
 
+/* Through rank 0, point to point (not one all-reduce) so that a rank that is lost is named: rank 0
+ * waits for each rank's word in turn and, past the watchdog, names the one missing; the others
+ * wait for rank 0's answer and name rank 0. */
 bt_status bt_engine_agree_stop(bt_engine *e, int local, int *stop)
 {
     if (!stop) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_agree_stop: stop is NULL");
     *stop = local != 0;
     BT_TRY(bt_engine_check_usable(e));
     if (!e->dist.on) return BT_OK;
-    double v = local != 0;
-    bt_status st = bt_comm_allreduce_f64(e->dist.world, &v, 1, e->params.watchdog_s);
-    if (st != BT_OK)
-        return bt_error_context(st, "rank %d (stage %d, replica %d): agreeing whether to stop", e->dist.layout.rank,
-                                e->dist.layout.stage, e->dist.layout.replica);
+    const bt_dist_layout *l = &e->dist.layout;
+    double v = local != 0, word = 0;
+    const double wait_s = e->params.watchdog_s;
+    bt_comm_req req = {0};
+    if (l->rank == 0) {
+        for (int r = 1; r < l->size; r++) {
+            BT_TRY(bt_comm_irecv(e->dist.world, &word, sizeof word, r, BT_TAG_STOP, &req));
+            bt_status st = bt_comm_wait(&req, wait_s, &e->abort);
+            if (st != BT_OK) bt_comm_cancel(&req);
+            if (st == BT_ERR_TIMEOUT)
+                return bt_error(st, "watchdog: after %.1f s, rank 0 (stage %d, replica %d) agreeing whether to stop "
+                                "after the step had no word from rank %d (stage %d, replica %d): lost, or stuck "
+                                "(see that rank's own message)",
+                                wait_s, l->stage, l->replica, r, r % l->stages, r / l->stages);
+            BT_TRY(st);
+            if (word > 0) v = 1;
+        }
+        for (int r = 1; r < l->size; r++) {
+            BT_TRY(bt_comm_isend(e->dist.world, &v, sizeof v, r, BT_TAG_STOP + 1, &req));
+            bt_status st = bt_comm_wait(&req, wait_s, &e->abort);
+            if (st != BT_OK) bt_comm_cancel(&req);
+            if (st == BT_ERR_TIMEOUT)
+                return bt_error(st, "watchdog: after %.1f s, rank 0 agreeing whether to stop could not answer rank %d "
+                                "(stage %d, replica %d): lost, or stuck",
+                                wait_s, r, r % l->stages, r / l->stages);
+            BT_TRY(st);
+        }
+    } else {
+        bt_comm_req ask = {0};
+        BT_TRY(bt_comm_isend(e->dist.world, &v, sizeof v, 0, BT_TAG_STOP, &ask));
+        BT_TRY(bt_comm_irecv(e->dist.world, &word, sizeof word, 0, BT_TAG_STOP + 1, &req));
+        bt_status st = bt_comm_wait(&ask, wait_s, &e->abort);
+        if (st == BT_OK) st = bt_comm_wait(&req, wait_s, &e->abort);
+        if (st != BT_OK) bt_comm_cancel(&ask), bt_comm_cancel(&req);
+        if (st == BT_ERR_TIMEOUT)
+            return bt_error(st, "watchdog: after %.1f s, rank %d (stage %d, replica %d) agreeing whether to stop "
+                            "after the step had no answer from rank 0 (stage 0, replica 0): lost, or stuck "
+                            "(see that rank's own message)",
+                            wait_s, l->rank, l->stage, l->replica);
+        BT_TRY(st);
+        v = word;
+    }
     *stop = v > 0;
     return BT_OK;
 }
