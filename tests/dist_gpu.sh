@@ -86,9 +86,9 @@ equiv() {
   fi
   m1= m2= m3= m4=
   if m1=$(python3 "$cmp" losses "$tmp/ref-$S-cuda_0.jsonl" "$tmp/$name.jsonl" 1e-5) &&
-     m2=$(python3 "$cmp" tensors "$tmp/ref-$S-cuda_0/checkpoint.safetensors" "$d/checkpoint.safetensors" 1e-5) &&
+     m2=$(python3 "$cmp" tensors "$tmp/ref-$S-cuda_0" "$d" 1e-5) &&
      m3=$(python3 "$cmp" losses "$tmp/ref-$S-cpu_0.jsonl" "$tmp/$name.jsonl" 1e-4) &&
-     m4=$(python3 "$cmp" tensors "$tmp/ref-$S-cpu_0/checkpoint.safetensors" "$d/checkpoint.safetensors" 1e-4); then
+     m4=$(python3 "$cmp" tensors "$tmp/ref-$S-cpu_0" "$d" 1e-4); then
     ok "$tag ($want): against cuda:0 in one process: $m1; $m2; against cpu:0: $m4"
   else
     bad "$tag: $m1 ${m2:-} ${m3:-} ${m4:-}"
