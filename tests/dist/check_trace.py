@@ -67,7 +67,8 @@ def main():
         """The transfer slice of kind (S, R, s, r: the 1F3 notation) on ev's track that contains ev and
         carries its step and micro-batch."""
         for x in slices.get((ev["pid"], ev["tid"]), []):
-            if (x["ts"] <= ev["ts"] <= x["ts"] + x["dur"] and x["name"][1:2] == kind and
+            # 0.01 us: a flow end placed at a slice's edge, ts and dur each printed in us from ns
+            if (x["ts"] - 0.01 <= ev["ts"] <= x["ts"] + x["dur"] + 0.01 and x["name"][1:2] == kind and
                     x["args"]["microbatch"] == ev["args"]["microbatch"] and x["args"]["step"] == ev["args"]["step"]):
                 return x
         return None
