@@ -222,7 +222,11 @@ static void test_loader(void)
 
 /* zb-h1's deferred W reads activations after later micro-batches recomputed theirs: the engine
  * recomputes again before W. Recomputation still lowers the reserved activation memory there
- * (each recomputed activation is kept once, not once per micro-batch held to its W). */
+ * (each recomputed activation is kept once, not once per micro-batch held to its W) on the last
+ * stage, where every node is recomputed. Not on stage 0 of this model: fc1 is kept (sent on) but
+ * feeds the recomputed drop1, which the recomputation before W reads again, so fc1's W stash needs
+ * room of its own instead of fc1's output (plan/memory.c stash_in_place); the layout test below
+ * checks that. */
 static void test_with_split_backward(void)
 {
     const char *all[] = {"train.recompute=stage"};
@@ -239,15 +243,51 @@ static void test_with_split_backward(void)
     bt_engine *e = NULL;
     bt_memory_stats with, without;
     CU_ASSERT_FATAL(bt_engine_create(rec->graph, &p, &e) == BT_OK);
-    CU_ASSERT_FATAL(bt_engine_memory(e, 0, &with) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_memory(e, 1, &with) == BT_OK);
     bt_engine_destroy(e);
     e = NULL;
     CU_ASSERT(bt_graph_set_recompute(rec->graph, -1, 0) == BT_OK);
     CU_ASSERT_FATAL(bt_engine_create(rec->graph, &p, &e) == BT_OK);
-    CU_ASSERT_FATAL(bt_engine_memory(e, 0, &without) == BT_OK);
+    CU_ASSERT_FATAL(bt_engine_memory(e, 1, &without) == BT_OK);
     bt_engine_destroy(e);
     CU_ASSERT(with.activations < without.activations);
     bt_model_destroy(rec);
+}
+
+/* A split backward's W stash may reuse its node's output space only if nothing reads that value
+ * after the node's B. The recomputation before W reruns the recomputed nodes' forward from their
+ * inputs: stage 0 of balance {4, 5} keeps fc1 (sent to skip) and recomputes drop1 from it, so
+ * fc1's stash must not overwrite fc1 (it did, and zb-h1 with every layer recomputed then trained
+ * fc2 on a dropout of fc1's gradient). Without recomputation the stash stays in place. */
+static void test_stash_not_over_recompute_input(void)
+{
+    for (int on = 0; on <= 1; on++) {
+        const char *all[] = {"train.recompute=stage"};
+        bt_model *m = load(all, on);
+        bt_plan *plan = NULL;
+        int first[] = {0, 4, 9};
+        CU_ASSERT_FATAL(bt_plan_from_cuts(m->graph, 2, first, &plan) == BT_OK);
+        bt_memory_params mp;
+        bt_memory_params_init(&mp);
+        mp.microbatch_size = BATCH_N / 4;
+        mp.split_backward = 1;
+        int n_nodes = plan->n_stage_nodes[0], n_values = m->graph->n_values;
+        int *value_offset = calloc((size_t)n_values, sizeof *value_offset);
+        int *grad_offset = calloc((size_t)n_values, sizeof *grad_offset);
+        size_t *saved_offset = calloc((size_t)n_nodes, sizeof *saved_offset);
+        size_t *wgrad_offset = calloc((size_t)n_nodes, sizeof *wgrad_offset);
+        bt_stage_layout layout = {value_offset, grad_offset, saved_offset, wgrad_offset};
+        bt_stage_memory sm;
+        bt_memory_stage(m->graph, plan, &mp, 0, &sm, &layout);
+        const bt_node *fc1 = &m->graph->nodes[plan->first_node[0]]; /* fc1, its relu fused */
+        CU_ASSERT(m->graph->layers[fc1->layer].recompute == on);
+        CU_ASSERT(bt_memory_node_recomputed(m->graph, plan, &mp, 0, plan->first_node[0]) == 0);
+        CU_ASSERT_FATAL(wgrad_offset[0] != BT_MEMORY_NO_WGRAD);
+        CU_ASSERT((wgrad_offset[0] == (size_t)value_offset[fc1->out]) == !on);
+        free(value_offset), free(grad_offset), free(saved_offset), free(wgrad_offset);
+        bt_plan_destroy(plan);
+        bt_model_destroy(m);
+    }
 }
 
 int main(void)
@@ -257,6 +297,7 @@ int main(void)
         {"activation memory drops by the recomputed bytes", test_memory_drop},
         {"loader keys and errors", test_loader},
         {"with zb-h1's split backward: less activation memory", test_with_split_backward},
+        {"zb-h1: no W stash over a value the recomputation reads", test_stash_not_over_recompute_input},
         {NULL, NULL},
     };
     return bt_test_main("recompute", cases);

@@ -69,16 +69,19 @@ int bt_memory_node_has_wgrad(const bt_graph *g, int node)
 
 /* Whether node's W stash can live in the slot space of node's own output: once the node's B has
  * run nothing reads that value again (its consumers on the stage ran their backward before it,
- * later stages hold their own copies), unless a consumer on the stage defers a W that reads it
- * as its input. Op W kernels never read `out` (op.h). */
-static int stash_in_place(const bt_graph *g, const bt_plan *plan, int s, int node)
+ * later stages hold their own copies), unless a consumer on the stage reads it as its input
+ * after that B: one that defers a W, or one that is recomputed (the recomputation before W,
+ * worker.c, reruns its forward from the value). Op W kernels never read `out` (op.h). */
+static int stash_in_place(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
+                          int node)
 {
     int first = plan->first_node[s], end = first + plan->n_stage_nodes[s];
     if (node - first >= BT_MEMORY_MAX_STAGE_NODES) return 0;
     for (int j = first; j < end; j++) {
         const bt_node *c = &g->nodes[j];
+        int reads_later = bt_memory_node_has_wgrad(g, j) || bt_memory_node_recomputed(g, plan, mp, s, j);
         for (int i = 0; i < c->n_in; i++)
-            if (c->in[i] == g->nodes[node].out && bt_memory_node_has_wgrad(g, j)) return 0;
+            if (c->in[i] == g->nodes[node].out && reads_later) return 0;
     }
     return 1;
 }
@@ -126,7 +129,8 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         int stash = mp->training && mp->split_backward && bt_memory_node_has_wgrad(g, node);
         /* a recomputed node's output lives in the shared recompute region, which the recompute
          * before W rewrites: its stash takes room in the slot */
-        if (stash && !bt_memory_node_recomputed(g, plan, mp, s, node) && stash_in_place(g, plan, s, node)) {
+        if (stash && !bt_memory_node_recomputed(g, plan, mp, s, node) &&
+            stash_in_place(g, plan, mp, s, node)) {
             if (wgrad_offset) wgrad_offset[k] = out_offset[k];
             continue;
         }

@@ -99,8 +99,8 @@ typedef struct bt_stage_layout {
  * backward_weight and it has parameters. */
 int bt_memory_node_has_wgrad(const bt_graph *graph, int node);
 /* Whether node (a graph node index on stage `stage`) is recomputed before backward: its layer is
- * marked (params->recompute, else the graph's flag), its output is not sent to a later stage, and
- * the backward is not split (a deferred W reads activations after later forwards ran). */
+ * marked (params->recompute, else the graph's flag) and its output is not sent to a later stage.
+ * Under a split backward it is recomputed again before W (exec/worker.c). */
 int bt_memory_node_recomputed(const bt_graph *graph, const bt_plan *plan, const bt_memory_params *params,
                               int stage, int node);
 
