@@ -105,18 +105,6 @@ void bt_dist_nccl_channel_teardown(bt_engine *e, bt_channel *ch)
     ch->comm = NULL;
 }
 
-/* Where value k of a message comes from on the sending stage (as transfer.c's). */
-static const void *value_source(const bt_stage *st, const bt_channel *ch, int k, int mb)
-{
-    if (ch->grad) return st->grads + st->grad_offset[ch->values[k]];
-    return bt_slot_value(st, mb, ch->values[k]);
-}
-
-static size_t value_bytes(const bt_channel *ch, int k)
-{
-    return (k + 1 < ch->n_values ? ch->value_off[k + 1] : ch->msg_bytes) - ch->value_off[k];
-}
-
 bt_status bt_dist_nccl_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     (void)e;
@@ -124,8 +112,8 @@ bt_status bt_dist_nccl_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
     /* the copy stream already waits for ev_ready (worker.c, send_instr) */
     BT_TRY(be->event_record(st->dev, ch->begin[mb], BT_STREAM_COPY));
     for (int k = 0; k < ch->n_values; k++)
-        if (value_bytes(ch, k))
-            BT_TRY(be->comms->send(st->dev, ch->comm, value_source(st, ch, k, mb), value_bytes(ch, k), 1));
+        if (bt_channel_value_bytes(ch, k))
+            BT_TRY(be->comms->send(st->dev, ch->comm, bt_channel_value_source(st, ch, k, mb), bt_channel_value_bytes(ch, k), 1));
     BT_TRY(be->event_record(st->dev, ch->sent[mb], BT_STREAM_COPY));
     ch->pending[mb] = 1;
     ch->last_sent = mb;
@@ -139,10 +127,10 @@ bt_status bt_dist_nccl_post(bt_engine *e, bt_stage *st, bt_channel *ch)
         unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
         int last = -1;
         for (int k = 0; k < ch->n_values; k++)
-            if (value_bytes(ch, k)) last = k;
+            if (bt_channel_value_bytes(ch, k)) last = k;
         for (int k = 0; k < ch->n_values; k++)
-            if (value_bytes(ch, k))
-                BT_TRY(st->be->comms->recv(st->dev, ch->comm, msg + ch->value_off[k], value_bytes(ch, k), 0,
+            if (bt_channel_value_bytes(ch, k))
+                BT_TRY(st->be->comms->recv(st->dev, ch->comm, msg + ch->value_off[k], bt_channel_value_bytes(ch, k), 0,
                                            k == last ? ch->landed[mb] : NULL));
         if (last < 0) /* an empty message: landed marks the communicator stream as it is */
             BT_TRY(st->be->comms->recv(st->dev, ch->comm, msg, 0, 0, ch->landed[mb]));

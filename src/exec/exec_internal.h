@@ -401,6 +401,19 @@ static inline void *bt_slot_value(const bt_stage *st, int mb, int value)
     return bt_slot_at(st, mb, (size_t)st->value_offset[value]);
 }
 
+/* Where value k of channel ch's message comes from on the sending stage st (a gradient, or the
+ * micro-batch's value), and its bytes in the message (transfer.c, transfer_staged.c, dist_nccl.c). */
+static inline const void *bt_channel_value_source(const bt_stage *st, const bt_channel *ch, int k, int mb)
+{
+    if (ch->grad) return st->grads + st->grad_offset[ch->values[k]];
+    return bt_slot_value(st, mb, ch->values[k]);
+}
+
+static inline size_t bt_channel_value_bytes(const bt_channel *ch, int k)
+{
+    return (k + 1 < ch->n_values ? ch->value_off[k + 1] : ch->msg_bytes) - ch->value_off[k];
+}
+
 /* engine.c: BT_ERR_INVALID_ARG for NULL; BT_ERR_TIMEOUT, naming the stuck stage, once a worker
  * got stuck past the watchdog (the engine is then unusable: every call but destroy fails). */
 bt_status bt_engine_check_usable(const bt_engine *e);

@@ -163,19 +163,6 @@ void bt_transfer_teardown(bt_engine *e, bt_channel *ch)
     ch->pending = NULL;
 }
 
-/* Where value k of a message comes from on the sending stage. */
-static const void *message_source(const bt_engine *e, const bt_stage *st, const bt_channel *ch, int k, int mb)
-{
-    int value = ch->values[k];
-    if (ch->grad) return st->grads + st->grad_offset[value];
-    return bt_slot_value(st, mb, value);
-}
-
-static size_t value_size(const bt_channel *ch, int k)
-{
-    return (k + 1 < ch->n_values ? ch->value_off[k + 1] : ch->msg_bytes) - ch->value_off[k];
-}
-
 /* One value through the two pinned chunks: chunk k is refilled only once the receiving device has
  * drained what it last held. The sender's thread queues both halves; no host thread waits. */
 static bt_status staged_copy(bt_channel *ch, bt_stage *src, bt_stage *dst, unsigned char *to,
@@ -205,8 +192,8 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
     if (ch->path == BT_PATH_HOST || ch->path == BT_PATH_MPI) {
         double t0 = bt_now_ms();
         for (int k = 0; k < ch->n_values; k++)
-            BT_TRY(be->to_host(st->dev, msg + ch->value_off[k], message_source(e, st, ch, k, mb),
-                               value_size(ch, k)));
+            BT_TRY(be->to_host(st->dev, msg + ch->value_off[k], bt_channel_value_source(st, ch, k, mb),
+                               bt_channel_value_bytes(ch, k)));
         if (ch->path == BT_PATH_MPI) BT_TRY(bt_dist_send(e, st, ch, mb));
         ch->copy_ms += bt_now_ms() - t0;
         ch->messages++;
@@ -216,9 +203,9 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
     bt_stage *rs = &e->stage[ch->to];
     BT_TRY(be->event_record(st->dev, ch->begin[mb], BT_STREAM_COPY));
     for (int k = 0; k < ch->n_values; k++) {
-        const void *src = message_source(e, st, ch, k, mb);
+        const void *src = bt_channel_value_source(st, ch, k, mb);
         unsigned char *dst = msg + ch->value_off[k];
-        size_t bytes = value_size(ch, k);
+        size_t bytes = bt_channel_value_bytes(ch, k);
         if (bytes == 0) continue;
         switch (ch->path) {
         case BT_PATH_LOCAL:
@@ -254,7 +241,7 @@ bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb)
     const unsigned char *msg = ch->buf + (size_t)mb * ch->msg_bytes;
     for (int k = 0; k < ch->n_values; k++)
         BT_TRY(st->be->from_host(st->dev, bt_slot_value(st, mb, ch->values[k]), msg + ch->value_off[k],
-                                 value_size(ch, k)));
+                                 bt_channel_value_bytes(ch, k)));
     return BT_OK;
 }
 
@@ -264,7 +251,7 @@ bt_status bt_transfer_recv_grad(bt_engine *e, bt_stage *st, bt_channel *ch, int 
     if (ch->path == BT_PATH_MPI_STAGED || ch->path == BT_PATH_NCCL) BT_TRY(bt_remote_recv(st, ch, mb));
     else if (bt_path_has_events(ch->path)) BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[mb]));
     for (int k = 0; k < ch->n_values; k++) {
-        size_t bytes = value_size(ch, k);
+        size_t bytes = bt_channel_value_bytes(ch, k);
         const void *src = msg + ch->value_off[k];
         if (ch->path == BT_PATH_HOST) {
             BT_TRY(st->be->from_host(st->dev, st->recv_scratch, src, bytes));

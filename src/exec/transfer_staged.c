@@ -120,18 +120,6 @@ void bt_remote_teardown(bt_engine *e, bt_channel *ch)
     ch->begin = ch->sent = NULL;
 }
 
-/* Where value k of a message comes from on the sending stage (as transfer.c's). */
-static const void *value_source(const bt_stage *st, const bt_channel *ch, int k, int mb)
-{
-    if (ch->grad) return st->grads + st->grad_offset[ch->values[k]];
-    return bt_slot_value(st, mb, ch->values[k]);
-}
-
-static size_t value_bytes(const bt_channel *ch, int k)
-{
-    return (k + 1 < ch->n_values ? ch->value_off[k + 1] : ch->msg_bytes) - ch->value_off[k];
-}
-
 bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const bt_backend *be = st->be;
@@ -140,7 +128,7 @@ bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
     if (!on_device(st)) { /* a CPU sender: the mpi path's packing, into host memory */
         double t0 = bt_now_ms();
         for (int k = 0; k < ch->n_values; k++)
-            BT_TRY(be->to_host(st->dev, msg + ch->value_off[k], value_source(st, ch, k, mb), value_bytes(ch, k)));
+            BT_TRY(be->to_host(st->dev, msg + ch->value_off[k], bt_channel_value_source(st, ch, k, mb), bt_channel_value_bytes(ch, k)));
         BT_TRY(bt_dist_send(e, st, ch, mb));
         ch->copy_ms += bt_now_ms() - t0;
         ch->messages++;
@@ -151,7 +139,7 @@ bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
     BT_TRY(be->event_record(st->dev, ch->begin[mb], BT_STREAM_COPY));
     for (int k = 0; k < ch->n_values; k++)
         BT_TRY(be->copy_async(st->dev, BT_STREAM_COPY, BT_COPY_D2H, msg + ch->value_off[k],
-                              value_source(st, ch, k, mb), value_bytes(ch, k)));
+                              bt_channel_value_source(st, ch, k, mb), bt_channel_value_bytes(ch, k)));
     BT_TRY(be->event_record(st->dev, ch->sent[mb], BT_STREAM_COPY));
     /* MPI reads host memory: the copies must be done before the send is posted */
     BT_TRY(be->sync(st->dev));
