@@ -105,8 +105,9 @@ else bad "parallel.zero: 1, D=2: peak bytes $sharded against $full"; fi
 # measured by a wrapper around it, once with the wide layers on rank 1 and once on rank 0, and each
 # rank is compared with itself (a rank's baseline depends on the build: the CUDA build's libraries
 # weigh 200 MB and more, unevenly between ranks): the rank holding the wide layers must be at least
-# 32 MB above its own run without them (67 MB apart without CUDA; a rank holding both stages
-# measured 0.8 MB apart); the summary's per-rank rows likewise
+# 12 MB above its own run without them. Measured: 75 MB apart without CUDA; about 20 MB in the
+# CUDA build, whose peak is partly the CUDA runtime's start-up, which the tensors allocated later
+# fit under; a rank holding both stages measured 0.8 MB apart. The summary's per-rank rows likewise
 rss_run() { # LAYOUT TAG
   mkdir -p "$tmp/rss-$2"
   mpi -np 2 /usr/bin/python3 -c 'import os, resource, subprocess, sys
@@ -119,7 +120,7 @@ rss_run "fc_in,wide0,wide1|head,loss" head; rc2=$?
 r0=$(cat "$tmp/rss-tail/rss.0" 2>/dev/null); r1=$(cat "$tmp/rss-tail/rss.1" 2>/dev/null)
 h0=$(cat "$tmp/rss-head/rss.0" 2>/dev/null); h1=$(cat "$tmp/rss-head/rss.1" 2>/dev/null)
 if [ $rc = 0 ] && [ $rc2 = 0 ] && [ -n "$r0" ] && [ -n "$r1" ] && [ -n "$h0" ] && [ -n "$h1" ] &&
-   [ $((r1 - h1)) -ge 32768 ] && [ $((h0 - r0)) -ge 32768 ] &&
+   [ $((r1 - h1)) -ge 12288 ] && [ $((h0 - r0)) -ge 12288 ] &&
    grep -Eq '^  0 +0 +0 +[0-9.]+ KiB' "$tmp/rss-tail.out" && grep -Eq '^  1 +0 +1 +6[0-9.]+ MiB' "$tmp/rss-tail.out"; then
   ok "each rank holds its own stage: peak resident memory (KiB) with the wide layers on rank 1: $r0, $r1; on rank 0: $h0, $h1"
 else bad "each rank holds its own stage: exit $rc/$rc2, peak resident memory (KiB) wide on rank 1: ${r0:-?}, ${r1:-?}; wide on rank 0: ${h0:-?}, ${h1:-?}: $(tail -c 1200 "$tmp/rss-tail.out")"; fi
