@@ -13,11 +13,46 @@
 #   the machine's GEMM rates (bench_cpu gemm, THREADS) are measured in the same run, once per round:
 #          f32 on oneDNN (baton's default f32 path, cpu/gemm_f32.c), f32 on OpenBLAS
 #          (BATON_CPU_F32=openblas) and bf16; baton f32 is also run on the OpenBLAS path (batonO).
+#   bf16 storage of activations (exec/bf16_store.c): the bf16 MLP as 2 stages x 1 thread, GPipe, 8
+#          micro-batches, with BATON_BF16_STASH=0 (f32 slots) and =1 (bf16 slots, converted after
+#          each forward op and before each backward read), and as 1 stage, 1 micro-batch with
+#          =0 and =1 (where bf16 slots save nothing: the conversions alone); alternating, same
+#          rounds. A 5th argument `store` runs only these (no PyTorch needed).
 # Needs Debian's python3-torch (for /usr/bin/python3).
 set -eu
-build=${1:?usage: compare_bf16.sh BUILD_DIR [ROUNDS] [STEPS] [THREADS]}
-rounds=${2:-3}; steps=${3:-20}; threads=${4:-2}
+build=${1:?usage: compare_bf16.sh BUILD_DIR [ROUNDS] [STEPS] [THREADS] [store]}
+rounds=${2:-3}; steps=${3:-20}; threads=${4:-2}; only=${5:-all}
 here=$(cd "$(dirname "$0")" && pwd)
+if [ "$only" = store ]; then
+  store() { # stash stages microbatches schedule -> "median_ms activation_peak activation_peak_f32" of stage 0
+    BATON_BF16_STASH=$1 "$build/baton" run "$here/../models/fashion-mlp.yaml" --synthetic --stages "$2" \
+      --partition params --microbatches "$3" --schedule "$4" --threads 1 --steps "$steps" --log-format jsonl \
+      train.precision=bf16 2>&1 | awk '/"summary"/ {
+        match($0, /"median_step_ms": *[0-9.e+-]+/); ms = substr($0, RSTART, RLENGTH); sub(/.*: */, "", ms)
+        match($0, /"activation_peak_bytes": *[0-9]+/); a = substr($0, RSTART, RLENGTH); sub(/.*: */, "", a)
+        match($0, /"activation_peak_f32_bytes": *[0-9]+/); f = substr($0, RSTART, RLENGTH); sub(/.*: */, "", f)
+        print ms, a, f }'
+  }
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  out=$(mktemp); trap 'rm -f "$out"' EXIT
+  for r in $(seq "$rounds"); do
+    for stash in 0 1; do
+      echo "pipe $stash $(store $stash 2 8 gpipe)" >>"$out"
+      echo "one $stash $(store $stash 1 1 1f1b)" >>"$out"
+    done
+  done
+  cat "$out"
+  echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  med() { awk -v c="$1" -v s="$2" '$1 == c && $2 == s {print $3}' "$out" | sort -g |
+    awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+  for c in pipe one; do
+    f=$(med $c 0); b=$(med $c 1)
+    act=$(awk -v c=$c '$1 == c && $2 == 1 {print $4, $5; exit}' "$out")
+    echo "$c: median step f32 slots $f ms, bf16 slots $b ms, bf16/f32 time $(awk -v f="$f" -v b="$b" 'BEGIN {printf "%.3f", b / f}');" \
+      "stage 0 activation peak bf16 / f32 bytes: $act"
+  done
+  exit 0
+fi
 models="$here/../models"
 python=/usr/bin/python3
 $python -c 'import torch' 2>/dev/null || { echo "compare_bf16: python3-torch is not installed"; exit 2; }

@@ -163,6 +163,12 @@ typedef struct bt_memory_stats {
     size_t peak;              /* the most reserved at once */
     size_t activation_peak;   /* the most activation-slot bytes holding live micro-batches */
     int peak_microbatches;    /* the most micro-batches held at once */
+    /* precision bf16 on a CPU stage keeps activations as bf16 (2 bytes an element, plus f32
+     * working copies of the values the running node needs; docs/architecture.md, Memory):
+     * bf16_kept is 1 there, and activation_peak_f32 is what activation_peak would be with f32
+     * slots (equal to it elsewhere) */
+    int bf16_kept;
+    size_t activation_peak_f32;
 } bt_memory_stats;
 
 typedef struct bt_stage_info {

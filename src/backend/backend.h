@@ -144,6 +144,13 @@ typedef struct bt_backend {
     /* Rounds n f32 values in place to the precision BT_BF16 or BT_F16 (round to nearest even,
      * f16 overflow becomes infinity); the values stay f32. On the compute stream. */
     bt_status (*round_to)(bt_device *dev, bt_dtype precision, float *x, size_t n);
+    /* Optional (NULL: the backend keeps activations in f32 under bf16: cuda). Storage of values
+     * that are bf16 already (exec/bf16_store.c): store_bf16 writes the upper 16 bits of n f32
+     * values into dst, and fails with BT_ERR_INTERNAL when a dropped lower half is not zero (the
+     * value was not rounded: a bug, never a silent change of the value); load_bf16 writes n bf16
+     * values back as f32. Both on the compute stream, both exact. */
+    bt_status (*store_bf16)(bt_device *dev, void *dst, const float *src, size_t n);
+    bt_status (*load_bf16)(bt_device *dev, float *dst, const void *src, size_t n);
     /* Optional (NULL: none in this build): communication between processes from device memory. */
     const bt_backend_comms *comms;
 } bt_backend;

@@ -164,6 +164,22 @@ static void print_step(const run_opts *o, long long step, long long steps, const
 }
 
 /* One line per stage boundary and direction that carried data: its path and measured rate. */
+/* Stages that keep activations as bf16 (precision bf16 on a CPU): the peak beside the f32 one. */
+static void print_bf16_kept(const bt_engine *e)
+{
+    int any = 0;
+    for (int s = 0; s < bt_engine_num_stages(e); s++) {
+        bt_memory_stats m;
+        char a[32], b[32];
+        bt_engine_memory(e, s, &m);
+        if (!m.bf16_kept) continue;
+        if (!any++) printf("  activations kept as bf16 (bf16 slots + f32 working copies; f32 slots would hold):");
+        printf(" stage %d %s (f32 %s)", s, bt_cli_bytes((double)m.activation_peak, a, sizeof a),
+               bt_cli_bytes((double)m.activation_peak_f32, b, sizeof b));
+    }
+    if (any) printf("\n");
+}
+
 static void print_boundaries(const bt_engine *e)
 {
     int shown = 0;
@@ -192,9 +208,11 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
         bt_engine_stage(e, s, &si);
         bt_engine_time(e, s, &t);
         double wall = t.wall_ms > 0 ? t.wall_ms : 1;
-        json_array_append_new(stages, json_pack("{s:i, s:s, s:I, s:I, s:i, s:o, s:o, s:o}", "stage", s, "device",
-                                                si.device, "peak_bytes", (json_int_t)m.peak, "activation_peak_bytes",
-                                                (json_int_t)m.activation_peak, "peak_microbatches",
+        json_array_append_new(stages, json_pack("{s:i, s:s, s:I, s:I, s:I, s:b, s:i, s:o, s:o, s:o}", "stage", s,
+                                                "device", si.device, "peak_bytes", (json_int_t)m.peak,
+                                                "activation_peak_bytes", (json_int_t)m.activation_peak,
+                                                "activation_peak_f32_bytes", (json_int_t)m.activation_peak_f32,
+                                                "activations_bf16", m.bf16_kept, "peak_microbatches",
                                                 m.peak_microbatches, "busy", bt_cli_json_num(t.busy_ms / wall),
                                                 "transfer", bt_cli_json_num(t.transfer_ms / wall), "idle",
                                                 bt_cli_json_num(t.idle_ms / wall)));
@@ -236,6 +254,7 @@ void bt_cli_print_summary(const run_opts *o, const bt_engine *e, double median_m
                bt_cli_bytes((double)m.activation_peak, f, sizeof f), m.peak_microbatches, 100 * t.busy_ms / wall,
                100 * t.transfer_ms / wall, 100 * t.idle_ms / wall);
     }
+    print_bf16_kept(e);
     print_boundaries(e);
     bt_cli_dist_summary(o, e);
     bt_cli_tracer_summary(o->tracer, 0, median_ms);

@@ -163,6 +163,22 @@ uint16_t bt_f32_to_bf16_bits(float x) { return (uint16_t)(round_bf16_u(f2u(x)) >
 
 float bt_bf16_bits_to_f32(uint16_t bits) { return u2f((uint32_t)bits << 16); }
 
+uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n)
+{
+    uint32_t low = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = f2u(x[i]);
+        dst[i] = (uint16_t)(u >> 16);
+        low |= u & 0xffffu;
+    }
+    return low;
+}
+
+void bt_bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = u2f((uint32_t)src[i] << 16);
+}
+
 uint16_t bt_f32_to_f16_bits(float x)
 {
     const uint32_t r = round_f16_u(f2u(x));

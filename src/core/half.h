@@ -49,4 +49,12 @@ float bt_bf16_bits_to_f32(uint16_t bits);
 uint16_t bt_f32_to_f16_bits(float x);
 float bt_f16_bits_to_f32(uint16_t bits);
 
+/* Storage of values that are already bf16 (activations under precision bf16, exec/bf16_store.c):
+ * bt_bf16_pack writes the upper half of each of x[0..n) into dst and returns the OR of the lower
+ * halves it dropped, 0 exactly when every x[i] was a bf16 value (so the packing was exact);
+ * bt_bf16_unpack writes them back as f32 (always exact). Plain loops over uint32 that vectorise:
+ * no rounding is needed, since truncating a bf16 value is exact. */
+uint32_t bt_bf16_pack(uint16_t *dst, const float *x, size_t n);
+void bt_bf16_unpack(float *dst, const uint16_t *src, size_t n);
+
 #endif

@@ -219,6 +219,23 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
     return BT_OK;
 }
 
+static bt_status cpu_store_bf16(bt_device *dev, void *dst, const float *src, size_t n)
+{
+    bt_gemm_bf16_forget(dst, n * sizeof(uint16_t));
+    if (bt_bf16_pack(dst, src, n) != 0)
+        return bt_error(BT_ERR_INTERNAL, "cpu:%d: storing %zu values as bf16: some are not bf16 values "
+                        "(not rounded), so the upper halves would not hold them", dev->index, n);
+    return BT_OK;
+}
+
+static bt_status cpu_load_bf16(bt_device *dev, float *dst, const void *src, size_t n)
+{
+    (void)dev;
+    bt_gemm_bf16_forget(dst, n * sizeof *dst);
+    bt_bf16_unpack(dst, src, n);
+    return BT_OK;
+}
+
 static const bt_backend cpu_backend = {
     .name = "cpu",
     .shares_host_memory = 1,
@@ -251,6 +268,8 @@ static const bt_backend cpu_backend = {
     .copy_peer = cpu_copy_peer,
     .peer_access = cpu_peer_access,
     .round_to = cpu_round_to,
+    .store_bf16 = cpu_store_bf16,
+    .load_bf16 = cpu_load_bf16,
 };
 
 const bt_backend *bt_cpu_backend(void) { return &cpu_backend; }

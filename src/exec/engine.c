@@ -318,6 +318,7 @@ void bt_engine_destroy(bt_engine *e)
     free(e->paths);
     free(e->stage_slots);
     free(e->host_path);
+    free(e->bf16_kept);
     for (int s = 0; e->stage && s < e->stages; s++) bt_layout_free_stage(&e->stage[s]);
     free(e->stage);
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
@@ -592,8 +593,12 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         bt_memory_stats *m = &e->stage[s].mem;
         int live = e->worker[s].peak_live;
         if (live > m->peak_microbatches) m->peak_microbatches = live;
-        size_t act = (size_t)live * e->stage[s].slot_bytes + (live > 0 ? e->stage[s].need.recompute_bytes : 0);
+        const bt_stage_memory *need = &e->stage[s].need; /* the shared regions: recomputation, bf16's work */
+        size_t act = (size_t)live * e->stage[s].slot_bytes + (live > 0 ? need->recompute_bytes + need->work_bytes : 0);
         if (act > m->activation_peak) m->activation_peak = act;
+        size_t act_f32 = (size_t)live * need->slot_bytes_f32 + (live > 0 ? need->recompute_bytes : 0);
+        if (act_f32 > m->activation_peak_f32) m->activation_peak_f32 = act_f32;
+        m->bf16_kept = need->bf16_kept;
     }
     for (int s = 0; s < e->stages; s++) {
         bt_time_stats *t = &e->stage[s].time;

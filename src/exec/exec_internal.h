@@ -188,6 +188,12 @@ typedef struct bt_stage {
     size_t *node_wgrad_offset; /* [n_nodes]: the output-gradient stash a deferred W reads (split
                                 * backward), or BT_MEMORY_NO_WGRAD */
     unsigned char *recomputed; /* [n_nodes]: 1 where the node is recomputed before backward */
+    /* bf16 storage (need.bf16_kept, bf16_store.c): [graph n_values] the offset of a value's bf16
+     * copy in a slot or -1 (value_offset is then its f32 working copy's, in the work region); the
+     * kept values; and per value the micro-batch whose values its working copy holds, or -1 */
+    int *kept_offset;
+    int *kept_values, n_kept;
+    int *work_tag;
     size_t slot_bytes;
     /* [n_slots][slot_bytes], then the recompute region (need.recompute_bytes): one shared copy of
      * the values and state of recomputed nodes, rebuilt before each backward (run_backward) */
@@ -341,6 +347,7 @@ struct bt_engine {
     bt_memory_params memory;
     int *stage_slots;          /* [stages] */
     unsigned char *host_path;  /* [stages * stages] */
+    unsigned char *bf16_kept;  /* [stages]: BT_KEEP_* (BATON_BF16_STASH, on backends with store_bf16) */
     size_t staging_chunk;      /* BT_PATH_STAGED chunk bytes (BATON_STAGING_CHUNK, default 4 MiB) */
     /* mixed precision */
     double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
@@ -435,6 +442,26 @@ bt_status bt_layout_alloc_stage(bt_engine *e, bt_stage *st);
 void bt_layout_verify(const bt_engine *e);
 /* Frees everything a stage holds and closes its device; accepts a half-built stage. */
 void bt_layout_free_stage(bt_stage *st);
+
+/* bf16_store.c: activations kept as bf16 in the slots (plan/memory.h), each worked on in its f32
+ * working copy. All are no-ops on a stage without bf16 storage, and for values it keeps in f32. */
+/* Fills the stage's kept-value list and tags (after bt_layout_stage). */
+bt_status bt_store_init(bt_stage *st, const bt_graph *g);
+/* At a job's start: no working copy is known to hold any micro-batch's value. */
+void bt_store_forget(bt_stage *st);
+/* Before a read of value v of micro-batch mb: its working copy holds mb's values. */
+bt_status bt_store_load(bt_engine *e, bt_stage *st, int mb, int v);
+/* Before node k (stage-local) runs on mb: its inputs, and with_out its output too (backward). */
+bt_status bt_store_load_node(bt_engine *e, bt_stage *st, int k, int mb, int with_out);
+/* After mb's value v was written into its working copy (and rounded): stored as bf16 in the slot. */
+bt_status bt_store_wrote(bt_engine *e, bt_stage *st, int mb, int v);
+/* Whether node k's W stash is kept as bf16 (its output is). */
+int bt_store_stash_kept(const bt_stage *st, const bt_graph *g, int k);
+/* B of a split backward: node k's output gradient grad (rounded) into mb's bf16 stash. */
+bt_status bt_store_stash(bt_engine *e, bt_stage *st, int k, int mb, const float *grad);
+/* W: mb's stash of node k expanded into the working copy of k's output (W never reads the output),
+ * where the W call finds it (bt_slot_value of the output). */
+bt_status bt_store_load_stash(bt_engine *e, bt_stage *st, int k, int mb);
 
 /* topology.c */
 /* Chooses the path between every ordered pair of stages (devices open). */

@@ -29,7 +29,12 @@ bt_status bt_layout_memory_params(bt_engine *e)
     int p = e->stages;
     e->stage_slots = calloc((size_t)p, sizeof *e->stage_slots);
     e->host_path = calloc((size_t)p * (size_t)p, sizeof *e->host_path);
-    if (!e->stage_slots || !e->host_path) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    e->bf16_kept = calloc((size_t)p, sizeof *e->bf16_kept);
+    if (!e->stage_slots || !e->host_path || !e->bf16_kept) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    int keep = BT_KEEP_F32;
+    BT_TRY(bt_memory_bf16_mode(&keep));
+    /* activations kept as bf16 where the backend can store them (cpu; GPU stages keep f32) */
+    for (int s = 0; s < p; s++) e->bf16_kept[s] = e->stage[s].be->store_bf16 ? (unsigned char)keep : BT_KEEP_F32;
     for (int s = 0; s < p; s++) e->stage_slots[s] = e->stage[s].n_slots;
     for (int a = 0; a < p; a++)
         for (int b = 0; b < p; b++)
@@ -45,6 +50,7 @@ bt_status bt_layout_memory_params(bt_engine *e)
     mp->n_slots = e->stage_slots;
     mp->host_path = e->host_path;
     mp->split_backward = e->train_sched && e->train_sched->split_backward;
+    mp->bf16_kept = e->bf16_kept;
     /* a deferred W reads a micro-batch's activations after later micro-batches' B recomputed
      * theirs into the one shared region: W recomputes them again first (worker.c) */
     return BT_OK;
@@ -58,11 +64,12 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
     st->node_wgrad_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_wgrad_offset);
     st->recomputed = calloc((size_t)st->n_nodes + 1, 1);
+    st->kept_offset = malloc((size_t)nv * sizeof *st->kept_offset + 1);
     if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->node_wgrad_offset ||
-        !st->recomputed)
+        !st->recomputed || !st->kept_offset)
         return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset,
-                              st->node_wgrad_offset};
+                              st->node_wgrad_offset, st->kept_offset};
     bt_memory_stage(e->graph, e->plan, &e->memory, st->index, &st->need, &layout);
     for (int k = 0; k < st->n_nodes; k++)
         st->recomputed[k] = (unsigned char)bt_memory_node_recomputed(e->graph, e->plan, &e->memory, st->index,
@@ -72,7 +79,7 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->outgoing_grad_bytes = st->need.outgoing_grad_bytes;
     st->ws_bytes = st->need.workspace;
     st->recv_scratch_bytes = st->need.recv_scratch;
-    return BT_OK;
+    return bt_store_init(st, e->graph);
 }
 
 /* ---- admission -------------------------------------------------------------------------------- */
@@ -256,8 +263,9 @@ static bt_status alloc_params(bt_engine *e, bt_stage *st)
 bt_status bt_layout_alloc_stage(bt_engine *e, bt_stage *st)
 {
     bt_memory_stats *m = &st->mem;
-    BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots + st->need.recompute_bytes, (void **)&st->slots,
-                       &m->activations));
+    m->bf16_kept = st->need.bf16_kept;
+    BT_TRY(stage_alloc(st, st->slot_bytes * (size_t)st->n_slots + st->need.recompute_bytes + st->need.work_bytes,
+                       (void **)&st->slots, &m->activations));
     if (e->params.training) BT_TRY(stage_alloc(st, st->grad_bytes, (void **)&st->grads, &m->workspace));
     BT_TRY(stage_alloc(st, st->ws_bytes, &st->workspace, &m->workspace));
     if (st->recv_scratch_bytes)
@@ -335,6 +343,9 @@ void bt_layout_free_stage(bt_stage *st)
     free(st->node_saved_offset);
     free(st->node_wgrad_offset);
     free(st->recomputed);
+    free(st->kept_offset);
+    free(st->kept_values);
+    free(st->work_tag);
     free(st->slot_of);
     free(st->slot_owner);
 }

@@ -75,7 +75,8 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, b
         for (int i = 0; i < n->n_in; i++)
             d.in_grad[i] = node_input_wants_grad(e, st, n, i) ? st->grads + st->grad_offset[n->in[i]] : NULL;
     } else if (phase == PHASE_WGT) {
-        d.out_grad = wgrad_stash(st, k, mb); /* the in_grad stay NULL */
+        /* the in_grad stay NULL; a bf16 stash is loaded into the output's working copy */
+        d.out_grad = bt_store_stash_kept(st, g, k) ? d.out : wgrad_stash(st, k, mb);
         d.out = NULL; /* op.h: W never reads out, whose space may hold the stash */
     }
     bt_op_call_build(g, st->first_node + k, e->mb_size, e->dtype, backward, &d, t, call);
@@ -125,6 +126,7 @@ static bt_status feed_inputs(bt_engine *e, bt_stage *st, int mb)
         BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_H2D, slot, src,
                                   (size_t)e->mb_size * row));
         BT_TRY(round_value(e, st, slot, v));
+        BT_TRY(bt_store_wrote(e, st, mb, x->value));
     }
     return BT_OK;
 }
@@ -153,9 +155,11 @@ static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int tra
     bt_op_call call;
     prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
     call.training = training;
-    bt_status s = st->be->run_op(st->dev, n->op, 0, &call);
+    bt_status s = bt_store_load_node(e, st, k, mb, 0);
+    if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 0, &call);
     if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
     if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
+    if (s == BT_OK) s = bt_store_wrote(e, st, mb, n->out);
     if (s != BT_OK)
         return bt_error_context(s, "stage %d, %s of layer '%s' (micro-batch %d)", st->index, what,
                                 g->layers[n->layer].name, mb);
@@ -173,6 +177,7 @@ static bt_status run_forward(bt_engine *e, bt_stage *st, int mb, int training)
         g->values[e->out_value].producer < st->first_node + st->n_nodes) {
         size_t row = value_row_bytes(e, &g->values[e->out_value]);
         size_t bytes = (size_t)e->mb_size * row;
+        BT_TRY(bt_store_load(e, st, mb, e->out_value));
         BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2H,
                                   (unsigned char *)e->out_ptr + (size_t)mb * bytes,
                                   bt_slot_value(st, mb, e->out_value), bytes));
@@ -224,12 +229,16 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb, int last)
         /* mixed precision: a value's gradient is rounded once it is complete, as its producer
          * reads it, so where its consumers' contributions were added (which stage) cannot matter */
         bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
+        if (s == BT_OK) s = bt_store_load_node(e, st, k, mb, 1);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
         /* W reads the output gradient after the next B reused the buffer: a copy in the slot, taken
-         * after B (the stash may be the node's own output, which B may still read) */
+         * after B (the stash may be the node's own output, which B may still read); bf16 where the
+         * output is kept so */
         if (s == BT_OK && node_defers_wgrad(st, k))
-            s = st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, wgrad_stash(st, k, mb),
-                                   t.out_grad.data, bt_memory_value_bytes(g, &e->memory, n->out));
+            s = bt_store_stash_kept(st, g, k)
+                    ? bt_store_stash(e, st, k, mb, t.out_grad.data)
+                    : st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, wgrad_stash(st, k, mb),
+                                         t.out_grad.data, bt_memory_value_bytes(g, &e->memory, n->out));
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
@@ -255,7 +264,9 @@ static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
         bt_op_call call;
         prepare_call(e, st, k, mb, PHASE_WGT, &call, &t);
         call.training = 1;
-        bt_status s = st->be->run_op(st->dev, n->op, BT_RUN_WEIGHT, &call);
+        bt_status s = bt_store_load_node(e, st, k, mb, 0);
+        if (s == BT_OK && bt_store_stash_kept(st, g, k)) s = bt_store_load_stash(e, st, k, mb);
+        if (s == BT_OK) s = st->be->run_op(st->dev, n->op, BT_RUN_WEIGHT, &call);
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
@@ -285,6 +296,9 @@ static bt_status send_instr(bt_engine *e, bt_stage *st, bt_channel *const *chann
 {
     const bt_backend *be = st->be;
     bt_stream_id stream = BT_STREAM_COMPUTE;
+    for (int c = 0; c < n; c++) /* values kept as bf16: their working copies hold mb's */
+        for (int k = 0; k < channels[c]->n_values && !channels[c]->grad; k++)
+            BT_TRY(bt_store_load(e, st, mb, channels[c]->values[k]));
     if (any_device_path(channels, n)) {
         stream = BT_STREAM_COPY;
         BT_TRY(be->event_record(st->dev, st->ev_ready, BT_STREAM_COMPUTE));
@@ -351,9 +365,12 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
     }
     BT_TRY(st->be->event_record(st->dev, st->ev_begin[instr], BT_STREAM_COMPUTE));
     if (grad) BT_TRY(st->be->zero(st->dev, st->grads, st->outgoing_grad_bytes));
-    for (int c = 0; c < n; c++)
+    for (int c = 0; c < n; c++) {
         BT_TRY(grad ? bt_transfer_recv_grad(e, st, channels[c], mb)
                     : bt_transfer_recv_act(st, channels[c], mb));
+        for (int k = 0; k < channels[c]->n_values && !grad; k++) /* host path: copied into the slot */
+            BT_TRY(bt_store_wrote(e, st, mb, channels[c]->values[k]));
+    }
     return st->be->event_record(st->dev, st->ev_end[instr], BT_STREAM_COMPUTE);
 }
 
@@ -535,6 +552,7 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     reset_channels(st->out_act, st->n_out_act);
     reset_channels(st->out_grad, st->n_out_grad);
     for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
+    bt_store_forget(st);
     BT_TRY(bt_dist_job_start(e, st, e->job != BT_JOB_FORWARD));
     BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;

@@ -20,6 +20,16 @@
  *                and take one shared recompute region instead (recompute_bytes), unless their
  *                output is sent to a later stage: their values are rebuilt from the slot's kept
  *                values just before the micro-batch's backward
+ *                bf16 storage (training under precision bf16 on a stage whose backend can,
+ *                bf16_kept): the floating values a slot keeps (every one the executor rounds, so
+ *                all but the graph's output) take 2 bytes an element in the slot, as the upper
+ *                halves of their f32 values (exact: they are bf16 values), and one f32 working
+ *                copy each in a work region after the recompute region (work_bytes) where the ops
+ *                read and write them; two values share working space when no node of the stage
+ *                needs both (each value is live from its producer, or node 0 for a received or
+ *                fed one, to its last reader on the stage, or the stage's end if it is sent on).
+ *                Saved state stays as the op wrote it. A stage uses it where it takes fewer bytes
+ *                (BT_KEEP_AUTO) or always (BT_KEEP_BF16); activations_f32 is the f32 figure
  *   value_grads  one set of value gradients, the stage's outgoing values first (training)
  *   workspace    the largest workspace one node asks for
  *   loss_seed    one micro-batch of the loss gradient's seed
@@ -40,6 +50,7 @@
 #include <stdint.h>
 
 #include "baton/config.h"
+#include "baton/status.h"
 #include "baton/graph.h"
 #include "plan/plan.h"
 
@@ -61,7 +72,18 @@ typedef struct bt_memory_params {
     /* [graph layers]: 1 where the layer is recomputed; NULL: the graph's own flags
      * (bt_graph_set_recompute). The planner prices recomputation choices through it. */
     const unsigned char *recompute;
+    /* [stages]: whether a stage may keep its activations as bf16 (BT_KEEP_*; only training with
+     * dtype f32 and precision bf16 takes it); NULL: none does. The engine allows it on backends
+     * with store_bf16 (cpu), by BATON_BF16_STASH (bt_memory_bf16_mode). */
+    const unsigned char *bf16_kept;
 } bt_memory_params;
+
+/* bf16_kept values: f32 slots; bf16 where the stage's activations take fewer bytes; bf16 always. */
+enum { BT_KEEP_F32 = 0, BT_KEEP_AUTO = 1, BT_KEEP_BF16 = 2 };
+
+/* BATON_BF16_STASH from the environment: unset or "auto" BT_KEEP_AUTO, "1" BT_KEEP_BF16, "0"
+ * BT_KEEP_F32; anything else is BT_ERR_INVALID_ARG naming it. */
+bt_status bt_memory_bf16_mode(int *mode);
 
 /* Defaults: one micro-batch of one sample, f32, f32 precision, training, no optimizer state, one
  * slot per stage, no host paths. */
@@ -75,6 +97,11 @@ typedef struct bt_stage_memory {
     int n_slots;
     size_t slot_bytes;         /* one activation slot (kept values and state only) */
     size_t recompute_bytes;    /* the shared region of recomputed values and state (in activations) */
+    int bf16_kept;             /* 1: the slots keep floating values as bf16, worked on in work_bytes */
+    size_t work_bytes;         /* bf16_kept: the f32 working copies, after the recompute region */
+    size_t activations_f32;    /* what activations would be with f32 slots (= activations when
+                                  bf16_kept is 0), and one such slot */
+    size_t slot_bytes_f32;
     int n_recomputed;          /* the stage's nodes that are recomputed */
     size_t outgoing_grad_bytes; /* the head of value_grads a gradient receive zeroes */
     int64_t n_params;          /* parameter elements */
@@ -88,7 +115,11 @@ typedef struct bt_stage_layout {
     int *grad_offset;          /* [graph values]: offset in the value gradients, or -1 */
     size_t *saved_offset;      /* [stage nodes]: each node's saved state in a slot */
     size_t *wgrad_offset;      /* [stage nodes]: the output-gradient stash W reads, in a slot;
-                                  BT_MEMORY_NO_WGRAD where the node has no deferred W (may be NULL) */
+                                  BT_MEMORY_NO_WGRAD where the node has no deferred W (may be NULL);
+                                  where the node's output is kept as bf16, the stash is bf16 too */
+    /* [graph values]: bf16_kept: the offset of the value's bf16 copy in a slot, -1 where it is
+     * not kept as bf16 (value_offset is then its working copy's, in the work region); may be NULL */
+    int *kept_offset;
 } bt_stage_layout;
 
 #define BT_MEMORY_NO_WGRAD ((size_t)-1)

@@ -422,9 +422,14 @@ static bt_status render(const bt_profile *prof, bt_placement *pl)
 static bt_status model_memory(const bt_placement_params *pp, const bt_placement_problem *pb,
                               const bt_partition_plan *plan, bt_placement *out)
 {
-    int p = plan->stages, slots[BT_MAX_STAGES];
-    unsigned char host[BT_MAX_STAGES * BT_MAX_STAGES];
+    int p = plan->stages, slots[BT_MAX_STAGES], keep_mode = BT_KEEP_F32;
+    unsigned char host[BT_MAX_STAGES * BT_MAX_STAGES], keep[BT_MAX_STAGES];
+    BT_TRY(bt_memory_bf16_mode(&keep_mode));
     for (int a = 0; a < p; a++) {
+        char kind[16];
+        kind_of(pb->devices[plan->device[a]], kind, sizeof kind);
+        /* bf16 activations as the engine keeps them: on CPU stages (exec/layout.c) */
+        keep[a] = strcmp(kind, "cpu") == 0 ? (unsigned char)keep_mode : BT_KEEP_F32;
         slots[a] = pb->training ? plan->inflight[a] : 1;
         for (int b = 0; b < p; b++)
             host[a * p + b] = pb->kind[plan->device[a]] != pb->kind[plan->device[b]];
@@ -441,6 +446,7 @@ static bt_status model_memory(const bt_placement_params *pp, const bt_placement_
     mp.optimizer_slots = pb->training ? pp->optimizer_slots : 0;
     mp.n_slots = slots;
     mp.host_path = host;
+    mp.bf16_kept = keep;
     unsigned char *rec = NULL;
     if (pp->recompute >= 0) { /* the params' choice, else the graph's own flags */
         int n = bt_graph_num_layers(pp->graph);
