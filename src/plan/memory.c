@@ -255,7 +255,6 @@ static void slot_layout(const bt_graph *g, const bt_plan *plan, const bt_memory_
         value_offset[kept.value[j]] = (int)(off + roff + kept.offset[j]);
 }
 
-
 /* Whether stage s holds value v in a slot or reads it from a channel: it produces it, or it
  * crosses into s. */
 static int stage_sees(const bt_graph *g, const bt_plan *plan, int s, int v)
