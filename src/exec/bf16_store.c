@@ -91,8 +91,7 @@ bt_status bt_store_wrote(bt_engine *e, bt_stage *st, int mb, int v)
     bt_status s = st->be->store_bf16(st->dev, bt_slot_at(st, mb, (size_t)st->kept_offset[v]), bt_slot_value(st, mb, v),
                                      elements(e, v));
     if (s != BT_OK)
-        return bt_error_context(s, "stage %d, keeping value '%s' of micro-batch %d as bf16", st->index,
-                                e->graph->values[v].name, mb);
+        return bt_error_context(s, "keeping value '%s' as bf16", e->graph->values[v].name);
     return BT_OK;
 }
 
@@ -106,8 +105,7 @@ bt_status bt_store_stash(bt_engine *e, bt_stage *st, int k, int mb, const float 
     int v = e->graph->nodes[st->first_node + k].out;
     bt_status s = st->be->store_bf16(st->dev, bt_slot_at(st, mb, st->node_wgrad_offset[k]), grad, elements(e, v));
     if (s != BT_OK)
-        return bt_error_context(s, "stage %d, keeping the gradient of '%s' (micro-batch %d) for W as bf16",
-                                st->index, e->graph->values[v].name, mb);
+        return bt_error_context(s, "keeping the gradient of '%s' for W as bf16", e->graph->values[v].name);
     return BT_OK;
 }
 
