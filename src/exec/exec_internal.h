@@ -2,6 +2,8 @@
  *   engine.c        lifecycle (create, destroy) and job dispatch (a step posts a job, waits)
  *   param_init.c    deterministic initial weights
  *   layout.c        each stage's memory, from the memory model; the admission check
+ *   bf16_store.c    precision bf16 on a CPU stage: activations kept as bf16 in the slots, worked
+ *                   on in f32 working copies (plan/memory.h)
  *   topology.c      transfer paths between stages and the channels that follow the crossings
  *   engine_query.c  accessors: parameters and state by name, statistics, boundaries
  *   worker.c        the instruction interpreter each stage's thread runs
