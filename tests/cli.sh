@@ -46,6 +46,22 @@ if expect_rc 0 "run a token model" "$baton" run "$tmp/tokens.yaml" --steps 3 --s
   tests=$((tests + 1))
   [ "$(grep -c '^step ' "$tmp/out")" = 3 ] || fail "token model: expected 3 step lines: $(cat "$tmp/out")"
 fi
+# precision bf16 keeps CPU stages' activations as bf16 (BATON_BF16_STASH, docs/cli.md): the
+# summary names the stages with their f32 figure; =0 keeps f32 (no line); another value: exit 2
+bf16_run="run $srcdir/models/mlp.yaml --steps 2 --stages 2 --microbatches 4 --schedule gpipe train.precision=bf16"
+if expect_rc 0 "run bf16 activations" "$baton" $bf16_run; then
+  tests=$((tests + 1))
+  grep -q '^  activations kept as bf16 .*: stage 0 .* (f32 .*) stage 1 ' "$tmp/out" ||
+    fail "bf16 activations: no summary line: $(tail -6 "$tmp/out")"
+fi
+if expect_rc 0 "run bf16 activations off" env BATON_BF16_STASH=0 "$baton" $bf16_run; then
+  tests=$((tests + 1))
+  ! grep -q 'activations kept as bf16' "$tmp/out" || fail "BATON_BF16_STASH=0: $(grep 'kept as bf16' "$tmp/out")"
+fi
+if expect_rc 2 "BATON_BF16_STASH=yes" env BATON_BF16_STASH=yes "$baton" $bf16_run; then
+  tests=$((tests + 1))
+  grep -q 'BATON_BF16_STASH=yes' "$tmp/err" "$tmp/out" || fail "BATON_BF16_STASH=yes: not named: $(cat "$tmp/err")"
+fi
 if expect_rc 0 "run inference" "$baton" run "$srcdir/models/mlp-infer.yaml" --steps 2 --synthetic; then
   tests=$((tests + 1))
   [ "$(grep -c '^batch .*latency .*samples/s' "$tmp/out")" = 2 ] || fail "inference: expected 2 batch lines: $(cat "$tmp/out")"
