@@ -14,6 +14,7 @@
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
+#include "sched/sched.h"
 
 void bt_plan_destroy(bt_plan *plan)
 {

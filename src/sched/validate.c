@@ -3,11 +3,12 @@
  * The checks run in five passes and the first failure is reported:
  *   1. each instruction alone: known kind, micro-batch in range (-1 for STEP), the peer a SEND or
  *      RECV names is the neighbour its kind talks to (and exists), the model chunk is the stage's
- *      (its rank among its device's stages), no backward-pass instruction in a forward-only schedule, W only where
- *      the backward is split; then the devices: stages = devices * chunks, every device runs
- *      exactly `chunks` stages (device[s] in range), and where a device runs
- *      several stages their turns number its instructions 0..n-1 once each, increasing along every
- *      stage's list (one stage per device: the list is the order and turns are not read);
+ *      (its rank among its device's stages), no backward-pass instruction in a forward-only
+ *      schedule, W only where the backward is split; then the devices: stages = devices * chunks,
+ *      every device runs exactly `chunks` stages (device[s] in range; device s when each runs
+ *      one), and where a device runs several stages their turns number its instructions 0..n-1
+ *      once each, increasing along every stage's list (one stage per device: the list is the
+ *      order and turns are not read);
  *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training, and one
  *      W after its BWD when the backward is split), each send and receive occurs at most once per
  *      micro-batch, BWD after its FWD, RECV_ACT before the FWD that needs it, RECV_GRAD before the
