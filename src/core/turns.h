@@ -2,11 +2,10 @@
  * 1F1B or ZBV, and the hand-off measurement in profile/handoff.c, which must time the same thing).
  *
  * A bt_turns is one sequence of n turns, turn t belonging to one of n_slots threads (owner[t]).
- * The counter is an atomic; the thread whose turn comes next is the only one woken (its own
- * condition variable), so a hand-off never wakes the other threads (no thundering herd), and a
- * waiter first spins briefly (BT_TURNS_SPIN_NS) so a turn handed on within microseconds costs no
- * sleep. Every wait also stops when *abort becomes true; bt_turns_wake wakes every sleeper after
- * the caller raised it.
+ * The counter is an atomic; the thread whose turn comes next is the only one signalled (its own
+ * condition variable), so a hand-off never wakes the other threads (no thundering herd); a
+ * sleeping waiter also looks again every 200 us (turns.c says why: measured). Every wait also
+ * stops when *abort becomes true; bt_turns_wake wakes every sleeper after the caller raised it.
  *
  * Threading: the counter is stored with release order by the thread passing the turn and loaded
  * with acquire order by the waiter, so what the previous turn wrote is visible to the next; a
@@ -17,8 +16,6 @@
 #include <stdatomic.h>
 
 #include "baton/status.h"
-
-#define BT_TURNS_SPIN_NS 20000
 
 typedef struct bt_turns bt_turns;
 
