@@ -4,7 +4,7 @@
  *     says when a value is not one; the CPU backend refuses to store such a value (BT_ERR_INTERNAL);
  *   - training runs with bf16 storage forced on every stage (BATON_BF16_STASH=1) equal the runs
  *     with f32 slots (=0) bit for bit, losses, weights and a forward after them, under 1F1B,
- *     GPipe, ZB-H1 (whose W stashes are bf16 too), interleaved 1F1B, recomputation (also with
+ *     GPipe, ZB-H1 (whose W stashes are bf16 too), interleaved 1F1B, ZBV, recomputation (also with
  *     ZB-H1) and forced host-path transfers; and the engine did keep them as bf16 there;
  *   - memory: on a bf16 MLP pipeline under GPipe the reserved activation bytes (the plan) and the
  *     measured peak are the figures worked out by hand below, against the f32 run's; the default
@@ -119,6 +119,13 @@ static void test_schedules_bit_identical(void)
     p.precision = BT_BF16;
     p.threads = 1;
     same_as_f32_slots(g, &p, "interleaved");
+    /* zbv: 4 logical stages in a V on cpu:0, cpu:1, split backward */
+    engine_params(&p, 4, 8, BT_SCHEDULE_ZBV);
+    p.parallel.devices = "cpu:0,cpu:1";
+    p.parallel.virtual_stages = 2;
+    p.precision = BT_BF16;
+    p.threads = 1;
+    same_as_f32_slots(g, &p, "zbv");
     /* messages through host memory: received values are written into the slots */
     engine_params(&p, 3, 4, BT_SCHEDULE_1F1B);
     p.precision = BT_BF16;
