@@ -45,6 +45,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
     case BT_PATH_MPI: return "mpi";
     case BT_PATH_MPI_STAGED: return "mpi-staged";
     case BT_PATH_NCCL: return "nccl";
+    case BT_PATH_SHM: return "shm";
     }
     return "?";
 }
