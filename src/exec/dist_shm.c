@@ -20,7 +20,10 @@
  * every machine this builds for). Phases: ready (the bucket's gradients are final here), reduced
  * (this rank's slice is summed), updated (zero: this rank's weights slice is published), and one
  * `done` per rank (it has finished reading its peers' arenas this step), which a rank waits for
- * before it zeroes its gradients for the next step. No barrier per bucket: a rank waits only for
+ * before it zeroes its gradients for the next step; without zero, one more flag says that the
+ * rank has written the sums of squares of its share of the tensors (those starting in its slice)
+ * for the global norm, which every rank then adds in tensor order (the CPU backend's sum_squares
+ * term for term: the same bits, half the passes over the gradients). No barrier per bucket: a rank waits only for
  * the flags of the data it is about to read. Waits spin briefly, then yield, then sleep 100 us,
  * bounded by the watchdog (naming the peer rank and what it has not done) and stopped by abort.
  *
@@ -73,6 +76,8 @@ static int bucket_line(const bt_engine *e, const bt_dp_bucket *b, int phase)
 }
 
 static int done_line(const bt_engine *e) { return e->dist.n_buckets * F_PER_BUCKET; }
+/* the sums of squares of this rank's share of the tensors are in its segment (without zero) */
+static int sq_line(const bt_engine *e) { return e->dist.n_buckets * F_PER_BUCKET + 1; }
 
 static void publish(bt_engine *e, int line)
 {
@@ -84,6 +89,8 @@ static int seen(const bt_engine *e, int q, int line)
 {
     return atomic_load_explicit(flag(e, q, line), memory_order_acquire) >= e->dist.shm_gen;
 }
+
+int bt_dist_shm_sumsq_split(const bt_engine *e) { return e->dist.shm && !e->dist.zero && !e->n_ties; }
 
 static void relax(void)
 {
@@ -196,7 +203,13 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
 {
     bt_engine_dist *d = &e->dist;
     size_t dsz = bt_dtype_size(e->dtype), align = LINE / dsz, D = (size_t)d->layout.data;
-    size_t at = (size_t)(d->n_buckets * F_PER_BUCKET + 1) * LINE, padded = 0;
+    size_t at = (size_t)(d->n_buckets * F_PER_BUCKET + 2) * LINE, padded = 0;
+    if (!d->zero) { /* each tensor's sum of squares, computed by one replica (bt_dist_shm_sumsq) */
+        d->shm_sq_off = at;
+        at += ((size_t)st->n_params * sizeof(double) + LINE - 1) / LINE * LINE;
+        if (!(d->shm_sq_owner = calloc((size_t)st->n_params + 1, sizeof *d->shm_sq_owner)))
+            return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    }
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         b->shm_off = at;
@@ -227,6 +240,8 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
             ps->g = p;
             st->sq_ptr[i] = p;
             size_t n = d->zero ? ps->numel : (ps->numel + align - 1) / align * align;
+            if (!d->zero) /* the replica whose slice holds the tensor's start */
+                d->shm_sq_owner[i] = (int)((size_t)(p - (mine + b->shm_off)) / dsz / b->shm_slice);
             p += n * dsz;
             if (!d->zero) padded += n - ps->numel;
         }
@@ -375,7 +390,6 @@ bt_status bt_dist_shm_poll(bt_engine *e, bt_stage *st)
 bt_status bt_dist_shm_finish(bt_engine *e, bt_stage *st)
 {
     bt_engine_dist *d = &e->dist;
-    (void)st;
     int D = d->layout.data, me = d->layout.replica;
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
@@ -393,6 +407,27 @@ bt_status bt_dist_shm_finish(bt_engine *e, bt_stage *st)
         gather_slices(e, b);
     }
     publish(e, done_line(e)); /* this rank reads no peer's arena again this step */
+    if (bt_dist_shm_sumsq_split(e)) { /* (ties change gradients at STEP: then every rank sums all) */
+        double *sq = (double *)(void *)(seg(e, me) + d->shm_sq_off);
+        for (int i = 0; i < st->n_params; i++)
+            if (d->shm_sq_owner[i] == me)
+                sq[i] = e->dtype == BT_F64 ? bt_optim_sumsq_f64(st->sq_ptr[i], (int64_t)st->sq_n[i])
+                                           : bt_optim_sumsq_f32(st->sq_ptr[i], (int64_t)st->sq_n[i]);
+        publish(e, sq_line(e));
+    }
+    return BT_OK;
+}
+
+bt_status bt_dist_shm_sumsq(bt_engine *e, bt_stage *st, double *out)
+{
+    bt_engine_dist *d = &e->dist;
+    for (int q = 0; q < d->layout.data; q++)
+        if (q != d->layout.replica) BT_TRY(wait_flag(e, q, sq_line(e), "sum the squares of its tensors", -1));
+    /* the CPU backend's sum_squares, term for term: each tensor's sum, added in tensor order */
+    double sum = 0;
+    for (int i = 0; i < st->n_params; i++)
+        sum += ((const double *)(const void *)(seg(e, d->shm_sq_owner[i]) + d->shm_sq_off))[i];
+    *out = sum;
     return BT_OK;
 }
 
@@ -461,4 +496,6 @@ void bt_dist_shm_teardown(bt_engine *e)
      * MPI_Finalize ends the window with the process) */
     if (!e->dist.failed) bt_shm_win_free(e->dist.shm);
     e->dist.shm = NULL;
+    free(e->dist.shm_sq_owner);
+    e->dist.shm_sq_owner = NULL;
 }

@@ -148,6 +148,8 @@ typedef struct bt_engine_dist {
     int reduce_mode;           /* BATON_DP_REDUCE: BT_DP_REDUCE_AUTO, _MPI or _SHM */
     struct bt_shm_win *shm;    /* the shm path (dist_shm.c): the replicas' shared window, or NULL */
     uint64_t shm_gen;          /* gradient jobs so far: the value this job's flags reach */
+    size_t shm_sq_off;         /* without zero: where each rank's per-tensor sums of squares lie */
+    int *shm_sq_owner;         /* [n_params] the replica that sums the squares of store i */
     int failed;                /* a job failed: communicators are aborted, not waited for */
     /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
     int *xpeer;
@@ -582,6 +584,10 @@ bt_status bt_dist_shm_job_start(bt_engine *e, bt_stage *st);
 void bt_dist_shm_start(bt_engine *e, bt_dp_bucket *b);
 bt_status bt_dist_shm_poll(bt_engine *e, bt_stage *st);
 bt_status bt_dist_shm_finish(bt_engine *e, bt_stage *st);
+/* Without zero (and ties): the stage's sum of squared gradients, each tensor's part computed by
+ * one replica at the end of the reduction; the same value as the backend's sum_squares. */
+int bt_dist_shm_sumsq_split(const bt_engine *e);
+bt_status bt_dist_shm_sumsq(bt_engine *e, bt_stage *st, double *out);
 bt_status bt_dist_shm_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t step, double scale);
 void bt_dist_shm_teardown(bt_engine *e);
 
