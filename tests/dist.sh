@@ -111,6 +111,12 @@ for z in "" parallel.zero=1; do
     p=$(reduce_path "$tmp/$1-$2-1f1b-$(echo "$z" | tr -c 'A-Za-z0-9-\n' '_')--x_BATON_DP_REDUCE_mpi.jsonl")
     if [ "$p" = mpi ]; then ok "D=$1 P=$2${z:+ $z}, BATON_DP_REDUCE=mpi: the summary names mpi"
     else bad "D=$1 P=$2${z:+ $z}, BATON_DP_REDUCE=mpi: the reduction path is '${p}'"; fi
+    # with two replicas both paths add a + b: the same bits (the norm's terms are the same too)
+    zn=$(echo "$z" | tr -c 'A-Za-z0-9-\n' '_')
+    if m=$(python3 "$cmp" tensors "$tmp/run-$1-$2-1f1b-$zn-" "$tmp/run-$1-$2-1f1b-$zn--x_BATON_DP_REDUCE_mpi" 0) &&
+       m2=$(python3 "$cmp" losses "$tmp/$1-$2-1f1b-$zn-.jsonl" "$tmp/$1-$2-1f1b-$zn--x_BATON_DP_REDUCE_mpi.jsonl" 0); then
+      ok "D=$1 P=$2${z:+ $z}: shm and mpi give the same bits ($m; $m2)"
+    else bad "D=$1 P=$2${z:+ $z}: shm against mpi: $m ${m2:-}"; fi
   done
 done
 extra=""
