@@ -222,6 +222,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
         case BT_PATH_MPI:
         case BT_PATH_MPI_STAGED:
         case BT_PATH_NCCL:
+        case BT_PATH_SHM: /* a reduction's path, never a boundary's */
             break;
         }
     }
