@@ -46,8 +46,11 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the shm path's flags need lock-free
 /* flag lines per bucket: ready, reduced, updated; then one `done` line */
 enum { F_READY = 0, F_REDUCED = 1, F_UPDATED = 2, F_PER_BUCKET = 3 };
 #define LINE 64
-/* the busy part of a wait before it yields, and before it sleeps (ms) */
+/* a wait spins (SPINS pauses between clock reads) for SPIN_MS, then yields the core between
+ * looks until YIELD_MS, then sleeps 100 us between them: a peer a few microseconds behind is
+ * met without giving the core away, and a lost one does not burn it */
 #define SPINS 512
+#define SPIN_MS 0.05
 #define YIELD_MS 50.0
 
 bt_status bt_dist_reduce_mode_from_env(int *mode)
@@ -108,7 +111,11 @@ static bt_status wait_flag(bt_engine *e, int q, int line, const char *what, int 
     }
     double t0 = bt_now_ms();
     const bt_dist_layout *l = &e->dist.layout;
-    while (!seen(e, q, line)) {
+    for (int i = 0; !seen(e, q, line); i++) {
+        if (i % SPINS || bt_now_ms() - t0 < SPIN_MS) { /* keep the core a little longer first */
+            relax();
+            continue;
+        }
         if (atomic_load(&e->abort)) return bt_error(BT_ERR_INTERNAL, "stopped at the gradient reduction (another stage failed)");
         double waited = bt_now_ms() - t0;
         if (waited > e->params.watchdog_s * 1000.0) {
