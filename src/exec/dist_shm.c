@@ -66,7 +66,7 @@ bt_status bt_dist_reduce_mode_from_env(int *mode)
 
 static const char *mode_name(int m) { return m == BT_DP_REDUCE_MPI ? "mpi" : m == BT_DP_REDUCE_SHM ? "shm" : "auto"; }
 
-static unsigned char *seg(const bt_engine *e, int q) { return bt_shm_win_base(e->dist.shm, q); }
+static unsigned char *seg(const bt_engine *e, int q) { return e->dist.shm_base[q]; }
 
 static _Atomic uint64_t *flag(const bt_engine *e, int q, int line)
 {
@@ -237,6 +237,8 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
         at += (d->buckets[bi].chunk * D * dsz + LINE - 1) / LINE * LINE;
     }
     BT_TRY(bt_shm_win_alloc(d->dp, at, e->params.watchdog_s, &d->shm));
+    if (!(d->shm_base = calloc(D, sizeof *d->shm_base))) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    for (size_t q = 0; q < D; q++) d->shm_base[q] = bt_shm_win_base(d->shm, (int)q);
     unsigned char *mine = seg(e, d->layout.replica);
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
@@ -505,4 +507,6 @@ void bt_dist_shm_teardown(bt_engine *e)
     e->dist.shm = NULL;
     free(e->dist.shm_sq_owner);
     e->dist.shm_sq_owner = NULL;
+    free(e->dist.shm_base);
+    e->dist.shm_base = NULL;
 }

@@ -147,6 +147,7 @@ typedef struct bt_engine_dist {
     struct bt_backend_comm *nccl_dp; /* GPU replicas with NCCL: the stage's communicator over them */
     int reduce_mode;           /* BATON_DP_REDUCE: BT_DP_REDUCE_AUTO, _MPI or _SHM */
     struct bt_shm_win *shm;    /* the shm path (dist_shm.c): the replicas' shared window, or NULL */
+    unsigned char **shm_base;  /* [D] each replica's segment of it, in this process */
     uint64_t shm_gen;          /* gradient jobs so far: the value this job's flags reach */
     size_t shm_sq_off;         /* without zero: where each rank's per-tensor sums of squares lie */
     int *shm_sq_owner;         /* [n_params] the replica that sums the squares of store i */
