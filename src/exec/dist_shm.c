@@ -21,7 +21,7 @@
  * (this rank's slice is summed), updated (zero: this rank's weights slice is published), and one
  * `done` per rank (it has finished reading its peers' arenas this step), which a rank waits for
  * before it zeroes its gradients for the next step; without zero, one more flag says that the
- * rank has written the sums of squares of its share of the tensors (those starting in its slice)
+ * rank has written the sums of squares of its share of the tensors (whole tensors, balanced by size)
  * for the global norm, which every rank then adds in tensor order (the CPU backend's sum_squares
  * term for term: the same bits, half the passes over the gradients). No barrier per bucket: a rank waits only for
  * the flags of the data it is about to read. Waits spin briefly, then yield, then sleep 100 us,
@@ -206,6 +206,34 @@ static void slice_of(const bt_engine *e, const bt_dp_bucket *b, int q, size_t *l
     if (*lo > region) *lo = region;
 }
 
+/* Which replica sums the squares of each tensor: the largest first, each to the replica with the
+ * fewest elements so far (a tensor is never split: its sum must be the backend's, bit for bit).
+ * The same on every rank (sizes and order are). */
+static bt_status share_sumsq(bt_engine *e, bt_stage *st)
+{
+    int D = e->dist.layout.data, n = st->n_params;
+    size_t *load = calloc((size_t)D, sizeof *load);
+    unsigned char *done = calloc((size_t)n + 1, 1);
+    if (!load || !done) {
+        free(load);
+        free(done);
+        return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    }
+    for (int k = 0; k < n; k++) {
+        int big = -1, to = 0;
+        for (int i = 0; i < n; i++)
+            if (!done[i] && (big < 0 || st->sq_n[i] > st->sq_n[big])) big = i;
+        for (int q = 1; q < D; q++)
+            if (load[q] < load[to]) to = q;
+        done[big] = 1;
+        e->dist.shm_sq_owner[big] = to;
+        load[to] += st->sq_n[big];
+    }
+    free(load);
+    free(done);
+    return BT_OK;
+}
+
 bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
 {
     bt_engine_dist *d = &e->dist;
@@ -249,8 +277,6 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
             ps->g = p;
             st->sq_ptr[i] = p;
             size_t n = d->zero ? ps->numel : (ps->numel + align - 1) / align * align;
-            if (!d->zero) /* the replica whose slice holds the tensor's start */
-                d->shm_sq_owner[i] = (int)((size_t)(p - (mine + b->shm_off)) / dsz / b->shm_slice);
             p += n * dsz;
             if (!d->zero) padded += n - ps->numel;
         }
@@ -260,6 +286,7 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
         /* zero: the sum of this rank's chunk, where dist_dp.c's norm and update read it */
         b->flat = d->zero ? mine + b->shm_off + lo * dsz : mine + b->shm_off;
     }
+    if (!d->zero) BT_TRY(share_sumsq(e, st));
     if (st->flat_g) st->be->free(st->dev, st->flat_g);
     st->flat_g = NULL; /* the update runs per tensor (worker_step.c), or per chunk (zero) */
     st->grad_arena = mine;
