@@ -4,15 +4,15 @@
  * The replicas of the stage allocate one MPI-3 shared window (MPI_Win_allocate_shared over the
  * stage's replica communicator, after MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) showed that every
  * replica is on this machine); each rank's segment holds its flags, then its gradient arena (the
- * stores' gradients themselves, in bucket order, as dist_dp.c's in-place arena), then (zero) the
- * staging of its updated weights. Each rank loads its peers' memory directly:
+ * stores' gradients themselves, in bucket order, as dist_dp.c's in-place arena), then (zero) its
+ * master weights themselves, packed in bucket order. Each rank loads its peers' memory directly:
  *
  *   reduce-scatter  rank r sums slice r of a bucket over every replica, in replica order (so the
  *                   result is the same on every rank and, for D = 2, a + b exactly as MPI's sum),
  *                   vectorised, into slice r of its own arena;
  *   all-gather      every rank copies the other slices from their owners' arenas (without zero);
- *                   with parallel.zero: 1 each rank updates its slice of the weights in place,
- *                   publishes it in its staging area, and copies the others' slices from theirs.
+ *                   with parallel.zero: 1 each rank updates its slice of the weights in place in
+ *                   its segment and copies the others' slices from their segments.
  *
  * Synchronisation is one 64-bit flag per (rank, bucket, phase) in its owner's segment, each on its
  * own cache line, written by its owner only: the step's generation number, stored with release
@@ -287,12 +287,26 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
         b->flat = d->zero ? mine + b->shm_off + lo * dsz : mine + b->shm_off;
     }
     if (!d->zero) BT_TRY(share_sumsq(e, st));
+    for (int bi = 0; d->zero && bi < d->n_buckets; bi++) { /* zero: the weights move into the window */
+        bt_dp_bucket *b = &d->buckets[bi];
+        unsigned char *w = mine + b->shm_woff;
+        for (int j = 0; j < b->n; j++) {
+            bt_param_store *ps = &st->params[d->order[b->first + j]];
+            BT_TRY(st->be->to_host(st->dev, w, ps->w, ps->numel * dsz));
+            ps->w = w;
+            w += ps->numel * dsz;
+        }
+    }
+    if (d->zero && st->flat_w) {
+        st->be->free(st->dev, st->flat_w);
+        st->flat_w = NULL;
+    }
     if (st->flat_g) st->be->free(st->dev, st->flat_g);
     st->flat_g = NULL; /* the update runs per tensor (worker_step.c), or per chunk (zero) */
     st->grad_arena = mine;
     st->grad_arena_shm = 1;
     /* counted as dist_dp.c's paths count them: the stores' alignment (without zero), not the
-     * flags, the chunks' padding or the weights' staging (zero's MPI buffers are not either) */
+     * flags or the chunks' padding (zero's MPI buffers are not either) */
     st->mem.gradients += padded * dsz;
     return BT_OK;
 }
@@ -481,12 +495,12 @@ bt_status bt_dist_shm_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t
     size_t dsz = bt_dtype_size(e->dtype);
     int D = d->layout.data, me = d->layout.replica;
     int slots = bt_optim_state_count(&e->params.optimizer);
-    /* this rank's chunk of every bucket: updated in place in the stores' weights, then published */
+    /* this rank's chunk of every bucket: updated in place in the stores' weights, which lie in
+     * this rank's segment (bt_dist_shm_setup), where the peers read them */
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         size_t lo, n, o = 0;
         slice_of(e, b, me, &lo, &n);
-        unsigned char *pub = seg(e, me) + b->shm_woff;
         for (int j = 0; j < b->n; j++) {
             bt_param_store *p = &st->params[d->order[b->first + j]];
             size_t a, z;
@@ -497,13 +511,12 @@ bt_status bt_dist_shm_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t
                 BT_TRY(st->be->optimizer_update(st->dev, &e->params.optimizer, e->dtype, w,
                                                 (const unsigned char *)b->flat + (a - lo) * dsz, state, z - a, lr,
                                                 step, scale));
-                BT_TRY(st->be->to_host(st->dev, pub + a * dsz, w, (z - a) * dsz));
             }
             o += p->numel;
         }
         publish(e, bucket_line(e, b, F_UPDATED));
     }
-    /* every other chunk from its owner's published copy */
+    /* every other chunk from its owner's weights */
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         for (int q = 0; q < D; q++) {

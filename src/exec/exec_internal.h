@@ -116,7 +116,7 @@ typedef struct bt_dp_bucket {
      * compute stream once packed, `reduced` on the communicator's stream once summed */
     void *dflat;
     bt_event *packed, *reduced;
-    /* the shm path (dist_shm.c): where the bucket's gradients (and, zero, its weights' staging)
+    /* the shm path (dist_shm.c): where the bucket's gradients (and, zero, its master weights)
      * start in every rank's segment of the shared window, the slice each rank sums, and how far
      * this step got (0 not started, 1 final here, 2 own slice summed, 3 every slice here) */
     size_t shm_off, shm_woff, shm_slice;
