@@ -10,6 +10,7 @@
  *   channel.c       the mailbox that tells the receiver a message is there
  *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
+ *   dist_shm.c      the same through a shared window when a stage's replicas share one machine
  *   decode.c        autoregressive decoding through the stages (exec/decode.h): per-stage KV
  *                   caches, one position's rows streaming stage to stage, several sequences at once
  *   dist_sync.c     across processes, between steps: rank 0's checkpoint copy, agreeing to stop
