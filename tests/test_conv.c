@@ -14,8 +14,9 @@
  *     exact, f32 accumulation; 1e-3 leaves room for an implementation that rounds partial sums
  *     to bf16 once, at 2^-8 ~ 4e-3 it would fail), and the im2col bf16 path likewise;
  *   - a forced path is the path every call takes and is recorded as forced; under auto each
- *     shape is timed once and its choice kept (a second call does not time again), with times
- *     for both paths; a choice for one shape does not answer another. */
+ *     shape and pass is timed once and its choice kept (a second call does not time again), with
+ *     times for both paths; a choice for one shape does not answer another, nor the forward's
+ *     the backward's (a backward without an input gradient is a pass of its own). */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -230,7 +231,7 @@ static void test_choice(void)
     bt_conv_choice_format(&ch[0], text, sizeof text);
     printf("\n  %s\n  ", text);
     CU_ASSERT(!ch[0].forced);
-    CU_ASSERT(ch[0].training);
+    CU_ASSERT_EQUAL(ch[0].pass, BT_CONV_FORWARD);
     CU_ASSERT(ch[0].ms[BT_CONV_IM2COL] > 0);
     if (bt_cpu_conv_onednn_available()) {
         CU_ASSERT(ch[0].ms[BT_CONV_ONEDNN] > 0);
@@ -243,6 +244,28 @@ static void test_choice(void)
     CU_ASSERT_EQUAL(ch[0].ms[BT_CONV_IM2COL], ms0);
     forward_auto(&cases[9], 2); /* another micro-batch: another shape */
     CU_ASSERT_EQUAL(bt_conv_choices(ch, 8), 2);
+    { /* the backward of the first shape, without and with the input gradient: two more passes */
+        oc_layer L;
+        bt_shape s = {.ndim = 3, .dim = {cases[9].c, cases[9].h, cases[9].w}};
+        bt_dtype dt = BT_F64;
+        CU_ASSERT_FATAL(oc_setup(&L, "conv2d", cases[9].args, 1, &s, &dt, 4, BT_F32) == BT_OK);
+        L.training = 1;
+        void *dx = L.in_grad[0].data;
+        L.in_grad[0].data = NULL;
+        CU_ASSERT(oc_backward(&L) == BT_OK);
+        CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 3);
+        CU_ASSERT_EQUAL(ch[2].pass, BT_CONV_GRAD_WEIGHTS);
+        L.in_grad[0].data = dx;
+        CU_ASSERT(oc_backward(&L) == BT_OK);
+        CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 4);
+        CU_ASSERT_EQUAL(ch[3].pass, BT_CONV_GRAD_INPUT | BT_CONV_GRAD_WEIGHTS);
+        for (int i = 2; i < 4; i++) {
+            bt_conv_choice_format(&ch[i], text, sizeof text);
+            printf("%s\n  ", text);
+            CU_ASSERT(ch[i].ms[BT_CONV_IM2COL] > 0);
+        }
+        oc_free(&L);
+    }
     bt_cpu_conv_force(-2);
     bt_conv_choices_reset();
 }

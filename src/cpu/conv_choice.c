@@ -99,7 +99,7 @@ static int same_shape(const bt_conv_choice *a, const bt_conv_choice *b)
            x->wo == y->wo && x->kh == y->kh && x->kw == y->kw && x->sh == y->sh &&
            x->sw == y->sw && x->ph == y->ph && x->pw == y->pw && x->bias == y->bias &&
            a->batch == b->batch && a->precision == b->precision && a->threads == b->threads &&
-           a->training == b->training;
+           a->pass == b->pass;
 }
 
 /* The choice for key's shape, copied into *out; 0 when there is none. */
@@ -142,17 +142,27 @@ void bt_conv_choices_reset(void)
 
 static const char *path_name(int path) { return path == BT_CONV_ONEDNN ? "onednn" : "im2col"; }
 
+static const char *pass_name(int pass)
+{
+    switch (pass) {
+    case BT_CONV_FORWARD: return "forward";
+    case BT_CONV_GRAD_INPUT: return "backward (input gradient)";
+    case BT_CONV_GRAD_WEIGHTS: return "backward (weight gradients)";
+    default: return "backward";
+    }
+}
+
 void bt_conv_choice_format(const bt_conv_choice *c, char *buf, size_t size)
 {
     const bt_conv_config *f = &c->cfg;
     int n = snprintf(buf, size,
                      "[%lld, %lld, %lld] -> [%lld, %lld, %lld] k%lldx%lld s%lldx%lld p%lldx%lld, "
-                     "%lld samples, %s, %d thread%s: %s",
+                     "%lld samples, %s, %d thread%s, %s: %s",
                      (long long)f->c, (long long)f->h, (long long)f->w, (long long)f->out,
                      (long long)f->ho, (long long)f->wo, (long long)f->kh, (long long)f->kw,
                      (long long)f->sh, (long long)f->sw, (long long)f->ph, (long long)f->pw,
                      (long long)c->batch, c->precision == BT_BF16 ? "bf16" : "f32", c->threads,
-                     c->threads == 1 ? "" : "s", path_name(c->path));
+                     c->threads == 1 ? "" : "s", pass_name(c->pass), path_name(c->path));
     if (n < 0 || (size_t)n >= size) return;
     if (c->forced) {
         snprintf(buf + n, size - (size_t)n, " (forced)");
@@ -160,8 +170,8 @@ void bt_conv_choice_format(const bt_conv_choice *c, char *buf, size_t size)
     }
     const int other = !c->path;
     if (c->ms[other] >= 0)
-        snprintf(buf + n, size - (size_t)n, " (%s %.3f ms; %s %.3f ms)",
-                 c->training ? "fwd+bwd" : "fwd", c->ms[c->path], path_name(other), c->ms[other]);
+        snprintf(buf + n, size - (size_t)n, " (%.3f ms; %s %.3f ms)", c->ms[c->path],
+                 path_name(other), c->ms[other]);
     else
         snprintf(buf + n, size - (size_t)n, " (%s)", c->note[0] ? c->note : "the only path");
 }
@@ -200,12 +210,12 @@ static bt_status measure(bt_conv_choice *key, bt_conv_time_fn time, void *ctx)
 }
 
 bt_status bt_conv_choose(const bt_conv_config *cf, int64_t batch, bt_dtype precision, int threads,
-                         int training, bt_conv_time_fn time, void *ctx, int *path)
+                         int pass, bt_conv_time_fn time, void *ctx, int *path)
 {
     bt_conv_choice key, found;
     memset(&key, 0, sizeof key);
     key.cfg = *cf, key.batch = batch, key.precision = precision, key.threads = threads;
-    key.training = training != 0;
+    key.pass = pass;
     const int forced = forced_path();
     if (forced == BT_CONV_ONEDNN && !bt_cpu_conv_onednn_available())
         return bt_error(BT_ERR_UNSUPPORTED,

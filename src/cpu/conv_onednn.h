@@ -2,9 +2,11 @@
  * per layer shape, between them and baton's own im2col + GEMM kernels (ops/conv_tmpl.h).
  *
  * The choice: BATON_CPU_CONV = auto (default) | onednn | im2col. Under auto the first conv2d call
- * of each shape (config, micro-batch, precision, threads, training) times the layer's forward and,
- * when training, its backward on both paths with its real inputs and weights (the caller's timing
- * function, bt_conv_time_fn) and keeps the faster for the rest of the process; the choices are
+ * of each shape and pass (config, micro-batch, precision, threads; the forward, or the backward
+ * with the gradients it computes) times that pass on both paths with its real inputs and weights
+ * (the caller's timing function, bt_conv_time_fn) and keeps the faster for the rest of the
+ * process: a first layer, whose backward computes no input gradient, is timed without one. The
+ * choices are
  * listed by bt_conv_choices (`baton run` and `baton profile` print them). Forced modes are
  * deterministic; auto's choice depends on timing, and the two paths sum in different orders, so
  * results then differ between processes by float rounding (force a path for bit-identical
@@ -28,6 +30,8 @@
 #include "ops/op_configs.h"
 
 enum { BT_CONV_IM2COL = 0, BT_CONV_ONEDNN = 1, BT_CONV_PATHS = 2 };
+/* A pass: the forward, or a backward computing these gradients (or'ed). */
+enum { BT_CONV_FORWARD = 0, BT_CONV_GRAD_INPUT = 1, BT_CONV_GRAD_WEIGHTS = 2 };
 
 /* Reads BATON_CPU_CONV once per process: BT_ERR_INVALID_ARG for an unknown value or onednn in a
  * build without oneDNN. The CPU backend calls it when a device opens. */
@@ -50,24 +54,24 @@ typedef struct bt_conv_choice {
     int64_t batch;             /* samples per call (the micro-batch) */
     bt_dtype precision;        /* BT_F32 or BT_BF16 */
     int threads;
-    int training;              /* 1: forward + backward timed; 0: forward only */
+    int pass;                  /* BT_CONV_FORWARD, or the backward's BT_CONV_GRAD_* */
     int path;                  /* BT_CONV_IM2COL or BT_CONV_ONEDNN */
     int forced;                /* 1: BATON_CPU_CONV (or a test) chose, nothing was timed */
     double ms[BT_CONV_PATHS];  /* fastest of the timed runs per path; < 0: not timed */
     char note[200];            /* why oneDNN was not timed, or "" */
 } bt_conv_choice;
 
-/* The path a conv2d call takes: the forced one, else the one chosen for its shape, else chosen
- * now by timing each path with time(ctx, path, ...) (one warm-up, then 5 runs alternating between
+/* The path a conv2d call of pass `pass` takes: the forced one, else the one chosen for its shape
+ * and pass, else chosen now by timing each path with time(ctx, path, ...) (one warm-up, then 5 runs alternating between
  * the paths, the fastest of each; measurements are serialised process-wide). Thread-safe. */
 bt_status bt_conv_choose(const bt_conv_config *cf, int64_t batch, bt_dtype precision, int threads,
-                         int training, bt_conv_time_fn time, void *ctx, int *path);
+                         int pass, bt_conv_time_fn time, void *ctx, int *path);
 /* Copies up to max choices made so far into out (oldest first); returns how many there are. */
 int bt_conv_choices(bt_conv_choice *out, int max);
 /* Forgets every choice (tests). */
 void bt_conv_choices_reset(void);
-/* "[1, 28, 28] -> [32, 28, 28] k3x3 s1x1 p1x1, 32 samples, f32, 1 thread: onednn (fwd+bwd
- * 0.41 ms; im2col 0.80 ms)". */
+/* "[1, 28, 28] -> [32, 28, 28] k3x3 s1x1 p1x1, 32 samples, f32, 1 thread, forward: onednn
+ * (0.41 ms; im2col 0.80 ms)". */
 void bt_conv_choice_format(const bt_conv_choice *c, char *buf, size_t size);
 
 /* y (B, out, Ho, Wo) = conv(x (B, C, H, W), w (out, C, kh, kw)) + b (out; NULL: none), then relu

@@ -17,10 +17,11 @@
  * as each output plane is written (ops/op_configs.h).
  *
  * f32 calls may run on oneDNN's convolution instead (cpu/conv_onednn.h): conv2d_path_f32 asks
- * bt_conv_choose, which under BATON_CPU_CONV=auto times the call's shape on both paths the first
- * time it meets it (conv2d_time: forward, and backward when training, into scratch outputs of
- * its own, on the call's real inputs, weights and workspace) and keeps the faster for the process.
- * A layer's backward takes the path its forward took (same shape, same choice). f64 is im2col. */
+ * bt_conv_choose, which under BATON_CPU_CONV=auto times the call's shape and pass on both paths
+ * the first time it meets them (conv2d_time: the forward, or the backward with the gradients the
+ * call wants, into scratch outputs of its own, on the call's real inputs, weights and workspace)
+ * and keeps the faster for the process. The forward and the backward are chosen separately (a
+ * backward reads only x, w and dy, whichever path wrote y). f64 is im2col. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +32,15 @@
 #include "ops/ops.h"
 
 /* the path of a call and the kernels on a path, defined after the templates (f32) or below (f64) */
-static bt_status conv2d_path_f32(const bt_op_call *call, int *path);
+static bt_status conv2d_path_f32(const bt_op_call *call, int backward, int *path);
 static bt_status conv2d_forward_at_f32(const bt_op_call *call, int path);
 static bt_status conv2d_backward_at_f32(const bt_op_call *call, int path);
 static bt_status conv2d_forward_at_f64(const bt_op_call *call, int path);
 static bt_status conv2d_backward_at_f64(const bt_op_call *call, int path);
 
-static bt_status conv2d_path_f64(const bt_op_call *call, int *path)
+static bt_status conv2d_path_f64(const bt_op_call *call, int backward, int *path)
 {
-    (void)call;
+    (void)call, (void)backward;
     *path = BT_CONV_IM2COL;
     return BT_OK;
 }
@@ -89,12 +90,13 @@ static bt_status conv2d_backward_at_f32(const bt_op_call *call, int path)
                                    dx, dw, db);
 }
 
-/* What timing a shape needs: the call, and scratch outputs so that the real ones are not touched
- * (allocated at the first run, only when a shape is timed). */
+/* What timing a shape's pass needs: the call, and scratch outputs so that the real ones are not
+ * touched (allocated at the first run, only when a shape is timed). */
 typedef struct conv_timing {
     const bt_op_call *call;
+    int pass;
     int ready;
-    bt_op_call fwd, bwd;
+    bt_op_call run;
     bt_tensor out, out_grad, in_grad[BT_MAX_INPUTS], param_grad[BT_MAX_PARAMS];
     float *y, *dy, *dx, *dw, *db;
 } conv_timing;
@@ -112,39 +114,56 @@ static bt_status conv_timing_prepare(conv_timing *t)
     if (!t->y || !t->dy || !t->dx || !t->dw || !t->db)
         return bt_op_error(BT_ERR_NOMEM, "conv2d: out of memory for timing its paths");
     for (size_t i = 0; i < ny; i++) t->dy[i] = 1e-3f;
+    const int dx = t->pass & BT_CONV_GRAD_INPUT, dw = t->pass & BT_CONV_GRAD_WEIGHTS;
     t->out = (bt_tensor){.data = t->y, .dtype = BT_F32, .ndim = 4,
                          .dim = {c->batch, cf->out, cf->ho, cf->wo}};
     t->out_grad = t->out, t->out_grad.data = t->dy;
-    t->in_grad[0] = (bt_tensor){.data = t->dx, .dtype = BT_F32, .ndim = 4,
+    t->in_grad[0] = (bt_tensor){.data = dx ? t->dx : NULL, .dtype = BT_F32, .ndim = 4,
                                 .dim = {c->batch, cf->c, cf->h, cf->w}};
-    t->param_grad[0] = (bt_tensor){.data = t->dw, .dtype = BT_F32, .ndim = 4,
+    t->param_grad[0] = (bt_tensor){.data = dw ? t->dw : NULL, .dtype = BT_F32, .ndim = 4,
                                    .dim = {cf->out, cf->c, cf->kh, cf->kw}};
-    t->param_grad[1] = (bt_tensor){.data = t->db, .dtype = BT_F32, .ndim = 1, .dim = {cf->out}};
-    t->fwd = *c, t->fwd.out = &t->out;
-    t->bwd = t->fwd, t->bwd.out_grad = &t->out_grad, t->bwd.in_grad = t->in_grad;
-    t->bwd.param_grad = t->param_grad;
+    t->param_grad[1] = (bt_tensor){.data = dw ? t->db : NULL, .dtype = BT_F32, .ndim = 1,
+                                   .dim = {cf->out}};
+    t->run = *c, t->run.out = &t->out;
+    if (t->pass != BT_CONV_FORWARD) {
+        t->run.out_grad = &t->out_grad, t->run.in_grad = t->in_grad;
+        t->run.param_grad = t->param_grad;
+    }
     t->ready = 1;
     return BT_OK;
 }
 
-/* bt_conv_time_fn: one forward (and backward when training) of the call's shape on path */
+/* bt_conv_time_fn: one run of the call's pass on path */
 static bt_status conv2d_time(void *ctx, int path, double *ms)
 {
     conv_timing *t = ctx;
     bt_status st;
     if (!t->ready && (st = conv_timing_prepare(t)) != BT_OK) return st;
     const double t0 = bt_now_ms();
-    if ((st = conv2d_forward_at_f32(&t->fwd, path)) != BT_OK) return st;
-    if (t->call->training && (st = conv2d_backward_at_f32(&t->bwd, path)) != BT_OK) return st;
+    st = t->pass == BT_CONV_FORWARD ? conv2d_forward_at_f32(&t->run, path)
+                                    : conv2d_backward_at_f32(&t->run, path);
     *ms = bt_now_ms() - t0;
-    return BT_OK;
+    return st;
 }
 
-static bt_status conv2d_path_f32(const bt_op_call *call, int *path)
+/* The path of a forward (backward 0) or of a backward with the gradients the call wants. */
+static bt_status conv2d_path_f32(const bt_op_call *call, int backward, int *path)
 {
-    conv_timing t = {.call = call};
-    bt_status st = bt_conv_choose(call->config, call->batch, call->precision, call->threads,
-                                  call->training, conv2d_time, &t, path);
+    const bt_conv_config *cf = call->config;
+    int pass = BT_CONV_FORWARD;
+    if (backward) {
+        if (BT_OPS_WANTS(&call->in_grad[0])) pass |= BT_CONV_GRAD_INPUT;
+        if (call->param_grad && (BT_OPS_WANTS(&call->param_grad[0]) ||
+                                 (cf->bias && BT_OPS_WANTS(&call->param_grad[1]))))
+            pass |= BT_CONV_GRAD_WEIGHTS;
+        if (pass == BT_CONV_FORWARD) { /* nothing to compute: either path does nothing */
+            *path = BT_CONV_IM2COL;
+            return BT_OK;
+        }
+    }
+    conv_timing t = {.call = call, .pass = pass};
+    bt_status st = bt_conv_choose(cf, call->batch, call->precision, call->threads, pass,
+                                  conv2d_time, &t, path);
     free(t.y), free(t.dy), free(t.dx), free(t.dw), free(t.db);
     return st;
 }

@@ -275,7 +275,7 @@ static bt_status R(conv2d_backward_im2col)(const bt_op_call *call)
 static bt_status R(conv2d_forward)(const bt_op_call *call)
 {
     int path;
-    bt_status st = R(conv2d_path)(call, &path);
+    bt_status st = R(conv2d_path)(call, 0, &path);
     if (st != BT_OK) return st;
     return R(conv2d_forward_at)(call, path);
 }
@@ -283,11 +283,11 @@ static bt_status R(conv2d_forward)(const bt_op_call *call)
 static bt_status R(conv2d_backward)(const bt_op_call *call)
 {
     const bt_conv_config *cf = call->config;
-    int path;
-    bt_status st = R(conv2d_path)(call, &path);
-    if (st != BT_OK) return st;
     if (cf->act == BT_OPS_ACT_RELU) /* through the fused relu, from its output */
         R(vec_relu_mask)(call->out->data, call->out_grad->data, bt_tensor_numel(call->out_grad));
+    int path;
+    bt_status st = R(conv2d_path)(call, 1, &path);
+    if (st != BT_OK) return st;
     return R(conv2d_backward_at)(call, path);
 }
 
@@ -295,7 +295,7 @@ static bt_status R(conv2d_backward)(const bt_op_call *call)
 static bt_status R(conv2d_backward_weight)(const bt_op_call *call)
 {
     int path;
-    bt_status st = R(conv2d_path)(call, &path);
+    bt_status st = R(conv2d_path)(call, 1, &path);
     if (st != BT_OK) return st;
     return R(conv2d_backward_at)(call, path);
 }
