@@ -13,6 +13,7 @@
  *     the f64 reference over the same operands within 1e-3 of the tensor's scale (products
  *     exact, f32 accumulation; 1e-3 leaves room for an implementation that rounds partial sums
  *     to bf16 once, at 2^-8 ~ 4e-3 it would fail), and the im2col bf16 path likewise;
+ *   - a call on oneDNN runs on the thread count it is given (1, then 2);
  *   - a forced path is the path every call takes and is recorded as forced; under auto each
  *     shape and pass is timed once and its choice kept (a second call does not time again), with
  *     times for both paths; a choice for one shape does not answer another, nor the forward's
@@ -270,6 +271,26 @@ static void test_choice(void)
     bt_conv_choices_reset();
 }
 
+/* Each call runs on the threads it is given (the device's count), as the GEMMs do. */
+static void test_threads(void)
+{
+    if (skip_onednn()) return;
+    oc_layer L;
+    bt_shape s = {.ndim = 3, .dim = {cases[9].c, cases[9].h, cases[9].w}};
+    bt_dtype dt = BT_F64;
+    CU_ASSERT_FATAL(oc_setup(&L, "conv2d", cases[9].args, 1, &s, &dt, 4, BT_F32) == BT_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+        bt_conv_onednn_threads_seen(1);
+        CU_ASSERT(bt_conv_onednn_forward((const bt_conv_config *)L.ctx.config, 4, BT_F32, threads, L.in[0].data,
+                                         L.param[0].data, L.param[1].data, L.out.data) == BT_OK);
+        CU_ASSERT(bt_conv_onednn_backward((const bt_conv_config *)L.ctx.config, 4, BT_F32, threads, L.in[0].data,
+                                          L.param[0].data, L.out_grad.data, L.in_grad[0].data,
+                                          L.param_grad[0].data, L.param_grad[1].data) == BT_OK);
+        CU_ASSERT_EQUAL(bt_conv_onednn_threads_seen(0), threads);
+    }
+    oc_free(&L);
+}
+
 int main(void)
 {
     static const bt_test_case tests[] = {
@@ -277,6 +298,7 @@ int main(void)
         {"f32 gradients on oneDNN by finite differences", test_f32_gradcheck},
         {"bf16 on oneDNN and im2col within bf16 tolerance", test_bf16},
         {"the choice: forced, timed once per shape, kept", test_choice},
+        {"each call on the threads it is given", test_threads},
         {NULL, NULL},
     };
     if (bt_cpu_bf16_init() != BT_OK || bt_cpu_f32_init() != BT_OK || bt_cpu_conv_init() != BT_OK) {

@@ -17,6 +17,7 @@
  * shape (LRU, CONV_CACHE entries); building one costs a millisecond or more, running it does not
  * allocate. OpenMP's thread count is set to the call's `threads` first, as gemm_bf16.c does. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,7 @@ typedef struct conv_tls {
 
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static atomic_int threads_seen;
 
 static void entry_clear(conv_entry *e)
 {
@@ -327,6 +329,9 @@ static bt_status entry_for(const bt_conv_config *cf, int64_t batch, bt_dtype pre
     if (st != BT_OK) return st;
     if (threads < 1) threads = 1;
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    const int used = omp_get_max_threads(); /* what oneDNN will run this call with */
+    int seen = atomic_load(&threads_seen);
+    while (used > seen && !atomic_compare_exchange_weak(&threads_seen, &seen, used)) {}
     conv_key k;
     memset(&k, 0, sizeof k);
     k.n = batch, k.c = cf->c, k.h = cf->h, k.w = cf->w, k.out = cf->out, k.ho = cf->ho;
@@ -384,7 +389,18 @@ bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dt
     return st;
 }
 
+int bt_conv_onednn_threads_seen(int reset)
+{
+    return reset ? atomic_exchange(&threads_seen, 0) : atomic_load(&threads_seen);
+}
+
 #else
+
+int bt_conv_onednn_threads_seen(int reset)
+{
+    (void)reset;
+    return 0;
+}
 
 bt_status bt_conv_onednn_forward(const bt_conv_config *cf, int64_t batch, bt_dtype precision,
                                  int threads, const float *x, const float *w, const float *b,

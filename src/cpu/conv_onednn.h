@@ -85,4 +85,8 @@ bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dt
                                   int threads, const float *x, const float *w, const float *dy,
                                   float *dx, float *dw, float *db);
 
+/* The largest thread count a oneDNN convolution has run with since the last reset (tests);
+ * reset: 1 clears. */
+int bt_conv_onednn_threads_seen(int reset);
+
 #endif
