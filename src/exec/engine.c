@@ -251,8 +251,9 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     for (int s = 0; s < e->stages; s++)
         if (bt_stage_is_local(e, s)) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
     if (params->training) BT_TRY_GOTO(st, build_ties(e), fail);
-    if (e->n_ties && e->dist.on) {
-        st = bt_error(BT_ERR_UNSUPPORTED, "tied parameters (shared weights) do not run across processes yet");
+    if (e->n_ties && e->dist.zero) { /* zero's chunks cut across tensors: no copy's whole sum on one rank */
+        st = bt_error(BT_ERR_INVALID_ARG, "tied parameters (shared weights) do not run with parallel.zero: 1 across "
+                      "processes yet (the replicas' gradient chunks do not follow tensors); use parallel.zero: 0");
         goto fail;
     }
     BT_TRY_GOTO(st, bt_topology_build_channels(e), fail);
