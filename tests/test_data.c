@@ -222,7 +222,7 @@ static bt_status load_cols(const char *name, const char *path, bt_dtype dtype, i
     src.n_inputs = 1;
     src.input_names[0] = name;
     src.input_files[0] = path;
-    return bt_columns_load_npy(&src, &spec, 1, out);
+    return bt_columns_load_npy(&src, &spec, 1, NULL, out);
 }
 
 static void test_npy_columns_convert_exactly(void)

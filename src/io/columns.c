@@ -1,6 +1,6 @@
 /* io/columns.c: datasets for any input signature (see columns.h): npy files per input with exact
- * conversion and shape checks, synthetic columns, and the view of a classic (inputs, labels)
- * dataset. */
+ * conversion and shape checks (memory-mapped where the file holds the column's own type, and only
+ * the columns asked for), synthetic columns, and the view of a classic (inputs, labels) dataset. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,8 +15,14 @@
 void bt_columns_free(bt_columns *c)
 {
     if (!c) return;
-    for (int i = 0; i < c->n_cols; i++)
-        if (c->col[i].owned) free(c->col[i].data);
+    for (int i = 0; i < c->n_cols; i++) {
+        if (c->col[i].map) {
+            bt_npy m = {.map = c->col[i].map, .map_bytes = c->col[i].map_bytes};
+            bt_npy_free(&m); /* unmaps */
+        } else if (c->col[i].owned) {
+            free(c->col[i].data);
+        }
+    }
     memset(c, 0, sizeof *c);
 }
 
@@ -74,11 +80,18 @@ static double npy_at(const bt_npy *a, int64_t i, int64_t *as_int, int *is_int)
     return 0;
 }
 
-/* Converts every element of a into column c (data allocated), exactly or not at all. */
+/* Bytes of a mapped file checked between two bt_npy_drop calls. */
+#define BT_COLUMNS_CHECK_CHUNK ((int64_t)4 << 20)
+
+/* Converts every element of a into column c (data allocated), exactly or not at all. When c->data
+ * is a's own mapped data (the same type), only checks, giving the checked pages back as it goes. */
 static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_t n)
 {
     int64_t total = n * c->numel;
+    const int check_only = c->data == a->data;
+    const int64_t esz = (int64_t)bt_npy_type_size(a->type), per_chunk = BT_COLUMNS_CHECK_CHUNK / esz;
     for (int64_t i = 0; i < total; i++) {
+        if (check_only && i > 0 && i % per_chunk == 0) bt_npy_drop(a, (size_t)((i - per_chunk) * esz), (size_t)(i * esz));
         int64_t iv = 0;
         int is_int;
         double v = npy_at(a, i, &iv, &is_int);
@@ -104,13 +117,13 @@ static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_
                 return bt_error(BT_ERR_INVALID_ARG, "%s: sample %lld, element %lld is %lld, past the i32 range",
                                 path, (long long)sample, (long long)element, (long long)iv);
             }
-            ((int32_t *)c->data)[i] = (int32_t)iv;
+            if (!check_only) ((int32_t *)c->data)[i] = (int32_t)iv;
         } else if (c->dtype == BT_F64) {
             if (is_int && (iv > (INT64_C(1) << 53) || iv < -(INT64_C(1) << 53)))
                 return bt_error(BT_ERR_INVALID_ARG,
                                 "%s: sample %lld, element %lld is %lld, which float64 cannot hold exactly", path,
                                 (long long)sample, (long long)element, (long long)iv);
-            ((double *)c->data)[i] = v;
+            if (!check_only) ((double *)c->data)[i] = v;
         } else {
             float f = (float)v;
             if ((double)f != v)
@@ -118,17 +131,25 @@ static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_
                                 "%s: sample %lld, element %lld is %.17g, which float32 cannot hold exactly (input "
                                 "'%s' is f32): write the file as float32 (x.astype(np.float32)) or use dtype: f64",
                                 path, (long long)sample, (long long)element, v, c->name);
-            ((float *)c->data)[i] = f;
+            if (!check_only) ((float *)c->data)[i] = f;
         }
     }
+    if (check_only) bt_npy_drop(a, 0, a->nbytes); /* the last part (whole pages only) */
     return BT_OK;
 }
 
-static bt_status load_one(const char *path, bt_column *c, int64_t *n)
+/* The column dtype whose values are an npy type's own: the file can be mapped as the column. */
+static int same_type(bt_npy_type t, bt_dtype d)
+{
+    return (t == BT_NPY_F4 && d == BT_F32) || (t == BT_NPY_F8 && d == BT_F64) || (t == BT_NPY_I4 && d == BT_I32);
+}
+
+/* load: 0 checks the header only (data NULL), 1 maps or reads and converts. */
+static bt_status load_one(const char *path, bt_column *c, int64_t *n, int load)
 {
     bt_npy a;
     char got[160], want[160];
-    BT_TRY(bt_npy_read(path, &a));
+    BT_TRY(load ? bt_npy_map(path, &a) : bt_npy_read_header(path, &a));
     bt_status st = BT_OK;
     int fits = a.ndim == c->shape.ndim + 1;
     for (int d = 0; fits && d < c->shape.ndim; d++) fits = a.dim[d + 1] == c->shape.dim[d];
@@ -144,6 +165,19 @@ static bt_status load_one(const char *path, bt_column *c, int64_t *n)
         goto done;
     }
     *n = a.dim[0];
+    if (!load) goto done;
+    if (a.map && same_type(a.type, c->dtype)) { /* the mapping is the column: checked, then kept */
+        c->data = a.data;
+        st = convert(path, &a, c, *n);
+        if (st != BT_OK) {
+            c->data = NULL;
+            goto done;
+        }
+        c->map = a.map;
+        c->map_bytes = a.map_bytes;
+        memset(&a, 0, sizeof a); /* the column owns the mapping now */
+        return BT_OK;
+    }
     c->data = malloc((size_t)a.numel * bt_dtype_size(c->dtype) + 1);
     c->owned = 1;
     if (!c->data) {
@@ -156,7 +190,8 @@ done:
     return st;
 }
 
-bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec, bt_columns *out)
+bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec,
+                              const unsigned char *use, bt_columns *out)
 {
     bt_status st = BT_OK;
     memset(out, 0, sizeof *out);
@@ -186,7 +221,7 @@ bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, 
         out->col[c] = spec[c];
         out->col[c].data = NULL;
         out->n_cols = c + 1;
-        BT_TRY_GOTO(st, load_one(path, &out->col[c], &n), fail);
+        BT_TRY_GOTO(st, load_one(path, &out->col[c], &n, !use || use[c]), fail);
     }
     out->n = n;
     if (n < 1) {
@@ -239,7 +274,7 @@ bt_status bt_columns_from_dataset(const bt_dataset *ds, const bt_column *spec, i
     bt_column *x = &out->col[input_col];
     x->owned = 0;
     x->data = ds->inputs;
-    if (x->dtype == BT_F64) {
+    if (x->dtype == BT_F64 && ds->inputs) {
         size_t total = (size_t)ds->n * (size_t)ds->sample_numel;
         double *d = malloc(total * sizeof *d + 1);
         if (!d) return bt_error(BT_ERR_NOMEM, "data: cannot convert %lld samples to f64", (long long)ds->n);

@@ -27,8 +27,11 @@ typedef struct bt_column {
     bt_shape shape;        /* per sample, as declared */
     int64_t numel;         /* elements per sample */
     int64_t int_hi;        /* i32: values must lie in [0, int_hi); 0: any i32 */
-    void *data;            /* (n, numel), row-major; NULL in a spec */
+    void *data;            /* (n, numel), row-major; NULL in a spec, and for a column not loaded */
     int owned;             /* data is freed by bt_columns_free */
+    void *map;             /* data lies in this read-only mapping of an npy file (unmapped by
+                              bt_columns_free), or NULL */
+    size_t map_bytes;
 } bt_column;
 
 typedef struct bt_columns {
@@ -39,8 +42,16 @@ typedef struct bt_columns {
 
 /* Loads src (type npy with inputs:) for the columns spec describes (one per model input, data
  * NULL): every spec column must be named by a file, and every file must name a spec column. The
- * caller owns out (bt_columns_free); on failure *out is zeroed. */
-bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec, bt_columns *out);
+ * caller owns out (bt_columns_free); on failure *out is zeroed.
+ *
+ * Only what is read is held: use (NULL: every column) says which columns to load; a column left
+ * out has its file's header checked (shape, sample count) and data NULL. A file already in the
+ * column's dtype ('<f4' for f32, '<i4' for i32, '<f8' for f64) is memory-mapped, not copied: its
+ * values are checked a few MiB at a time, each part's pages given back once checked, so the
+ * resident memory holds only the rows the loader gathers since (a rank of a data-parallel job:
+ * its replica's rows). Other file types are converted into memory as before. */
+bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec,
+                              const unsigned char *use, bt_columns *out);
 
 /* n synthetic samples shaped like spec: floats uniform in [-1, 1], integers uniform in
  * [0, int_hi) ([0, 2) without a range). seed picks the stream, split (0 train, 1 eval) keeps the

@@ -117,14 +117,15 @@ static const char *signature(const bt_trainer *t, char *buf, size_t size)
     return buf;
 }
 
-/* Loads one source into cols (ds holds a classic source's arrays). */
-static bt_status load_source(bt_trainer *t, const bt_data_source *src, const char *what, int split, bt_dataset *ds,
-                             bt_columns *cols)
+/* Loads one source into cols (ds holds a classic source's arrays); use (NULL: all) names the
+ * columns to hold (npy files per input: the others' files are checked, not read). */
+static bt_status load_source(bt_trainer *t, const bt_data_source *src, const char *what, int split,
+                             const unsigned char *use, bt_dataset *ds, bt_columns *cols)
 {
     char sig[512];
     int classic = t->input_col >= 0;
     if (src->kind == BT_DATA_NPY && src->n_inputs > 0) {
-        bt_status st = bt_columns_load_npy(src, t->spec, t->n_spec, cols);
+        bt_status st = bt_columns_load_npy(src, t->spec, t->n_spec, use, cols);
         return st == BT_OK ? BT_OK : bt_error_context(st, "%s", what);
     }
     if (src->kind == BT_DATA_SYNTHETIC && !classic)
@@ -136,7 +137,7 @@ static bt_status load_source(bt_trainer *t, const bt_data_source *src, const cha
                         "model's inputs are %s: name a file per input (type: npy, inputs: {name: file.npy, ...})",
                         what, signature(t, sig, sizeof sig));
     int64_t numel = t->spec[t->input_col].numel;
-    BT_TRY(bt_dataset_load(src, numel, t->n_classes, t->opts.seed, split, ds));
+    BT_TRY(bt_dataset_load_part(src, numel, t->n_classes, t->opts.seed, split, !use || use[t->input_col], ds));
     return bt_columns_from_dataset(ds, t->spec, t->n_spec, t->input_col, t->label_col, cols);
 }
 
@@ -175,29 +176,30 @@ static bt_status load_data(bt_trainer *t)
                         t->model->path ? t->model->path : "the model");
     BT_TRY(check_files(&train, "data.train"));
     BT_TRY(check_files(&d->eval, "data.eval"));
-    BT_TRY(load_source(t, &train, "data.train", 0, &t->train, &t->train_cols));
-    if (d->eval.kind != BT_DATA_NONE) {
-        BT_TRY(load_source(t, &d->eval, "data.eval", 1, &t->eval, &t->eval_cols));
-        t->has_eval = 1;
-    } else if (train.kind == BT_DATA_SYNTHETIC) {
-        bt_data_source held_out = train;
-        held_out.samples = train.samples / 5 > 0 ? train.samples / 5 : 1;
-        BT_TRY(load_source(t, &held_out, "data.train", 1, &t->eval, &t->eval_cols));
-        t->has_eval = 1;
-    } else {
-        t->eval_on_train = 1;
-    }
-    int64_t batch = bt_engine_batch(t->engine);
-    int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
-    t->host_mem = (bt_host_memory){.alloc = engine_host_alloc, .free = engine_host_free, .ctx = t->engine};
     /* one rank of a job across processes reads its replica's rows of each global batch, and only
      * the inputs its stage reads (the evaluation reads whole batches: rank 0 scores them) */
-    int64_t first, rows;
+    int64_t batch = bt_engine_batch(t->engine), first, rows;
     unsigned char use[BT_COLUMNS_MAX];
     int all = 1;
     bt_engine_feed_rows(t->engine, &first, &rows);
     for (int c = 0; c < t->n_spec; c++) all &= use[c] = (unsigned char)bt_engine_reads_input(t->engine, t->spec[c].name);
     t->local_feeds = rows < batch || !all;
+    /* the training set holds only the inputs this rank reads, unless the evaluation reads it whole */
+    int eval_on_train = d->eval.kind == BT_DATA_NONE && train.kind != BT_DATA_SYNTHETIC;
+    BT_TRY(load_source(t, &train, "data.train", 0, eval_on_train ? NULL : use, &t->train, &t->train_cols));
+    if (d->eval.kind != BT_DATA_NONE) {
+        BT_TRY(load_source(t, &d->eval, "data.eval", 1, NULL, &t->eval, &t->eval_cols));
+        t->has_eval = 1;
+    } else if (train.kind == BT_DATA_SYNTHETIC) {
+        bt_data_source held_out = train;
+        held_out.samples = train.samples / 5 > 0 ? train.samples / 5 : 1;
+        BT_TRY(load_source(t, &held_out, "data.train", 1, NULL, &t->eval, &t->eval_cols));
+        t->has_eval = 1;
+    } else {
+        t->eval_on_train = 1;
+    }
+    int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
+    t->host_mem = (bt_host_memory){.alloc = engine_host_alloc, .free = engine_host_free, .ctx = t->engine};
     if (t->local_feeds)
         BT_TRY(bt_loader_create_shard(&t->train_cols, batch, first, rows, use, train.shuffle, 1, t->opts.seed, prefetch,
                                       &t->host_mem, &t->train_loader));
