@@ -264,6 +264,49 @@ static void test_npy_columns_convert_exactly(void)
     bt_columns_free(&c);
 }
 
+/* A file in the column's own type is mapped, not copied, and still checked past the first part
+ * the loader checks (4 MiB); a column left out by `use` is not loaded, but its header is checked. */
+static void test_npy_columns_mapped_and_left_out(void)
+{
+    char p[300];
+    bt_columns c;
+    const int64_t n = 3000, per = 512, dims[2] = {n, per}, feat[1] = {per}, other[1] = {per + 1};
+    float *x = malloc((size_t)(n * per) * sizeof *x);
+    CU_ASSERT_FATAL(x != NULL);
+    for (int64_t i = 0; i < n * per; i++) x[i] = (float)(i % 1000) * 0.25f;
+    CU_ASSERT_FATAL(bt_npy_write(tmp_path("f4big.npy", p, sizeof p), BT_F32, 2, dims, x) == BT_OK);
+    CU_ASSERT(load_cols("x", p, BT_F32, 1, feat, 0, &c) == BT_OK);
+    CU_ASSERT(c.n == n && c.col[0].map != NULL && !c.col[0].owned);
+    CU_ASSERT(c.col[0].data && memcmp(c.col[0].data, x, (size_t)(n * per) * sizeof *x) == 0);
+    bt_columns_free(&c);
+    x[2500 * per + 7] = NAN; /* in the second 4 MiB part */
+    CU_ASSERT_FATAL(bt_npy_write(p, BT_F32, 2, dims, x) == BT_OK);
+    CU_ASSERT(load_cols("x", p, BT_F32, 1, feat, 0, &c) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "f4big.npy: sample 2500, element 7 is NaN") != NULL);
+    /* left out: the header is read (samples, shape), the data is not (the NaN passes unseen) */
+    bt_column spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.name, sizeof spec.name, "x");
+    spec.dtype = BT_F32;
+    spec.shape.ndim = 1;
+    spec.shape.dim[0] = per;
+    spec.numel = per;
+    bt_data_source src;
+    memset(&src, 0, sizeof src);
+    src.kind = BT_DATA_NPY;
+    src.n_inputs = 1;
+    src.input_names[0] = "x";
+    src.input_files[0] = p;
+    unsigned char none[1] = {0};
+    CU_ASSERT(bt_columns_load_npy(&src, &spec, 1, none, &c) == BT_OK);
+    CU_ASSERT(c.n == n && c.col[0].data == NULL && c.col[0].map == NULL);
+    bt_columns_free(&c);
+    spec.shape.dim[0] = spec.numel = other[0];
+    CU_ASSERT(bt_columns_load_npy(&src, &spec, 1, none, &c) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "does not fit input 'x'") != NULL);
+    free(x);
+}
+
 /* bt_engine_forward on a training graph reports the loss the training step reports for the same
  * batch (before its update), and bt_engine_predict returns each sample's loss and the layer. */
 static void test_forward_reports_the_loss(void)
@@ -303,6 +346,7 @@ int main(void)
         {"a regression model trains, resumes and predicts exactly", test_regression_trains_resumes_and_predicts},
         {"a model without data: is refused", test_no_data_is_refused},
         {"npy columns convert exactly", test_npy_columns_convert_exactly},
+        {"npy columns: mapped, and left out", test_npy_columns_mapped_and_left_out},
         {"forward reports the loss of a training graph", test_forward_reports_the_loss},
         {NULL, NULL}};
     int rc = bt_test_main("data", cases);
