@@ -62,7 +62,7 @@ layers:
   - {name: fc, op: linear, args: {out: 16}, act: relu}
   - {name: head, op: linear, args: {out: 10}}
   - {name: loss, op: cross_entropy, from: [head, y]}
-parallel: {pipeline: {stages: 2, microbatches: 2}}
+parallel: {pipeline: {microbatches: 2}}
 train: {batch: 8, steps: 2, optimizer: {type: adamw, lr: 1.0e-3}}
 data:
   train: $3

@@ -60,7 +60,7 @@ layers:
   - {name: ln_f, op: layernorm}
   - {name: head, op: linear, args: {out: 40, bias: false}$2}
   - {name: loss, op: cross_entropy, from: [head, label]}
-parallel: {pipeline: {stages: 2, microbatches: 2}}
+parallel: {pipeline: {microbatches: 2}}
 train:
   batch: 8
   optimizer: {type: adamw, lr: 3.0e-3, weight_decay: 0.1}
