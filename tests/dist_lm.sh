@@ -96,6 +96,7 @@ need() { # name: the run succeeded
 }
 # close REF RUN what: losses (steps, evaluations) and the final checkpoints within 1e-5
 close() {
+  m1= m2=
   if m1=$(python3 "$cmp" losses "$tmp/$1.jsonl" "$tmp/$2.jsonl" 1e-5) && m2=$(python3 "$cmp" tensors "$tmp/$1" "$tmp/$2" 1e-5)
   then ok "$3: $m1; $m2"; else bad "$3: ${m1:-} ${m2:-}"; fi
 }

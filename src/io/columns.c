@@ -1,11 +1,15 @@
 /* io/columns.c: datasets for any input signature (see columns.h): npy files per input with exact
- * conversion and shape checks (memory-mapped where the file holds the column's own type, and only
- * the columns asked for), synthetic columns, and the view of a classic (inputs, labels) dataset. */
+ * conversion and shape checks (only the columns asked for; rows left in a file of the column's own
+ * type for the loader to read), synthetic columns, and the view of a classic (inputs, labels)
+ * dataset. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/util.h"
@@ -16,9 +20,8 @@ void bt_columns_free(bt_columns *c)
 {
     if (!c) return;
     for (int i = 0; i < c->n_cols; i++) {
-        if (c->col[i].map) {
-            bt_npy m = {.map = c->col[i].map, .map_bytes = c->col[i].map_bytes};
-            bt_npy_free(&m); /* unmaps */
+        if (c->col[i].rows_in_file) {
+            close(c->col[i].file_fd);
         } else if (c->col[i].owned) {
             free(c->col[i].data);
         }
@@ -80,21 +83,19 @@ static double npy_at(const bt_npy *a, int64_t i, int64_t *as_int, int *is_int)
     return 0;
 }
 
-/* Bytes of a mapped file checked between two bt_npy_drop calls. */
-#define BT_COLUMNS_CHECK_CHUNK ((int64_t)4 << 20)
+/* Bytes of a file read at once when its rows stay in the file. */
+#define BT_COLUMNS_CHECK_CHUNK ((size_t)4 << 20)
 
-/* Converts every element of a into column c (data allocated), exactly or not at all. When c->data
- * is a's own mapped data (the same type), only checks, giving the checked pages back as it goes. */
-static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_t n)
+/* Converts elements [first, first + count) of the file, held in a->data from its start, into
+ * column c (data allocated), exactly or not at all; with c->data NULL only checks them. */
+static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_t first, int64_t count)
 {
-    int64_t total = n * c->numel;
-    const int check_only = c->data == a->data;
-    const int64_t esz = (int64_t)bt_npy_type_size(a->type), per_chunk = BT_COLUMNS_CHECK_CHUNK / esz;
-    for (int64_t i = 0; i < total; i++) {
-        if (check_only && i > 0 && i % per_chunk == 0) bt_npy_drop(a, (size_t)((i - per_chunk) * esz), (size_t)(i * esz));
+    const int check_only = c->data == NULL;
+    for (int64_t k = 0; k < count; k++) {
+        const int64_t i = first + k;
         int64_t iv = 0;
         int is_int;
-        double v = npy_at(a, i, &iv, &is_int);
+        double v = npy_at(a, k, &iv, &is_int);
         int64_t sample = c->numel ? i / c->numel : 0, element = c->numel ? i % c->numel : 0;
         if (!is_int && !isfinite(v))
             return bt_error(BT_ERR_INVALID_ARG, "%s: sample %lld, element %lld is %s: data must be finite", path,
@@ -134,8 +135,44 @@ static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_
             if (!check_only) ((float *)c->data)[i] = f;
         }
     }
-    if (check_only) bt_npy_drop(a, 0, a->nbytes); /* the last part (whole pages only) */
     return BT_OK;
+}
+
+/* Checks the values of column c's file (header a) through a buffer and keeps the file open for the
+ * loader's reads of rows (c->rows_in_file). */
+static bt_status rows_in_file(const char *path, const bt_npy *a, bt_column *c)
+{
+    bt_status st = BT_OK;
+    const size_t esz = bt_npy_type_size(a->type), per = BT_COLUMNS_CHECK_CHUNK / esz;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    void *buf = malloc(per * esz);
+    if (fd < 0 || !buf) {
+        st = fd < 0 ? bt_error(BT_ERR_IO, "%s: %s", path, strerror(errno)) : bt_error(BT_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int64_t first = 0; first < a->numel; first += (int64_t)per) {
+        size_t cnt = (size_t)(a->numel - first) < per ? (size_t)(a->numel - first) : per, got = 0;
+        while (got < cnt * esz) {
+            ssize_t r = pread(fd, (char *)buf + got, cnt * esz - got, (off_t)(a->data_offset + (size_t)first * esz + got));
+            if (r <= 0) {
+                st = bt_error(BT_ERR_IO, "%s: %s", path, r < 0 ? strerror(errno) : "shorter than its header says");
+                goto fail;
+            }
+            got += (size_t)r;
+        }
+        bt_npy part = *a;
+        part.data = buf;
+        BT_TRY_GOTO(st, convert(path, &part, c, first, (int64_t)cnt), fail);
+    }
+    free(buf);
+    c->rows_in_file = 1;
+    c->file_fd = fd;
+    c->file_offset = a->data_offset;
+    return BT_OK;
+fail:
+    free(buf);
+    if (fd >= 0) close(fd);
+    return st;
 }
 
 /* The column dtype whose values are an npy type's own: the file can be mapped as the column. */
@@ -144,12 +181,13 @@ static int same_type(bt_npy_type t, bt_dtype d)
     return (t == BT_NPY_F4 && d == BT_F32) || (t == BT_NPY_F8 && d == BT_F64) || (t == BT_NPY_I4 && d == BT_I32);
 }
 
-/* load: 0 checks the header only (data NULL), 1 maps or reads and converts. */
-static bt_status load_one(const char *path, bt_column *c, int64_t *n, int load)
+/* how: 0 checks the header only (data NULL), 1 reads and converts, 2 leaves the rows in a file of
+ * the column's own type (rows_in_file; other types are read and converted). */
+static bt_status load_one(const char *path, bt_column *c, int64_t *n, int how)
 {
     bt_npy a;
     char got[160], want[160];
-    BT_TRY(load ? bt_npy_map(path, &a) : bt_npy_read_header(path, &a));
+    BT_TRY(how == 1 ? bt_npy_read(path, &a) : bt_npy_read_header(path, &a));
     bt_status st = BT_OK;
     int fits = a.ndim == c->shape.ndim + 1;
     for (int d = 0; fits && d < c->shape.ndim; d++) fits = a.dim[d + 1] == c->shape.dim[d];
@@ -165,18 +203,14 @@ static bt_status load_one(const char *path, bt_column *c, int64_t *n, int load)
         goto done;
     }
     *n = a.dim[0];
-    if (!load) goto done;
-    if (a.map && same_type(a.type, c->dtype)) { /* the mapping is the column: checked, then kept */
-        c->data = a.data;
-        st = convert(path, &a, c, *n);
-        if (st != BT_OK) {
-            c->data = NULL;
-            goto done;
-        }
-        c->map = a.map;
-        c->map_bytes = a.map_bytes;
-        memset(&a, 0, sizeof a); /* the column owns the mapping now */
-        return BT_OK;
+    if (how == 0) goto done;
+    if (how == 2 && same_type(a.type, c->dtype)) {
+        st = rows_in_file(path, &a, c);
+        goto done;
+    }
+    if (how == 2) { /* converted into memory: read it whole */
+        bt_npy_free(&a);
+        BT_TRY(bt_npy_read(path, &a));
     }
     c->data = malloc((size_t)a.numel * bt_dtype_size(c->dtype) + 1);
     c->owned = 1;
@@ -184,7 +218,7 @@ static bt_status load_one(const char *path, bt_column *c, int64_t *n, int load)
         st = bt_error(BT_ERR_NOMEM, "%s: cannot allocate %lld elements", path, (long long)a.numel);
         goto done;
     }
-    st = convert(path, &a, c, *n);
+    st = convert(path, &a, c, 0, *n * c->numel);
 done:
     bt_npy_free(&a);
     return st;
@@ -221,7 +255,7 @@ bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, 
         out->col[c] = spec[c];
         out->col[c].data = NULL;
         out->n_cols = c + 1;
-        BT_TRY_GOTO(st, load_one(path, &out->col[c], &n, !use || use[c]), fail);
+        BT_TRY_GOTO(st, load_one(path, &out->col[c], &n, !use ? 1 : use[c] ? 2 : 0), fail);
     }
     out->n = n;
     if (n < 1) {

@@ -29,9 +29,10 @@ typedef struct bt_column {
     int64_t int_hi;        /* i32: values must lie in [0, int_hi); 0: any i32 */
     void *data;            /* (n, numel), row-major; NULL in a spec, and for a column not loaded */
     int owned;             /* data is freed by bt_columns_free */
-    void *map;             /* data lies in this read-only mapping of an npy file (unmapped by
-                              bt_columns_free), or NULL */
-    size_t map_bytes;
+    int rows_in_file;      /* data is NULL: the loader reads each row it gathers from file_fd at
+                              file_offset + row x row bytes (the fd is closed by bt_columns_free) */
+    int file_fd;
+    uint64_t file_offset;
 } bt_column;
 
 typedef struct bt_columns {
@@ -44,12 +45,13 @@ typedef struct bt_columns {
  * NULL): every spec column must be named by a file, and every file must name a spec column. The
  * caller owns out (bt_columns_free); on failure *out is zeroed.
  *
- * Only what is read is held: use (NULL: every column) says which columns to load; a column left
- * out has its file's header checked (shape, sample count) and data NULL. A file already in the
- * column's dtype ('<f4' for f32, '<i4' for i32, '<f8' for f64) is memory-mapped, not copied: its
- * values are checked a few MiB at a time, each part's pages given back once checked, so the
- * resident memory holds only the rows the loader gathers since (a rank of a data-parallel job:
- * its replica's rows). Other file types are converted into memory as before. */
+ * use NULL: every column is read into memory. Otherwise only what is read is held: a column with
+ * use[c] = 0 has its file's header checked (shape, sample count) and data NULL; a column with
+ * use[c] = 1 whose file is already in the column's dtype ('<f4' for f32, '<i4' for i32, '<f8' for
+ * f64) stays in the file: its values are checked as the file is read through a 4 MiB buffer, and
+ * the loader reads each row it gathers from the file (rows_in_file), so the resident memory holds
+ * no rows but the batches' (a rank of a data-parallel job: its replica's rows). Other file types
+ * are converted into memory. */
 bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec,
                               const unsigned char *use, bt_columns *out);
 

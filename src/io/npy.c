@@ -7,9 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -40,8 +38,7 @@ const char *bt_npy_type_descr(bt_npy_type type)
 void bt_npy_free(bt_npy *a)
 {
     if (!a) return;
-    if (a->map) munmap(a->map, a->map_bytes);
-    else free(a->data);
+    free(a->data);
     memset(a, 0, sizeof *a);
 }
 
@@ -183,25 +180,12 @@ static bt_status parse_header(const char *path, const char *text, size_t len, bt
 
 /* ---- reading ---- */
 
-enum { READ_ALL, READ_HEADER, READ_MAP };
+static bt_status read_npy(const char *path, int header_only, bt_npy *out);
 
-static bt_status read_npy(const char *path, int how, bt_npy *out);
+bt_status bt_npy_read(const char *path, bt_npy *out) { return read_npy(path, 0, out); }
+bt_status bt_npy_read_header(const char *path, bt_npy *out) { return read_npy(path, 1, out); }
 
-bt_status bt_npy_read(const char *path, bt_npy *out) { return read_npy(path, READ_ALL, out); }
-bt_status bt_npy_read_header(const char *path, bt_npy *out) { return read_npy(path, READ_HEADER, out); }
-bt_status bt_npy_map(const char *path, bt_npy *out) { return read_npy(path, READ_MAP, out); }
-
-void bt_npy_drop(const bt_npy *a, size_t from, size_t to)
-{
-    if (!a || !a->map || to <= from) return;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)a->data + from, hi = (uintptr_t)a->data + to;
-    lo = (lo + page - 1) / page * page;
-    hi = hi / page * page;
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a failure only keeps the pages */
-}
-
-static bt_status read_npy(const char *path, int how, bt_npy *out)
+static bt_status read_npy(const char *path, int header_only, bt_npy *out)
 {
     bt_status st = BT_OK;
     FILE *fp = NULL;
@@ -271,18 +255,8 @@ static bt_status read_npy(const char *path, int how, bt_npy *out)
     }
     out->numel = (int64_t)numel;
     out->nbytes = (size_t)nbytes;
-    if (how == READ_HEADER) goto done;
-    if (how == READ_MAP && nbytes && start % bt_npy_type_size(out->type) == 0) {
-        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(fp), 0);
-        if (m == MAP_FAILED) {
-            st = bt_error(BT_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-            goto fail;
-        }
-        out->map = m;
-        out->map_bytes = (size_t)size;
-        out->data = (unsigned char *)m + start;
-        goto done;
-    }
+    out->data_offset = (size_t)start;
+    if (header_only) goto done;
     out->data = malloc(nbytes ? (size_t)nbytes : 1);
     if (!out->data) {
         st = bt_error(BT_ERR_NOMEM, "%s: cannot allocate %llu bytes", path,

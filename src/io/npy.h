@@ -38,9 +38,8 @@ typedef struct bt_npy {
     int64_t dim[BT_NPY_MAX_DIMS];
     int64_t numel;
     size_t nbytes;
-    void *data;                   /* owned (malloc, or inside map), C order; NULL from a header read */
-    void *map;                    /* bt_npy_map: the file's mapping (data points into it), else NULL */
-    size_t map_bytes;
+    void *data;                   /* owned (malloc), C order; NULL from a header read */
+    size_t data_offset;           /* where the data starts in the file */
 } bt_npy;
 
 /* Bytes per element and the descr string ("<f4", ...). */
@@ -50,18 +49,10 @@ const char *bt_npy_type_descr(bt_npy_type type);
 /* Reads path. On success the caller owns out->data (free with bt_npy_free); on failure *out is
  * zeroed and the BT_ERR_IO message names the file. */
 bt_status bt_npy_read(const char *path, bt_npy *out);
-/* The header only: type, shape, numel and nbytes checked against the file's size as bt_npy_read
- * does; out->data is NULL. */
+/* The header only: type, shape, numel, nbytes and data_offset, checked against the file's size
+ * as bt_npy_read does; out->data is NULL (read rows with pread at data_offset). */
 bt_status bt_npy_read_header(const char *path, bt_npy *out);
-/* As bt_npy_read, but out->data points into a read-only private mapping of the file (out->map):
- * nothing is read until touched, and pages touched count in the resident memory only while they
- * are mapped (bt_npy_drop gives them back). A file whose data is not aligned to its element size
- * is read instead (out->map NULL). */
-bt_status bt_npy_map(const char *path, bt_npy *out);
-/* Gives back the resident pages wholly inside data bytes [from, to) of a mapped array (they are
- * read again from the file when touched); nothing for an array that was read. */
-void bt_npy_drop(const bt_npy *a, size_t from, size_t to);
-/* Frees the data (or unmaps it) and zeroes *a; accepts NULL and zeroed structs. */
+/* Frees the data and zeroes *a; accepts NULL and zeroed structs. */
 void bt_npy_free(bt_npy *a);
 
 /* Writes ndim dims (0 <= ndim <= BT_NPY_MAX_DIMS) of dtype BT_F32, BT_F64 or BT_I32 from data
