@@ -3,10 +3,10 @@
 # rank of a D=2, P=2 job is measured twice by a wrapper (its peak resident memory), once with a
 # large training set and once with a tiny one, and compared with itself (the baselines differ
 # between ranks and builds):
-#   - npy files per input ('<f4' x of 32 MiB, '<i4' y): x is memory-mapped, checked a few MiB at a
-#     time with the checked pages given back, and gathered by rows; the last stage's ranks never
-#     open x's data. Every rank must stay within 12 MiB of its tiny run (reading the file into
-#     memory and converting it put every rank 64 MiB above).
+#   - npy files per input ('<f4' x of 32 MiB, '<i4' y): x stays in its file (checked through a
+#     4 MiB buffer; the loader reads each row it gathers); the last stage's ranks never read x's
+#     data. Every rank must stay within 12 MiB of its tiny run (reading the files into memory put
+#     every rank 56 MiB above: planted, it failed so).
 #   - IDX files (gzipped images of 15 MiB, 60 MiB as f32): the last stage's ranks read the labels
 #     only and must stay within 12 MiB of their tiny run, while the first stage's ranks, which
 #     decompress and convert the images, show them (at least 40 MiB above): the measurement sees
