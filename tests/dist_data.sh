@@ -6,7 +6,8 @@
 #   - npy files per input ('<f4' x of 32 MiB, '<i4' y): x stays in its file (checked through a
 #     4 MiB buffer; the loader reads each row it gathers); the last stage's ranks never read x's
 #     data. Every rank must stay within 12 MiB of its tiny run (reading the files into memory put
-#     every rank 56 MiB above: planted, it failed so).
+#     every rank 56 MiB above: planted, it failed so). The evaluation set too holds only the inputs a
+#     rank reads, and the labels every rank scores with.
 #   - IDX files (gzipped images of 15 MiB, 60 MiB as f32): the last stage's ranks read the labels
 #     only and must stay within 12 MiB of their tiny run, while the first stage's ranks, which
 #     decompress and convert the images, show them (at least 40 MiB above): the measurement sees

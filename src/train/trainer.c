@@ -177,23 +177,26 @@ static bt_status load_data(bt_trainer *t)
     BT_TRY(check_files(&train, "data.train"));
     BT_TRY(check_files(&d->eval, "data.eval"));
     /* one rank of a job across processes reads its replica's rows of each global batch, and only
-     * the inputs its stage reads (the evaluation reads whole batches: rank 0 scores them) */
+     * the inputs its stage reads; it holds only those inputs (io/columns.h). The evaluation feeds
+     * whole batches of them, and every rank scores the shared logits with the labels (score_col). */
     int64_t batch = bt_engine_batch(t->engine), first, rows;
-    unsigned char use[BT_COLUMNS_MAX];
+    unsigned char use[BT_COLUMNS_MAX], use_eval[BT_COLUMNS_MAX];
     int all = 1;
     bt_engine_feed_rows(t->engine, &first, &rows);
-    for (int c = 0; c < t->n_spec; c++) all &= use[c] = (unsigned char)bt_engine_reads_input(t->engine, t->spec[c].name);
+    for (int c = 0; c < t->n_spec; c++) {
+        all &= use[c] = (unsigned char)bt_engine_reads_input(t->engine, t->spec[c].name);
+        use_eval[c] = use[c] || c == t->score_col;
+    }
     t->local_feeds = rows < batch || !all;
-    /* the training set holds only the inputs this rank reads, unless the evaluation reads it whole */
     int eval_on_train = d->eval.kind == BT_DATA_NONE && train.kind != BT_DATA_SYNTHETIC;
-    BT_TRY(load_source(t, &train, "data.train", 0, eval_on_train ? NULL : use, &t->train, &t->train_cols));
+    BT_TRY(load_source(t, &train, "data.train", 0, eval_on_train ? use_eval : use, &t->train, &t->train_cols));
     if (d->eval.kind != BT_DATA_NONE) {
-        BT_TRY(load_source(t, &d->eval, "data.eval", 1, NULL, &t->eval, &t->eval_cols));
+        BT_TRY(load_source(t, &d->eval, "data.eval", 1, use_eval, &t->eval, &t->eval_cols));
         t->has_eval = 1;
     } else if (train.kind == BT_DATA_SYNTHETIC) {
         bt_data_source held_out = train;
         held_out.samples = train.samples / 5 > 0 ? train.samples / 5 : 1;
-        BT_TRY(load_source(t, &held_out, "data.train", 1, NULL, &t->eval, &t->eval_cols));
+        BT_TRY(load_source(t, &held_out, "data.train", 1, use_eval, &t->eval, &t->eval_cols));
         t->has_eval = 1;
     } else {
         t->eval_on_train = 1;
@@ -207,7 +210,7 @@ static bt_status load_data(bt_trainer *t)
         BT_TRY(bt_loader_create_columns(&t->train_cols, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
                                         &t->train_loader));
     const bt_columns *ev = t->has_eval ? &t->eval_cols : &t->train_cols;
-    BT_TRY(bt_loader_create_columns(ev, batch, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
+    BT_TRY(bt_loader_create_shard(ev, batch, 0, batch, use_eval, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
     return BT_OK;
 }
 
