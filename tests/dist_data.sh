@@ -14,21 +14,13 @@
 #     a data set where one is held.
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   echo "dist_data: no MPI in this build"
   exit 77
 fi
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+mpi_env
 if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
 
 python3 - "$tmp" <<'PY'
@@ -79,7 +71,7 @@ done
 
 rss_run() { # MODEL: D=2, P=2; each rank's peak resident memory (KiB) in $tmp/rss-MODEL/rss.RANK
   mkdir -p "$tmp/rss-$1"
-  timeout 120 "$mpirun" --oversubscribe -np 4 /usr/bin/python3 -c 'import os, resource, subprocess, sys
+  mpi -np 4 /usr/bin/python3 -c 'import os, resource, subprocess, sys
 rc = subprocess.call(sys.argv[2:])
 open(os.path.join(sys.argv[1], "rss." + os.environ["OMPI_COMM_WORLD_RANK"]), "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.exit(rc)' "$tmp/rss-$1" "$b" run "$tmp/$1.yaml" --layout "fc|head,loss" --dp 2 --threads 1 >"$tmp/$1.out" 2>&1
@@ -103,5 +95,4 @@ for kind in npy idx; do
   else bad "$kind: peak resident memory with the large set against the tiny one:$line"; fi
 done
 
-echo "dist_data: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish

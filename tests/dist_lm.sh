@@ -12,23 +12,13 @@
 # parallel.zero: 1 across processes is refused (exit 2) naming it.
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-cmp=$src/tests/dist/compare.py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   echo "dist_lm: no MPI in this build (the language-model loop in one process: tests/lm_cli.sh)"
   exit 77
 fi
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+mpi_env
 if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
 
 python3 - "$tmp" <<'PY'
@@ -86,7 +76,7 @@ launch() {
     "$b" run "$tmp/$model.yaml" --layout "$(layout_for 1)" --threads 1 --log-format jsonl "$@" \
       >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   else
-    timeout 120 "$mpirun" --oversubscribe -np $((d * p)) "$b" run "$tmp/$model.yaml" --layout "$(layout_for "$p")" \
+    mpi -np $((d * p)) "$b" run "$tmp/$model.yaml" --layout "$(layout_for "$p")" \
       --dp "$d" --threads 1 --log-format jsonl "$@" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   fi
   echo $? >"$tmp/$name.rc"
@@ -133,5 +123,4 @@ if [ "$(cat "$tmp/tiezero.rc")" = 2 ] && grep -q "tied parameters.*parallel.zero
   ok "a tie with parallel.zero: 1 across processes: refused (exit 2) naming it"
 else bad "a tie with parallel.zero: 1: exit $(cat "$tmp/tiezero.rc"): $(head -c 800 "$tmp/tiezero.err")"; fi
 
-echo "dist_lm: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish
