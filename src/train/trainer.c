@@ -7,7 +7,9 @@
  * on the training set, and the eval events say so (bt_train_event.on_train). Nothing non-finite passes silently: the engine stops a step
  * whose gradients are not finite, the trainer a loss or an eval loss that is not, and no
  * checkpoint is written unless every weight and optimizer buffer is finite, so a diverged run
- * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). */
+ * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). The step, evaluation
+ * and checkpoint loop is train_loop.c's, which the language-model loop (lm.c) runs too; this file
+ * is its source of batches (columns through the loader) and its evaluation. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
