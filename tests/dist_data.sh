@@ -3,15 +3,17 @@
 # rank of a D=2, P=2 job is measured twice by a wrapper (its peak resident memory), once with a
 # large training set and once with a tiny one, and compared with itself (the baselines differ
 # between ranks and builds):
-#   - npy files per input ('<f4' x of 32 MiB, '<i4' y): x stays in its file (checked through a
+#   - npy files per input ('<f4' x of 128 MiB, '<i4' y): x stays in its file (checked through a
 #     4 MiB buffer; the loader reads each row it gathers); the last stage's ranks never read x's
 #     data. Every rank must stay within 12 MiB of its tiny run (reading the files into memory put
-#     every rank 56 MiB above: planted, it failed so). The evaluation set too holds only the inputs a
+#     every rank far above: planted, +56 MiB with a 32 MiB x without CUDA but +5 MiB in the CUDA
+#     build, whose start-up peak hides it; hence 128 MiB). The evaluation set too holds only the inputs a
 #     rank reads, and the labels every rank scores with.
 #   - IDX files (gzipped images of 15 MiB, 60 MiB as f32): the last stage's ranks read the labels
 #     only and must stay within 12 MiB of their tiny run, while the first stage's ranks, which
-#     decompress and convert the images, show them (at least 40 MiB above): the measurement sees
-#     a data set where one is held.
+#     decompress and convert the images, show them (at least 12 MiB above; measured 67 MiB without
+#     CUDA, 16 MiB in the CUDA build, whose start-up peak hides part of it, as in dist.sh): the
+#     measurement sees a data set where one is held.
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
 . "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
@@ -36,7 +38,7 @@ def idx(path, dims, data):
         f.write(struct.pack(">I", 0x800 + len(dims)) + b"".join(struct.pack(">I", d) for d in dims) + data)
 row = array.array("f", [(i % 7) * 0.125 for i in range(1024)]).tobytes()
 img = bytes((i * 37) % 256 for i in range(784))
-for name, n in (("big", 8192), ("small", 64)):
+for name, n in (("big", 32768), ("small", 64)):
     npy("%s/%s_x.npy" % (t, name), "<f4", (n, 1024), row * n)
     npy("%s/%s_y.npy" % (t, name), "<i4", (n,), array.array("i", [i % 10 for i in range(n)]).tobytes())
 for name, n in (("big", 20000), ("small", 64)):
@@ -88,7 +90,7 @@ for kind in npy idx; do
   for r in 0 1 2 3; do # rank = replica x 2 + stage
     d=$(($(rss "$kind-big" $r) - $(rss "$kind-small" $r)))
     line="$line rank $r: +$d KiB;"
-    if [ $kind = idx ] && [ $((r % 2)) = 0 ]; then [ $d -ge 40960 ] || fine=0
+    if [ $kind = idx ] && [ $((r % 2)) = 0 ]; then [ $d -ge 12288 ] || fine=0
     else [ $d -le 12288 ] || fine=0; fi
   done
   if [ $fine = 1 ]; then ok "$kind: peak resident memory with the large set against the tiny one:$line"
