@@ -8,7 +8,8 @@
  * window for every token through the engine's forward (the comparison the KV cache is measured
  * against). --score N scores N windows of T + 1 tokens spread evenly over the validation split of
  * the model's text data, with the decoder (bt_generate_score) and with the engine's forward, and
- * prints both mean losses. */
+ * prints both mean losses. The engine computes in the model's train.precision, as the training
+ * run and its evaluation did (bf16: the decoder and the forward both in bf16). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,8 +163,10 @@ static int score_windows(const bt_model *m, bt_engine *e, const bt_vocab *vocab,
         }
         sum_fwd += out1;
     }
+    const bt_dtype prec = m->train.precision;
     printf("%lld validation windows of %lld tokens: mean loss %.4f by the KV-cache decoder, %.4f by the engine's "
-           "forward\n", n_windows, (long long)T, sum_dec / (double)n_windows, sum_fwd / (double)n_windows);
+           "forward%s%s%s\n", n_windows, (long long)T, sum_dec / (double)n_windows, sum_fwd / (double)n_windows,
+           prec != BT_F32 ? " (precision " : "", prec != BT_F32 ? bt_dtype_name(prec) : "", prec != BT_F32 ? ")" : "");
     rc = BT_EXIT_OK;
 done:
     free(text), free(tok), free(win), free(idx), free(lab);
@@ -318,6 +321,7 @@ int bt_cmd_generate(int argc, char **argv)
     p.batch = 1;
     p.training = 0;
     p.seed = 0;
+    p.precision = m->train.precision; /* decode and forward compute as training and its eval did */
     if (!ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
     /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h) */
     if (st != BT_OK || (st = bt_engine_create(m->graph, &p, &e)) != BT_OK ||

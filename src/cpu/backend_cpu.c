@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "core/util.h"
 #include "cpu/blas.h"
+#include "cpu/conv_onednn.h"
 #include "optim/optim.h"
 
 struct bt_device {
@@ -34,6 +35,7 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
     bt_status st = bt_cpu_bf16_init();
     if (st == BT_OK) st = bt_cpu_f32_init();
+    if (st == BT_OK) st = bt_cpu_conv_init(); /* BATON_CPU_CONV: conv2d on oneDNN or im2col */
     if (st != BT_OK) {
         free(d);
         return bt_error_context(st, "cpu:%d", index);
@@ -130,6 +132,13 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
     }
     bt_status gemm = bt_gemm_take_error(); /* a bf16 GEMM on oneDNN failed inside the op */
     return st != BT_OK ? st : gemm;
+}
+
+/* Every op decodes on the CPU: with cpu_decode, or with cpu_forward (required of every op). */
+static int cpu_runs_decode(const bt_op_def *op)
+{
+    (void)op;
+    return 1;
 }
 
 static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
@@ -239,7 +248,7 @@ static bt_status cpu_load_bf16(bt_device *dev, float *dst, const void *src, size
 static const bt_backend cpu_backend = {
     .name = "cpu",
     .shares_host_memory = 1,
-    .runs_decode = 1,
+    .runs_decode = cpu_runs_decode,
     .open = cpu_open,
     .close = cpu_close,
     .bind_thread = cpu_bind_thread,
