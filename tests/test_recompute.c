@@ -302,7 +302,7 @@ static void test_stash_not_over_recompute_input(void)
         int *grad_offset = calloc((size_t)n_values, sizeof *grad_offset);
         size_t *saved_offset = calloc((size_t)n_nodes, sizeof *saved_offset);
         size_t *wgrad_offset = calloc((size_t)n_nodes, sizeof *wgrad_offset);
-        bt_stage_layout layout = {value_offset, grad_offset, saved_offset, wgrad_offset};
+        bt_stage_layout layout = {value_offset, grad_offset, saved_offset, wgrad_offset, NULL};
         bt_stage_memory sm;
         bt_memory_stage(m->graph, plan, &mp, 0, &sm, &layout);
         const bt_node *fc1 = &m->graph->nodes[plan->first_node[0]]; /* fc1, its relu fused */
