@@ -85,6 +85,7 @@ bt_status bt_decode_link_create(bt_engine *e, int n_seqs, int64_t T, int logits_
     l->b = calloc((size_t)n_bounds + 1, sizeof *l->b);
     l->fin_send = calloc((size_t)e->stages, sizeof *l->fin_send);
     bt_status st = l->b && l->fin_send ? BT_OK : bt_error(BT_ERR_NOMEM, "decode: out of memory");
+    for (int id = 0; st == BT_OK && id < n_bounds; id++) l->b[id].from = l->b[id].to = -1; /* not between ranks */
     if (st == BT_OK && logits_stage != 0 && l->me == logits_stage)
         st = end_alloc(&l->item_send, n_seqs, msg_max(l, 0));
     if (st == BT_OK && logits_stage != 0 && l->me == 0) st = end_alloc(&l->item_recv, n_seqs, msg_max(l, 0));
