@@ -23,11 +23,11 @@
 #include "cli/cli.h"
 #include "cli/run_dist.h"
 #include "core/error.h"
+#include "core/strutil.h"
 #include "dist/dist.h"
 #include "exec/engine_dist.h"
-#include "plan/plan.h"
-#include "core/strutil.h"
 #include "io/text.h"
+#include "plan/plan.h"
 #include "train/checkpoint.h"
 
 static void usage(FILE *f)
