@@ -29,9 +29,11 @@ export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
 mpi() { timeout 120 "$mpirun" --oversubscribe "$@"; }
 
-python3 -c 'import random
+# the vocabulary: every byte of the text (the model's embedding and head take exactly as many)
+V=$(python3 -c 'import random
 r = random.Random(3); w = ["the", "king", "shall", "come", "to", "rome", "and", "speak", "of", "love", "ROMEO:"]
-open("'"$tmp"'/text.txt", "w").write(" ".join(r.choice(w) + ("\n" if r.random() < 0.1 else "") for _ in range(3000)))'
+t = " ".join(r.choice(w) + ("\n" if r.random() < 0.1 else "") for _ in range(3000))
+open("'"$tmp"'/text.txt", "w").write(t); print(len(set(t)))')
 cat >"$tmp/gpt.yaml" <<YAML
 format: 1
 name: tiny-gpt
@@ -39,7 +41,7 @@ inputs:
   idx: {shape: [16], dtype: i32}
   label: {shape: [16], dtype: i32}
 layers:
-  - {name: wte, op: embedding, args: {num: 40, dim: 16}}
+  - {name: wte, op: embedding, args: {num: $V, dim: 16}}
   - {name: wpe, op: pos_embedding, args: {num: 16}}
   - {name: ln1, op: layernorm}
   - {name: qkv1, op: linear, args: {out: 48, bias: false}}
@@ -50,7 +52,7 @@ layers:
   - {name: attn2, op: attention, args: {heads: 4}}
   - {name: res2, op: add, from: [-1, res1]}
   - {name: lnf, op: layernorm}
-  - {name: head, op: linear, args: {out: 40}}
+  - {name: head, op: linear, args: {out: $V}}
   - {name: loss, op: cross_entropy, from: [head, label]}
 parallel: {pipeline: {stages: 2, microbatches: 2}}
 train:

@@ -161,7 +161,7 @@ bt_status bt_decode_link_rows(bt_decode_link *l, int id, int seq, unsigned char 
     return BT_OK;
 }
 
-static void fill_head(bt_decode_link *l, unsigned char *msg, int seq, const bt_decode_item *it)
+static void fill_head(unsigned char *msg, int seq, const bt_decode_item *it)
 {
     bt_decode_head h = {.seq = seq, .reset = it->reset, .all_logits = it->all_logits, .pos = it->pos, .n = it->n};
     memcpy(msg, &h, sizeof h);
@@ -172,7 +172,7 @@ bt_status bt_decode_link_send_rows(bt_decode_link *l, int id, int seq, const bt_
 {
     dbound *b = &l->b[id];
     unsigned char *msg = slot(l, &b->send, b->row_sum, seq);
-    fill_head(l, msg, seq, it);
+    fill_head(msg, seq, it);
     return bt_comm_isend(l->e->dist.world, msg, head_bytes() + l->tok_bytes + (size_t)it->n * b->row_sum,
                          rank_of_stage(l, b->to), tag_of(l, id, seq), &b->send.req[seq]);
 }
@@ -181,7 +181,7 @@ bt_status bt_decode_link_send_item(bt_decode_link *l, int seq, const bt_decode_i
 {
     BT_TRY(wait_send(l, &l->item_send.req[seq], 0));
     unsigned char *msg = slot(l, &l->item_send, 0, seq);
-    fill_head(l, msg, seq, it);
+    fill_head(msg, seq, it);
     return bt_comm_isend(l->e->dist.world, msg, head_bytes() + l->tok_bytes, rank_of_stage(l, 0), DEC_TAG + seq,
                          &l->item_send.req[seq]);
 }
