@@ -87,7 +87,7 @@ agree() {
     bad "$1: the text differs: $(diff "$tmp/$2.text" "$tmp/$3.text" | head -c 1500)"
   elif ! grep -q 'tokens/s\|mean loss' "$tmp/$3.out"; then
     bad "$1: no rate: $(head -c 1500 "$tmp/$3.out")"
-  else ok "$1: $(grep -c . "$tmp/$3.text") lines equal ($(grep -m 1 'tokens/s' "$tmp/$3.out" | sed 's/ (.*//'))"
+  else ok "$1: $(grep -c . "$tmp/$3.text") lines equal ($(grep -m 1 'tokens/s\|mean loss' "$tmp/$3.out" | sed 's/ (.*//'))"
   fi
 }
 four="--prompt ROMEO: --prompt the --prompt and --prompt of"
