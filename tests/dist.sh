@@ -11,28 +11,14 @@
 # 1, replica 0)"). Without MPI in the build, --dp must be refused naming it (exit 2).
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-model=$src/tests/dist/skip-mlp.yaml
-cmp=$src/tests/dist/compare.py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   "$b" run "$model" --dp 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
   if [ $rc = 2 ] && grep -q "built without MPI" "$tmp/e"; then ok "no MPI: --dp 2 refused (exit 2)"; else bad "no MPI: --dp 2 gave $rc: $(cat "$tmp/e")"; fi
-  echo "dist: $tests tests, $fails failed"
-  [ $fails = 0 ]; exit $?
+  finish
 fi
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# keep Open MPI off the network interfaces it does not need and quiet about them
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-mpi() { timeout 120 "$mpirun" --oversubscribe "$@"; }
+mpi_env
 # Under AddressSanitizer (the asan job) the ranks run without LeakSanitizer: Open MPI keeps its
 # allocations until exit, from plugins it unloads (frames LSan cannot name, so no suppression
 # matches them), and LSan's own tracer crashed on about one rank in ten of these runs (signal 11
@@ -283,5 +269,4 @@ if [ "$1" != 0 ] && [ "$2" -le 8 ] && grep -q "watchdog: after 3.0 s, .* from ra
   ok "killed rank 1, mpirun's abort off: the survivor's watchdog ended the job in ${2}s naming rank 1 (stage 1, replica 0)"
 else bad "killed rank 1, mpirun's abort off: exit $1 after ${2}s: $(tail -c 1500 "$out")"; fi
 
-echo "dist: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish

@@ -17,24 +17,13 @@
 # removes every file of older sharded checkpoints.
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-model=$src/tests/dist/skip-mlp.yaml
-cmp=$src/tests/dist/compare.py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   echo "dist_ckpt: no MPI in this build (tests/test_ckpt_shards covers sharded checkpoints in one process)"
   exit 77
 fi
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+mpi_env
 if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
 
 layout_for() { # P -> the cut of skip-mlp into P stages
@@ -51,7 +40,7 @@ launch() {
   if [ "$d$p" = 11 ]; then
     "$b" run "$model" --layout "$(layout_for 1)" --threads 1 --log-format jsonl "$@" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   else
-    timeout 120 "$mpirun" --oversubscribe -np $((d * p)) "$b" run "$model" --layout "$(layout_for "$p")" --dp "$d" \
+    mpi -np $((d * p)) "$b" run "$model" --layout "$(layout_for "$p")" --dp "$d" \
       --threads 1 --log-format jsonl "$@" >"$tmp/$name.jsonl" 2>"$tmp/$name.err"
   fi
 }
@@ -131,7 +120,7 @@ train:
 data:
   train: {type: text, path: $tmp/text.txt, val_fraction: 0.1}
 YAML
-timeout 120 "$mpirun" --oversubscribe -np 2 "$b" run "$tmp/textlm.yaml" --steps 4 --threads 1 \
+mpi -np 2 "$b" run "$tmp/textlm.yaml" --steps 4 --threads 1 \
   --checkpoint-dir "$tmp/lm2" >"$tmp/lm2.out" 2>&1; rc=$?
 "$b" run "$tmp/textlm.yaml" --steps 4 --threads 1 --checkpoint-dir "$tmp/lm1" >"$tmp/lm1.out" 2>&1
 for w in lm1 lm2 lm2/checkpoint-00000004.safetensors.index.json; do
@@ -177,5 +166,4 @@ want="checkpoint-00000003-00001-of-00002.safetensors checkpoint-00000003-00002-o
 if [ $rc = 0 ] && [ "$files" = "$want" ]; then ok "--keep-last 2 under mpirun: steps 3 and 4 remain, each whole"
 else bad "--keep-last 2: exit $rc, files: $files"; fi
 
-echo "dist_ckpt: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish

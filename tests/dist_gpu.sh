@@ -12,15 +12,7 @@
 # the nccl path and the NCCL all-reduce run too; NCCL cannot join two ranks on one GPU, so with one
 # GPU they are skipped, saying so, and the staged path is forced on the one GPU instead.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-model=$src/tests/dist/skip-mlp.yaml
-cmp=$src/tests/dist/compare.py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then echo "SKIP: dist_gpu: this build has no MPI"; exit 77; fi
 "$b" devices >"$tmp/devices" 2>&1
@@ -34,10 +26,7 @@ if [ "$gpus" = 0 ]; then
 fi
 emulated=0
 grep -q 'emulated GPU' "$tmp/devices" && emulated=1
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+mpi_env
 # the emulator's mode and order reach every rank (mpirun passes the environment on one machine,
 # but say it: -x works under any launcher set-up)
 xenv=""
@@ -152,5 +141,4 @@ elif [ $nccl_built = 1 ]; then
 else
   echo "skipped: the nccl path (this build has no NCCL)"
 fi
-echo "dist_gpu: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish

@@ -10,21 +10,10 @@
 # reduction row per rank (path, bytes, GB/s, time hidden behind compute).
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-model=$src/tests/dist/skip-mlp.yaml
-check=$src/tests/dist/check_trace.py
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then echo "SKIP: this baton was built without MPI"; exit 77; fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
-mpi() { timeout 120 "$mpirun" --oversubscribe "$@"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
+check=$src/tests/dist/check_trace.py
+mpi_env
 if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi
 
 traced() { # D P schedule layout
@@ -66,5 +55,4 @@ reps=$(grep -cE '^  1 +[01] -> [01] +(activations|gradients) +mpi ' "$tmp/sum.tx
 if [ "$rows" = 4 ] && [ "$reps" = 2 ]; then ok "D=2 P=2 summary text: 4 reduction rows, replica 1's 2 boundaries"
 else bad "D=2 P=2 summary text: $rows reduction rows, $reps replica-1 boundaries: $(tail -25 "$tmp/sum.txt")"; fi
 
-echo "dist_trace: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish

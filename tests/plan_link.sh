@@ -9,15 +9,8 @@
 # Also: a profile without links is refused (exit 2, saying how to measure them), and under mpirun
 # `baton profile` writes links that `plan --ranks` reads.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-src=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-model=$src/tests/dist/skip-mlp.yaml
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 fake=$src/tests/dist/fake_link_profile.py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
 
 "$b" profile "$model" --repeats 1 --warmup 0 -o "$tmp/real.json" >"$tmp/o" 2>&1 || { bad "baton profile: $(cat "$tmp/o")"; exit 1; }
 python3 "$fake" "$tmp/real.json" "$tmp/fast.json" 0.001 100 && python3 "$fake" "$tmp/real.json" "$tmp/slow.json" 1 0.001 ||
@@ -53,15 +46,13 @@ else bad "--ranks without --profile: exit $rc: $(cat "$tmp/e")"; fi
 
 # measured for real under mpirun: the profile has links from rank 0 to rank 1, and plan reads them
 if [ "${BT_HAVE_MPI:-1}" = 1 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+  mpi_env
   if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as tests/dist.sh
-  timeout 300 "${BT_MPIRUN:-mpirun}" --oversubscribe -np 2 "$b" profile "$model" --repeats 1 --warmup 0 \
+  MPI_TIMEOUT=300 mpi -np 2 "$b" profile "$model" --repeats 1 --warmup 0 \
     -o "$tmp/mpi.json" >"$tmp/o" 2>&1; rc=$?
   n=$(python3 -c 'import json,sys; print(len([l for l in json.load(open(sys.argv[1]))["links"] if l["from_rank"] == 0 and l["to_rank"] == 1 and l["oneway_ms"] > 0]))' "$tmp/mpi.json" 2>/dev/null)
   if [ $rc = 0 ] && [ "$n" = 5 ] && "$b" plan "$model" --profile "$tmp/mpi.json" --ranks 2 >"$tmp/p" 2>&1 && grep -q "<- best" "$tmp/p"; then
     ok "mpirun -np 2 baton profile: 5 link sizes from rank 0 to 1; plan --ranks 2 reads them: $(grep 'link between' "$tmp/p")"
   else bad "mpirun -np 2 baton profile: exit $rc, ${n:-no} links: $(tail -c 800 "$tmp/o") $(cat "$tmp/p" 2>/dev/null)"; fi
 fi
-echo "plan_link: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish
