@@ -9,25 +9,16 @@
 # (D > 1: exit 2 naming N, D and P). A rank killed mid-run ends the job non-zero within a few
 # seconds: by mpirun naming the lost rank, and with mpirun's abort off by the survivor's watchdog
 # ("waits for its next item from rank 1 (stage 1, replica 0)").
-# Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
+# Open MPI's settings for one machine (as root, oversubscribed): tests/dist/common.sh.
 set -u
-b=${BT_BUILDDIR:-.}/baton
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 tests=0
-ok() { tests=$((tests + 1)); echo "ok: $1"; }
-bad() { tests=$((tests + 1)); fails=$((fails + 1)); echo "FAIL: $1"; }
+. "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 
 if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   echo "dist_generate: no MPI in this build"
   exit 77
 fi
-mpirun=${BT_MPIRUN:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+mpi_env
 if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
-mpi() { timeout 120 "$mpirun" --oversubscribe "$@"; }
 
 # the vocabulary: every byte of the text (the model's embedding and head take exactly as many)
 V=$(python3 -c 'import random
@@ -155,5 +146,4 @@ if [ "$1" != 0 ] && [ "$2" -le 9 ] &&
   ok "killed rank 1, mpirun's abort off: the survivor's watchdog ended the job in ${2}s naming rank 1"
 else bad "killed rank 1, mpirun's abort off: exit $1 after ${2}s: $(tail -c 1500 "$out")"; fi
 
-echo "dist_generate: $tests tests, $fails failed"
-[ $fails = 0 ]
+finish
