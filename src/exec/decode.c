@@ -34,7 +34,6 @@
  * another branch (GPU decoding) is changing; the MPI side itself is in decode_dist.c. */
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,8 +507,10 @@ static int next_ready(struct bt_decode_run *r, bt_worker *w, dstage *d, bt_statu
 
 /* next_ready across ranks: this rank's stage is the only one here, and its items arrive as messages,
  * which this thread takes itself between polls (no other thread would wake it). Polls at once for
- * DEC_POLL_SPIN_MS after the last arrival (yielding the core), then every DEC_POLL_SLEEP_US. */
-#define DEC_POLL_SPIN_MS 0.5
+ * DEC_SPIN_MS after the last arrival, as the one-process spin does (never sched_yield: on a busy
+ * machine a yield gives the core away for a whole time slice of every other runnable process,
+ * which made a token's round trip between two ranks cost milliseconds), then every
+ * DEC_POLL_SLEEP_US. */
 #define DEC_POLL_SLEEP_US 20
 
 static int next_ready_polling(struct bt_decode_run *r, bt_worker *w, dstage *d, bt_status *err)
@@ -552,8 +553,13 @@ static int next_ready_polling(struct bt_decode_run *r, bt_worker *w, dstage *d, 
                             peers[0] ? peers : "no rank");
             break;
         }
-        if (now - t0 < DEC_POLL_SPIN_MS) sched_yield();
-        else nanosleep(&(struct timespec){0, DEC_POLL_SLEEP_US * 1000L}, NULL);
+        if (now - t0 < DEC_SPIN_MS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            nanosleep(&(struct timespec){0, DEC_POLL_SLEEP_US * 1000L}, NULL);
+        }
     }
     atomic_store(&w->waiting, 0);
     return seq;
