@@ -1,5 +1,5 @@
 /* bench/bench_schedules.c: one model as 2 pipeline devices under 1F1B, interleaved 1F1B (virtual
- * 2) and ZB-H1, measured against the simulator's prediction for each. Never part of `make check`;
+ * 2), ZB-H1 and ZBV, measured against the simulator's prediction for each. Never part of `make check`;
  * build with `make bench`.
  *
  *   bench_schedules [--steps N] [--rounds R] [--microbatches M] [--batch B] [--width W]
@@ -8,8 +8,9 @@
  * AdamW, synthetic data, f32, on cpu:0 and cpu:1 with one BLAS thread each. Cuts give each device
  * three of the wide layers under every schedule: 1F1B and ZB-H1 balance 3 | 5 (fc1-fc3 | fc4-fc6,
  * head, loss); interleaved 2 | 2 | 1 | 3 over 4 logical stages (device 0: fc1-fc2 and fc5;
- * device 1: fc3-fc4 and fc6, head, loss). The three engines run in turn, R rounds of N measured
- * steps each (after 2 warm-up steps per round), so load changes hit all three alike.
+ * device 1: fc3-fc4 and fc6, head, loss); ZBV 2 | 2 | 1 | 3 in a V (device 0: fc1-fc2 and fc6,
+ * head, loss; device 1: fc3-fc4 and fc5). The engines run in turn, R rounds of N measured steps
+ * each (after 2 warm-up steps per round), so load changes hit all of them alike.
  *
  * Per schedule it prints:
  *   measured  the median step time (median over rounds of each round's median) and the bubble,
@@ -23,14 +24,14 @@
  *             and W times (which keep the tail that preemptions add on a loaded machine);
  *   predicted with the turn hand-off between a device's stage threads priced as `baton profile`
  *   measures it (bt_profile_measure_handoff, once per round beside the engines, median kept;
- *   it only matters for interleaved, the one schedule with several stages per device), and
- *   beside it the hand-off gaps the interleaved trace itself shows (median time from the end of
+ *   it only matters for interleaved and ZBV, the schedules with several stages per device), and
+ *   beside it the hand-off gaps each of their traces shows (median and mean time from the end of
  *   one stage's instruction to the start of the device's next, on another stage) and pred(gap),
- *   the prediction with that median gap as the hand-off cost;
+ *   the prediction with that schedule's own median gap as the hand-off cost;
  *   and their ratio, and each schedule's step time and bubble against 1F1B's (the peer measured in
  *   the same run; bench/compare_schedules.sh adds PyTorch on the same model).
  * BENCH_VERBOSE=1 also prints each stage's median F, B, W, optimizer and copy times; BENCH_ONLY=k
- * runs only the k-th schedule (0 1f1b, 1 interleaved, 2 zb-h1), to look at one alone. */
+ * runs only the k-th schedule (0 1f1b, 1 interleaved, 2 zb-h1, 3 zbv), to look at one alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static void die(const char *what)
 
 #include "bench_graphs.h"
 
-#define N_KINDS 3
+#define N_KINDS 4
 #define MAX_ROUNDS 64
 
 typedef struct bench_run {
@@ -132,7 +133,6 @@ static double median(double *v, int n)
 }
 
 static double handoff_ms; /* the profile's measurement (median over rounds) */
-static double gap_ms;     /* the median hand-off gap the interleaved trace shows */
 
 /* The 1-, 5- and 15-minute load averages, for the report. */
 static const char *bench_load(void)
@@ -174,7 +174,8 @@ static void analyse(bench_run *r, double *pred_ms, double *pred_bubble, double *
     *pred_ms = res.step_time;
     *pred_bubble = res.bubble;
     bt_sim_result_free(&res);
-    costs.handoff = gap_ms; /* the hand-off the trace shows instead of the profile's */
+    /* the hand-off this schedule's trace shows instead of the profile's (none: one stage per device) */
+    costs.handoff = r->n_gaps ? median(r->gaps, r->n_gaps) : 0;
     if (bt_simulate(sched, &costs, &res) != BT_OK) die("simulate");
     *gap_pred_ms = res.step_time;
     bt_sim_result_free(&res);
@@ -221,6 +222,7 @@ int main(int argc, char **argv)
         {.name = "interleaved-1f1b v2", .kind = BT_SCHEDULE_INTERLEAVED_1F1B, .virtual_stages = 2,
          .n_balance = 4, .balance = {2, 2, 1, 3}},
         {.name = "zb-h1", .kind = BT_SCHEDULE_ZB_H1, .virtual_stages = 1, .n_balance = 2, .balance = {3, 5}},
+        {.name = "zbv", .kind = BT_SCHEDULE_ZBV, .virtual_stages = 2, .n_balance = 4, .balance = {2, 2, 1, 3}},
     };
     bt_graph *g = bench_dense_graph(width, width, 6);
     float *x = malloc(sizeof(float) * (size_t)batch * (size_t)width);
@@ -277,12 +279,16 @@ int main(int argc, char **argv)
     handoff_ms = median(handoffs, rounds);
     printf("load: %s; hand-off between two stage threads of a device (bt_profile_measure_handoff, median of "
            "%d rounds): %.4f ms\n", bench_load(), rounds, handoff_ms);
-    if (runs[1].n_gaps) {
-        double sum = 0;
-        for (int i = 0; i < runs[1].n_gaps; i++) sum += runs[1].gaps[i];
-        printf("interleaved trace: %d hand-offs, %.1f per step, gap median %.4f ms, mean %.4f ms\n", runs[1].n_gaps,
-               (double)runs[1].n_gaps / (rounds * steps), median(runs[1].gaps, runs[1].n_gaps), sum / runs[1].n_gaps);
-        gap_ms = median(runs[1].gaps, runs[1].n_gaps);
+    for (int k = 0; k < N_KINDS; k++) {
+        bench_run *r = &runs[k];
+        if (!r->n_gaps) continue;
+        double sum = 0, big = 0;
+        for (int i = 0; i < r->n_gaps; i++) sum += r->gaps[i], big += r->gaps[i] > 0.2;
+        double med = median(r->gaps, r->n_gaps); /* sorts them */
+        printf("%s trace: %d hand-offs, %.1f per step, gap median %.4f ms, mean %.4f ms, p90 %.4f ms, max %.4f ms, "
+               "%.1f%% above 0.2 ms\n", k == 1 ? "interleaved" : r->name, r->n_gaps,
+               (double)r->n_gaps / (rounds * steps), med, sum / r->n_gaps, r->gaps[(int)(0.9 * (r->n_gaps - 1))],
+               r->gaps[r->n_gaps - 1], 100.0 * big / r->n_gaps);
     }
 
     double base_ms = 0, base_bubble = 0;

@@ -1,10 +1,10 @@
 #!/bin/sh
-# bench/compare_schedules.sh: bench_schedules (1F1B, interleaved 1F1B v2 and ZB-H1 on cpu:0 +
+# bench/compare_schedules.sh: bench_schedules (1F1B, interleaved 1F1B v2, ZB-H1 and ZBV on cpu:0 +
 # cpu:1, measured against the simulator) alternated with the PyTorch peer training the same model
 # in one process (bench/torch_deep.py at 1 and 2 threads, its best kept), ROUNDS times; prints each
 # round's lines, then per schedule the medians of the measured step, the simulator's prediction
 # (with the turn hand-off `baton profile` measures), their ratio (target: within 10%), the
-# prediction with the hand-off gap the interleaved trace showed instead, the measured and predicted
+# prediction with the hand-off gap the schedule's own trace showed instead, the measured and predicted
 # bubble, and the throughput against PyTorch's best; the load before and after.
 # Usage: bench/compare_schedules.sh BUILD_DIR [ROUNDS] [STEPS]
 # Needs Debian's python3-torch (/usr/bin/python3).
@@ -25,7 +25,7 @@ for r in $(seq "$rounds"); do
   a=$(echo "$out" | sed -n 's/^result schedule=1f1b measured_ms=\([0-9.]*\).*/\1/p')
   b=$(echo "$out" | sed -n 's/^result schedule=interleaved-1f1b measured_ms=\([0-9.]*\).*/\1/p')
   c=$(echo "$out" | sed -n 's/^result schedule=zb-h1 measured_ms=\([0-9.]*\).*/\1/p')
-  echo "$out" | grep -E '^result|^load:|^interleaved trace:' | sed "s/^/round $r: /"
+  echo "$out" | grep -E '^result|^load:|^(interleaved|zbv) trace:' | sed "s/^/round $r: /"
   rows="$rows
 $(echo "$out" | grep '^result')"
   best=""
@@ -45,7 +45,7 @@ field() { # schedule key -> the values of key= over the rounds
 }
 printf '  %-18s %11s %11s %9s %11s %9s %9s %9s %14s\n' schedule "measured" "predicted" "meas/pred" "pred(gap)" \
   "bubble" "pred bub" "pytorch" "baton/pytorch"
-for n in 1f1b interleaved-1f1b zb-h1; do
+for n in 1f1b interleaved-1f1b zb-h1 zbv; do
   b=$(median $(field $n measured_ms)); pr=$(median $(field $n predicted_ms)); pg=$(median $(field $n predicted_gap_ms))
   mb=$(median $(field $n measured_bubble)); pb=$(median $(field $n predicted_bubble))
   awk -v n="$n" -v b="$b" -v pr="$pr" -v pg="$pg" -v mb="$mb" -v pb="$pb" -v t="$t" 'BEGIN {

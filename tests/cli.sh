@@ -82,6 +82,19 @@ expect_rc 2 "--virtual without interleaved" "$baton" schedule --stages 4 --virtu
 expect_rc 0 "run interleaved-1f1b" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 \
   --devices cpu:0,cpu:1 --stages 4 --virtual 2 --schedule interleaved-1f1b --microbatches 8
 expect_rc 0 "run zb-h1" "$baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic --steps 2 --stages 2 --schedule zb-h1
+# zbv: one row per device, device 0 holding the first and the last stage (3W3 of P = 2)
+if expect_rc 0 "schedule grid zbv" "$baton" schedule --stages 4 --microbatches 4 --schedule zbv --validate; then
+  tests=$((tests + 1))
+  grep -q '^device 0 .* 3W3' "$tmp/out" && grep -q '^device 1 .* 2W3' "$tmp/out" ||
+    fail "zbv grid: device 0 lacks stage 3's 3W3 or device 1 stage 2's 2W3: $(cat "$tmp/out")"
+fi
+expect_rc 2 "zbv takes virtual 2 only" "$baton" schedule --stages 6 --virtual 3 --microbatches 4 --schedule zbv
+expect_rc 0 "run zbv" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --stages 4 --schedule zbv --microbatches 4
+expect_rc 0 "run zbv with recomputation" "$baton" run "$srcdir/models/mlp.yaml" --steps 2 --stages 4 --schedule zbv \
+  --microbatches 4 --recompute stage
+expect_rc 0 "plan --schedule zbv" "$baton" plan "$srcdir/models/mlp.yaml" --schedule zbv --microbatches 4 --repeats 1 &&
+  { tests=$((tests + 1)); grep -q "^    schedule: zbv$" "$tmp/out" && grep -q "^    virtual: 2$" "$tmp/out" &&
+    grep -q "^    stages: 4$" "$tmp/out" || fail "plan --schedule zbv: no zbv/virtual/stages in the YAML: $(tail -8 "$tmp/out")"; }
 
 # transfers: the summary names each boundary's path; --transfer forces one
 if expect_rc 0 "run, local transfers" "$baton" run "$srcdir/models/mlp.yaml" --steps 2; then

@@ -418,7 +418,7 @@ static void test_bad_overrides(void)
     check_bad_override("train.batch.size=1", "'train.batch' is a scalar, not a mapping");
     check_bad_override("layers.9.op=relu", "'layers' has no item '9'");
     check_bad_override("layers.nope.op=relu", "'layers' has no item 'nope'");
-    check_bad_override("parallel.pipeline.schedule=zigzag", "must be gpipe, 1f1b, stream, interleaved-1f1b or zb-h1");
+    check_bad_override("parallel.pipeline.schedule=zigzag", "must be gpipe, 1f1b, stream, interleaved-1f1b, zb-h1 or zbv");
     check_bad_override("parallel.pipeline.microbatches=3", "not divisible");
     check_bad_override("train.batch", "expected key=value");
     check_bad_override("=1", "expected key=value");

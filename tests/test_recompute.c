@@ -1,7 +1,8 @@
 /* tests/test_recompute.c: activation recomputation (train.recompute, a layer's recompute:,
  * bt_graph_set_recompute). With dropout on and a skip connection crossing stages, three training
  * steps with recomputation give bit-identical losses and parameters to the same run without it,
- * on 1, 2 and 3 stages under 1F1B, GPipe and ZB-H1 (whose deferred W recomputes again); the activation memory the engine reserves and the
+ * on 1, 2 and 3 stages under 1F1B, GPipe and ZB-H1 (whose deferred W recomputes again), and on 4 and 6
+ * stages under ZBV (2 and 3 devices); the activation memory the engine reserves and the
  * peak it measures while micro-batches are live drop by the recomputed bytes times the extra
  * micro-batches a stage holds; the loader's keys and their errors. */
 #include <stdio.h>
@@ -45,16 +46,19 @@ typedef struct run_out {
     double loss[3];
     float *params;           /* every parameter, concatenated */
     size_t n;
-    bt_memory_stats mem[4];
+    bt_memory_stats mem[8];
 } run_out;
 
-/* Three steps of m on `stages` CPU stages cut by balance, m micro-batches. */
+/* Three steps of m on `stages` CPU stages cut by balance, m micro-batches (zbv: stages / 2
+ * devices, two stages each). */
 static void run(bt_model *model, int stages, const int *balance, int mbs, bt_schedule_kind kind, run_out *out)
 {
     bt_engine_params p;
     bt_engine_params_init(&p);
     static const char *devs[] = {"cpu:0", "cpu:0,cpu:1", "cpu:0,cpu:1,cpu:2"};
-    p.parallel.devices = devs[stages - 1];
+    int zbv = kind == BT_SCHEDULE_ZBV;
+    p.parallel.devices = devs[(zbv ? stages / 2 : stages) - 1];
+    p.parallel.virtual_stages = zbv ? 2 : 1;
     p.parallel.stages = stages;
     p.parallel.microbatches = mbs;
     p.parallel.schedule = kind;
@@ -132,6 +136,28 @@ static void test_bit_identical(void)
             CU_ASSERT(a.loss[0] != a.loss[2]); /* it trained */
             free(a.params), free(b.params), free(c.params);
         }
+    bt_model_destroy(plain), bt_model_destroy(rec), bt_model_destroy(part);
+}
+
+/* ZBV, every layer recomputed and only some, dropout on, the residual from fc1 crossing stages and
+ * devices: bit-identical to ZBV without recomputation. */
+static void test_zbv_bit_identical(void)
+{
+    static const int bal4[] = {2, 2, 2, 3}, bal6[] = {1, 1, 2, 1, 2, 2};
+    const char *all[] = {"train.recompute=stage"};
+    const char *some[] = {"train.recompute={layers: [fc2, drop3]}"};
+    bt_model *plain = load(NULL, 0), *rec = load(all, 1), *part = load(some, 1);
+    for (int stages = 4; stages <= 6; stages += 2) {
+        const int *bal = stages == 4 ? bal4 : bal6;
+        run_out a, b, c;
+        run(plain, stages, bal, 4, BT_SCHEDULE_ZBV, &a);
+        run(rec, stages, bal, 4, BT_SCHEDULE_ZBV, &b);
+        run(part, stages, bal, 4, BT_SCHEDULE_ZBV, &c);
+        expect_identical(&a, &b);
+        expect_identical(&a, &c);
+        CU_ASSERT(a.loss[0] != a.loss[2]);
+        free(a.params), free(b.params), free(c.params);
+    }
     bt_model_destroy(plain), bt_model_destroy(rec), bt_model_destroy(part);
 }
 
@@ -294,6 +320,7 @@ int main(void)
 {
     static const bt_test_case cases[] = {
         {"bit-identical with dropout, 1-3 stages", test_bit_identical},
+        {"zbv: bit-identical with dropout, 2 and 3 devices", test_zbv_bit_identical},
         {"activation memory drops by the recomputed bytes", test_memory_drop},
         {"loader keys and errors", test_loader},
         {"with zb-h1's split backward: less activation memory", test_with_split_backward},

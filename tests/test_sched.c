@@ -1036,11 +1036,20 @@ static void test_check_shape(void)
     CU_ASSERT_STRING_EQUAL(bt_last_error(), "interleaved-1f1b: 5 stages do not split into 2 chunks per device "
                                             "(stages must be a multiple of virtual)");
     CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_ZB_H1, 4, 4, 2), BT_ERR_INVALID_ARG);
-    CU_ASSERT_STRING_EQUAL(bt_last_error(), "virtual 2: only interleaved-1f1b runs several chunks per device "
-                                            "(zb-h1 takes virtual 1)");
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "virtual 2: only interleaved-1f1b and zbv run several chunks per "
+                                            "device (zb-h1 takes virtual 1)");
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_ZBV, 4, 3, 2), BT_OK); /* any m */
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_ZBV, 6, 4, 3), BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "zbv runs exactly 2 chunks per device (device d holds stages d and "
+                                            "2P-1-d): virtual must be 2, got 3");
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_ZBV, 4, 4, 1), BT_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(bt_schedule_check_shape(BT_SCHEDULE_ZBV, 5, 4, 2), BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "zbv: 5 stages do not pair into a V (stages must be 2 x devices)");
+    CU_ASSERT_EQUAL(bt_schedule_default_virtual(BT_SCHEDULE_ZBV, 0), 2);
+    CU_ASSERT_EQUAL(bt_schedule_default_virtual(BT_SCHEDULE_1F1B, 0), 1);
     int n = 0;
     const bt_schedule_kind *kinds = bt_schedule_training_kinds(&n);
-    CU_ASSERT_EQUAL(n, 4);
+    CU_ASSERT_EQUAL(n, 5);
     for (int i = 0; i < n; i++) CU_ASSERT(kinds[i] != BT_SCHEDULE_STREAM);
     bt_schedule *sched = NULL;
     CU_ASSERT_EQUAL(bt_schedule_build_virtual(BT_SCHEDULE_INTERLEAVED_1F1B, 4, 3, 2, &sched), BT_ERR_INVALID_ARG);
@@ -1172,6 +1181,161 @@ static void test_grid_columns_are_fixed_width(void)
     bt_schedule_destroy(sched);
 }
 
+/* ---- ZBV ------------------------------------------------------------------------------------ */
+
+/* Device d's compute instructions in its order, as "sFm" tokens separated by spaces. */
+static void device_compute_text(const bt_schedule *sched, int d, char *buf, size_t size)
+{
+    int n = 0, *st = NULL, *ix = NULL;
+    size_t used = 0;
+    buf[0] = '\0';
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_device_order(sched, d, &n, &st, &ix), BT_OK);
+    for (int k = 0; k < n; k++) {
+        const bt_instr *ins = &sched->list[st[k]][ix[k]];
+        if (ins->kind != BT_I_FWD && ins->kind != BT_I_BWD && ins->kind != BT_I_WGT && ins->kind != BT_I_STEP)
+            continue;
+        char token[48];
+        bt_instr_format(st[k], ins, token, sizeof token);
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? " " : "", token);
+    }
+    free(st);
+    free(ix);
+}
+
+/* PyTorch's ScheduleZBVZeroBubble order worked out by hand for P = 2 devices (stages 0 and 3 on
+ * device 0, 1 and 2 on device 1) and m = 4: device 0 three forwards of chunk 0, two (F, B, W) of
+ * chunk 1, the steady (F0 B0 W0 F1 B1 W1), then (B0 W0) twice; device 1 one forward of chunk 0,
+ * (F1, F0), one (F1 B1 W1), the steady state, (B0 B1), (B0 W0), then the pending W1 and W0. */
+static void test_zbv_order_by_hand(void)
+{
+    bt_schedule *sched = NULL;
+    char text[1024];
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_ZBV, 4, 4, 2, &sched), BT_OK);
+    CU_ASSERT_EQUAL(sched->devices, 2);
+    CU_ASSERT_EQUAL(sched->chunks, 2);
+    CU_ASSERT(sched->split_backward);
+    const int dev[] = {0, 1, 1, 0};
+    for (int s = 0; s < 4; s++) {
+        CU_ASSERT_EQUAL(sched->device[s], dev[s]);
+        CU_ASSERT_EQUAL(bt_schedule_stage_device(BT_SCHEDULE_ZBV, 4, 2, s), dev[s]);
+        CU_ASSERT_EQUAL(bt_schedule_stage_chunk(sched, s), s < 2 ? 0 : 1);
+        for (int i = 0; i < sched->len[s]; i++) CU_ASSERT_EQUAL(sched->list[s][i].chunk, s < 2 ? 0 : 1);
+    }
+    device_compute_text(sched, 0, text, sizeof text);
+    const char *want0 = "0F0 0F1 0F2 3F0 3B0 3W0 3F1 3B1 3W1 0F3 0B0 0W0 3F2 3B2 3W2 0B1 0W1 3F3 3B3 3W3 "
+                        "0B2 0W2 0B3 0W3 0U 3U";
+    if (strcmp(text, want0) != 0) printf("\n  device 0: %s\n", text);
+    CU_ASSERT_STRING_EQUAL(text, want0);
+    device_compute_text(sched, 1, text, sizeof text);
+    const char *want1 = "1F0 2F0 1F1 2F1 2B0 2W0 1F2 1B0 1W0 2F2 2B1 2W1 1F3 1B1 1W1 2F3 2B2 2W2 "
+                        "1B2 2B3 1B3 1W2 2W3 1W3 1U 2U";
+    if (strcmp(text, want1) != 0) printf("\n  device 1: %s\n", text);
+    CU_ASSERT_STRING_EQUAL(text, want1);
+    assert_validation(sched, NULL);
+    bt_schedule_destroy(sched);
+}
+
+/* Every ZBV schedule for P = 1..5 devices and m = 1..16 validates (every W after its B, turns,
+ * no wait cycle, slots), puts stage s on device s (s < P) or 2P-1-s, holds exactly the stated
+ * bound of slots per stage, and at most 2P chunk-sized micro-batches per device (P stages' worth:
+ * 1F1B's stage 0), exactly 2P once m >= 2P. */
+static void test_zbv_validates(void)
+{
+    for (int P = 1; P <= 5; P++)
+        for (int m = 1; m <= 16; m++) {
+            bt_schedule *sched = NULL;
+            int p = 2 * P;
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_ZBV, p, m, 2, &sched), BT_OK);
+            bt_status st = bt_schedule_validate(sched);
+            if (st != BT_OK) printf("\n  zbv P=%d m=%d: %s\n", P, m, bt_last_error());
+            CU_ASSERT_EQUAL(st, BT_OK);
+            for (int s = 0; s < p; s++) {
+                CU_ASSERT_EQUAL(sched->device[s], s < P ? s : p - 1 - s);
+                if (sched->slots[s] != bt_schedule_slot_bound(BT_SCHEDULE_ZBV, p, m, 2, s))
+                    printf("\n  zbv P=%d m=%d stage %d: %d slots, bound %d\n", P, m, s, sched->slots[s],
+                           bt_schedule_slot_bound(BT_SCHEDULE_ZBV, p, m, 2, s));
+                CU_ASSERT_EQUAL(sched->slots[s], bt_schedule_slot_bound(BT_SCHEDULE_ZBV, p, m, 2, s));
+            }
+            for (int d = 0; d < P; d++) {
+                int n = 0, *stage = NULL, *index = NULL, live = 0, peak = 0;
+                CU_ASSERT_EQUAL_FATAL(bt_schedule_device_order(sched, d, &n, &stage, &index), BT_OK);
+                for (int k = 0; k < n; k++) {
+                    const bt_instr *ins = &sched->list[stage[k]][index[k]];
+                    CU_ASSERT_EQUAL(sched->device[stage[k]], d);
+                    if (ins->kind == BT_I_FWD && ++live > peak) peak = live;
+                    if (ins->kind == BT_I_WGT) live--; /* a micro-batch holds its slot until its W */
+                }
+                CU_ASSERT(peak <= 2 * P);
+                if (m >= 2 * P) CU_ASSERT_EQUAL(peak, 2 * P);
+                free(stage);
+                free(index);
+            }
+            bt_schedule_destroy(sched);
+        }
+}
+
+/* With F = B = W = 1/2 per chunk (a device's two chunks make one 1F1B stage of F = 1, B + W = 2)
+ * ZBV is the zero-bubble schedule of Qi et al. (section 6; bubble (p-1)(T_F + T_B - 2 T_W) = 0 for
+ * equal costs, counted as they do, without the synchronised optimizer step): once m >= 2P - 1 no
+ * device idles between its first and last instruction. What a synchronised step adds is the
+ * staircase: device d cannot start before d chunk forwards, so the step takes 3m + (P-1)/2, idle
+ * (P-1) T_F per device: a sixth of 1F1B's 3(P-1) and half of ZB-H1's (P-1) on the same costs. */
+static void test_zbv_bubble(void)
+{
+    double half[16], one[16], two[16];
+    for (int s = 0; s < 16; s++) half[s] = 0.5, one[s] = 1, two[s] = 2;
+    for (int P = 2; P <= 4; P++)
+        for (int m = 2 * P - 1; m <= 16; m++) {
+            bt_schedule *zbv = NULL, *f1b = NULL;
+            bt_sim_result r, r1;
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_ZBV, 2 * P, m, 2, &zbv), BT_OK);
+            CU_ASSERT_EQUAL_FATAL(bt_schedule_build(BT_SCHEDULE_1F1B, P, m, &f1b), BT_OK);
+            bt_sim_costs chunk = {.fwd = half, .bwd = half, .wgt = half}, fused = {.fwd = one, .bwd = two};
+            CU_ASSERT_EQUAL_FATAL(bt_simulate(zbv, &chunk, &r), BT_OK);
+            CU_ASSERT_EQUAL_FATAL(bt_simulate(f1b, &fused, &r1), BT_OK);
+            CU_ASSERT_EQUAL(r.devices, P);
+            for (int d = 0; d < P; d++) {
+                double first = INFINITY, last = 0, busy = r.busy[d] + r.busy[2 * P - 1 - d];
+                for (int c = 0; c < 2; c++) {
+                    int s = c ? 2 * P - 1 - d : d;
+                    for (int i = 0; i < zbv->len[s]; i++) {
+                        bt_instr_kind k = zbv->list[s][i].kind;
+                        if (k != BT_I_FWD && k != BT_I_BWD && k != BT_I_WGT) continue;
+                        first = fmin(first, r.start[s][i]);
+                        last = fmax(last, r.end[s][i]);
+                    }
+                }
+                if (fabs(last - first - busy) > 1e-12)
+                    printf("\n  zbv P=%d m=%d device %d: span %.2f, busy %.2f\n", P, m, d, last - first, busy);
+                CU_ASSERT_DOUBLE_EQUAL(last - first, busy, 1e-12);
+                CU_ASSERT_DOUBLE_EQUAL(first, 0.5 * d, 1e-12);
+            }
+            double idle = r.step_time - 3.0 * m, idle_1f1b = r1.step_time - 3.0 * m;
+            CU_ASSERT_DOUBLE_EQUAL(idle, 0.5 * (P - 1), 1e-12);
+            CU_ASSERT_DOUBLE_EQUAL(idle / idle_1f1b, 1.0 / 6.0, 1e-12);
+            CU_ASSERT(r.bubble < r1.bubble);
+            bt_sim_result_free(&r);
+            bt_sim_result_free(&r1);
+            bt_schedule_destroy(zbv);
+            bt_schedule_destroy(f1b);
+        }
+}
+
+/* The device map is checked: a stage on a device the schedule does not have, or a third stage on a
+ * device of two chunks. */
+static void test_validate_device_map(void)
+{
+    bt_schedule *sched = NULL;
+    CU_ASSERT_EQUAL_FATAL(bt_schedule_build_virtual(BT_SCHEDULE_ZBV, 4, 4, 2, &sched), BT_OK);
+    sched->device[3] = 2;
+    assert_validation(sched, "stage 3 runs on device 2 (the schedule has 2: 0..1)");
+    sched->device[3] = 1;
+    assert_validation(sched, "stage 3 makes 3 stages on device 1 (each device runs 2: the chunks)");
+    sched->device[3] = 0;
+    assert_validation(sched, NULL);
+    bt_schedule_destroy(sched);
+}
+
 int main(void)
 {
     static const bt_test_case cases[] = {
@@ -1211,6 +1375,10 @@ int main(void)
         {"schedule shapes the generators accept", test_check_shape},
         {"validator: weight gradients", test_validate_weight_gradients},
         {"validator: device turns", test_validate_device_turns},
+        {"zbv: each device's order is the published one (P 2, m 4, by hand)", test_zbv_order_by_hand},
+        {"zbv validates, in a V, within 1F1B's memory", test_zbv_validates},
+        {"zbv: zero bubble inside every device's span with F = B = W", test_zbv_bubble},
+        {"validator: a stage on a device out of range or one too many", test_validate_device_map},
         {NULL, NULL},
     };
     return bt_test_main("sched", cases);

@@ -22,7 +22,9 @@ typedef enum bt_schedule_kind {
     BT_SCHEDULE_1F1B = 1,   /* one forward one backward after warm-up */
     BT_SCHEDULE_STREAM = 2, /* forward only, for inference */
     BT_SCHEDULE_INTERLEAVED_1F1B = 3, /* Megatron's interleaved 1F1B: `virtual` chunks per device */
-    BT_SCHEDULE_ZB_H1 = 4   /* zero bubble ZB-H1: backward split into B (input) and W (weights) */
+    BT_SCHEDULE_ZB_H1 = 4,  /* zero bubble ZB-H1: backward split into B (input) and W (weights) */
+    BT_SCHEDULE_ZBV = 5     /* zero bubble V: 2 chunks per device (device d holds stages d and
+                               2P-1-d), B and W split; `virtual` must be 2 */
 } bt_schedule_kind;
 
 typedef enum bt_partition_kind {
@@ -53,7 +55,8 @@ typedef struct bt_parallel_config {
                                  (reduce-scatter the gradients, update a shard, all-gather the
                                  weights); 0: every replica keeps all of it */
     int virtual_stages;       /* interleaved-1f1b: model chunks per device (`virtual`, >= 1; 0 reads
-                                 as 1): logical stage l runs on device l mod (stages / virtual) */
+                                 as 1): logical stage l runs on device l mod (stages / virtual);
+                                 zbv: 2 (stage l < P on device l, l >= P on device 2P-1-l) */
     int auto_layout;          /* `parallel: auto`: stages, threads, micro-batches, schedule and
                                  cuts are chosen by measuring (`baton run` does it, see
                                  docs/planner.md); an engine or plan given it unresolved refuses */

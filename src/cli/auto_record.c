@@ -103,7 +103,7 @@ int bt_cli_auto_recall(const char *resume, bt_model *m, int *threads, int *recom
              field(text, "recompute", rec, sizeof rec) && field(text, "devices", devices, sizeof devices) &&
              field(text, "layout", layout, sizeof layout);
     int kind = -1;
-    for (int k = 0; ok && k <= (int)BT_SCHEDULE_ZB_H1; k++)
+    for (int k = 0; ok && k <= (int)BT_SCHEDULE_ZBV; k++)
         if (strcmp(sched, bt_schedule_name((bt_schedule_kind)k)) == 0) kind = k;
     int n_stages = ok ? atoi(stages) : 0, n_mb = ok ? atoi(mb) : 0;
     char virt[32];

@@ -99,7 +99,7 @@ static int print_plan(const bt_model *m, json_t *j)
     if (st != BT_OK) return bt_cli_fail("check", st);
     int mb = m->parallel.microbatches;
     bt_schedule_kind kind = m->train.enabled ? m->parallel.schedule : BT_SCHEDULE_STREAM;
-    int v = m->train.enabled && m->parallel.virtual_stages > 1 ? m->parallel.virtual_stages : 1;
+    int v = m->train.enabled ? bt_schedule_default_virtual(kind, m->parallel.virtual_stages) : 1;
     st = bt_schedule_build_virtual(kind, plan->stages, mb, v, &sched);
     if (st == BT_OK) st = bt_schedule_validate(sched);
     if (st != BT_OK) {

@@ -46,7 +46,7 @@ static void plan_usage(FILE *f)
             "  --devices LIST        devices, one per stage: cpu:0,cpu:1 (default: the model's)\n"
             "  --profile FILE        costs from `baton profile` (default: measure now)\n"
             "  --microbatches M      micro-batches per step (default: the model's)\n"
-            "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 | stream (default:\n"
+            "  --schedule S          gpipe | 1f1b | interleaved-1f1b | zb-h1 | zbv | stream (default:\n"
             "                        the model's), or auto: plan the whole layout: stages (one\n"
             "                        included), BLAS threads, micro-batches, schedule with\n"
             "                        interleaved's virtual chunks, and recomputation, each measured\n"
@@ -318,22 +318,28 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.auto_layout ? 0 : m->parallel.microbatches;
     lp.schedule = training ? m->parallel.schedule : BT_SCHEDULE_STREAM;
     if (o->schedule && !parse_schedule(o->schedule, &lp.schedule)) {
-        return bt_cli_bad_value("plan", "--schedule", "gpipe, 1f1b, interleaved-1f1b, zb-h1, stream or auto", o->schedule);
+        return bt_cli_bad_value("plan", "--schedule", "gpipe, 1f1b, interleaved-1f1b, zb-h1, zbv, stream or auto", o->schedule);
     }
     if (training && lp.schedule == BT_SCHEDULE_STREAM) {
         fprintf(stderr, "baton plan: the stream schedule is forward-only: use gpipe or 1f1b for a model that trains\n");
         return BT_EXIT_USAGE;
     }
     lp.virtual_stages = o->virtual_stages > 0 ? o->virtual_stages : m->parallel.virtual_stages;
-    if (lp.virtual_stages > 1 && lp.schedule != BT_SCHEDULE_INTERLEAVED_1F1B) {
+    if (lp.schedule == BT_SCHEDULE_ZBV) { /* its own two chunks, whatever the model's schedule had */
+        lp.virtual_stages = o->virtual_stages > 0 ? o->virtual_stages : 2;
+        if (lp.virtual_stages != 2) {
+            fprintf(stderr, "baton plan: --virtual %d: zbv runs exactly 2 chunks per device\n", lp.virtual_stages);
+            return BT_EXIT_USAGE;
+        }
+    } else if (lp.virtual_stages > 1 && lp.schedule != BT_SCHEDULE_INTERLEAVED_1F1B) {
         fprintf(stderr, "baton plan: %s %d applies to interleaved-1f1b only (the schedule is %s)\n",
                 o->virtual_stages > 0 ? "--virtual" : "pipeline.virtual", lp.virtual_stages,
                 bt_schedule_name(lp.schedule));
         return BT_EXIT_USAGE;
     }
     if (lp.virtual_stages > 1 && o->permute) {
-        fprintf(stderr, "baton plan: --permute does not apply to interleaved-1f1b with virtual chunks (stage k runs on "
-                        "device k mod the devices)\n");
+        fprintf(stderr, "baton plan: --permute does not apply to %s with virtual chunks (the schedule places stage k "
+                        "on its device)\n", bt_schedule_name(lp.schedule));
         return BT_EXIT_USAGE;
     }
     lp.memory = o->memory;
@@ -343,7 +349,8 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.precision = training ? m->train.precision : BT_F32;
     lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
     if (o->ranks > 1 && lp.virtual_stages > 1) {
-        fprintf(stderr, "baton plan: --ranks prices one stage per rank: it does not combine with interleaved's virtual chunks\n");
+        fprintf(stderr, "baton plan: --ranks prices one stage per rank: it does not combine with %s's virtual chunks\n",
+                bt_schedule_name(lp.schedule));
         return BT_EXIT_USAGE;
     }
     if (o->ranks > 1 && (!o->profile || o->permute)) {

@@ -30,17 +30,19 @@ static void print_usage(FILE *to)
             "Builds a pipeline schedule and prints it as a grid: one row per stage, one column\n"
             "per time slot of a run with unit costs (forward = backward = optimizer step = 1\n"
             "slot, instant transfers). Cells use the notation <stage><op><micro-batch>:\n"
-            "F forward, B backward (zb-h1: the input gradient), W weight gradient (zb-h1),\n"
-            "U optimizer step; '.' is idle. Interleaved rows are devices and the stage in a\n"
-            "cell is the logical stage: device d runs stages d, d+P, ... (chunk = stage / P).\n"
+            "F forward, B backward (zb-h1, zbv: the input gradient), W weight gradient (zb-h1,\n"
+            "zbv), U optimizer step; '.' is idle. Interleaved and zbv rows are devices and the\n"
+            "stage in a cell is the logical stage: interleaved device d runs stages d, d+P, ...\n"
+            "(chunk = stage / P); zbv device d runs stages d and 2P-1-d (a V).\n"
             "Then prints the bubble of that run with a free optimizer step, and the most\n"
             "micro-batches each stage holds at once.\n"
             "\n"
             "  -p, --stages P         pipeline stages (1..%d; logical: devices x V)\n"
             "  -m, --microbatches M   micro-batches per step (1..%d)\n"
-            "  -s, --schedule KIND    gpipe, 1f1b (default), interleaved-1f1b, zb-h1 or stream\n"
-            "                         (forward only)\n"
-            "  -V, --virtual V        interleaved-1f1b: model chunks per device (default 2)\n"
+            "  -s, --schedule KIND    gpipe, 1f1b (default), interleaved-1f1b, zb-h1, zbv or\n"
+            "                         stream (forward only)\n"
+            "  -V, --virtual V        interleaved-1f1b: model chunks per device (default 2;\n"
+            "                         zbv: 2, the only value it takes)\n"
             "  -v, --validate         prove the schedule cannot hang and say so\n"
             "  -h, --help             show this help\n",
             BT_MAX_STAGES, BT_MAX_MICROBATCHES);
@@ -67,7 +69,7 @@ static int usage_error(const char *fmt, ...)
 static int parse_schedule_kind(const char *text, bt_schedule_kind *out)
 {
     static const bt_schedule_kind kinds[] = {BT_SCHEDULE_GPIPE, BT_SCHEDULE_1F1B, BT_SCHEDULE_STREAM,
-                                             BT_SCHEDULE_INTERLEAVED_1F1B, BT_SCHEDULE_ZB_H1};
+                                             BT_SCHEDULE_INTERLEAVED_1F1B, BT_SCHEDULE_ZB_H1, BT_SCHEDULE_ZBV};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcasecmp(text, bt_schedule_name(kinds[i])) == 0) {
             *out = kinds[i];
@@ -136,7 +138,7 @@ int bt_cmd_schedule(int argc, char **argv)
             break;
         case 's':
             if (parse_schedule_kind(optarg, &kind) != 0)
-                return usage_error("unknown schedule '%s' (gpipe, 1f1b, interleaved-1f1b, zb-h1 or stream)",
+                return usage_error("unknown schedule '%s' (gpipe, 1f1b, interleaved-1f1b, zb-h1, zbv or stream)",
                                    optarg);
             break;
         case 'V':
@@ -155,9 +157,9 @@ int bt_cmd_schedule(int argc, char **argv)
     if (stages == 0) return usage_error("missing --stages");
     if (microbatches == 0) return usage_error("missing --microbatches");
 
-    if (virtual_stages > 1 && kind != BT_SCHEDULE_INTERLEAVED_1F1B)
-        return usage_error("--virtual %d needs --schedule interleaved-1f1b", virtual_stages);
-    if (virtual_stages == 0) virtual_stages = kind == BT_SCHEDULE_INTERLEAVED_1F1B ? 2 : 1;
+    if (virtual_stages > 1 && kind != BT_SCHEDULE_INTERLEAVED_1F1B && kind != BT_SCHEDULE_ZBV)
+        return usage_error("--virtual %d needs --schedule interleaved-1f1b (or zbv: 2)", virtual_stages);
+    if (virtual_stages == 0) virtual_stages = kind == BT_SCHEDULE_INTERLEAVED_1F1B ? 2 : bt_schedule_default_virtual(kind, 0);
     if (bt_schedule_check_shape(kind, stages, microbatches, virtual_stages) != BT_OK) {
         bt_cli_print_error("schedule");
         return BT_EXIT_USAGE;

@@ -74,7 +74,7 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
         return bt_error(BT_ERR_MODEL,
                         "cannot train: the last layer must be a loss (one scalar per sample)");
     if (p->training && p->parallel.schedule == BT_SCHEDULE_STREAM)
-        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe, 1f1b, interleaved-1f1b or zb-h1 to train");
+        return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe, 1f1b, interleaved-1f1b, zb-h1 or zbv to train");
     if (g->n_inputs > 64) return bt_error(BT_ERR_UNSUPPORTED, "more than 64 graph inputs");
     return BT_OK;
 }
@@ -129,6 +129,7 @@ static bt_status start_workers(bt_engine *e)
         bt_worker *w = &e->worker[s];
         w->engine = e;
         w->stage = s;
+        w->chunk = e->train_sched ? bt_schedule_stage_chunk(e->train_sched, s) : 0;
         atomic_init(&w->cur_instr, -1);
         atomic_init(&w->waiting, 0);
         atomic_init(&w->last_done, -1);
@@ -141,6 +142,26 @@ static bt_status start_workers(bt_engine *e)
         if (pthread_create(&w->thread, NULL, bt_worker_main, w) != 0)
             return bt_error(BT_ERR_NOMEM, "cannot start the worker thread of stage %d", s);
         w->started = 1;
+    }
+    return BT_OK;
+}
+
+/* Several stages per device: each device's turns in its order, turn t owned by the thread of the
+ * stage that runs it (its slot: the stage's chunk). */
+static bt_status build_turns(bt_engine *e)
+{
+    const bt_schedule *sched = e->train_sched;
+    e->turn_devices = sched->devices;
+    e->turns = calloc((size_t)sched->devices, sizeof *e->turns);
+    if (!e->turns) return bt_error(BT_ERR_NOMEM, "engine: out of memory");
+    for (int d = 0; d < sched->devices; d++) {
+        int n = 0, *stage = NULL, *index = NULL;
+        BT_TRY(bt_schedule_device_order(sched, d, &n, &stage, &index));
+        for (int t = 0; t < n; t++) stage[t] = bt_schedule_stage_chunk(sched, stage[t]); /* owners */
+        bt_status st = bt_turns_create(n, stage, sched->chunks, &e->abort, &e->turns[d]);
+        free(stage);
+        free(index);
+        BT_TRY(st);
     }
     return BT_OK;
 }
@@ -212,14 +233,8 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
         BT_TRY_GOTO(st, bt_schedule_build_virtual(params->parallel.schedule, e->stages, m, v, &e->train_sched),
                     fail);
         BT_TRY_GOTO(st, bt_schedule_validate(e->train_sched), fail);
-        if (e->train_sched->devices < e->stages) { /* several stages per device take turns */
-            e->turn_devices = e->train_sched->devices;
-            e->turn = calloc((size_t)e->turn_devices, sizeof *e->turn);
-            if (!e->turn) {
-                st = bt_error(BT_ERR_NOMEM, "engine: out of memory");
-                goto fail;
-            }
-        }
+        if (e->train_sched->devices < e->stages) /* several stages per device take turns */
+            BT_TRY_GOTO(st, build_turns(e), fail);
     } else if (params->parallel.virtual_stages > 1) {
         st = bt_error(BT_ERR_INVALID_ARG, "virtual %d: interleaving is a training schedule; inference "
                       "streams each stage on its own", params->parallel.virtual_stages);
@@ -330,7 +345,8 @@ void bt_engine_destroy(bt_engine *e)
             free(e->ties[k].sum[side]);
         }
     free(e->ties);
-    free(e->turn);
+    for (int d = 0; e->turns && d < e->turn_devices; d++) bt_turns_destroy(e->turns[d]);
+    free(e->turns);
     bt_schedule_destroy(e->train_sched);
     bt_schedule_destroy(e->infer_sched);
     bt_plan_destroy(e->plan);
@@ -414,6 +430,7 @@ static int wait_for_workers(bt_engine *e)
     pthread_cond_broadcast(&e->cv_barrier);
     pthread_mutex_unlock(&e->mu);
     bt_channels_wake_all(e);
+    bt_engine_wake_turns(e);
     pthread_mutex_lock(&e->mu);
     struct timespec until = monotonic_after(BT_STUCK_STOP_S);
     while (e->done_count < e->stages && pthread_cond_timedwait(&e->cv_done, &e->mu, &until) == 0) {
@@ -552,7 +569,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     if (e->dist.on) bt_dist_mirror_drop(e); /* rank 0's checkpoint copy of the other stages: stale now */
     clear_mailboxes(e);
     e->barrier_count = 0;
-    for (int d = 0; d < e->turn_devices; d++) e->turn[d] = 0; /* workers are idle: no lock needed */
+    for (int d = 0; d < e->turn_devices; d++) bt_turns_reset(e->turns[d]); /* workers are idle */
     e->grad_norm = 0;
     for (int s = 0; s < e->stages; s++) e->sumsq[s] = 0;
 

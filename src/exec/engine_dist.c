@@ -94,8 +94,9 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
     BT_TRY(bt_comm_world(&e->dist.world));
     BT_TRY(bt_comm_split(e->dist.world, layout->replica, layout->stage, &e->dist.pipe));
     BT_TRY(bt_comm_split(e->dist.world, layout->stage, layout->replica, &e->dist.dp));
-    if (e->params.parallel.virtual_stages > 1)
-        return bt_error(BT_ERR_UNSUPPORTED, "interleaved schedules (virtual %d) do not run across processes yet",
+    if (e->params.parallel.virtual_stages > 1 || (e->train_sched && e->train_sched->devices < e->stages))
+        return bt_error(BT_ERR_UNSUPPORTED, "schedules with several stages per device (%s, virtual %d) do not run "
+                        "across processes yet", bt_schedule_name(e->params.parallel.schedule),
                         e->params.parallel.virtual_stages);
     e->dist.last_bwd = e->dist.last_wgt = -1;
     /* a bucket starts once its gradients are final: after the step's last backward of their node,

@@ -39,6 +39,7 @@
 
 #include "backend/backend.h"
 #include "baton/engine.h"
+#include "core/turns.h"
 #include "graph/graph_internal.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
@@ -256,7 +257,8 @@ typedef struct bt_worker {
     double loss_sum;
     int live, peak_live;
     atomic_int cur_instr;      /* instruction being executed, -1 when idle (read by the host) */
-    atomic_int waiting;        /* 1 while waiting on another stage (a channel, the barrier) */
+    atomic_int waiting;        /* 1 while waiting on another stage (a channel, the barrier, its turn) */
+    int chunk;                 /* its stage's chunk on its device: its slot in the device's turns */
     int job_done;              /* finished the current job (under the engine's mu) */
     atomic_int last_done;      /* index of the last completed instruction (read by the watchdog) */
     bt_status status;
@@ -317,10 +319,11 @@ struct bt_engine {
     uint64_t barrier_generation;
     pthread_cond_t cv_barrier;
     double grad_norm;
-    /* several stages per device (interleaved): the turn of the instruction device d runs next
-     * (bt_instr.turn), under mu; waiters sleep on cv_barrier, which every abort wakes */
+    /* several stages per device (interleaved, zbv): device d's turns (bt_instr.turn) in its order,
+     * each owned by the stage thread of one chunk (core/turns.h: a pass wakes only the next
+     * turn's owner); every abort wakes them (bt_engine_wake_waiters) */
     int turn_devices;          /* the training schedule's devices when below its stages, else 0 */
-    int *turn;                 /* [turn_devices] */
+    bt_turns **turns;          /* [turn_devices] */
     /* timeline of the last step (see bt_trace_rec) */
     double step_t0_ms;         /* CLOCK_MONOTONIC ms at the step's start */
     /* failure: raised by the first failing worker, read by every waiter */
@@ -586,6 +589,8 @@ void bt_channel_post(bt_channel *ch, int mb);
 bt_status bt_channel_wait(bt_engine *e, bt_channel *ch, int mb, double timeout_s);
 /* Wakes every waiter (abort). */
 void bt_channels_wake_all(bt_engine *e);
+/* Wakes every stage thread waiting for its device's turn (after the abort flag was raised). */
+void bt_engine_wake_turns(bt_engine *e);
 
 /* Test hook: stage skips its send of micro-batch mb (activations or gradients) in later steps. */
 void bt_engine_test_drop_send(bt_engine *engine, int stage, int mb);

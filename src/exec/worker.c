@@ -435,6 +435,7 @@ static void fail_job(bt_engine *e, bt_worker *w, bt_status s)
     pthread_cond_broadcast(&e->cv_barrier);
     pthread_mutex_unlock(&e->mu);
     bt_channels_wake_all(e);
+    bt_engine_wake_turns(e);
 }
 
 /* Once the device is idle: the instructions' times from their events, where the stage's time went,
@@ -545,37 +546,32 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
 }
 
 /* Several stages on one device: waits until it is this instruction's turn on the device (the
- * schedule's order, which the validator proved cannot hang), or the job aborts. A STEP hands the
- * turn on before it runs, since its barrier waits for the device's other stages. */
+ * schedule's order, which the validator proved cannot hang), or the job aborts. The device's turns
+ * (core/turns.h) wake only the thread whose turn comes next; a thread running consecutive turns
+ * goes on without a lock. A STEP hands the turn on before it runs, since its barrier waits for the
+ * device's other stages. */
 static bt_status wait_turn(bt_engine *e, bt_worker *w, const bt_instr *ins)
 {
-    int d = w->stage % e->turn_devices;
-    bt_status st = BT_OK;
-    pthread_mutex_lock(&e->mu);
-    if (e->turn[d] != ins->turn) {
-        atomic_store(&w->waiting, 1);
-        while (e->turn[d] != ins->turn && !atomic_load(&e->abort)) pthread_cond_wait(&e->cv_barrier, &e->mu);
-        atomic_store(&w->waiting, 0);
-        if (e->turn[d] != ins->turn) st = BT_ERR_INTERNAL;
-    }
-    if (st == BT_OK && ins->kind == BT_I_STEP) {
-        e->turn[d]++;
-        pthread_cond_broadcast(&e->cv_barrier);
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (st != BT_OK)
-        return bt_error(st, "stage %d stopped waiting for its device's turn %d (another stage failed)",
+    bt_turns *turns = e->turns[e->train_sched->device[w->stage]];
+    atomic_store(&w->waiting, 1);
+    int ok = bt_turns_wait(turns, w->chunk, ins->turn);
+    atomic_store(&w->waiting, 0);
+    if (!ok)
+        return bt_error(BT_ERR_INTERNAL, "stage %d stopped waiting for its device's turn %d (another stage failed)",
                         w->stage, ins->turn);
+    if (ins->kind == BT_I_STEP) bt_turns_pass(turns, ins->turn);
     return BT_OK;
 }
 
 static void pass_turn(bt_engine *e, bt_worker *w, const bt_instr *ins)
 {
     if (ins->kind == BT_I_STEP) return; /* handed on before it ran */
-    pthread_mutex_lock(&e->mu);
-    e->turn[w->stage % e->turn_devices]++;
-    pthread_cond_broadcast(&e->cv_barrier);
-    pthread_mutex_unlock(&e->mu);
+    bt_turns_pass(e->turns[e->train_sched->device[w->stage]], ins->turn);
+}
+
+void bt_engine_wake_turns(bt_engine *e)
+{
+    for (int d = 0; d < e->turn_devices; d++) bt_turns_wake(e->turns[d]);
 }
 
 static void run_job(bt_engine *e, bt_worker *w)

@@ -64,6 +64,7 @@ const char *bt_schedule_name(bt_schedule_kind kind)
     case BT_SCHEDULE_STREAM: return "stream";
     case BT_SCHEDULE_INTERLEAVED_1F1B: return "interleaved-1f1b";
     case BT_SCHEDULE_ZB_H1: return "zb-h1";
+    case BT_SCHEDULE_ZBV: return "zbv";
     }
     return "unknown";
 }

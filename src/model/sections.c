@@ -454,7 +454,7 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
     static const char *const pipeline_keys[] = {"stages", "microbatches", "schedule", "partition",
                                                 "virtual", NULL};
     /* indexed by bt_schedule_kind */
-    static const char *const schedules[] = {"gpipe", "1f1b", "stream", "interleaved-1f1b", "zb-h1", NULL};
+    static const char *const schedules[] = {"gpipe", "1f1b", "stream", "interleaved-1f1b", "zb-h1", "zbv", NULL};
     const bt_ynode *map, *pipe, *v;
     const bt_ynode *stages_node = NULL, *micro_node = NULL, *schedule_node = NULL;
     const bt_ynode *partition_node = NULL;
@@ -490,17 +490,25 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
         if (train->enabled && cfg->schedule == BT_SCHEDULE_STREAM)
             return bt_ld_error(ld, schedule_node, BT_ERR_MODEL,
                                "parallel.pipeline.schedule 'stream' runs forward only; a model "
-                               "with train: needs gpipe, 1f1b, interleaved-1f1b or zb-h1");
+                               "with train: needs gpipe, 1f1b, interleaved-1f1b, zb-h1 or zbv");
     }
     const bt_ynode *virtual_node = bt_ymap_get(pipe, "virtual");
     if (virtual_node) {
         BT_TRY(bt_ld_int32(ld, virtual_node, "parallel.pipeline.virtual", 1, BT_MAX_STAGES,
                            &cfg->virtual_stages));
-        if (cfg->virtual_stages > 1 && cfg->schedule != BT_SCHEDULE_INTERLEAVED_1F1B)
+        if (cfg->schedule == BT_SCHEDULE_ZBV && cfg->virtual_stages != 2)
+            return bt_ld_error(ld, virtual_node, BT_ERR_MODEL,
+                               "parallel.pipeline.virtual %d: zbv runs exactly 2 chunks per device "
+                               "(device d holds stages d and 2P-1-d; leave virtual out or give 2)",
+                               cfg->virtual_stages);
+        if (cfg->virtual_stages > 1 && cfg->schedule != BT_SCHEDULE_INTERLEAVED_1F1B &&
+            cfg->schedule != BT_SCHEDULE_ZBV)
             return bt_ld_error(ld, virtual_node, BT_ERR_MODEL,
                                "parallel.pipeline.virtual %d needs schedule: interleaved-1f1b (the %s "
                                "schedule runs one chunk per device)",
                                cfg->virtual_stages, bt_schedule_name(cfg->schedule));
+    } else if (cfg->schedule == BT_SCHEDULE_ZBV) {
+        cfg->virtual_stages = 2; /* zbv's own: two chunks per device */
     }
 
     int n_layers = bt_graph_num_layers(graph);

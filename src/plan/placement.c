@@ -171,14 +171,15 @@ bt_status bt_placement_problem_build(const bt_profile *prof, const bt_placement_
     int v = pp->virtual_stages > 1 ? pp->virtual_stages : 1;
     pb->physical = pb->n_devices;
     pb->chunks = v;
-    if (v > 1) { /* interleaved: slot k is logical stage k, on device k mod P */
+    if (v > 1) { /* interleaved: slot k is logical stage k, on device k mod P; zbv: in a V */
         int m = pp->microbatches > 0 ? pp->microbatches : prof->microbatches;
         if ((long)pb->physical * v > BT_MAX_STAGES)
             return bt_error(BT_ERR_INVALID_ARG, "%d devices x virtual %d: more than %d stages", pb->physical, v,
                             BT_MAX_STAGES);
         BT_TRY(bt_schedule_check_shape(pp->schedule, pb->physical * v, m, v));
         for (int k = pb->physical; k < pb->physical * v; k++)
-            memcpy(pb->devices[k], pb->devices[k % pb->physical], sizeof pb->devices[k]);
+            memcpy(pb->devices[k], pb->devices[bt_schedule_stage_device(pp->schedule, pb->physical * v, v, k)],
+                   sizeof pb->devices[k]);
         pb->n_devices = pb->physical * v;
     }
     for (int d = 0; d < pb->n_devices; d++) {

@@ -14,6 +14,7 @@
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
+#include "sched/sched.h"
 
 void bt_plan_destroy(bt_plan *plan)
 {
@@ -59,15 +60,18 @@ bt_status bt_plan_resolve_devices(const bt_parallel_config *cfg, int n_layers, c
 {
     const char *devices = cfg->devices ? cfg->devices : "auto";
     int stages = cfg->stages;
-    /* interleaved: each device runs v logical stages, stage l on the l mod P-th device */
+    /* interleaved: each device runs v logical stages, stage l on the l mod P-th device; zbv: 2, in
+     * a V (bt_schedule_stage_device says which) */
     int v = cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
+    if (cfg->schedule == BT_SCHEDULE_ZBV && v != 2)
+        return bt_error(BT_ERR_MODEL, "schedule zbv runs 2 chunks per device: virtual must be 2, got %d", v);
     if (v > 1 && (stages < 0 || stages % v != 0))
         return bt_error(BT_ERR_MODEL, "%d stages do not split into virtual %d chunks per device (stages "
                         "counts logical stages: devices x virtual)", stages, v);
     if (strcmp(devices, "auto") == 0) {
         if (stages == 0) stages = v;
         for (int s = 0; s < stages && s < BT_MAX_STAGES; s++)
-            snprintf(device[s], sizeof device[s], "cpu:%d", s % (stages / v));
+            snprintf(device[s], sizeof device[s], "cpu:%d", bt_schedule_stage_device(cfg->schedule, stages, v, s));
     } else {
         int n = bt_plan_split_devices(devices, device, BT_MAX_STAGES);
         if (n < 1)
@@ -83,7 +87,8 @@ bt_status bt_plan_resolve_devices(const bt_parallel_config *cfg, int n_layers, c
         }
         if (n * v > BT_MAX_STAGES)
             return bt_error(BT_ERR_MODEL, "stages must be 1 to %d, got %d", BT_MAX_STAGES, n * v);
-        for (int s = n; s < stages; s++) snprintf(device[s], sizeof device[s], "%s", device[s % n]);
+        for (int s = n; s < stages; s++)
+            snprintf(device[s], sizeof device[s], "%s", device[bt_schedule_stage_device(cfg->schedule, stages, v, s)]);
     }
     *n_stages = stages;
     return BT_OK;

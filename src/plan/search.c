@@ -128,10 +128,12 @@ static const bt_profile *profile_for(const bt_search_point *pts, const bt_profil
 
 /* Whether the search tries schedule kind on p devices with m micro-batches and v chunks each:
  * interleaved 1F1B takes v >= 2 on two devices or more, within the units of the model and
- * Megatron's groups (m a multiple of p); every other kind v = 1 only. */
+ * Megatron's groups (m a multiple of p); zbv v = 2 exactly, on two devices or more, within the
+ * units (any m); every other kind v = 1 only. */
 static int virtual_ok(const choices *c, bt_schedule_kind kind, int p, int m, int v)
 {
-    if (kind != BT_SCHEDULE_INTERLEAVED_1F1B) return v == 1;
+    if (kind != BT_SCHEDULE_INTERLEAVED_1F1B && kind != BT_SCHEDULE_ZBV) return v == 1;
+    if (kind == BT_SCHEDULE_ZBV && v != 2) return 0;
     if (v < 2 || p < 2 || p * v > c->units || p * v > BT_MAX_STAGES) return 0;
     return bt_schedule_check_shape(kind, p * v, m, v) == BT_OK ? 1 : (bt_clear_error(), 0);
 }

@@ -7,7 +7,8 @@
  *   - the schedule (every training kind src/sched offers: bt_schedule_kinds), and for interleaved
  *     1F1B its virtual chunks per device v (2 .. BT_SEARCH_MAX_VIRTUAL, where the micro-batches
  *     come in groups of the devices and the model has units for p x v logical stages; v = 1 is
- *     plain 1F1B, searched as such),
+ *     plain 1F1B, searched as such); zbv with its 2 chunks per device where the model has units
+ *     for 2p logical stages,
  *   - recomputation (none, and every layer when the model trains),
  * cuts each one optimally (placement.h: the partition DP, then the simulator on the chosen
  * stages), and keeps the fastest that fits in memory. Costs come from measured profiles, one per

@@ -1,13 +1,14 @@
 /* profile/handoff.c: what a turn hand-off between two stage threads on one device costs
  * (bt_profile_measure_handoff, baton/profile.h). Interleaved 1F1B runs several logical stages per
  * device, one worker thread each, and passes the device's turn between them at nearly every
- * instruction (src/exec/worker.c: wait_turn / pass_turn): the thread that finished broadcasts on
- * the engine's one condition variable and sleeps, the next one wakes, is scheduled onto a core and
- * works on a cache its sibling filled. None of that is inside any instruction's time, so the
- * simulator charges it separately (bt_sim_costs.handoff).
+ * instruction (src/exec/worker.c: wait_turn / pass_turn, through core/turns.h): the thread that
+ * finished stores the device's turn counter and wakes the next turn's owner alone, which (after a
+ * short spin) sleeps until then, is scheduled onto a core and works on a cache its sibling
+ * filled. None of that is inside any instruction's time, so the simulator charges it separately
+ * (bt_sim_costs.handoff).
  *
- * Measurement: `devices` groups of two threads, every group on the same mutex and condition
- * variable with a turn counter per group (as the engine has), each turn a fixed piece of work
+ * Measurement: `devices` groups of two threads, each group a bt_turns of its own with turns
+ * alternating between its two threads (as the engine's devices have), each turn a fixed piece of work
  * over the thread's own buffer; against the same work done by one thread per group without any
  * hand-off (the two buffers alternating, so cache reuse is alike). The difference per turn is the
  * hand-off. The two runs alternate `repeats` times and the medians are compared; the machine's
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/turns.h"
 #include "core/util.h"
 #include "profile/measure.h"
 
@@ -29,9 +31,8 @@
 #define HANDOFF_MAX_REPEATS 64
 
 typedef struct handoff_run {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int turn[HANDOFF_MAX_DEVICES];
+    bt_turns *turns[HANDOFF_MAX_DEVICES]; /* per group, turn k owned by thread k % 2 */
+    atomic_bool stop;                    /* a thread could not start: release the others */
     int paired;                          /* 1: two threads per group pass turns; 0: one does all */
 } handoff_run;
 
@@ -62,14 +63,9 @@ static void *thread_main(void *arg)
         return NULL;
     }
     for (int k = t->which; k < HANDOFF_TURNS; k += 2) {
-        pthread_mutex_lock(&r->mu);
-        while (r->turn[t->group] != k) pthread_cond_wait(&r->cv, &r->mu);
-        pthread_mutex_unlock(&r->mu);
+        if (!bt_turns_wait(r->turns[t->group], t->which, k)) break;
         work(t->buf[0]);
-        pthread_mutex_lock(&r->mu);
-        r->turn[t->group]++;
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
+        bt_turns_pass(r->turns[t->group], k);
     }
     return NULL;
 }
@@ -80,17 +76,17 @@ static bt_status one_run(int devices, int paired, float **bufs, double *ms)
     handoff_run r;
     handoff_thread th[2 * HANDOFF_MAX_DEVICES];
     pthread_t tid[2 * HANDOFF_MAX_DEVICES];
+    int owner[HANDOFF_TURNS];
     memset(&r, 0, sizeof r);
     r.paired = paired;
-    if (pthread_mutex_init(&r.mu, NULL) != 0) return bt_error(BT_ERR_BACKEND, "hand-off: pthread_mutex_init failed");
-    if (pthread_cond_init(&r.cv, NULL) != 0) {
-        pthread_mutex_destroy(&r.mu);
-        return bt_error(BT_ERR_BACKEND, "hand-off: pthread_cond_init failed");
-    }
-    int n = paired ? 2 * devices : devices, started = 0;
+    atomic_init(&r.stop, 0);
+    for (int k = 0; k < HANDOFF_TURNS; k++) owner[k] = k % 2;
     bt_status st = BT_OK;
+    for (int g = 0; g < devices && paired && st == BT_OK; g++)
+        st = bt_turns_create(HANDOFF_TURNS, owner, 2, &r.stop, &r.turns[g]);
+    int n = paired ? 2 * devices : devices, started = 0;
     double t0 = bt_now_ms();
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && st == BT_OK; i++) {
         int g = paired ? i / 2 : i;
         th[i] = (handoff_thread){.run = &r, .group = g, .which = paired ? i % 2 : 0,
                                  .buf = {bufs[2 * g + (paired ? i % 2 : 0)], bufs[2 * g + 1]}};
@@ -101,15 +97,12 @@ static bt_status one_run(int devices, int paired, float **bufs, double *ms)
         started++;
     }
     if (st != BT_OK) { /* release the started ones: a paired thread waits for its partner */
-        pthread_mutex_lock(&r.mu);
-        for (int g = 0; g < devices; g++) r.turn[g] = HANDOFF_TURNS;
-        pthread_cond_broadcast(&r.cv);
-        pthread_mutex_unlock(&r.mu);
+        atomic_store(&r.stop, 1);
+        for (int g = 0; g < devices; g++) bt_turns_wake(r.turns[g]);
     }
     for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
     *ms = bt_now_ms() - t0;
-    pthread_cond_destroy(&r.cv);
-    pthread_mutex_destroy(&r.mu);
+    for (int g = 0; g < devices; g++) bt_turns_destroy(r.turns[g]);
     return st;
 }
 

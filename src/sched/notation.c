@@ -185,7 +185,8 @@ static int is_compute(bt_instr_kind kind)
  *   slot     0   1   2   3   4   5   6
  *   stage 0  0F0 0F1 .   0B0 .   0B1 0U
  *   stage 1  .   1F0 1B0 1F1 1B1 1U  .
- * Interleaved rows are devices ("device 0  0F0 0F1 2F0 2F1 ...": stage 2 is device 0's chunk 1). */
+ * Interleaved and ZBV rows are devices ("device 0  0F0 0F1 2F0 2F1 ...": under interleaved with 2
+ * devices stage 2 is device 0's chunk 1; under zbv stage 3 is). */
 char *bt_schedule_format_grid(const bt_schedule *sched)
 {
     bt_sim_result sim = {0};
@@ -231,8 +232,8 @@ char *bt_schedule_format_grid(const bt_schedule *sched)
             if (!is_compute(sched->list[s][i].kind)) continue;
             int t = (int)(sim.start[s][i] + 0.5);
             if (t >= 0 && t < slots) {
-                cell[(size_t)(s % D) * slots + t] = &sched->list[s][i];
-                cell_stage[(size_t)(s % D) * slots + t] = s;
+                cell[(size_t)sched->device[s] * slots + t] = &sched->list[s][i];
+                cell_stage[(size_t)sched->device[s] * slots + t] = s;
             }
         }
 

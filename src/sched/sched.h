@@ -19,16 +19,20 @@
  * never computes a slot itself. The validator proves no micro-batch takes a slot another still
  * holds.
  *
- * Devices: the lists are per logical stage; stage s runs on device s mod `devices`. Every schedule
- * but interleaved 1F1B has one stage per device (devices == stages, turn -1 everywhere). Interleaved
- * 1F1B with v chunks per device has stages = devices * v: device d runs stages d, d + P, ... (chunk
- * c = s / P is stage s's model chunk), and every instruction names its `turn`, its position in its
- * device's one sequence of work (Megatron's order); the executor runs a device's stages in that
- * order, the validator proves the order cannot hang and the simulator charges a device once.
+ * Devices: the lists are per logical stage; stage s runs on device `device[s]`, the one mapping
+ * every reader uses (bt_schedule_stage_device gives it before a schedule exists: the planner's
+ * device list). Every schedule but interleaved 1F1B and ZBV has one stage per device (devices ==
+ * stages, device[s] = s, turn -1 everywhere). Interleaved 1F1B with v chunks per device has stages
+ * = devices * v: device d runs stages d, d + P, ... (Megatron); ZBV has 2 chunks per device in a V:
+ * device d runs stages d and 2P - 1 - d, so the first and the last (loss) stage share device 0.
+ * A stage's model chunk is its rank among its device's stages (bt_schedule_stage_chunk), and every
+ * instruction names its `turn`, its position in its device's one sequence of work; the executor
+ * runs a device's stages in that order, the validator proves the order cannot hang and the
+ * simulator charges a device once.
  *
- * Zero bubble (split_backward): BWD computes only the input gradients (B) and a W instruction per
- * micro-batch computes the weight gradients later (ops without a separate weight kernel compute
- * both in B); the micro-batch keeps its slot until its W. */
+ * Zero bubble (split_backward: ZB-H1, ZBV): BWD computes only the input gradients (B) and a W
+ * instruction per micro-batch computes the weight gradients later (ops without a separate weight
+ * kernel compute both in B); the micro-batch keeps its slot until its W. */
 #ifndef BT_SCHED_H
 #define BT_SCHED_H
 
@@ -55,7 +59,7 @@ typedef struct bt_instr {
     int mb;             /* micro-batch, 0-based; -1 for STEP */
     int peer;           /* other stage for SEND/RECV, else -1 */
     int slot;           /* activation slot (0..slots[s]-1) for RECV_ACT, FWD, SEND_ACT, BWD; else -1 */
-    int chunk;          /* the stage's model chunk on its device: stage / devices (0..chunks-1) */
+    int chunk;          /* the stage's model chunk on its device (bt_schedule_stage_chunk) */
     int turn;           /* devices < stages: position in the device's order; else unused (-1) */
 } bt_instr;
 
@@ -63,8 +67,9 @@ typedef struct bt_schedule {
     bt_schedule_kind kind;
     int stages, microbatches;
     int training;       /* 0 for BT_SCHEDULE_STREAM */
-    int chunks;         /* model chunks per device (interleaved: v; else 1) */
-    int devices;        /* stage s runs on device s % devices; stages / chunks */
+    int chunks;         /* model chunks per device (interleaved: v; zbv: 2; else 1) */
+    int devices;        /* stages / chunks */
+    int *device;        /* [stages] the device stage s runs on (bt_schedule_stage_device) */
     int split_backward; /* BWD is the input gradient only, W instructions the weight gradients */
     int *len;           /* [stages] instructions per stage */
     bt_instr **list;    /* [stages][len[s]] */
@@ -86,13 +91,24 @@ static inline int bt_instr_has_slot(bt_instr_kind kind)
  * planner searches these, so a new kind joins the search by being listed there. */
 int bt_schedule_kinds(int training, bt_schedule_kind *out, int max);
 
+/* The device logical stage s of p runs on under kind with v chunks per device (p / v devices):
+ * interleaved 1F1B s mod (p / v); zbv s for s < p / 2, else p - 1 - s (the V); every other kind s.
+ * The one place of that rule: schedules store it (device[]), the planner places stages by it.
+ * -1 when s is out of range. */
+int bt_schedule_stage_device(bt_schedule_kind kind, int p, int v, int s);
+/* Stage s's model chunk: how many stages before s run on its device (0 .. chunks - 1). */
+int bt_schedule_stage_chunk(const bt_schedule *sched, int s);
+/* The model chunks per device kind runs when `virtual` says v (0 or 1: the kind's own): zbv 2,
+ * interleaved v, others 1. What the loader and the CLI fill in when `virtual` is not given. */
+int bt_schedule_default_virtual(bt_schedule_kind kind, int v);
+
 /* Builds the schedule of kind for p stages and m micro-batches (1..BT_SCHEDULE_MAX_SIZE each),
  * one stage per device (interleaved 1F1B with v = 1 is 1F1B). Caller owns *out. */
 bt_status bt_schedule_build(bt_schedule_kind kind, int p, int m, bt_schedule **out);
 /* The schedule generators, as the planner enumerates them: kind for p logical stages, m
  * micro-batches and v model chunks per device (p / v devices). v > 1 only for interleaved 1F1B,
- * where p must be a multiple of v and m a multiple of the devices (Megatron's groups). Caller
- * owns *out. */
+ * where p must be a multiple of v and m a multiple of the devices (Megatron's groups), and for
+ * zbv, which takes exactly v = 2 (p even, any m). Caller owns *out. */
 bt_status bt_schedule_build_virtual(bt_schedule_kind kind, int p, int m, int v, bt_schedule **out);
 /* Whether bt_schedule_build_virtual accepts (kind, p, m, v): BT_OK, or BT_ERR_INVALID_ARG with the
  * reason ("interleaved-1f1b needs micro-batches in groups of the 2 devices: 5 is not a multiple of
@@ -104,7 +120,9 @@ const bt_schedule_kind *bt_schedule_training_kinds(int *n);
 /* The peak activation slots (micro-batches in flight) each kind holds on stage s of p (v chunks
  * per device; interleaved counts the device's stages together), the published bound the built
  * schedules meet: 1F1B min(p - s, m), ZB-H1 min(p, m) (1F1B's peak, on every stage), GPipe m,
- * interleaved Megatron's warm-up min(2(P - d - 1) + (v - 1)P, mv) + 1 on device d. */
+ * interleaved Megatron's warm-up min(2(P - d - 1) + (v - 1)P, mv) + 1 on device d, zbv on device d
+ * min(2P - d, m) for its chunk 0 and min(d + 1, m) for its chunk 1 (2P chunk-sized micro-batches
+ * per device at the peak, P stages' worth: 1F1B's first stage). */
 int bt_schedule_slot_bound(bt_schedule_kind kind, int p, int m, int v, int s);
 /* Device d's instructions in the order it runs them: n_out pairs (stage_out[i], index_out[i]).
  * The caller frees both arrays. Turns are trusted to be a valid order (validate first) except
@@ -112,7 +130,8 @@ int bt_schedule_slot_bound(bt_schedule_kind kind, int p, int m, int v, int s);
 bt_status bt_schedule_device_order(const bt_schedule *sched, int d, int *n_out, int **stage_out,
                                    int **index_out);
 /* An empty schedule with room for hand-made lists (tests, custom schedules): list[s] gets
- * capacity cap each, len[s] = 0, slots[s] = 0, chunks = 1, devices = p, split_backward 0. Fill the lists, then give the slots with
+ * capacity cap each, len[s] = 0, slots[s] = 0, chunks = 1, devices = p, device[s] = s,
+ * split_backward as the kind says. Fill the lists, then give the slots with
  * bt_schedule_assign_slots (or set every slot and slots[s] by hand). */
 bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, int cap,
                             bt_schedule **out);

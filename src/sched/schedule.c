@@ -1,7 +1,7 @@
 /* sched/schedule.c: building the per-stage instruction lists of GPipe, 1F1B, forward-only
- * streaming, interleaved 1F1B and ZB-H1, allocating and freeing schedules, and giving instructions
- * their activation slots (the slot count per stage sizes the executor's activation memory). The
- * text forms live in notation.c.
+ * streaming, interleaved 1F1B, ZB-H1 and ZBV, placing logical stages on devices, allocating and
+ * freeing schedules, and giving instructions their activation slots (the slot count per stage
+ * sizes the executor's activation memory). The text forms live in notation.c.
  *
  * Invariants of every built schedule (bt_schedule_validate proves them for any schedule):
  * - every FWD on stage s > 0 is directly preceded by RECV_ACT(mb, s-1), every FWD on s < p-1 is
@@ -30,6 +30,17 @@
  * idle time per stage is (p - 1), a third of 1F1B's 3 (p - 1); stage s holds at most min(p, m)
  * micro-batches (1F1B's peak, reached on every stage instead of only the first).
  *
+ * ZBV (Qi et al., 2024, section 6; PyTorch's ScheduleZBVZeroBubble): P devices, 2P logical stages
+ * in a V, device d running stage d (chunk 0) and stage 2P-1-d (chunk 1), so stage 0 and the loss
+ * stage 2P-1 share device 0 and stages P-1 and P share device P-1. Device d's order over
+ * n = max(m, 2P-1) micro-batches (those >= m are left out): 2(P-d)-1 forwards of chunk 0; d pairs
+ * (F chunk 1, F chunk 0); P-d triples (F, B, W of chunk 1); then while forwards remain, (F0, B0, W0,
+ * F1, B1, W1) with each F only while chunk 0 has micro-batches left; then d pairs (B0, B1) whose W
+ * wait, P-d pairs (B0, W0 of the oldest pending), the pending W of chunk 1, then of chunk 0, and the
+ * two STEPs. With F = B = W per chunk no device idles between its first and its last instruction
+ * (the zero-bubble property); what idles is the start and end staircase. A device holds at most
+ * 2P chunk-sized micro-batches, P stages' worth: 1F1B's peak.
+ *
  * Data flow: plan/ and the executor call bt_schedule_build; the simulator (simulate.c) and the
  * validator (validate.c) read the lists; the grid is drawn from a unit-cost simulation. */
 #include <stdlib.h>
@@ -41,7 +52,36 @@
 static int kind_is_valid(bt_schedule_kind kind)
 {
     return kind == BT_SCHEDULE_GPIPE || kind == BT_SCHEDULE_1F1B || kind == BT_SCHEDULE_STREAM ||
-           kind == BT_SCHEDULE_INTERLEAVED_1F1B || kind == BT_SCHEDULE_ZB_H1;
+           kind == BT_SCHEDULE_INTERLEAVED_1F1B || kind == BT_SCHEDULE_ZB_H1 || kind == BT_SCHEDULE_ZBV;
+}
+
+static int splits_backward(bt_schedule_kind kind)
+{
+    return kind == BT_SCHEDULE_ZB_H1 || kind == BT_SCHEDULE_ZBV;
+}
+
+int bt_schedule_stage_device(bt_schedule_kind kind, int p, int v, int s)
+{
+    if (s < 0 || s >= p) return -1;
+    if (v < 1) v = 1;
+    int devices = p / v > 0 ? p / v : 1;
+    if (kind == BT_SCHEDULE_ZBV && v == 2) return s < devices ? s : p - 1 - s;
+    if (kind == BT_SCHEDULE_INTERLEAVED_1F1B || kind == BT_SCHEDULE_ZBV) return s % devices;
+    return s;
+}
+
+int bt_schedule_stage_chunk(const bt_schedule *sched, int s)
+{
+    int c = 0;
+    if (!sched || !sched->device || s < 0 || s >= sched->stages) return -1;
+    for (int t = 0; t < s; t++) c += sched->device[t] == sched->device[s];
+    return c;
+}
+
+int bt_schedule_default_virtual(bt_schedule_kind kind, int v)
+{
+    if (v > 1) return v;
+    return kind == BT_SCHEDULE_ZBV ? 2 : 1;
 }
 
 bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, int cap,
@@ -69,12 +109,14 @@ bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, i
     sched->training = training ? 1 : 0;
     sched->chunks = 1;
     sched->devices = p;
-    sched->split_backward = kind == BT_SCHEDULE_ZB_H1;
+    sched->split_backward = splits_backward(kind);
     sched->len = calloc((size_t)p, sizeof *sched->len);
     sched->list = calloc((size_t)p, sizeof *sched->list);
     sched->slots = calloc((size_t)p, sizeof *sched->slots);
-    if (!sched->len || !sched->list || !sched->slots) goto nomem;
+    sched->device = calloc((size_t)p, sizeof *sched->device);
+    if (!sched->len || !sched->list || !sched->slots || !sched->device) goto nomem;
     for (int s = 0; s < p; s++) {
+        sched->device[s] = s;
         sched->list[s] = calloc(cap > 0 ? (size_t)cap : 1, sizeof **sched->list);
         if (!sched->list[s]) goto nomem;
     }
@@ -95,6 +137,7 @@ void bt_schedule_destroy(bt_schedule *sched)
     free(sched->list);
     free(sched->len);
     free(sched->slots);
+    free(sched->device);
     free(sched);
 }
 
@@ -105,7 +148,7 @@ static void push(bt_schedule *sched, int s, bt_instr_kind kind, int mb, int peer
     ins->mb = mb;
     ins->peer = peer;
     ins->slot = -1; /* bt_schedule_assign_slots gives them */
-    ins->chunk = s / sched->devices;
+    ins->chunk = sched->devices == sched->stages ? 0 : bt_schedule_stage_chunk(sched, s);
     ins->turn = -1;
 }
 
@@ -218,7 +261,61 @@ static void build_interleaved(bt_schedule *sched)
     }
 }
 
-static const bt_schedule_kind training_kinds[] = {BT_SCHEDULE_1F1B, BT_SCHEDULE_ZB_H1,
+/* One step of a device's ZBV order: compute kind k (FWD, BWD or WGT) of chunk c (0, 1). */
+static void push_zbv(bt_schedule *sched, int d, int c, bt_instr_kind k, int mb, int *turn)
+{
+    if (mb >= sched->microbatches) return; /* beyond m: the published order pads with these */
+    int s = c == 0 ? d : sched->stages - 1 - d, before = sched->len[s];
+    if (k == BT_I_FWD) push_forward(sched, s, mb);
+    else if (k == BT_I_BWD) push_backward(sched, s, mb);
+    else push(sched, s, BT_I_WGT, mb, -1);
+    for (int i = before; i < sched->len[s]; i++) sched->list[s][i].turn = (*turn)++;
+}
+
+static void build_zbv(bt_schedule *sched)
+{
+    int P = sched->devices, m = sched->microbatches, n = m > 2 * P - 1 ? m : 2 * P - 1;
+    for (int d = 0; d < P; d++) {
+        int turn = 0, f[2] = {0, 0}, b[2] = {0, 0}, w[2];
+        for (int i = 0; i < 2 * (P - d) - 1; i++) push_zbv(sched, d, 0, BT_I_FWD, f[0]++, &turn);
+        for (int i = 0; i < d; i++) {
+            push_zbv(sched, d, 1, BT_I_FWD, f[1]++, &turn);
+            push_zbv(sched, d, 0, BT_I_FWD, f[0]++, &turn);
+        }
+        for (int i = 0; i < P - d; i++) {
+            push_zbv(sched, d, 1, BT_I_FWD, f[1]++, &turn);
+            push_zbv(sched, d, 1, BT_I_BWD, b[1], &turn);
+            push_zbv(sched, d, 1, BT_I_WGT, b[1]++, &turn);
+        }
+        while (f[1] < f[0] || f[0] < n) {
+            if (f[0] < n) push_zbv(sched, d, 0, BT_I_FWD, f[0]++, &turn);
+            push_zbv(sched, d, 0, BT_I_BWD, b[0], &turn);
+            push_zbv(sched, d, 0, BT_I_WGT, b[0]++, &turn);
+            push_zbv(sched, d, 1, BT_I_FWD, f[1]++, &turn);
+            push_zbv(sched, d, 1, BT_I_BWD, b[1], &turn);
+            push_zbv(sched, d, 1, BT_I_WGT, b[1]++, &turn);
+        }
+        w[0] = b[0];
+        w[1] = b[1];
+        for (int i = 0; i < d; i++) {
+            push_zbv(sched, d, 0, BT_I_BWD, b[0]++, &turn);
+            push_zbv(sched, d, 1, BT_I_BWD, b[1]++, &turn);
+        }
+        for (int i = 0; i < P - d; i++) {
+            push_zbv(sched, d, 0, BT_I_BWD, b[0]++, &turn);
+            push_zbv(sched, d, 0, BT_I_WGT, w[0]++, &turn);
+        }
+        while (w[1] < b[1]) push_zbv(sched, d, 1, BT_I_WGT, w[1]++, &turn);
+        while (w[0] < b[0]) push_zbv(sched, d, 0, BT_I_WGT, w[0]++, &turn);
+        for (int c = 0; c < 2; c++) {
+            int s = c == 0 ? d : sched->stages - 1 - d;
+            push(sched, s, BT_I_STEP, -1, -1);
+            sched->list[s][sched->len[s] - 1].turn = turn++;
+        }
+    }
+}
+
+static const bt_schedule_kind training_kinds[] = {BT_SCHEDULE_1F1B, BT_SCHEDULE_ZB_H1, BT_SCHEDULE_ZBV,
                                                    BT_SCHEDULE_INTERLEAVED_1F1B, BT_SCHEDULE_GPIPE};
 
 const bt_schedule_kind *bt_schedule_training_kinds(int *n)
@@ -248,8 +345,14 @@ bt_status bt_schedule_check_shape(bt_schedule_kind kind, int p, int m, int v)
                         "micro-batches)",
                         BT_SCHEDULE_MAX_SIZE, p, m);
     if (v < 1) return bt_error(BT_ERR_INVALID_ARG, "virtual must be >= 1, got %d", v);
-    if (v > 1 && kind != BT_SCHEDULE_INTERLEAVED_1F1B)
-        return bt_error(BT_ERR_INVALID_ARG, "virtual %d: only interleaved-1f1b runs several chunks per "
+    if (kind == BT_SCHEDULE_ZBV) {
+        if (v != 2)
+            return bt_error(BT_ERR_INVALID_ARG, "zbv runs exactly 2 chunks per device (device d holds stages d and "
+                            "2P-1-d): virtual must be 2, got %d", v);
+        if (p % 2 != 0)
+            return bt_error(BT_ERR_INVALID_ARG, "zbv: %d stages do not pair into a V (stages must be 2 x devices)", p);
+    } else if (v > 1 && kind != BT_SCHEDULE_INTERLEAVED_1F1B)
+        return bt_error(BT_ERR_INVALID_ARG, "virtual %d: only interleaved-1f1b and zbv run several chunks per "
                         "device (%s takes virtual 1)", v,
                         kind == BT_SCHEDULE_GPIPE ? "gpipe" : kind == BT_SCHEDULE_1F1B ? "1f1b"
                         : kind == BT_SCHEDULE_STREAM ? "stream" : "zb-h1");
@@ -272,6 +375,10 @@ int bt_schedule_slot_bound(bt_schedule_kind kind, int p, int m, int v, int s)
     case BT_SCHEDULE_GPIPE: return m;
     case BT_SCHEDULE_1F1B: return p - s < m ? p - s : m;
     case BT_SCHEDULE_ZB_H1: return p < m ? p : m;
+    case BT_SCHEDULE_ZBV: {
+        int P = p / 2, d = s < P ? s : p - 1 - s, bound = s < P ? 2 * P - d : d + 1;
+        return bound < m ? bound : m;
+    }
     case BT_SCHEDULE_STREAM: return 1;
     case BT_SCHEDULE_INTERLEAVED_1F1B: {
         int P = p / (v > 0 ? v : 1), d = s % P, total = m * v;
@@ -301,12 +408,13 @@ bt_status bt_schedule_build_virtual(bt_schedule_kind kind, int p, int m, int v, 
     BT_TRY(bt_schedule_alloc(kind, p, m, training, (int)cap, &sched));
     sched->chunks = v;
     sched->devices = p / v;
-    sched->split_backward = kind == BT_SCHEDULE_ZB_H1;
+    for (int s = 0; s < p; s++) sched->device[s] = bt_schedule_stage_device(kind, p, v, s);
     switch (kind) {
     case BT_SCHEDULE_GPIPE: build_gpipe(sched); break;
     case BT_SCHEDULE_1F1B: build_1f1b(sched); break;
     case BT_SCHEDULE_STREAM: build_stream(sched); break;
     case BT_SCHEDULE_ZB_H1: build_zb_h1(sched); break;
+    case BT_SCHEDULE_ZBV: build_zbv(sched); break;
     case BT_SCHEDULE_INTERLEAVED_1F1B:
         if (v == 1) build_1f1b(sched);
         else build_interleaved(sched);
@@ -390,7 +498,8 @@ bt_status bt_schedule_device_order(const bt_schedule *sched, int d, int *n_out, 
     if (!sched || d < 0 || d >= sched->devices)
         return bt_error(BT_ERR_INVALID_ARG, "bt_schedule_device_order: no device %d", d);
     int n = 0, alone = sched->devices == sched->stages;
-    for (int s = d; s < sched->stages; s += sched->devices) n += sched->len[s];
+    for (int s = 0; s < sched->stages; s++)
+        if (sched->device[s] == d) n += sched->len[s];
     int *stage = malloc((size_t)(n > 0 ? n : 1) * sizeof *stage);
     int *index = malloc((size_t)(n > 0 ? n : 1) * sizeof *index);
     if (!stage || !index) {
@@ -399,8 +508,8 @@ bt_status bt_schedule_device_order(const bt_schedule *sched, int d, int *n_out, 
         return bt_error(BT_ERR_NOMEM, "out of memory ordering a device's instructions");
     }
     for (int k = 0; k < n; k++) stage[k] = -1;
-    for (int s = d; s < sched->stages; s += sched->devices)
-        for (int i = 0; i < sched->len[s]; i++) {
+    for (int s = 0; s < sched->stages; s++)
+        for (int i = 0; i < sched->len[s] && sched->device[s] == d; i++) {
             int t = alone ? i : sched->list[s][i].turn;
             if (t < 0 || t >= n || stage[t] >= 0) {
                 free(stage);

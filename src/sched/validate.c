@@ -3,10 +3,12 @@
  * The checks run in five passes and the first failure is reported:
  *   1. each instruction alone: known kind, micro-batch in range (-1 for STEP), the peer a SEND or
  *      RECV names is the neighbour its kind talks to (and exists), the model chunk is the stage's
- *      (stage / devices, within chunks), no backward-pass instruction in a forward-only schedule, W only where
- *      the backward is split; then the devices: stages = devices * chunks, and where a device runs
- *      several stages their turns number its instructions 0..n-1 once each, increasing along every
- *      stage's list (one stage per device: the list is the order and turns are not read);
+ *      (its rank among its device's stages), no backward-pass instruction in a forward-only
+ *      schedule, W only where the backward is split; then the devices: stages = devices * chunks,
+ *      every device runs exactly `chunks` stages (device[s] in range; device s when each runs
+ *      one), and where a device runs several stages their turns number its instructions 0..n-1
+ *      once each, increasing along every stage's list (one stage per device: the list is the
+ *      order and turns are not read);
  *   2. each stage alone: every micro-batch has exactly one FWD (and one BWD when training, and one
  *      W after its BWD when the backward is split), each send and receive occurs at most once per
  *      micro-batch, BWD after its FWD, RECV_ACT before the FWD that needs it, RECV_GRAD before the
@@ -109,13 +111,23 @@ static bt_status check_shape(const bt_schedule *sched)
     if (sched->stages < 1 || sched->microbatches < 1)
         return bt_error(BT_ERR_SCHEDULE, "schedule has %d stages and %d micro-batches (need >= 1)",
                         sched->stages, sched->microbatches);
-    if (!sched->len || !sched->list || !sched->slots)
+    if (!sched->len || !sched->list || !sched->slots || !sched->device)
         return bt_error(BT_ERR_SCHEDULE, "schedule has no instruction lists");
     if (sched->chunks < 1 || sched->devices < 1 || sched->devices * sched->chunks != sched->stages)
         return bt_error(BT_ERR_SCHEDULE, "schedule has %d stages on %d devices with %d model chunks "
                         "each (stages must be devices * chunks)", sched->stages, sched->devices,
                         sched->chunks);
     for (int s = 0; s < sched->stages; s++) {
+        if (sched->device[s] < 0 || sched->device[s] >= sched->devices)
+            return bt_error(BT_ERR_SCHEDULE, "stage %d runs on device %d (the schedule has %d: 0..%d)", s,
+                            sched->device[s], sched->devices, sched->devices - 1);
+        if (sched->devices == sched->stages && sched->device[s] != s)
+            return bt_error(BT_ERR_SCHEDULE, "stage %d runs on device %d, but with one stage per device stage s "
+                            "runs on device s", s, sched->device[s]);
+        int c = bt_schedule_stage_chunk(sched, s);
+        if (c >= sched->chunks)
+            return bt_error(BT_ERR_SCHEDULE, "stage %d makes %d stages on device %d (each device runs %d: the "
+                            "chunks)", s, c + 1, sched->device[s], sched->chunks);
         if (sched->len[s] < 0)
             return bt_error(BT_ERR_SCHEDULE, "stage %d has a negative length %d", s, sched->len[s]);
         if (sched->len[s] > 0 && !sched->list[s])
@@ -153,10 +165,10 @@ static bt_status check_instructions(const bt_schedule *sched)
                 return fail_at(sched, s, i,
                                "model chunk %d out of range (the schedule has %d per stage)",
                                ins->chunk, sched->chunks);
-            if (ins->chunk != s / sched->devices)
+            if (ins->chunk != bt_schedule_stage_chunk(sched, s))
                 return fail_at(sched, s, i,
                                "model chunk %d, but stage %d is chunk %d of device %d (%d devices)",
-                               ins->chunk, s, s / sched->devices, s % sched->devices,
+                               ins->chunk, s, bt_schedule_stage_chunk(sched, s), sched->device[s],
                                sched->devices);
             int want = bt_instr_peer(ins->kind, s);
             if (is_transfer(ins->kind)) {
@@ -389,7 +401,7 @@ static bt_status check_device_orders(const bt_schedule *sched, device_orders *o)
             if (sched->list[s][i].turn <= sched->list[s][i - 1].turn)
                 return fail_at(sched, s, i, "turn %d on device %d comes before the stage's previous "
                                "instruction (turn %d): a device runs each stage's list in order",
-                               sched->list[s][i].turn, s % D, sched->list[s][i - 1].turn);
+                               sched->list[s][i].turn, sched->device[s], sched->list[s][i - 1].turn);
     return BT_OK;
 }
 
