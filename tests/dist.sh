@@ -8,7 +8,8 @@
 # count that is not D x P, and --dp without mpirun, are exit 2 naming N, D and P. Failures: a rank
 # killed mid-step ends the whole job, non-zero, within the watchdog, and the lost rank is named
 # (by mpirun, and with mpirun's own abort switched off by the survivors' watchdog: "rank 1 (stage
-# 1, replica 0)"). Without MPI in the build, --dp must be refused naming it (exit 2).
+# 1, replica 0)"). The data-parallel reduction's paths: shm (the default on one machine) and mpi
+# (BATON_DP_REDUCE=mpi) both pass the equivalence, with and without parallel.zero: 1. Without MPI in the build, --dp must be refused naming it (exit 2).
 # Open MPI as root (CI) needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe on 2 cores.
 set -u
 . "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
@@ -78,6 +79,37 @@ for S in gpipe 1f1b; do
   done
   extra=""
 done
+# the replicas' gradient reduction has two paths on one machine: shm (exec/dist_shm.c: loads through
+# an MPI shared window, the default when every replica of a stage is here, so the runs above took
+# it) and mpi (dist_dp.c: MPI's all-reduce or reduce-scatter), forced with BATON_DP_REDUCE=mpi; the
+# summary names the path
+reduce_path() { sed -n 's/.*"allreduce": {[^}]*"path": "\([a-z-]*\)"}.*/\1/p' "$1"; }
+for z in "" parallel.zero=1; do
+  extra=$z
+  for dp in "2 1" "2 2"; do
+    # shellcheck disable=SC2086
+    set -- $dp
+    p=$(reduce_path "$tmp/$1-$2-1f1b-$(echo "$z" | tr -c 'A-Za-z0-9-\n' '_')-.jsonl")
+    if [ "$p" = shm ]; then ok "D=$1 P=$2 1f1b${z:+ $z}: the default reduction path on one machine is shm"
+    else bad "D=$1 P=$2 1f1b${z:+ $z}: the reduction path is '${p}', not shm"; fi
+    # shellcheck disable=SC2086
+    equiv $dp 1f1b -x BATON_DP_REDUCE=mpi
+    p=$(reduce_path "$tmp/$1-$2-1f1b-$(echo "$z" | tr -c 'A-Za-z0-9-\n' '_')--x_BATON_DP_REDUCE_mpi.jsonl")
+    if [ "$p" = mpi ]; then ok "D=$1 P=$2${z:+ $z}, BATON_DP_REDUCE=mpi: the summary names mpi"
+    else bad "D=$1 P=$2${z:+ $z}, BATON_DP_REDUCE=mpi: the reduction path is '${p}'"; fi
+    # with two replicas both paths add a + b: the same bits (the norm's terms are the same too)
+    zn=$(echo "$z" | tr -c 'A-Za-z0-9-\n' '_')
+    if m=$(python3 "$cmp" tensors "$tmp/run-$1-$2-1f1b-$zn-" "$tmp/run-$1-$2-1f1b-$zn--x_BATON_DP_REDUCE_mpi" 0) &&
+       m2=$(python3 "$cmp" losses "$tmp/$1-$2-1f1b-$zn-.jsonl" "$tmp/$1-$2-1f1b-$zn--x_BATON_DP_REDUCE_mpi.jsonl" 0); then
+      ok "D=$1 P=$2${z:+ $z}: shm and mpi give the same bits ($m; $m2)"
+    else bad "D=$1 P=$2${z:+ $z}: shm against mpi: $m ${m2:-}"; fi
+  done
+done
+extra=""
+mpi -x BATON_DP_REDUCE=nccl -np 2 "$b" run "$model" --layout "$(layout_for 1)" --dp 2 --steps 1 >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "BATON_DP_REDUCE must be auto, mpi or shm, not 'nccl'" "$tmp/e"; then ok "BATON_DP_REDUCE=nccl: exit 2 naming it"
+else bad "BATON_DP_REDUCE=nccl: exit $rc: $(head -c 600 "$tmp/e")"; fi
+
 # parallel.zero: 1 holds a 1/D share of the optimizer state (rank 0's row of the summary)
 peak() { sed -n 's/.*"summary": true.*"stages": \[{"stage": 0, "device": "[^"]*", "peak_bytes": \([0-9]*\).*/\1/p' "$1"; }
 full=$(peak "$tmp/2-1-gpipe--.jsonl"); sharded=$(peak "$tmp/2-1-gpipe-parallel_zero_1-.jsonl")

@@ -6,7 +6,8 @@
 # loss of each of 3 steps and every tensor of the final checkpoint match the one-process run within
 # 1e-5 relative, for (D, P) = (1, 2) (a pipeline boundary over the wire) and (2, 1) (the gradient
 # all-reduce over the wire); each rank records its network namespace, which must differ, and the
-# veth must have carried the bytes.
+# veth must have carried the bytes. Across the two "machines" the gradient reduction stays on MPI
+# (the summary says mpi), and BATON_DP_REDUCE=shm is refused (exit 2) naming each rank's machine.
 # Needs root (or CAP_NET_ADMIN + CAP_SYS_ADMIN) and iproute2: where `ip netns add` or a veth pair
 # is not permitted it skips (exit 77) and says why. The namespaces (and with them the veth pair)
 # are removed on every exit path.
@@ -95,5 +96,15 @@ equiv() { # D P layout
 }
 equiv 1 2 "fc_in,b0|b1,skip,head,loss"
 equiv 2 1 "fc_in,b0,b1,skip,head,loss"
+# the replicas are on two "machines" (two hosts for Open MPI): the gradient reduction stays on MPI,
+# and forcing the shared-memory path is an error naming the ranks (exec/dist_shm.c)
+p=$(sed -n 's/.*"allreduce": {[^}]*"path": "\([a-z-]*\)"}.*/\1/p' "$tmp/2-1.jsonl")
+if [ "$p" = mpi ]; then ok "D=2 across two namespaces: the reduction path is mpi"
+else bad "D=2 across two namespaces: the reduction path is '$p', not mpi"; fi
+mpi -x BATON_DP_REDUCE=shm "$b" run "$model" --layout "fc_in,b0,b1,skip,head,loss" --dp 2 --threads 1 --steps 1 \
+  >"$tmp/shm.out" 2>"$tmp/shm.err"; rc=$?
+if [ $rc = 2 ] && grep -q "BATON_DP_REDUCE=shm: the replicas of stage 0 are not all on one machine (rank 0 on rank 0's machine, rank 1 on rank 1's machine)" "$tmp/shm.err"; then
+  ok "BATON_DP_REDUCE=shm across two namespaces: exit 2 naming the ranks"
+else bad "BATON_DP_REDUCE=shm across two namespaces: exit $rc: $(head -c 1500 "$tmp/shm.err")"; fi
 echo "dist_netns: $tests tests, $fails failed"
 [ $fails = 0 ]

@@ -200,6 +200,7 @@ static bt_op_call oc_call(oc_layer *L)
         .seed = L->seed,
         .training = L->training,
         .threads = 1,
+        .precision = L->precision,
     };
     return call;
 }

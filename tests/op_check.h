@@ -28,6 +28,7 @@ typedef struct oc_layer {
     void *saved, *workspace;
     uint64_t seed;
     int training;
+    bt_dtype precision;        /* the call's precision (0: BT_F32) */
     uint64_t rng;              /* state of the fills */
 } oc_layer;
 

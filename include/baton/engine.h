@@ -193,10 +193,12 @@ typedef enum bt_transfer_path {
     BT_PATH_MPI = 4,          /* CPU stages on different ranks of a job under mpirun: MPI messages */
     BT_PATH_MPI_STAGED = 5,   /* different ranks, a GPU on either side: device <-> pinned host memory on
                                  the GPU's streams, MPI messages between the host buffers */
-    BT_PATH_NCCL = 6          /* GPU stages on different ranks: ncclSend / ncclRecv, device to device */
+    BT_PATH_NCCL = 6,         /* GPU stages on different ranks: ncclSend / ncclRecv, device to device */
+    BT_PATH_SHM = 7           /* data-parallel replicas of a CPU stage on one machine: loads and stores
+                                 through an MPI shared window (gradient reductions only) */
 } bt_transfer_path;
 
-/* "host", "local", "peer", "staged", "mpi", "mpi-staged", "nccl" */
+/* "host", "local", "peer", "staged", "mpi", "mpi-staged", "nccl", "shm" */
 BT_API const char *bt_transfer_path_name(bt_transfer_path path);
 
 /* One direction of one stage boundary, with what it has moved since the engine was created. */

@@ -1,5 +1,6 @@
 /* cli/cmd_devices.c: `baton devices [--json]`: lists what a run can be placed on: the CPU (cores
- * and the BLAS baton loaded, how `precision: bf16` multiplies: AMX, AVX512-BF16 or f32) and every
+ * and the BLAS baton loaded, how `precision: bf16` multiplies: AMX, AVX512-BF16 or f32, how
+ * conv2d is chosen: cpu/conv_onednn.h) and every
  * CUDA GPU with its name, compute capability, memory and the
  * peer-access matrix between GPUs. A machine without a GPU says "no CUDA device" (the driver's
  * own words, such as "CUDA driver version is insufficient", only as the reason in --json), and
@@ -18,6 +19,7 @@
 
 #include "cli/cli.h"
 #include "cpu/blas.h"
+#include "cpu/conv_onednn.h"
 #ifdef BATON_HAVE_CUDA
 #include "cuda/devices.h"
 #endif
@@ -27,13 +29,15 @@ static json_t *cpu_info(int json)
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const bt_status st = bt_blas_init();
     if (json)
-        return json_pack("{s:I, s:s, s:b, s:s, s:s}", "cores", (json_int_t)cores, "blas",
+        return json_pack("{s:I, s:s, s:b, s:s, s:s, s:s}", "cores", (json_int_t)cores, "blas",
                          bt_blas_describe(), "blas_loaded", st == BT_OK, "f32",
-                         bt_cpu_f32_describe(), "bf16", bt_cpu_bf16_describe());
+                         bt_cpu_f32_describe(), "bf16", bt_cpu_bf16_describe(), "conv2d",
+                         bt_cpu_conv_describe());
     printf("cpu      %ld core%s, BLAS: %s%s\n", cores, cores == 1 ? "" : "s", bt_blas_describe(),
            st == BT_OK ? "" : " (OpenBLAS failed to load)");
     printf("         precision f32: %s\n", bt_cpu_f32_describe());
     printf("         precision bf16: %s\n", bt_cpu_bf16_describe());
+    printf("         conv2d: %s\n", bt_cpu_conv_describe());
     return NULL;
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "core/error.h"
 #include "dist/dist.h"
 #include "plan/profile.h"
@@ -206,6 +207,7 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     }
     print_profile(p);
     print_links(p);
+    bt_cli_print_conv_choices(NULL, m->graph);
     st = bt_profile_save(p, path);
     bt_comm_free(world);
     if (world) bt_dist_finalize();

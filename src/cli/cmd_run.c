@@ -386,6 +386,7 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     }
     if (rc == BT_EXIT_OK) {
         bt_cli_print_summary(o, e, bt_median(times, (int)steps), p.batch);
+        bt_cli_print_conv_choices(o, m->graph);
     }
     int mrc = bt_cli_metrics_close(mt);
     if (rc == BT_EXIT_OK) rc = mrc;

@@ -111,5 +111,8 @@ void bt_cli_synth_free(bt_cli_synth *d);
 
 /* The per-stage memory and throughput summary printed at the end of a run. */
 void bt_cli_print_summary(const bt_run_opts *o, const bt_engine *e, double median_ms, int64_t batch);
+/* The conv2d path chosen for each CPU conv shape so far, naming g's layers of that shape
+ * (run_conv.c); o NULL: plain text. Nothing when no conv2d ran on a CPU. */
+void bt_cli_print_conv_choices(const bt_run_opts *o, const bt_graph *g);
 
 #endif

@@ -112,6 +112,7 @@ int bt_cli_infer(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
             printf("\n%lld samples in %lld batches: latency p50 %.2f ms, p99 %.2f ms\n", (long long)rep.samples,
                    (long long)rep.batches, rep.p50_ms, rep.p99_ms);
         bt_cli_print_summary(o, e, bt_median(d.ms, (int)d.n), p->batch);
+        bt_cli_print_conv_choices(o, m->graph);
     }
     free(d.ms);
     return rc;

@@ -13,6 +13,7 @@
 #include "core/strutil.h"
 #include "core/util.h"
 #include "cpu/blas.h"
+#include "cpu/conv_onednn.h"
 #include "optim/loss_scale.h"
 #include "train/lm.h"
 #include "train/trainer.h"
@@ -112,6 +113,7 @@ static void print_config(const bt_run_opts *o, const bt_model *m, const bt_engin
         cpu_stages += strncmp(si.device, "cpu", 3) == 0;
     }
     if (cpu_stages) printf("  f32 on cpu    %s\n", bt_cpu_f32_describe());
+    if (cpu_stages) printf("  conv on cpu   %s\n", bt_cpu_conv_describe());
     if (p->precision == BT_BF16 && cpu_stages)
         printf("  bf16 on cpu   %s\n", bt_cpu_bf16_describe());
     printf("\n");
@@ -259,6 +261,7 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
                 printf("\nfinal: validation loss %.4f, %lld steps, %.0f tokens/s (median step)\n", d.last_eval_loss,
                        (long long)d.n_steps, (double)p->batch * (double)in0.shape.dim[0] / (median / 1000));
             bt_cli_print_summary(o, e, median, p->batch);
+            bt_cli_print_conv_choices(o, m->graph);
         }
         int mrc = bt_cli_metrics_close(d.mt);
         if (rc == BT_EXIT_OK) rc = mrc;
@@ -378,6 +381,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
             printf("eval loss %.4f, %lld steps", d.last_eval_loss, (long long)d.n_steps);
         }
         bt_cli_print_summary(o, e, median, p->batch);
+        bt_cli_print_conv_choices(o, m->graph);
     }
     int mrc = bt_cli_metrics_close(d.mt);
     if (rc == BT_EXIT_OK) rc = mrc;

@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "core/util.h"
 #include "cpu/blas.h"
+#include "cpu/conv_onednn.h"
 #include "optim/optim.h"
 
 struct bt_device {
@@ -34,6 +35,7 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
     d->threads = threads > 0 ? threads : threads < 0 ? -threads : 1;
     bt_status st = bt_cpu_bf16_init();
     if (st == BT_OK) st = bt_cpu_f32_init();
+    if (st == BT_OK) st = bt_cpu_conv_init(); /* BATON_CPU_CONV: conv2d on oneDNN or im2col */
     if (st != BT_OK) {
         free(d);
         return bt_error_context(st, "cpu:%d", index);

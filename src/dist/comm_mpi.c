@@ -357,3 +357,109 @@ done:
     free(at);
     return st;
 }
+
+bt_status bt_comm_node_leader(const bt_comm *c, int *leader, double timeout_s)
+{
+    MPI_Comm node;
+    int me = 0;
+    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+    MPI_TRY(MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    int low = me;
+    bt_comm_req req = {{0}, 0};
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, &low, 1, MPI_INT, MPI_MIN, node, req_of(&req));
+    bt_status st = BT_OK;
+    if (rc != MPI_SUCCESS) st = mpi_fail(rc, "MPI_Iallreduce");
+    else {
+        req.active = 1;
+        st = finish(&req, timeout_s, NULL, "all-reduce (the machine's lowest rank)");
+    }
+    MPI_Comm_free(&node);
+    *leader = low;
+    return st;
+}
+
+bt_status bt_comm_barrier(const bt_comm *c, double timeout_s)
+{
+    bt_comm_req req = {{0}, 0};
+    MPI_TRY(MPI_Ibarrier(c->comm, req_of(&req)));
+    req.active = 1;
+    return finish(&req, timeout_s, NULL, "barrier");
+}
+
+struct bt_shm_win {
+    MPI_Win win;
+    int n, locked;
+    void **base;               /* [n] each rank's segment here */
+};
+
+bt_status bt_shm_win_alloc(const bt_comm *c, size_t bytes, double timeout_s, bt_shm_win **out)
+{
+    *out = NULL;
+    if (bytes > (size_t)INT64_MAX / 2) return bt_error(BT_ERR_UNSUPPORTED, "MPI: a shared window of %zu bytes", bytes);
+    bt_shm_win *w = calloc(1, sizeof *w);
+    if (!w) return bt_error(BT_ERR_NOMEM, "MPI: out of memory");
+    w->win = MPI_WIN_NULL;
+    w->n = bt_comm_size(c);
+    w->base = calloc((size_t)w->n, sizeof *w->base);
+    bt_status st = BT_OK;
+    MPI_Info info = MPI_INFO_NULL;
+    if (!w->base) {
+        st = bt_error(BT_ERR_NOMEM, "MPI: out of memory");
+        goto fail;
+    }
+    /* each rank's segment on its own pages (first touched by its owner), not one block */
+    if (MPI_Info_create(&info) == MPI_SUCCESS) MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void *mine = NULL;
+    size_t size = (bytes + 63) / 64 * 64 + 64; /* room to align the start to 64 bytes */
+    int rc = MPI_Win_allocate_shared((MPI_Aint)size, 1, info, c->comm, &mine, &w->win);
+    if (rc != MPI_SUCCESS) {
+        st = mpi_fail(rc, "MPI_Win_allocate_shared");
+        w->win = MPI_WIN_NULL;
+        goto fail;
+    }
+    MPI_Win_set_errhandler(w->win, MPI_ERRORS_RETURN);
+    for (int r = 0; r < w->n; r++) {
+        MPI_Aint got = 0;
+        int unit = 0;
+        void *at = NULL;
+        rc = MPI_Win_shared_query(w->win, r, &got, &unit, &at);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_fail(rc, "MPI_Win_shared_query");
+            goto fail;
+        }
+        w->base[r] = (void *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+    }
+    memset(w->base[bt_comm_rank(c)], 0, bytes);
+    rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
+    if (rc != MPI_SUCCESS) {
+        st = mpi_fail(rc, "MPI_Win_lock_all");
+        goto fail;
+    }
+    w->locked = 1;
+    MPI_Win_sync(w->win);
+    BT_TRY_GOTO(st, bt_comm_barrier(c, timeout_s), fail); /* every segment zeroed before any is read */
+    MPI_Win_sync(w->win);
+    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+    *out = w;
+    return BT_OK;
+fail:
+    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+    bt_shm_win_free(w);
+    return st;
+}
+
+void *bt_shm_win_base(const bt_shm_win *w, int r) { return w->base[r]; }
+
+void bt_shm_win_sync(const bt_shm_win *w) { MPI_Win_sync(w->win); }
+
+void bt_shm_win_free(bt_shm_win *w)
+{
+    if (!w) return;
+    int down = 0;
+    MPI_Finalized(&down);
+    if (!down && w->locked) MPI_Win_unlock_all(w->win);
+    if (!down && w->win != MPI_WIN_NULL) MPI_Win_free(&w->win);
+    free(w->base);
+    free(w);
+}

@@ -72,3 +72,17 @@ bt_status bt_comm_gather_bytes(const bt_comm *c, const void *send, size_t bytes,
     if (recv) *recv = NULL;
     return NO_MPI;
 }
+bt_status bt_comm_node_leader(const bt_comm *c, int *leader, double timeout_s)
+{
+    *leader = 0;
+    return NO_MPI;
+}
+bt_status bt_comm_barrier(const bt_comm *c, double timeout_s) { return NO_MPI; }
+bt_status bt_shm_win_alloc(const bt_comm *c, size_t bytes, double timeout_s, bt_shm_win **out)
+{
+    *out = NULL;
+    return NO_MPI;
+}
+void *bt_shm_win_base(const bt_shm_win *w, int r) { return NULL; }
+void bt_shm_win_sync(const bt_shm_win *w) {}
+void bt_shm_win_free(bt_shm_win *w) {}

@@ -109,6 +109,29 @@ bt_status bt_comm_bcast(const bt_comm *c, void *buf, size_t bytes, int root, dou
 bt_status bt_comm_gather_bytes(const bt_comm *c, const void *send, size_t bytes, int root, void **recv,
                                size_t *counts, double timeout_s);
 
+/* ---- shared memory on one machine (MPI-3 shared windows) -------------------------------------- */
+
+/* The lowest rank of MPI_COMM_WORLD on the calling rank's machine (MPI_Comm_split_type(c,
+ * MPI_COMM_TYPE_SHARED) and a minimum over it): ranks of c with the same leader share memory.
+ * Collective over c. */
+bt_status bt_comm_node_leader(const bt_comm *c, int *leader, double timeout_s);
+/* MPI_Barrier over c, bounded by timeout_s (BT_ERR_TIMEOUT naming it). */
+bt_status bt_comm_barrier(const bt_comm *c, double timeout_s);
+
+/* A window of memory every rank of c can load and store directly (MPI_Win_allocate_shared; every
+ * rank of c must share this machine's memory: bt_comm_node_leader). Each rank's segment is `bytes`
+ * long, 64-byte aligned, zeroed, and in a passive-target epoch (lock_all) until freed; every rank
+ * has zeroed its segment when the allocation returns on any rank. Collective over c. */
+typedef struct bt_shm_win bt_shm_win;
+bt_status bt_shm_win_alloc(const bt_comm *c, size_t bytes, double timeout_s, bt_shm_win **out);
+/* Rank r's segment (r a rank of c), in this process's address space. */
+void *bt_shm_win_base(const bt_shm_win *w, int r);
+/* MPI_Win_sync: the memory barrier MPI's separate/unified model asks for between this rank's
+ * stores and a flag that publishes them, and between seeing a peer's flag and reading its data. */
+void bt_shm_win_sync(const bt_shm_win *w);
+/* Collective; NULL is fine. */
+void bt_shm_win_free(bt_shm_win *w);
+
 /* ---- clocks and links (clock.c) ------------------------------------------------------------- */
 
 /* This rank's clock against root's (CLOCK_MONOTONIC, bt_now_ms), measured as Cristian's algorithm

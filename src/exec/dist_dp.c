@@ -217,6 +217,8 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
         for (int i = 0; i < n; i++)
             if (d->final_after[i] == k) d->order[m++] = i;
     size_t dsz = bt_dtype_size(e->dtype);
+    int shm = 0; /* the replicas share this machine: the shm path (dist_shm.c) */
+    BT_TRY(bt_dist_shm_choose(e, st, &shm)); /* collective over the stage's replicas */
     d->n_buckets = 0;
     for (int p = 0; p < n;) {
         bt_dp_bucket *b = &d->buckets[d->n_buckets];
@@ -233,6 +235,12 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
             size_t D = (size_t)e->dist.layout.data;
             b->chunk = (b->count + D - 1) / D;
             bytes = b->chunk * D * dsz;
+        }
+        if (shm) { /* the gradients and the weights' staging lie in the shared window */
+            d->n_buckets++;
+            continue;
+        }
+        if (d->zero) {
             b->wflat = calloc(1, bytes ? bytes : 64);
             if (!b->wflat) return bt_error(BT_ERR_NOMEM, "engine: out of memory for gradient buckets");
         }
@@ -245,7 +253,8 @@ bt_status bt_dist_setup_buckets(bt_engine *e)
         d->n_buckets++;
     }
     if (d->zero) BT_TRY(shard_state(e, st));
-    else if (st->be->shares_host_memory) BT_TRY(grads_in_place(e, st));
+    if (shm) BT_TRY(bt_dist_shm_setup(e, st));
+    else if (!d->zero && st->be->shares_host_memory) BT_TRY(grads_in_place(e, st));
     if (!st->be->shares_host_memory && bt_dist_nccl_available(e)) BT_TRY(bt_dist_nccl_dp_setup(e, st));
     return BT_OK;
 }
@@ -262,6 +271,16 @@ static bt_status start_bucket(bt_engine *e, bt_stage *st, bt_dp_bucket *b, int e
         d->reductions++;
         d->reduced_bytes += (double)(b->count * dsz);
         return bt_dist_nccl_bucket_start(e, st, b);
+    }
+    if (d->shm) { /* its gradients are final here: the peers may read them (dist_shm.c) */
+        b->pending = -1;
+        b->start_ms = bt_now_ms();
+        b->done_ms = 0;
+        d->reductions++;
+        d->early_reductions += early;
+        d->reduced_bytes += (double)(b->count * dsz);
+        bt_dist_shm_start(e, b);
+        return BT_OK;
     }
     unsigned char *flat = b->flat;
     for (int j = 0; j < b->n && !b->in_place; j++) {
@@ -292,6 +311,7 @@ bt_status bt_dist_grads_final(bt_engine *e, bt_stage *st, int k)
         bt_dp_bucket *b = &d->buckets[d->bucket_of[i]];
         if (b->pending > 0 && --b->pending == 0) BT_TRY(start_bucket(e, st, b, 1));
     }
+    if (d->shm) return bt_dist_shm_poll(e, st); /* what the peers' progress allows already */
     for (int b = 0; b < d->n_buckets; b++) { /* MPI progresses inside MPI calls */
         int done;
         if (d->buckets[b].pending < 0 && !d->nccl_dp) {
@@ -309,6 +329,18 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st)
     size_t dsz = bt_dtype_size(e->dtype);
     double t0 = bt_now_ms();
     d->reduce_wait_t0_ms = t0;
+    if (d->shm) {
+        for (int bi = 0; bi < d->n_buckets; bi++)
+            if (d->buckets[bi].pending >= 0) BT_TRY(start_bucket(e, st, &d->buckets[bi], 0));
+        BT_TRY(bt_dist_shm_finish(e, st));
+        for (int bi = 0; bi < d->n_buckets; bi++) {
+            bt_dp_bucket *b = &d->buckets[bi];
+            d->reduce_ms += b->done_ms - b->start_ms;
+            d->reduce_hidden_ms += (b->done_ms < t0 ? b->done_ms : t0) - (b->start_ms < t0 ? b->start_ms : t0);
+        }
+        d->reduce_wait_ms += bt_now_ms() - t0;
+        return BT_OK;
+    }
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         if (b->pending >= 0) BT_TRY(start_bucket(e, st, b, 0)); /* a stage whose last backward left it */
@@ -365,6 +397,7 @@ bt_status bt_dist_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t ste
 {
     bt_engine_dist *d = &e->dist;
     size_t dsz = bt_dtype_size(e->dtype);
+    if (d->shm) return bt_dist_shm_zero_update(e, st, lr, step, scale);
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
         size_t lo, n;
@@ -407,15 +440,21 @@ bt_status bt_dist_gather_state(bt_engine *e, bt_stage *st)
                     BT_TRY(st->be->alloc(st->dev, st->params[i].numel * dsz, &st->params[i].state[k]));
     for (int bi = 0; bi < d->n_buckets; bi++) {
         bt_dp_bucket *b = &d->buckets[bi];
-        for (int k = 0; k < slots; k++) {
-            unsigned char *full = b->wflat; /* the weights' staging buffer, free between steps */
+        unsigned char *own = NULL; /* shm: the staging in the window is the peers' to read */
+        if (d->shm && !(own = malloc(b->chunk * (size_t)d->layout.data * dsz + 1)))
+            return bt_error(BT_ERR_NOMEM, "engine: out of memory for the optimizer state");
+        bt_status s = BT_OK;
+        for (int k = 0; k < slots && s == BT_OK; k++) {
+            unsigned char *full = own ? own : b->wflat; /* the weights' staging buffer, free between steps */
             memcpy(full + (size_t)d->layout.replica * b->chunk * dsz, b->state[k], b->chunk * dsz);
-            BT_TRY(bt_comm_allgather_inplace(d->dp, full, b->chunk, e->dtype, e->params.watchdog_s));
-            for (int j = 0; j < b->n; j++) {
+            s = bt_comm_allgather_inplace(d->dp, full, b->chunk, e->dtype, e->params.watchdog_s);
+            for (int j = 0; j < b->n && s == BT_OK; j++) {
                 bt_param_store *p = &st->params[d->order[b->first + j]];
                 memcpy(p->state[k], full + store_offset(e, st, b, j) * dsz, p->numel * dsz);
             }
         }
+        free(own);
+        BT_TRY(s);
     }
     d->full_state = 1;
     return BT_OK;

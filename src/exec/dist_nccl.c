@@ -217,6 +217,7 @@ bt_status bt_dist_nccl_bucket_finish(bt_engine *e, bt_stage *st, bt_dp_bucket *b
 bt_transfer_path bt_engine_dist_reduce_path(const bt_engine *e)
 {
     if (e && e->dist.on && e->dist.nccl_dp) return BT_PATH_NCCL;
+    if (e && e->dist.on && e->dist.shm) return BT_PATH_SHM;
     if (e && e->dist.on && !e->stage[e->dist.layout.stage].be->shares_host_memory) return BT_PATH_MPI_STAGED;
     return BT_PATH_MPI;
 }

@@ -84,6 +84,7 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
                         "batch %lld does not split into D = %d replicas of %d equal micro-batches",
                         (long long)e->params.batch, layout->data, e->params.parallel.microbatches);
     BT_TRY(bucket_bytes_from_env(&e->dist.bucket_bytes));
+    BT_TRY(bt_dist_reduce_mode_from_env(&e->dist.reduce_mode));
     int peers = layout->stages > layout->data ? layout->stages : layout->data;
     e->dist.xpeer = calloc((size_t)peers, sizeof *e->dist.xpeer);
     e->dist.xbuf = calloc(2 * (size_t)peers, sizeof *e->dist.xbuf);
@@ -188,6 +189,7 @@ static bt_status post_receives(bt_engine *e, bt_channel *const *chs, int n)
 bt_status bt_dist_job_start(bt_engine *e, bt_stage *st, int grads)
 {
     if (!e->dist.on) return BT_OK;
+    if (grads && e->dist.shm) BT_TRY(bt_dist_shm_job_start(e, st)); /* before the gradients are zeroed */
     for (int b = 0; b < e->dist.n_buckets; b++) e->dist.buckets[b].pending = e->dist.buckets[b].n;
     if (e->dist.zero && e->job != BT_JOB_FORWARD) BT_TRY(bt_dist_absorb_state(e, st));
     BT_TRY(post_receives(e, st->in_act, st->n_in_act));
@@ -367,6 +369,7 @@ void bt_dist_teardown(bt_engine *e)
     free(d->rank_channels);
     bt_dist_mirror_drop(e);
     free(d->mirror);
+    bt_dist_shm_teardown(e); /* collective over d->dp */
     bt_comm_free(d->dp);
     bt_comm_free(d->pipe);
     bt_comm_free(d->world);

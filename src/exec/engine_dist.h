@@ -36,8 +36,10 @@ typedef struct bt_dist_reduce_stats {
     int64_t reductions;
     double bytes, total_ms, hidden_ms, wait_ms;
     int scatter;               /* 1: reduce-scatter (parallel.zero: 1) */
-    bt_transfer_path path;     /* BT_PATH_MPI, BT_PATH_MPI_STAGED (a GPU through host memory) or
-                                * BT_PATH_NCCL (whose times are on the device and not counted) */
+    bt_transfer_path path;     /* BT_PATH_MPI, BT_PATH_SHM (the replicas share one machine: loads
+                                * through a shared window, exec/dist_shm.c), BT_PATH_MPI_STAGED (a GPU
+                                * through host memory) or BT_PATH_NCCL (whose times are on the device
+                                * and not counted) */
 } bt_dist_reduce_stats;
 
 /* Rank r's gradient reductions, from the last bt_engine_dist_gather_stats. */
@@ -52,7 +54,8 @@ bt_status bt_engine_dist_replica_boundary(const bt_engine *e, int replica, int i
  * from start to completion. */
 void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, int64_t *early, double *bytes,
                                  double *wait_ms, double *total_ms);
-/* How the local stage's gradients are all-reduced: BT_PATH_MPI (CPU), BT_PATH_MPI_STAGED (a GPU
+/* How the local stage's gradients are all-reduced: BT_PATH_SHM (CPU, replicas on one machine),
+ * BT_PATH_MPI (CPU), BT_PATH_MPI_STAGED (a GPU
  * through host memory) or BT_PATH_NCCL (exec/dist_nccl.c). */
 bt_transfer_path bt_engine_dist_reduce_path(const bt_engine *e);
 

@@ -10,6 +10,7 @@
  *   channel.c       the mailbox that tells the receiver a message is there
  *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
+ *   dist_shm.c      the same through a shared window when a stage's replicas share one machine
  *   decode.c        autoregressive decoding through the stages (exec/decode.h): per-stage KV
  *                   caches, one position's rows streaming stage to stage, several sequences at once
  *   dist_sync.c     across processes, between steps: rank 0's checkpoint copy, agreeing to stop
@@ -117,6 +118,11 @@ typedef struct bt_dp_bucket {
      * compute stream once packed, `reduced` on the communicator's stream once summed */
     void *dflat;
     bt_event *packed, *reduced;
+    /* the shm path (dist_shm.c): where the bucket's gradients (and, zero, its master weights)
+     * start in every rank's segment of the shared window, the slice each rank sums, and how far
+     * this step got (0 not started, 1 final here, 2 own slice summed, 3 every slice here) */
+    size_t shm_off, shm_woff, shm_slice;
+    int shm_phase;
 } bt_dp_bucket;
 
 /* What a job across processes adds to an engine (engine_dist.c). Off (on = 0) in one process,
@@ -141,6 +147,12 @@ typedef struct bt_engine_dist {
     int last_bwd;              /* the local stage's last BWD in the training schedule */
     int last_wgt;              /* its last W (split backward), or -1 */
     struct bt_backend_comm *nccl_dp; /* GPU replicas with NCCL: the stage's communicator over them */
+    int reduce_mode;           /* BATON_DP_REDUCE: BT_DP_REDUCE_AUTO, _MPI or _SHM */
+    struct bt_shm_win *shm;    /* the shm path (dist_shm.c): the replicas' shared window, or NULL */
+    unsigned char **shm_base;  /* [D] each replica's segment of it, in this process */
+    uint64_t shm_gen;          /* gradient jobs so far: the value this job's flags reach */
+    size_t shm_sq_off;         /* without zero: where each rank's per-tensor sums of squares lie */
+    int *shm_sq_owner;         /* [n_params] the replica that sums the squares of store i */
     int failed;                /* a job failed: communicators are aborted, not waited for */
     /* STEP's exchange of gradient norms and the loss (bt_dist_step_exchange), preallocated */
     int *xpeer;
@@ -220,6 +232,7 @@ typedef struct bt_stage {
     bt_param_store *params;
     void *grad_arena;          /* data parallel on a CPU stage: every store's gradient, in bucket order
                                 * (dist_dp.c); the stores' g point into it */
+    int grad_arena_shm;        /* grad_arena lies in the shm path's window (dist_shm.c frees it) */
     /* The stage's parameters as flat arrays, in params order, each store's w, w_lp, g and state
      * pointing into them (packed, no gaps): the optimizer updates all of them in one call. */
     size_t flat_numel;
@@ -564,6 +577,25 @@ void bt_dist_teardown(bt_engine *e);
  * i's; a timeout names the peer whose message is missing (what: what was waited for). */
 bt_status bt_dist_exchange(bt_engine *e, const int *peers, int n, const double *mine, int k, double *out, int tag,
                            const char *what);
+/* dist_shm.c: data-parallel reduction through a shared window when a stage's replicas share one
+ * machine (see there) */
+enum { BT_DP_REDUCE_AUTO = 0, BT_DP_REDUCE_MPI = 1, BT_DP_REDUCE_SHM = 2 };
+bt_status bt_dist_reduce_mode_from_env(int *mode);
+/* Collective over the stage's replicas: *use = 1 when the shm path runs (BATON_DP_REDUCE and
+ * where the replicas are); a forced shm that cannot run is BT_ERR_INVALID_ARG naming the ranks. */
+bt_status bt_dist_shm_choose(bt_engine *e, bt_stage *st, int *use);
+bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st);
+bt_status bt_dist_shm_job_start(bt_engine *e, bt_stage *st);
+void bt_dist_shm_start(bt_engine *e, bt_dp_bucket *b);
+bt_status bt_dist_shm_poll(bt_engine *e, bt_stage *st);
+bt_status bt_dist_shm_finish(bt_engine *e, bt_stage *st);
+/* Without zero (and ties): the stage's sum of squared gradients, each tensor's part computed by
+ * one replica at the end of the reduction; the same value as the backend's sum_squares. */
+int bt_dist_shm_sumsq_split(const bt_engine *e);
+bt_status bt_dist_shm_sumsq(bt_engine *e, bt_stage *st, double *out);
+bt_status bt_dist_shm_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t step, double scale);
+void bt_dist_shm_teardown(bt_engine *e);
+
 /* dist_dp.c, parallel.zero: the full state buffers sharded again (at a job's start), or gathered
  * (for a checkpoint: bt_engine_sync_params). */
 bt_status bt_dist_absorb_state(bt_engine *e, bt_stage *st);

@@ -306,7 +306,7 @@ void bt_layout_free_stage(bt_stage *st)
                 if (st->params[i].state[j]) st->be->free(st->dev, st->params[i].state[j]);
         }
         if (st->flat_w_lp) st->be->free(st->dev, st->flat_w_lp);
-        if (st->grad_arena) st->be->free(st->dev, st->grad_arena);
+        if (st->grad_arena && !st->grad_arena_shm) st->be->free(st->dev, st->grad_arena);
         if (st->slots) st->be->free(st->dev, st->slots);
         if (st->grads) st->be->free(st->dev, st->grads);
         if (st->workspace) st->be->free(st->dev, st->workspace);

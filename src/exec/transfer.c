@@ -45,6 +45,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
     case BT_PATH_MPI: return "mpi";
     case BT_PATH_MPI_STAGED: return "mpi-staged";
     case BT_PATH_NCCL: return "nccl";
+    case BT_PATH_SHM: return "shm";
     }
     return "?";
 }
@@ -221,6 +222,7 @@ bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
         case BT_PATH_MPI:
         case BT_PATH_MPI_STAGED:
         case BT_PATH_NCCL:
+        case BT_PATH_SHM: /* a reduction's path, never a boundary's */
             break;
         }
     }

@@ -131,6 +131,8 @@ bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     if (e->n_ties) BT_TRY(exchange_tied(e, w, st));
     if (e->dist.zero) /* the replicas' chunks of the summed gradients */
         BT_TRY(bt_dist_zero_sumsq(e, st, &sumsq));
+    else if (bt_dist_shm_sumsq_split(e)) /* each replica summed its share of the tensors */
+        BT_TRY(bt_dist_shm_sumsq(e, st, &sumsq));
     else if (st->n_params)
         BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
     e->sumsq[st->index] = sumsq;

@@ -14,12 +14,36 @@
  * shared with the CUDA kernels). A 1x1 stride-1
  * unpadded conv is a GEMM per sample on the input itself and needs no workspace. With act: relu
  * (what the graph lowers a layer's `act: relu` to) the output is relu of the convolution, applied
- * as each output plane is written (ops/op_configs.h). */
+ * as each output plane is written (ops/op_configs.h).
+ *
+ * f32 calls may run on oneDNN's convolution instead (cpu/conv_onednn.h): conv2d_path_f32 asks
+ * bt_conv_choose, which under BATON_CPU_CONV=auto times the call's shape and pass on both paths
+ * the first time it meets them (conv2d_time: the forward, or the backward with the gradients the
+ * call wants, into scratch outputs of its own, on the call's real inputs, weights and workspace)
+ * and keeps the faster for the process. The forward and the backward are chosen separately (a
+ * backward reads only x, w and dy, whichever path wrote y). f64 is im2col. */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
+#include "cpu/conv_onednn.h"
 #include "ops/op_configs.h"
 #include "ops/ops.h"
+
+/* the path of a call and the kernels on a path, defined after the templates (f32) or below (f64) */
+static bt_status conv2d_path_f32(const bt_op_call *call, int backward, int *path);
+static bt_status conv2d_forward_at_f32(const bt_op_call *call, int path);
+static bt_status conv2d_backward_at_f32(const bt_op_call *call, int path);
+static bt_status conv2d_forward_at_f64(const bt_op_call *call, int path);
+static bt_status conv2d_backward_at_f64(const bt_op_call *call, int path);
+
+static bt_status conv2d_path_f64(const bt_op_call *call, int backward, int *path)
+{
+    (void)call, (void)backward;
+    *path = BT_CONV_IM2COL;
+    return BT_OK;
+}
 
 #define BT_REAL_BITS 32
 #include "ops/real.h"
@@ -28,6 +52,121 @@
 #define BT_REAL_BITS 64
 #include "ops/real.h"
 #include "ops/conv_tmpl.h"
+
+static bt_status conv2d_forward_at_f64(const bt_op_call *call, int path)
+{
+    (void)path;
+    return conv2d_forward_im2col_f64(call);
+}
+
+static bt_status conv2d_backward_at_f64(const bt_op_call *call, int path)
+{
+    (void)path;
+    return conv2d_backward_im2col_f64(call);
+}
+
+static bt_status conv2d_forward_at_f32(const bt_op_call *call, int path)
+{
+    if (path == BT_CONV_IM2COL) return conv2d_forward_im2col_f32(call);
+    const bt_conv_config *cf = call->config;
+    return bt_conv_onednn_forward(cf, call->batch, call->precision, call->threads,
+                                  call->in[0].data, call->param[0].data,
+                                  cf->bias ? call->param[1].data : NULL, call->out->data);
+}
+
+/* The gradients from the output gradient as given (for a fused relu: already masked). */
+static bt_status conv2d_backward_at_f32(const bt_op_call *call, int path)
+{
+    if (path == BT_CONV_IM2COL) return conv2d_backward_im2col_f32(call);
+    const bt_conv_config *cf = call->config;
+    float *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL;
+    float *dw = call->param_grad && BT_OPS_WANTS(&call->param_grad[0])
+                    ? call->param_grad[0].data : NULL;
+    float *db = cf->bias && call->param_grad && BT_OPS_WANTS(&call->param_grad[1])
+                    ? call->param_grad[1].data : NULL;
+    if (!dx && !dw && !db) return BT_OK;
+    return bt_conv_onednn_backward(cf, call->batch, call->precision, call->threads,
+                                   call->in[0].data, call->param[0].data, call->out_grad->data,
+                                   dx, dw, db);
+}
+
+/* What timing a shape's pass needs: the call, and scratch outputs so that the real ones are not
+ * touched (allocated at the first run, only when a shape is timed). */
+typedef struct conv_timing {
+    const bt_op_call *call;
+    int pass;
+    int ready;
+    bt_op_call run;
+    bt_tensor out, out_grad, in_grad[BT_MAX_INPUTS], param_grad[BT_MAX_PARAMS];
+    float *y, *dy, *dx, *dw, *db;
+} conv_timing;
+
+static bt_status conv_timing_prepare(conv_timing *t)
+{
+    const bt_op_call *c = t->call;
+    const bt_conv_config *cf = c->config;
+    const size_t ny = (size_t)(c->batch * cf->out * cf->ho * cf->wo);
+    const size_t nx = (size_t)(c->batch * cf->c * cf->h * cf->w);
+    const size_t nw = (size_t)(cf->out * cf->c * cf->kh * cf->kw);
+    t->y = calloc(ny, sizeof *t->y), t->dy = malloc(ny * sizeof *t->dy);
+    t->dx = calloc(nx, sizeof *t->dx), t->dw = calloc(nw, sizeof *t->dw);
+    t->db = calloc((size_t)cf->out, sizeof *t->db);
+    if (!t->y || !t->dy || !t->dx || !t->dw || !t->db)
+        return bt_op_error(BT_ERR_NOMEM, "conv2d: out of memory for timing its paths");
+    for (size_t i = 0; i < ny; i++) t->dy[i] = 1e-3f;
+    const int dx = t->pass & BT_CONV_GRAD_INPUT, dw = t->pass & BT_CONV_GRAD_WEIGHTS;
+    t->out = (bt_tensor){.data = t->y, .dtype = BT_F32, .ndim = 4,
+                         .dim = {c->batch, cf->out, cf->ho, cf->wo}};
+    t->out_grad = t->out, t->out_grad.data = t->dy;
+    t->in_grad[0] = (bt_tensor){.data = dx ? t->dx : NULL, .dtype = BT_F32, .ndim = 4,
+                                .dim = {c->batch, cf->c, cf->h, cf->w}};
+    t->param_grad[0] = (bt_tensor){.data = dw ? t->dw : NULL, .dtype = BT_F32, .ndim = 4,
+                                   .dim = {cf->out, cf->c, cf->kh, cf->kw}};
+    t->param_grad[1] = (bt_tensor){.data = dw ? t->db : NULL, .dtype = BT_F32, .ndim = 1,
+                                   .dim = {cf->out}};
+    t->run = *c, t->run.out = &t->out;
+    if (t->pass != BT_CONV_FORWARD) {
+        t->run.out_grad = &t->out_grad, t->run.in_grad = t->in_grad;
+        t->run.param_grad = t->param_grad;
+    }
+    t->ready = 1;
+    return BT_OK;
+}
+
+/* bt_conv_time_fn: one run of the call's pass on path */
+static bt_status conv2d_time(void *ctx, int path, double *ms)
+{
+    conv_timing *t = ctx;
+    bt_status st;
+    if (!t->ready && (st = conv_timing_prepare(t)) != BT_OK) return st;
+    const double t0 = bt_now_ms();
+    st = t->pass == BT_CONV_FORWARD ? conv2d_forward_at_f32(&t->run, path)
+                                    : conv2d_backward_at_f32(&t->run, path);
+    *ms = bt_now_ms() - t0;
+    return st;
+}
+
+/* The path of a forward (backward 0) or of a backward with the gradients the call wants. */
+static bt_status conv2d_path_f32(const bt_op_call *call, int backward, int *path)
+{
+    const bt_conv_config *cf = call->config;
+    int pass = BT_CONV_FORWARD;
+    if (backward) {
+        if (BT_OPS_WANTS(&call->in_grad[0])) pass |= BT_CONV_GRAD_INPUT;
+        if (call->param_grad && (BT_OPS_WANTS(&call->param_grad[0]) ||
+                                 (cf->bias && BT_OPS_WANTS(&call->param_grad[1]))))
+            pass |= BT_CONV_GRAD_WEIGHTS;
+        if (pass == BT_CONV_FORWARD) { /* nothing to compute: either path does nothing */
+            *path = BT_CONV_IM2COL;
+            return BT_OK;
+        }
+    }
+    conv_timing t = {.call = call, .pass = pass};
+    bt_status st = bt_conv_choose(cf, call->batch, call->precision, call->threads, pass,
+                                  conv2d_time, &t, path);
+    free(t.y), free(t.dy), free(t.dx), free(t.dw), free(t.db);
+    return st;
+}
 
 BT_OPS_DISPATCH("conv2d", conv2d_forward, call->out->dtype)
 BT_OPS_DISPATCH("conv2d", conv2d_backward, call->out_grad->dtype)

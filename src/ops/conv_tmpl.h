@@ -147,7 +147,7 @@ static void R(conv2d_forward_pointwise)(const bt_op_call *call)
     }
 }
 
-static bt_status R(conv2d_forward)(const bt_op_call *call)
+static bt_status R(conv2d_forward_im2col)(const bt_op_call *call)
 {
     const bt_conv_config *cf = call->config;
     if (cf->pointwise) {
@@ -224,7 +224,7 @@ static void R(conv2d_backward_pointwise)(const bt_op_call *call, REAL *dx, REAL 
 }
 
 /* The gradients from the output gradient as given (for a fused relu: already masked). */
-static bt_status R(conv2d_backward_from)(const bt_op_call *call)
+static bt_status R(conv2d_backward_im2col)(const bt_op_call *call)
 {
     const bt_conv_config *cf = call->config;
     REAL *dx = BT_OPS_WANTS(&call->in_grad[0]) ? call->in_grad[0].data : NULL; /* (B, C, H, W) */
@@ -271,16 +271,31 @@ static bt_status R(conv2d_backward_from)(const bt_op_call *call)
     return BT_OK;
 }
 
+/* The forward on the path chosen for the call's shape (R(conv2d_path), ops/conv.c) */
+static bt_status R(conv2d_forward)(const bt_op_call *call)
+{
+    int path;
+    bt_status st = R(conv2d_path)(call, 0, &path);
+    if (st != BT_OK) return st;
+    return R(conv2d_forward_at)(call, path);
+}
+
 static bt_status R(conv2d_backward)(const bt_op_call *call)
 {
     const bt_conv_config *cf = call->config;
     if (cf->act == BT_OPS_ACT_RELU) /* through the fused relu, from its output */
         R(vec_relu_mask)(call->out->data, call->out_grad->data, bt_tensor_numel(call->out_grad));
-    return R(conv2d_backward_from)(call);
+    int path;
+    bt_status st = R(conv2d_path)(call, 1, &path);
+    if (st != BT_OK) return st;
+    return R(conv2d_backward_at)(call, path);
 }
 
 /* W of a split backward: B masked the gradient W's stash copied */
 static bt_status R(conv2d_backward_weight)(const bt_op_call *call)
 {
-    return R(conv2d_backward_from)(call);
+    int path;
+    bt_status st = R(conv2d_path)(call, 1, &path);
+    if (st != BT_OK) return st;
+    return R(conv2d_backward_at)(call, path);
 }

@@ -1,0 +1,309 @@
+/* tests/test_conv.c: conv2d on oneDNN (cpu/conv_onednn.c) against im2col + GEMM, and the choice
+ * between them (BATON_CPU_CONV, bt_conv_choose). Checked, through the op's own CPU kernels:
+ *   - f32: forward, input, weight and bias gradients on oneDNN equal the im2col path's within
+ *     float rounding: every element within 1e-5 x (the largest magnitude of that tensor in an
+ *     f64 reference, at least 1) of the f64 im2col reference, both f32 paths alike; the shapes
+ *     cover strides, paddings, kernels of unequal sides, outputs that leave input rows unread
+ *     (oneDNN's right padding negative), a 1x1 conv with and without stride, no bias, a fused
+ *     relu, width 1, batch 1 and the CNN's second layer; the backward adds into gradients
+ *     pre-filled with random values (the kernel contract);
+ *   - gradients by central finite differences on oneDNN in f32 (conv is linear in x and w, so
+ *     the differences are exact up to f32 rounding: h 0.05, tolerance 2e-3);
+ *   - bf16 (`precision: bf16`, operands already bf16 values): oneDNN's bf16 convolution against
+ *     the f64 reference over the same operands within 1e-3 of the tensor's scale (products
+ *     exact, f32 accumulation; 1e-3 leaves room for an implementation that rounds partial sums
+ *     to bf16 once, at 2^-8 ~ 4e-3 it would fail), and the im2col bf16 path likewise;
+ *   - a call on oneDNN runs on the thread count it is given (1, then 2);
+ *   - a forced path is the path every call takes and is recorded as forced; under auto each
+ *     shape and pass is timed once and its choice kept (a second call does not time again), with
+ *     times for both paths; a choice for one shape does not answer another, nor the forward's
+ *     the backward's (a backward without an input gradient is a pass of its own). */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baton.h"
+#include "bt_test.h"
+#include "core/half.h"
+#include "cpu/blas.h"
+#include "cpu/conv_onednn.h"
+#include "op_check.h"
+
+typedef struct conv_case {
+    const char *label, *args;
+    int64_t c, h, w, batch;
+} conv_case;
+
+static const conv_case cases[] = {
+    {"k3 p1", "out=5 kernel=3 padding=1", 3, 8, 8, 4},
+    {"k(3,2) s(2,1) p(1,0)", "out=3 kernel=3,2 stride=2,1 padding=1,0", 2, 7, 6, 3},
+    {"k3 s2 p2 no bias", "out=2 kernel=3 stride=2 padding=2 bias=false", 2, 5, 5, 2},
+    {"k(2,3) s(3,2) p(0,1), last row unread", "out=4 kernel=2,3 stride=3,2 padding=0,1", 3, 9, 7, 2},
+    {"k(5,3) p(2,1) no bias", "out=2 kernel=5,3 padding=2,1 bias=false", 2, 6, 5, 2},
+    {"k3 p1 width 1", "out=2 kernel=3 padding=1", 2, 3, 1, 2},
+    {"k3 p1 batch 1 relu", "out=6 kernel=3 padding=1 act=relu", 4, 9, 9, 1},
+    {"1x1", "out=6 kernel=1", 4, 5, 5, 3},
+    {"1x1 s2 relu", "out=2 kernel=1 stride=2 act=relu", 3, 6, 5, 2},
+    {"fashion-cnn conv2", "out=64 kernel=3 padding=1 act=relu", 32, 14, 14, 4},
+};
+#define N_CASES (int)(sizeof cases / sizeof cases[0])
+
+static int skip_onednn(void)
+{
+    if (bt_cpu_conv_onednn_available()) return 0;
+    printf("\n  this baton has no oneDNN: nothing to compare ");
+    return 1;
+}
+
+/* values of every float tensor a conv2d call reads or writes, as doubles */
+typedef struct conv_result {
+    double *t[4];   /* y, dx, dw, db */
+    int64_t n[4];
+} conv_result;
+
+static void result_free(conv_result *r)
+{
+    for (int i = 0; i < 4; i++) free(r->t[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static void keep(conv_result *r, int i, const bt_tensor *t)
+{
+    if (!t || !t->data) return;
+    r->n[i] = bt_tensor_numel(t);
+    r->t[i] = malloc((size_t)r->n[i] * sizeof(double));
+    for (int64_t e = 0; e < r->n[i]; e++) r->t[i][e] = oc_get(t, e);
+}
+
+/* Runs case c in `real` on `path` (forced) at `precision`: the forward, then the backward into
+ * gradients pre-filled from seed 99 (the same for every run), from the same seeded values. With
+ * bf16_values the inputs, weights and output gradient are rounded to bf16 first. */
+static void run_case(const conv_case *c, bt_dtype real, int path, bt_dtype precision,
+                     int bf16_values, conv_result *r)
+{
+    oc_layer L;
+    bt_shape s = {.ndim = 3, .dim = {c->c, c->h, c->w}};
+    bt_dtype dt = BT_F64;
+    memset(r, 0, sizeof *r);
+    CU_ASSERT_FATAL(oc_setup(&L, "conv2d", c->args, 1, &s, &dt, c->batch, real) == BT_OK);
+    L.training = 1;
+    L.precision = precision;
+    if (bf16_values) {
+        bt_tensor *ts[] = {&L.in[0], &L.param[0], &L.out_grad};
+        for (int k = 0; k < 3; k++)
+            for (int64_t e = 0; e < bt_tensor_numel(ts[k]); e++)
+                oc_set(ts[k], e, bt_round_bf16((float)oc_get(ts[k], e)));
+    }
+    L.rng = 99;
+    oc_fill(&L, &L.in_grad[0], -1, 1);
+    for (int j = 0; j < L.n_params; j++) oc_fill(&L, &L.param_grad[j], -1, 1);
+    bt_cpu_conv_force(path);
+    CU_ASSERT_FATAL(oc_forward(&L) == BT_OK);
+    keep(r, 0, &L.out);
+    CU_ASSERT_FATAL(oc_backward(&L) == BT_OK);
+    keep(r, 1, &L.in_grad[0]);
+    keep(r, 2, &L.param_grad[0]);
+    if (L.n_params > 1) keep(r, 3, &L.param_grad[1]);
+    bt_cpu_conv_force(-2);
+    oc_free(&L);
+}
+
+/* The worst |got - ref| / max(1, max |ref|) over the four tensors; names the tensor in *which. */
+static double worst(const conv_result *got, const conv_result *ref, const char **which)
+{
+    static const char *names[4] = {"y", "dx", "dw", "db"};
+    double w = 0;
+    *which = "-";
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(got->n[i], ref->n[i]);
+        if (got->n[i] != ref->n[i] || !ref->t[i]) continue;
+        double scale = 1;
+        for (int64_t e = 0; e < ref->n[i]; e++) scale = fmax(scale, fabs(ref->t[i][e]));
+        for (int64_t e = 0; e < ref->n[i]; e++) {
+            const double d = fabs(got->t[i][e] - ref->t[i][e]) / scale;
+            if (d > w) w = d, *which = names[i];
+        }
+    }
+    return w;
+}
+
+static void test_f32_against_im2col(void)
+{
+    if (skip_onednn()) return;
+    for (int k = 0; k < N_CASES; k++) {
+        conv_result ref, im, dnn;
+        const char *wi, *wd;
+        run_case(&cases[k], BT_F64, BT_CONV_IM2COL, BT_F32, 0, &ref);
+        run_case(&cases[k], BT_F32, BT_CONV_IM2COL, BT_F32, 0, &im);
+        run_case(&cases[k], BT_F32, BT_CONV_ONEDNN, BT_F32, 0, &dnn);
+        const double ei = worst(&im, &ref, &wi), ed = worst(&dnn, &ref, &wd);
+        printf("\n  %-40s im2col %.1e (%s), onednn %.1e (%s)", cases[k].label, ei, wi, ed, wd);
+        CU_ASSERT(ei <= 1e-5);
+        CU_ASSERT(ed <= 1e-5);
+        result_free(&ref), result_free(&im), result_free(&dnn);
+    }
+    printf("\n  ");
+}
+
+static void test_f32_gradcheck(void)
+{
+    if (skip_onednn()) return;
+    char msg[256];
+    for (int k = 0; k < N_CASES; k++) {
+        if (strstr(cases[k].args, "relu")) continue; /* a kink: finite differences need f64 */
+        if (cases[k].c * cases[k].h * cases[k].w * cases[k].batch > 2000) continue; /* slow */
+        oc_layer L;
+        bt_shape s = {.ndim = 3, .dim = {cases[k].c, cases[k].h, cases[k].w}};
+        bt_dtype dt = BT_F64;
+        CU_ASSERT_FATAL(oc_setup(&L, "conv2d", cases[k].args, 1, &s, &dt, cases[k].batch, BT_F32) == BT_OK);
+        L.training = 1;
+        bt_cpu_conv_force(BT_CONV_ONEDNN);
+        const int bad = oc_gradcheck(&L, 0.05, 2e-3, msg, sizeof msg);
+        bt_cpu_conv_force(-2);
+        if (bad) printf("\n  %s: %d bad, %s", cases[k].label, bad, msg);
+        CU_ASSERT_EQUAL(bad, 0);
+        oc_free(&L);
+    }
+}
+
+static void test_bf16(void)
+{
+    if (skip_onednn()) return;
+    printf("\n  bf16 path: %s", bt_cpu_bf16_describe());
+    bt_gemm_bf16_param_cache(0); /* the layers' weights are freed without telling gemm_bf16.c */
+    for (int k = 0; k < N_CASES; k++) {
+        conv_result ref, im, dnn;
+        const char *wi, *wd;
+        run_case(&cases[k], BT_F64, BT_CONV_IM2COL, BT_F32, 1, &ref);
+        run_case(&cases[k], BT_F32, BT_CONV_IM2COL, BT_BF16, 1, &im);
+        run_case(&cases[k], BT_F32, BT_CONV_ONEDNN, BT_BF16, 1, &dnn);
+        const double ei = worst(&im, &ref, &wi), ed = worst(&dnn, &ref, &wd);
+        printf("\n  %-40s im2col %.1e (%s), onednn %.1e (%s)", cases[k].label, ei, wi, ed, wd);
+        CU_ASSERT(ei <= 1e-3);
+        CU_ASSERT(ed <= 1e-3);
+        result_free(&ref), result_free(&im), result_free(&dnn);
+    }
+    bt_gemm_bf16_param_cache(1);
+    printf("\n  ");
+}
+
+/* Runs case c's forward once on the path the choice gives (no force). */
+static void forward_auto(const conv_case *c, int64_t batch)
+{
+    oc_layer L;
+    bt_shape s = {.ndim = 3, .dim = {c->c, c->h, c->w}};
+    bt_dtype dt = BT_F64;
+    CU_ASSERT_FATAL(oc_setup(&L, "conv2d", c->args, 1, &s, &dt, batch, BT_F32) == BT_OK);
+    L.training = 1;
+    CU_ASSERT(oc_forward(&L) == BT_OK);
+    oc_free(&L);
+}
+
+static void test_choice(void)
+{
+    bt_conv_choice ch[8];
+    char text[400];
+    /* forced: recorded as forced, whatever the timing would say */
+    bt_conv_choices_reset();
+    bt_cpu_conv_force(BT_CONV_IM2COL);
+    forward_auto(&cases[0], 4);
+    bt_cpu_conv_force(-2);
+    CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 1);
+    CU_ASSERT_EQUAL(ch[0].path, BT_CONV_IM2COL);
+    CU_ASSERT(ch[0].forced);
+    if (bt_cpu_conv_onednn_available()) {
+        bt_conv_choices_reset();
+        bt_cpu_conv_force(BT_CONV_ONEDNN);
+        forward_auto(&cases[0], 4);
+        bt_cpu_conv_force(-2);
+        CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 1);
+        CU_ASSERT_EQUAL(ch[0].path, BT_CONV_ONEDNN);
+        CU_ASSERT(ch[0].forced);
+    }
+    /* auto: timed once per shape, both paths (where the build has oneDNN) */
+    bt_conv_choices_reset();
+    bt_cpu_conv_force(-1);
+    forward_auto(&cases[9], 4);
+    CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 1);
+    bt_conv_choice_format(&ch[0], text, sizeof text);
+    printf("\n  %s\n  ", text);
+    CU_ASSERT(!ch[0].forced);
+    CU_ASSERT_EQUAL(ch[0].pass, BT_CONV_FORWARD);
+    CU_ASSERT(ch[0].ms[BT_CONV_IM2COL] > 0);
+    if (bt_cpu_conv_onednn_available()) {
+        CU_ASSERT(ch[0].ms[BT_CONV_ONEDNN] > 0);
+        CU_ASSERT_EQUAL(ch[0].path, ch[0].ms[BT_CONV_ONEDNN] < ch[0].ms[BT_CONV_IM2COL]
+                                        ? BT_CONV_ONEDNN : BT_CONV_IM2COL);
+    }
+    const double ms0 = ch[0].ms[BT_CONV_IM2COL];
+    forward_auto(&cases[9], 4); /* the same shape: the kept choice */
+    CU_ASSERT_EQUAL(bt_conv_choices(ch, 8), 1);
+    CU_ASSERT_EQUAL(ch[0].ms[BT_CONV_IM2COL], ms0);
+    forward_auto(&cases[9], 2); /* another micro-batch: another shape */
+    CU_ASSERT_EQUAL(bt_conv_choices(ch, 8), 2);
+    { /* the backward of the first shape, without and with the input gradient: two more passes */
+        oc_layer L;
+        bt_shape s = {.ndim = 3, .dim = {cases[9].c, cases[9].h, cases[9].w}};
+        bt_dtype dt = BT_F64;
+        CU_ASSERT_FATAL(oc_setup(&L, "conv2d", cases[9].args, 1, &s, &dt, 4, BT_F32) == BT_OK);
+        L.training = 1;
+        void *dx = L.in_grad[0].data;
+        L.in_grad[0].data = NULL;
+        CU_ASSERT(oc_backward(&L) == BT_OK);
+        CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 3);
+        CU_ASSERT_EQUAL(ch[2].pass, BT_CONV_GRAD_WEIGHTS);
+        L.in_grad[0].data = dx;
+        CU_ASSERT(oc_backward(&L) == BT_OK);
+        CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 4);
+        CU_ASSERT_EQUAL(ch[3].pass, BT_CONV_GRAD_INPUT | BT_CONV_GRAD_WEIGHTS);
+        for (int i = 2; i < 4; i++) {
+            bt_conv_choice_format(&ch[i], text, sizeof text);
+            printf("%s\n  ", text);
+            CU_ASSERT(ch[i].ms[BT_CONV_IM2COL] > 0);
+        }
+        oc_free(&L);
+    }
+    bt_cpu_conv_force(-2);
+    bt_conv_choices_reset();
+}
+
+/* Each call runs on the threads it is given (the device's count), as the GEMMs do. */
+static void test_threads(void)
+{
+    if (skip_onednn()) return;
+    oc_layer L;
+    bt_shape s = {.ndim = 3, .dim = {cases[9].c, cases[9].h, cases[9].w}};
+    bt_dtype dt = BT_F64;
+    CU_ASSERT_FATAL(oc_setup(&L, "conv2d", cases[9].args, 1, &s, &dt, 4, BT_F32) == BT_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+        bt_conv_onednn_threads_seen(1);
+        CU_ASSERT(bt_conv_onednn_forward((const bt_conv_config *)L.ctx.config, 4, BT_F32, threads, L.in[0].data,
+                                         L.param[0].data, L.param[1].data, L.out.data) == BT_OK);
+        CU_ASSERT(bt_conv_onednn_backward((const bt_conv_config *)L.ctx.config, 4, BT_F32, threads, L.in[0].data,
+                                          L.param[0].data, L.out_grad.data, L.in_grad[0].data,
+                                          L.param_grad[0].data, L.param_grad[1].data) == BT_OK);
+        CU_ASSERT_EQUAL(bt_conv_onednn_threads_seen(0), threads);
+    }
+    oc_free(&L);
+}
+
+int main(void)
+{
+    static const bt_test_case tests[] = {
+        {"f32 on oneDNN = im2col within float rounding", test_f32_against_im2col},
+        {"f32 gradients on oneDNN by finite differences", test_f32_gradcheck},
+        {"bf16 on oneDNN and im2col within bf16 tolerance", test_bf16},
+        {"the choice: forced, timed once per shape, kept", test_choice},
+        {"each call on the threads it is given", test_threads},
+        {NULL, NULL},
+    };
+    if (bt_cpu_bf16_init() != BT_OK || bt_cpu_f32_init() != BT_OK || bt_cpu_conv_init() != BT_OK) {
+        fprintf(stderr, "%s\n", bt_last_error());
+        return 1;
+    }
+    return bt_test_main("conv", tests);
+}
