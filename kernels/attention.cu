@@ -5,7 +5,9 @@
  * recomputed in chunks of the block's width and never stored beyond one chunk: the forward
  * finds the row's maximum and sum first, saves the log-sum-exp (as the CPU kernels do), then
  * accumulates p v; the backward reads it back with D = rowsum(dO * O), which the query-row
- * kernel writes into the workspace for the key-row kernel. Dots accumulate in double. */
+ * kernel writes into the workspace for the key-row kernel. Dots accumulate in double. Decoding
+ * (one position with a KV cache, bt_generate) has its own kernel: one block per head over the
+ * cached rows with an online softmax (k_att_decode). */
 #include "kernel_util.cuh"
 
 #include "cuda/op_glue.h"
@@ -163,6 +165,54 @@ __global__ void k_att_backward_dkdv(const T *x, const T *dy, const double *lse, 
     }
 }
 
+/* One position p of one sequence (decoding with a KV cache; the CPU's attention_decode): block h
+ * (one per head) first appends the head's k and v of row p to the cache (kc, vc: (T, C) each),
+ * then attends query p over keys 0..p with an online softmax, one chunk of blockDim.x keys at a
+ * time: each thread scores one key (a dot in double), the chunk's maximum raises the running
+ * maximum m, the running sum z and each thread's output columns are rescaled by exp(m_old -
+ * m_new), and the chunk's weights exp(s - m) accumulate the value rows. Only one chunk's scores
+ * exist at any time. Everything sums in double, in an order fixed by the chunking. */
+template <typename T>
+__global__ void k_att_decode(const T *x, T *kc, T *vc, T *y, att_dims d, int64_t p)
+{
+    __shared__ double shm[32];
+    __shared__ double sp[BT_ATT_THREADS];
+    BT_K_FOR_BLOCK(h, d.heads) {
+        const T *q = x + h * d.hd;
+        T *krow = kc + p * d.c + h * d.hd, *vrow = vc + p * d.c + h * d.hd;
+        for (int64_t c = threadIdx.x; c < d.hd; c += blockDim.x) {
+            krow[c] = x[d.c + h * d.hd + c];
+            vrow[c] = x[2 * d.c + h * d.hd + c];
+        }
+        __syncthreads();
+        const int64_t keys = p + 1;
+        double m = -INFINITY, z = 0, acc[BT_ATT_PER_THREAD] = {0};
+        for (int64_t j0 = 0; j0 < keys; j0 += blockDim.x) {
+            const int64_t j = j0 + threadIdx.x;
+            const double s = j < keys ? d.scale * att_dot(q, kc + j * d.c + h * d.hd, d.hd) : -INFINITY;
+            const double mn = fmax(m, bt_k_block_max(s, -(double)INFINITY, shm)); /* finite: key j0 exists */
+            const double corr = exp(m - mn); /* 0 on the first chunk, where z and acc are 0 */
+            const double e = j < keys ? exp(s - mn) : 0.0;
+            sp[threadIdx.x] = e; /* the previous chunk's readers passed bt_k_block_max's barriers */
+            z = z * corr + bt_k_block_sum(e, shm); /* its barriers also publish sp */
+            m = mn;
+            const int64_t nk = keys - j0 < (int64_t)blockDim.x ? keys - j0 : blockDim.x;
+            for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+                const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+                if (c >= d.hd) break;
+                double a = acc[u] * corr;
+                for (int64_t t = 0; t < nk; t++) a += sp[t] * (double)vc[(j0 + t) * d.c + h * d.hd + c];
+                acc[u] = a;
+            }
+        }
+        for (int u = 0; u < BT_ATT_PER_THREAD; u++) {
+            const int64_t c = threadIdx.x + (int64_t)u * blockDim.x;
+            if (c < d.hd) y[h * d.hd + c] = (T)(acc[u] / z);
+        }
+        __syncthreads(); /* the next head's block (a grid smaller than heads) reuses sp */
+    }
+}
+
 static att_dims att_dims_of(const bt_attention_config *cf, int64_t batch)
 {
     att_dims d = {cf->t, cf->c, cf->heads, cf->hd, batch * cf->heads * cf->t, cf->causal,
@@ -196,7 +246,17 @@ extern "C" cudaError_t bt_k_attention_backward(cudaStream_t s, bt_dtype dt, cons
     return cudaGetLastError();
 }
 
-/* ---- glue: the op's CUDA forward and backward (bt_op_call -> launchers), C linkage ---------- */
+extern "C" cudaError_t bt_k_attention_decode(cudaStream_t s, bt_dtype dt, const void *x, void *cache,
+                                             void *y, const bt_attention_config *cf, int64_t pos)
+{
+    const att_dims d = att_dims_of(cf, 1);
+    const size_t plane = (size_t)(cf->t * cf->c) * (dt == BT_F64 ? sizeof(double) : sizeof(float));
+    BT_K_DISPATCH(dt, k_att_decode<T><<<bt_k_blocks_per_item(cf->heads), BT_ATT_THREADS, 0, s>>>(
+                          (const T *)x, (T *)cache, (T *)((char *)cache + plane), (T *)y, d, pos););
+    return cudaGetLastError();
+}
+
+/* ---- glue: the op's CUDA forward, backward and decode (bt_op_call -> launchers), C linkage --- */
 
 extern "C" bt_status bt_cuda_attention_forward(const bt_op_call *call)
 {
@@ -224,5 +284,27 @@ extern "C" bt_status bt_cuda_attention_backward(const bt_op_call *call)
     BT_K_TRY(bt_k_attention_backward, x->stream, call->out_grad->dtype, call->in[0].data,
              call->out->data, call->out_grad->data, (const double *)call->saved,
              (double *)call->workspace, call->in_grad[0].data, cf, call->batch);
+    return BT_OK;
+}
+
+/* One position with the sequence's KV cache (call->cache, device memory: keys then values, T rows
+ * of C each); the CPU's attention_decode, refusing what it refuses with its words. */
+extern "C" bt_status bt_cuda_attention_decode(const bt_op_call *call)
+{
+    const bt_attention_config *cf = (const bt_attention_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "attention", call->out->dtype, &x));
+    if (!cf->causal)
+        return bt_op_error(BT_ERR_UNSUPPORTED, "attention: causal: false cannot decode one position at a time");
+    if (call->position < 0 || call->position >= cf->t)
+        return bt_op_error(BT_ERR_INVALID_ARG, "attention: position %lld is outside the context of %lld",
+                           (long long)call->position, (long long)cf->t);
+    if (cf->hd > BT_ATT_THREADS * BT_ATT_PER_THREAD)
+        return bt_op_error(BT_ERR_UNSUPPORTED, "attention: decoding takes heads of at most %d channels",
+                           BT_ATT_THREADS * BT_ATT_PER_THREAD);
+    if (!call->cache)
+        return bt_op_error(BT_ERR_INTERNAL, "attention: decode without the sequence's cache");
+    BT_K_TRY(bt_k_attention_decode, x->stream, call->out->dtype, call->in[0].data, call->cache,
+             call->out->data, cf, call->position);
     return BT_OK;
 }

@@ -37,8 +37,9 @@ extern "C" bt_status bt_cuda_split_forward(const bt_op_call *call)
     const bt_concat_config *cf = (const bt_concat_config *)call->config;
     bt_cuda_exec *x;
     BT_TRY(bt_cuda_begin(call, "split", call->out->dtype, &x));
+    /* rows from the tensor: batch * rows but decoding (ops/op_configs.h) */
     BT_K_TRY(bt_k_piece, x->stream, call->out->dtype, call->in[0].data, call->out->data,
-             call->batch * cf->rows, cf->width[0], cf->d, cf->offset[0], 0, 0);
+             bt_ops_whole(&call->in[0], cf->d), cf->width[0], cf->d, cf->offset[0], 0, 0);
     return BT_OK;
 }
 
@@ -59,9 +60,10 @@ extern "C" bt_status bt_cuda_concat_forward(const bt_op_call *call)
     const bt_concat_config *cf = (const bt_concat_config *)call->config;
     bt_cuda_exec *x;
     BT_TRY(bt_cuda_begin(call, "concat", call->out->dtype, &x));
+    const int64_t rows = bt_ops_whole(call->out, cf->d); /* batch * rows but decoding */
     for (int p = 0; p < cf->n; p++)
-        BT_K_TRY(bt_k_piece, x->stream, call->out->dtype, call->in[p].data, call->out->data,
-                 call->batch * cf->rows, cf->width[p], cf->d, cf->offset[p], 1, 0);
+        BT_K_TRY(bt_k_piece, x->stream, call->out->dtype, call->in[p].data, call->out->data, rows,
+                 cf->width[p], cf->d, cf->offset[p], 1, 0);
     return BT_OK;
 }
 

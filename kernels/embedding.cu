@@ -192,3 +192,18 @@ extern "C" bt_status bt_cuda_pos_embedding_backward(const bt_op_call *call)
                  call->batch, cf->t * cf->c);
     return BT_OK;
 }
+
+/* One position (decoding): y (C) = x + w[position], the CPU's pos_embedding_decode. */
+extern "C" bt_status bt_cuda_pos_embedding_decode(const bt_op_call *call)
+{
+    const bt_pos_embedding_config *cf = (const bt_pos_embedding_config *)call->config;
+    bt_cuda_exec *x;
+    BT_TRY(bt_cuda_begin(call, "pos_embedding", call->out->dtype, &x));
+    if (call->position < 0 || call->position >= cf->num)
+        return bt_op_error(BT_ERR_INVALID_ARG, "pos_embedding: position %lld is outside the table of %lld",
+                           (long long)call->position, (long long)cf->num);
+    BT_K_TRY(bt_k_pos_embedding_forward, x->stream, call->out->dtype, call->in[0].data,
+             bt_cuda_at(call->param[0].data, call->position * cf->c, call->out->dtype), call->out->data,
+             cf->c, cf->c);
+    return BT_OK;
+}

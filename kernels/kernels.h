@@ -219,6 +219,10 @@ cudaError_t bt_k_attention_forward(cudaStream_t s, bt_dtype dt, const void *x, v
 cudaError_t bt_k_attention_backward(cudaStream_t s, bt_dtype dt, const void *x, const void *y,
                                     const void *dy, const double *lse, double *dd, void *dx,
                                     const struct bt_attention_config *cf, int64_t batch);
+/* one position pos of one sequence: x (3C) = q | k | v of the row; k and v are stored as row pos of
+ * cache's keys and values ((T, C) each, keys first); y (C) = softmax over keys 0..pos, per head */
+cudaError_t bt_k_attention_decode(cudaStream_t s, bt_dtype dt, const void *x, void *cache, void *y,
+                                  const struct bt_attention_config *cf, int64_t pos);
 /* y (n) = x + w[e mod tc] */
 cudaError_t bt_k_pos_embedding_forward(cudaStream_t s, bt_dtype dt, const void *x, const void *w,
                                        void *y, int64_t n, int64_t tc);

@@ -54,7 +54,11 @@ extern "C" bt_status bt_cuda_matmul_forward(const bt_op_call *call)
     BT_TRY(bt_cuda_begin(call, "matmul", dt, &x));
     BT_TRY(bt_cuda_fits_int("matmul", cf->m, cf->k, cf->n));
     const int M = (int)cf->m, K = (int)cf->k, N = (int)cf->n;
-    for (int64_t q = 0; q < call->batch * cf->lead; q++) /* y^T (N, M) = b^T a^T */
+    const int64_t mats = bt_ops_whole(call->out, cf->m * cf->n); /* batch * lead but decoding */
+    if (mats < 0 || bt_ops_whole(&call->in[0], cf->m * cf->k) != mats ||
+        bt_ops_whole(&call->in[1], cf->k * cf->n) != mats)
+        return bt_ops_matmul_rows_error("matmul");
+    for (int64_t q = 0; q < mats; q++) /* y^T (N, M) = b^T a^T */
         BT_TRY(bt_cuda_gemm(x, dt, call->precision, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K,
                             bt_cuda_at(call->in[1].data, q * K * N, dt), N,
                             bt_cuda_at(call->in[0].data, q * M * K, dt), K, 0.0,
@@ -89,8 +93,10 @@ extern "C" bt_status bt_cuda_transpose_forward(const bt_op_call *call)
     const bt_matmul_config *cf = (const bt_matmul_config *)call->config;
     bt_cuda_exec *x;
     BT_TRY(bt_cuda_begin(call, "transpose", call->out->dtype, &x));
-    BT_K_TRY(bt_k_transpose, x->stream, call->out->dtype, call->in[0].data, call->out->data,
-             call->batch * cf->lead, cf->m, cf->n, 0);
+    const int64_t mats = bt_ops_whole(&call->in[0], cf->m * cf->n); /* batch * lead but decoding */
+    if (mats < 0) return bt_ops_matmul_rows_error("transpose");
+    BT_K_TRY(bt_k_transpose, x->stream, call->out->dtype, call->in[0].data, call->out->data, mats,
+             cf->m, cf->n, 0);
     return BT_OK;
 }
 

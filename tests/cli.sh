@@ -364,6 +364,14 @@ if expect_rc 0 "train on text" "$baton" run "$tmp/lm.yaml" --checkpoint-dir "$tm
     grep -q "^3 validation windows of 8 tokens: mean loss \([0-9.]*\) by the KV-cache decoder, \1 by the engine" "$tmp/out" ||
       fail "generate --score: decoder and forward differ: $(cat "$tmp/out")"
   fi
+  # in the model's precision: bf16 decoder and bf16 forward agree to rounding, and say so
+  if expect_rc 0 "generate --score in bf16" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --score 3 \
+      train.precision=bf16; then
+    tests=$((tests + 1))
+    sed -n 's/^3 validation windows of 8 tokens: mean loss \([0-9.]*\) by the KV-cache decoder, \([0-9.]*\) by the engine.s forward (precision bf16)$/\1 \2/p' \
+      "$tmp/out" | awk '{ok = $1 - $2 < 0.002 && $2 - $1 < 0.002} END {exit !(NR == 1 && ok)}' ||
+      fail "generate --score bf16: $(cat "$tmp/out")"
+  fi
   if expect_rc 2 "generate: prompt outside the vocabulary" "$baton" generate "$tmp/lm.yaml" --weights "$tmp/lm" --prompt "Zed"; then
     tests=$((tests + 1))
     grep -q "byte 0x5a at 0 is not in the model's vocabulary" "$tmp/err" || fail "generate vocabulary: $(cat "$tmp/err")"

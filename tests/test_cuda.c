@@ -36,7 +36,12 @@
  *     blocks in varying orders, so atomics would differ); embedding's weight gradient equals the
  *     CPU's exactly (same order of additions).
  *   - peer access between two GPUs (where there are two): asked twice, the same answer, and no
- *     CUDA error left behind (enabled once per direction). */
+ *     CUDA error left behind (enabled once per direction).
+ *   - decoding (run_op(BT_RUN_DECODE), op->cuda_decode): attention's KV-cache kernel position by
+ *     position over contexts of 9 and 131 rows (no multiple of the CPU tile or the kernel's
+ *     128-key chunk), f32 and f64, against the CPU decode entry (TOL) and both against the CPU
+ *     forward's rows of the whole causal window; the caches equal bit for bit; non-causal
+ *     attention and a position past the context refused alike; pos_embedding's row exact. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -55,6 +60,7 @@
 #include "cuda/ops_cuda.h"
 #include "op_cases.h"
 #include "op_check.h"
+#include "ops/op_configs.h"
 #include "optim/optim.h"
 
 #define TOL_F32 1e-4
@@ -717,6 +723,149 @@ static void test_gemm_precisions(void)
     precision = BT_F32;
 }
 
+/* ---- decoding: one position with the sequence's cache (op->cuda_decode) ---------------------- */
+
+static double rel_err(bt_dtype dt, const void *got, const void *want, size_t i)
+{
+    const double a = dt == BT_F64 ? ((const double *)got)[i] : ((const float *)got)[i];
+    const double b = dt == BT_F64 ? ((const double *)want)[i] : ((const float *)want)[i];
+    return fabs(a - b) / fmax(1.0, fabs(b));
+}
+
+/* attention's CUDA decode against the CPU's decode entry, position by position through a whole
+ * context of T rows (T = 9 and 131: no multiple of the CPU tile, 4, nor of the kernel's chunk of
+ * 128 keys), and both against the row of the CPU forward over the whole causal window: rows within
+ * TOL, the KV caches equal bit for bit (appending copies values). Non-causal: both refuse, with
+ * the same words (a query would see keys not generated yet). */
+static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_t hd)
+{
+    const bt_op_def *op = bt_op_find("attention");
+    CU_ASSERT_FATAL(op && op->cpu_decode && op->cuda_decode && op->decode_cache_bytes);
+    const int64_t C = heads * hd;
+    bt_attention_config cf = {.t = T, .c = C, .heads = heads, .hd = hd, .block = 4, .causal = 1};
+    cf.scale = 1.0 / sqrt((double)hd);
+    const size_t es = bt_dtype_size(dt), row_in = (size_t)(3 * C) * es, row_out = (size_t)C * es;
+    const size_t cache_bytes = op->decode_cache_bytes(&cf);
+    unsigned char *x = malloc((size_t)T * row_in), *fwd = malloc((size_t)T * row_out);
+    unsigned char *cpu_row = malloc(row_out), *gpu_row = malloc(row_out);
+    unsigned char *cpu_cache = calloc(1, cache_bytes), *gpu_cache_back = malloc(cache_bytes);
+    void *ws = malloc(bt_attention_workspace_bytes(&cf)), *lse = malloc((size_t)(heads * T) * sizeof(double));
+    CU_ASSERT_FATAL(x && fwd && cpu_row && gpu_row && cpu_cache && gpu_cache_back && ws && lse);
+    unsigned seed = (unsigned)(T * 31 + heads);
+    for (int64_t i = 0; i < T * 3 * C; i++) {
+        seed = seed * 1103515245u + 12345u;
+        const double v = ((double)((seed >> 8) & 0xffff) / 32768.0 - 1.0) * 2.0; /* [-2, 2) */
+        if (dt == BT_F64) ((double *)x)[i] = v;
+        else ((float *)x)[i] = (float)v;
+    }
+    /* the reference: the CPU forward over the whole window */
+    bt_tensor tin = {.data = x, .dtype = dt, .ndim = 3, .dim = {1, T, 3 * C}};
+    bt_tensor tout = {.data = fwd, .dtype = dt, .ndim = 3, .dim = {1, T, C}};
+    bt_op_call full = {.batch = 1, .n_in = 1, .in = &tin, .out = &tout, .config = &cf, .saved = lse,
+                       .workspace = ws, .threads = 1};
+    CU_ASSERT_FATAL(op->cpu_forward(&full) == BT_OK);
+    void *d_x = device_buffer(gpu, NULL, row_in), *d_y = device_buffer(gpu, NULL, row_out);
+    void *d_cache = device_buffer(gpu, NULL, cache_bytes);
+    CU_ASSERT_FATAL(d_x && d_y && d_cache);
+    CU_ASSERT_FATAL(be->zero(gpu, d_cache, cache_bytes) == BT_OK);
+    double worst_gpu = 0, worst_fwd = 0;
+    for (int64_t p = 0; p < T; p++) {
+        bt_tensor ci = {.data = x + (size_t)p * row_in, .dtype = dt, .ndim = 3, .dim = {1, 1, 3 * C}};
+        bt_tensor co = {.data = cpu_row, .dtype = dt, .ndim = 3, .dim = {1, 1, C}};
+        bt_op_call cc = {.batch = 1, .n_in = 1, .in = &ci, .out = &co, .config = &cf, .position = p,
+                         .cache = cpu_cache, .threads = 1};
+        CU_ASSERT_FATAL(op->cpu_decode(&cc) == BT_OK);
+        CU_ASSERT_FATAL(be->from_host(gpu, d_x, ci.data, row_in) == BT_OK);
+        bt_tensor gi = ci, go = co;
+        gi.data = d_x;
+        go.data = d_y;
+        bt_op_call gc = {.batch = 1, .n_in = 1, .in = &gi, .out = &go, .config = &cf, .position = p,
+                         .cache = d_cache};
+        bt_status st = be->run_op(gpu, op, BT_RUN_DECODE, &gc);
+        if (st != BT_OK) printf("\n  decode: %s\n", bt_last_error());
+        CU_ASSERT_FATAL(st == BT_OK);
+        CU_ASSERT_FATAL(be->to_host(gpu, gpu_row, d_y, row_out) == BT_OK);
+        for (int64_t c = 0; c < C; c++) {
+            worst_gpu = fmax(worst_gpu, rel_err(dt, gpu_row, cpu_row, (size_t)c));
+            worst_fwd = fmax(worst_fwd, rel_err(dt, cpu_row, fwd + (size_t)p * row_out, (size_t)c));
+        }
+    }
+    const double tol = dt == BT_F64 ? TOL_F64 : TOL_F32;
+    printf("\n  attention decode %s, T %lld, %lld heads of %lld: GPU vs CPU decode %.3g, CPU decode vs forward %.3g",
+           bt_dtype_name(dt), (long long)T, (long long)heads, (long long)hd, worst_gpu, worst_fwd);
+    CU_ASSERT(worst_gpu <= tol);
+    CU_ASSERT(worst_fwd <= tol);
+    CU_ASSERT_FATAL(be->to_host(gpu, gpu_cache_back, d_cache, cache_bytes) == BT_OK);
+    CU_ASSERT(memcmp(gpu_cache_back, cpu_cache, (size_t)(2 * T * C) * es) == 0);
+    /* a position outside the context, and non-causal attention: refused alike */
+    bt_tensor gi = {.data = d_x, .dtype = dt, .ndim = 3, .dim = {1, 1, 3 * C}};
+    bt_tensor go = {.data = d_y, .dtype = dt, .ndim = 3, .dim = {1, 1, C}};
+    bt_op_call gc = {.batch = 1, .n_in = 1, .in = &gi, .out = &go, .config = &cf, .position = T, .cache = d_cache};
+    CU_ASSERT(be->run_op(gpu, op, BT_RUN_DECODE, &gc) == BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "is outside the context of"));
+    cf.causal = 0;
+    gc.position = 0;
+    CU_ASSERT(be->run_op(gpu, op, BT_RUN_DECODE, &gc) == BT_ERR_UNSUPPORTED);
+    char gpu_msg[256];
+    snprintf(gpu_msg, sizeof gpu_msg, "%s", bt_last_error());
+    bt_tensor ci = {.data = x, .dtype = dt, .ndim = 3, .dim = {1, 1, 3 * C}};
+    bt_tensor co = {.data = cpu_row, .dtype = dt, .ndim = 3, .dim = {1, 1, C}};
+    bt_op_call cc = {.batch = 1, .n_in = 1, .in = &ci, .out = &co, .config = &cf, .cache = cpu_cache};
+    CU_ASSERT(op->cpu_decode(&cc) == BT_ERR_UNSUPPORTED);
+    CU_ASSERT_STRING_EQUAL(gpu_msg, bt_last_error());
+    be->free(gpu, d_x);
+    be->free(gpu, d_y);
+    be->free(gpu, d_cache);
+    free(x), free(fwd), free(cpu_row), free(gpu_row), free(cpu_cache), free(gpu_cache_back), free(ws), free(lse);
+}
+
+/* pos_embedding's CUDA decode: x + weight[position], exactly the CPU decode's row; a position
+ * past the table refused alike. */
+static void check_pos_embedding_decode(void)
+{
+    const bt_op_def *op = bt_op_find("pos_embedding");
+    CU_ASSERT_FATAL(op && op->cpu_decode && op->cuda_decode);
+    enum { NUM = 7, CH = 37 };
+    bt_pos_embedding_config cf = {.t = 5, .c = CH, .num = NUM};
+    float w[NUM * CH], x[CH], want[CH], got[CH];
+    for (int i = 0; i < NUM * CH; i++) w[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    for (int i = 0; i < CH; i++) x[i] = (float)i / 8.0f - 2.0f;
+    void *d_w = device_buffer(gpu, w, sizeof w), *d_x = device_buffer(gpu, x, sizeof x);
+    void *d_y = device_buffer(gpu, NULL, sizeof got);
+    CU_ASSERT_FATAL(d_w && d_x && d_y);
+    for (int64_t p = 0; p <= NUM; p++) {
+        bt_tensor ci = {.data = x, .dtype = BT_F32, .ndim = 3, .dim = {1, 1, CH}}, cw = {.data = w, .dtype = BT_F32,
+                        .ndim = 2, .dim = {NUM, CH}}, co = {.data = want, .dtype = BT_F32, .ndim = 3, .dim = {1, 1, CH}};
+        bt_tensor gi = ci, gw = cw, go = co;
+        gi.data = d_x, gw.data = d_w, go.data = d_y;
+        bt_op_call cc = {.batch = 1, .n_in = 1, .in = &ci, .out = &co, .n_params = 1, .param = &cw, .config = &cf,
+                         .position = p};
+        bt_op_call gc = {.batch = 1, .n_in = 1, .in = &gi, .out = &go, .n_params = 1, .param = &gw, .config = &cf,
+                         .position = p};
+        const bt_status cs = op->cpu_decode(&cc), gs = be->run_op(gpu, op, BT_RUN_DECODE, &gc);
+        CU_ASSERT_EQUAL(cs, gs);
+        if (p == NUM) {
+            CU_ASSERT_EQUAL(gs, BT_ERR_INVALID_ARG);
+            CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "position 7 is outside the table of 7"));
+            continue;
+        }
+        CU_ASSERT_FATAL(be->to_host(gpu, got, d_y, sizeof got) == BT_OK);
+        CU_ASSERT(memcmp(got, want, sizeof got) == 0);
+    }
+    be->free(gpu, d_w);
+    be->free(gpu, d_x);
+    be->free(gpu, d_y);
+}
+
+static void test_decode_kernels(void)
+{
+    check_attention_decode(BT_F32, 9, 2, 8);
+    check_attention_decode(BT_F64, 9, 2, 8);
+    check_attention_decode(BT_F32, 131, 3, 24);
+    check_attention_decode(BT_F64, 131, 3, 24);
+    check_pos_embedding_decode();
+}
+
 static void test_cudnn_unusable(void)
 {
 #ifdef BATON_HAVE_CUDNN
@@ -797,6 +946,7 @@ int main(void)
         {"conv2d through cuDNN and through im2col + cuBLAS", test_conv_paths},
         {"data errors reported at the next sync", test_data_errors},
         {"op without CUDA kernels", test_op_without_cuda},
+        {"decode kernels (attention's KV cache, pos_embedding) = CPU decode", test_decode_kernels},
         {"alloc, zero, copy, to/from host", test_memory},
         {"accumulate and sum_squares", test_accumulate_and_sum_squares},
         {"optimizer updates = bt_optim_update", test_optimizers},

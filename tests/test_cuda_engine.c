@@ -24,8 +24,13 @@
  *     f32, bf16 and f16 (with feeds the precision cannot hold: both backends round them);
  *   - generation (bt_generate_batch) of a language model without attention through cuda:0 (with
  *     cuda:0,cuda:0 on the local path and cpu:0,cuda:0 on the host path) gives the greedy tokens
- *     of the CPU; a model with attention on a GPU stage is refused, naming the layer (the decode
- *     kernels with a KV cache are the CPU's only). */
+ *     of the CPU; an op with a CPU decode kernel and no CUDA one on a GPU stage is refused before
+ *     anything runs, naming the layer, the op and the device;
+ *   - GPTs decode on GPU stages (attention's KV cache in device memory, pos_embedding's row; and
+ *     a model with rmsnorm, split, concat, matmul, transpose, reshape, silu and mul): on cuda:0,
+ *     cpu:0 + cuda:0, cuda:0 + cuda:0 and (two GPUs) cuda:0 + cuda:1, 3 prompts in flight past
+ *     the window get the greedy tokens of cpu:0, and every row's logits of a window are within
+ *     1e-4 of cpu:0's; in bf16, cuda:0 gives cpu:0's bf16 tokens and logits within 2e-2. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -39,6 +44,7 @@
 #include "baton.h"
 #include "bt_test.h"
 #include "engine_runs.h"
+#include "exec/decode.h"
 #include "exec/exec_internal.h"
 
 static void gpu_params(bt_engine_params *p, int stages, bt_transfer_mode mode)
@@ -355,10 +361,14 @@ static const char lm_yaml[] =
     "  - {name: head, op: linear, args: {out: 11}}\n"
     "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
 
-static bt_engine *lm_engine(const bt_model *m, const char *devices, int stages, bt_engine *weights_from)
+/* A batch-1 inference engine for generation on devices, computing in precision, with the weights of
+ * weights_from (or its own initialisation where NULL). */
+static bt_engine *lm_engine_prec(const bt_model *m, const char *devices, int stages, bt_engine *weights_from,
+                                 bt_dtype precision)
 {
     bt_engine_params p;
     bt_engine_params_init(&p);
+    p.precision = precision;
     p.parallel.devices = devices;
     p.parallel.stages = stages;
     p.batch = 1;
@@ -379,6 +389,33 @@ static bt_engine *lm_engine(const bt_model *m, const char *devices, int stages, 
         free(buf);
     }
     return e;
+}
+
+static bt_engine *lm_engine(const bt_model *m, const char *devices, int stages, bt_engine *weights_from)
+{
+    return lm_engine_prec(m, devices, stages, weights_from, BT_F32);
+}
+
+/* test.cached_copy: y = x, with a CPU decode kernel (as if it kept a cache) and no CUDA one. */
+static bt_status same_shape_infer(bt_infer_ctx *ctx)
+{
+    return bt_infer_set_output(ctx, bt_infer_input_shape(ctx, 0), BT_F32);
+}
+
+static bt_status copy_cpu(const bt_op_call *call)
+{
+    if (call->out && call->out->data)
+        memcpy(call->out->data, call->in[0].data, (size_t)bt_tensor_numel(call->out) * sizeof(float));
+    return BT_OK;
+}
+
+static bt_status copy_gpu(const bt_op_call *call)
+{
+    if (!call->out || !call->out->data) return BT_OK;
+    cudaError_t err = cudaMemcpyAsync(call->out->data, call->in[0].data,
+                                      (size_t)bt_tensor_numel(call->out) * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, (cudaStream_t)call->stream);
+    return err == cudaSuccess ? BT_OK : bt_op_error(BT_ERR_INTERNAL, "copy: %s", cudaGetErrorString(err));
 }
 
 static void test_generate_on_gpu(void)
@@ -411,25 +448,179 @@ static void test_generate_on_gpu(void)
     }
     bt_engine_destroy(cpu);
     bt_model_destroy(m);
-    /* attention on a GPU stage: refused, naming the layer and the device */
-    static const char attn_yaml[] =
+    /* an op with a CPU decode kernel (a cache) and no CUDA one on a GPU stage: refused, naming
+     * the layer, the op and the device, before anything runs */
+    const bt_op_def cached = {.name = "test.cached_copy", .min_inputs = 1, .max_inputs = 1,
+                              .infer = same_shape_infer, .cpu_forward = copy_cpu, .cpu_backward = copy_cpu,
+                              .cuda_forward = copy_gpu, .cuda_backward = copy_gpu, .cpu_decode = copy_cpu};
+    CU_ASSERT_FATAL(bt_op_register(&cached) == BT_OK);
+    static const char cached_yaml[] =
         "format: 1\n"
         "inputs:\n"
         "  idx: {shape: [6], dtype: i32}\n"
         "  label: {shape: [6], dtype: i32}\n"
         "layers:\n"
         "  - {name: wte, op: embedding, args: {num: 11, dim: 16}, from: idx}\n"
-        "  - {name: qkv, op: linear, args: {out: 48}}\n"
-        "  - {name: attn, op: attention, args: {heads: 2}}\n"
+        "  - {name: mine, op: test.cached_copy}\n"
         "  - {name: head, op: linear, args: {out: 11}}\n"
         "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
-    CU_ASSERT_FATAL(bt_model_load_string(attn_yaml, strlen(attn_yaml), "attn.yaml", NULL, 0, &m) == BT_OK);
+    CU_ASSERT_FATAL(bt_model_load_string(cached_yaml, strlen(cached_yaml), "cached.yaml", NULL, 0, &m) == BT_OK);
     bt_engine *e = lm_engine(m, "cuda:0", 1, NULL);
     CU_ASSERT(bt_generate_batch(e, m->graph, 3, prompts, lens, &gp, got_out, NULL, NULL) == BT_ERR_UNSUPPORTED);
-    CU_ASSERT(strstr(bt_last_error(), "layer 'attn' (op attention)") != NULL &&
+    CU_ASSERT(strstr(bt_last_error(), "layer 'mine' (op test.cached_copy) has no decode") != NULL &&
               strstr(bt_last_error(), "cuda:0") != NULL);
     bt_engine_destroy(e);
     bt_model_destroy(m);
+}
+
+/* GPTs for decoding on GPU stages (T = 9: no multiple of the attention tile, 4). The first is the
+ * GPT of tests/test_gpt.c with two blocks; the second puts every other op a GPT may decode
+ * through a stage: rmsnorm, split, concat, matmul and transpose of [T, 4, 4] rows (the sequence a
+ * leading dimension), reshape, silu, mul. */
+static const char gpt_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [9], dtype: i32}\n"
+    "  label: {shape: [9], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
+    "  - {name: wpe, op: pos_embedding, args: {num: 12, std: 0.3}}\n"
+    "  - name: h\n"
+    "    repeat: 2\n"
+    "    layers:\n"
+    "      - {name: ln_1, op: layernorm}\n"
+    "      - {name: c_attn, op: linear, args: {out: 48}}\n"
+    "      - {name: attn, op: attention, args: {heads: 2, block: 4}}\n"
+    "      - {name: c_proj, op: linear, args: {out: 16}}\n"
+    "      - {name: res1, op: add, from: [-1, -5]}\n"
+    "      - {name: ln_2, op: layernorm}\n"
+    "      - {name: c_fc, op: linear, args: {out: 64}, act: gelu}\n"
+    "      - {name: mlp_proj, op: linear, args: {out: 16}}\n"
+    "      - {name: res2, op: add, from: [-1, res1]}\n"
+    "  - {name: ln_f, op: layernorm, from: h}\n"
+    "  - {name: lm_head, op: linear, args: {out: 13, bias: false}, tie: wte}\n"
+    "  - {name: loss, op: cross_entropy, from: [lm_head, label]}\n";
+
+static const char mix_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [9], dtype: i32}\n"
+    "  label: {shape: [9], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
+    "  - {name: wpe, op: pos_embedding, args: {num: 9, std: 0.3}}\n"
+    "  - {name: n1, op: rmsnorm}\n"
+    "  - {name: qkv, op: linear, args: {out: 48}}\n"
+    "  - {name: attn, op: attention, args: {heads: 4, block: 4}}\n"
+    "  - {name: v, op: split, args: {parts: 3, index: 2}, from: qkv}\n"
+    "  - {name: cat, op: concat, from: [attn, v]}\n"
+    "  - {name: proj, op: linear, args: {out: 16}}\n"
+    "  - {name: res, op: add, from: [-1, wpe]}\n"
+    "  - {name: sq, op: reshape, args: {shape: [9, 4, 4]}}\n"
+    "  - {name: tr, op: transpose}\n"
+    "  - {name: mm, op: matmul, from: [sq, tr]}\n"
+    "  - {name: flat, op: reshape, args: {shape: [9, 16]}}\n"
+    "  - {name: gate, op: silu, from: res}\n"
+    "  - {name: glu, op: mul, from: [flat, gate]}\n"
+    "  - {name: n2, op: rmsnorm}\n"
+    "  - {name: head, op: linear, args: {out: 13}}\n"
+    "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+
+/* Every row's logits of one window, read by the decoder (exec/decode.h) as bt_generate_score
+ * reads them. */
+typedef struct logit_rows {
+    float *out;
+    int64_t vocab;
+} logit_rows;
+
+static bt_status keep_rows(void *ctx, int seq, const void *logits, int64_t rows, bt_decode_item *next)
+{
+    logit_rows *k = ctx;
+    (void)seq;
+    memcpy(k->out, logits, (size_t)(rows * k->vocab) * sizeof(float));
+    next->done = 1;
+    return BT_OK;
+}
+
+static bt_status decode_logits(bt_engine *e, const int32_t *tokens, int64_t n, float *out, int64_t vocab)
+{
+    const bt_graph *g = e->graph;
+    int tok = -1;
+    for (int v = 0; v < g->n_values; v++)
+        if (strcmp(g->values[v].name, "idx") == 0) tok = v;
+    const int logits = g->values[g->nodes[g->n_nodes - 1].in[0]].producer;
+    bt_decode_item first = {.tokens = tokens, .pos = 0, .n = n, .reset = 1, .all_logits = 1};
+    logit_rows k = {out, vocab};
+    bt_decode_params dp = {.token_value = tok, .logits_node = logits, .n_seqs = 1, .first = &first,
+                           .on_logits = keep_rows, .ctx = &k};
+    return bt_engine_decode(e, &dp, NULL);
+}
+
+#define DEC_T 9
+#define DEC_V 13
+#define DEC_NT 14 /* tokens per prompt: past T, so every window is read again */
+
+/* A GPT decoded on GPU stages (cuda:0; cpu:0 + cuda:0 through host memory; cuda:0 + cuda:0 on
+ * the local path; cuda:0 + cuda:1 where there are two GPUs) gives the greedy tokens of cpu:0 for
+ * 3 prompts in flight, and every row's logits of a whole window within 1e-4 of the CPU's
+ * (err = |gpu - cpu| / max(1, |cpu|)); precision: bf16 on cuda:0 gives the tokens of bf16 on
+ * cpu:0 and its logits within 2e-2 (both round every row, weight and GEMM operand to bf16). */
+static void check_gpt_on_gpu(const char *yaml, const char *what, bt_dtype precision)
+{
+    bt_model *m = NULL;
+    CU_ASSERT_FATAL(bt_model_load_string(yaml, strlen(yaml), what, NULL, 0, &m) == BT_OK);
+    bt_engine *cpu = lm_engine_prec(m, "cpu:0", 1, NULL, precision);
+    int gpus = 0;
+    CU_ASSERT_FATAL(cudaGetDeviceCount(&gpus) == cudaSuccess);
+    static const char *const devices[] = {"cuda:0", "cpu:0,cuda:0", "cuda:0,cuda:0", "cuda:0,cuda:1"};
+    const int32_t p0[] = {1, 2, 3}, p1[] = {4}, p2[] = {5, 6, 7, 8, 9, 10};
+    const int32_t *prompts[3] = {p0, p1, p2};
+    const int64_t lens[3] = {3, 1, 6};
+    const int32_t window[DEC_T] = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    bt_generate_params gp;
+    bt_generate_params_init(&gp);
+    gp.tokens = DEC_NT;
+    gp.top_k = 1;
+    int32_t ref[3][DEC_NT], got[3][DEC_NT];
+    int32_t *ref_out[3] = {ref[0], ref[1], ref[2]}, *got_out[3] = {got[0], got[1], got[2]};
+    float want[DEC_T * DEC_V], have[DEC_T * DEC_V];
+    CU_ASSERT_FATAL(bt_generate_batch(cpu, m->graph, 3, prompts, lens, &gp, ref_out, NULL, NULL) == BT_OK);
+    CU_ASSERT_FATAL(decode_logits(cpu, window, DEC_T, want, DEC_V) == BT_OK);
+    const double tol = precision == BT_F32 ? 1e-4 : 2e-2;
+    for (int d = 0; d < 4; d++) {
+        if (precision != BT_F32 && d > 0) continue; /* bf16: the one GPU stage */
+        if (d == 3 && gpus < 2) {
+            printf("\n  %s: cuda:0,cuda:1 not run: this machine has one GPU", what);
+            continue;
+        }
+        bt_engine *e = lm_engine_prec(m, devices[d], d == 0 ? 1 : 2, cpu, precision);
+        memset(got, 0xff, sizeof got);
+        bt_status st = bt_generate_batch(e, m->graph, 3, prompts, lens, &gp, got_out, NULL, NULL);
+        if (st != BT_OK) printf("\n  %s on %s: %s\n", what, devices[d], bt_last_error());
+        CU_ASSERT(st == BT_OK);
+        if (memcmp(got, ref, sizeof ref) != 0) printf("\n  %s on %s: tokens differ from the CPU's", what, devices[d]);
+        CU_ASSERT(memcmp(got, ref, sizeof ref) == 0);
+        st = decode_logits(e, window, DEC_T, have, DEC_V);
+        if (st != BT_OK) printf("\n  %s on %s: %s\n", what, devices[d], bt_last_error());
+        CU_ASSERT_FATAL(st == BT_OK);
+        double worst = 0;
+        for (int i = 0; i < DEC_T * DEC_V; i++) {
+            const double err = fabs((double)have[i] - want[i]) / fmax(1.0, fabs((double)want[i]));
+            worst = err > worst || err != err ? err : worst;
+        }
+        printf("\n  %s on %s, %s: logits within %.3g of cpu:0's", what, devices[d], bt_dtype_name(precision), worst);
+        CU_ASSERT(worst <= tol);
+        bt_engine_destroy(e);
+    }
+    bt_engine_destroy(cpu);
+    bt_model_destroy(m);
+}
+
+static void test_gpt_decodes_on_gpu(void)
+{
+    check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_F32);
+    check_gpt_on_gpu(mix_yaml, "mix.yaml", BT_F32);
+    check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_BF16);
 }
 
 /* No usable GPU: a skip (77), or a failure (1) where BT_REQUIRE_GPU is set to anything but "" or
@@ -459,7 +650,8 @@ int main(void)
         {"instruction records come from device events", test_records_from_events},
         {"pinned feeds = ordinary feeds", test_pinned_feeds},
         {"forward only on 3 logical stages = CPU (f32, bf16, f16)", test_forward_only_matches_cpu},
-        {"generate through GPU stages = CPU; attention on a GPU refused", test_generate_on_gpu},
+        {"generate through GPU stages = CPU; an op without a CUDA decode refused", test_generate_on_gpu},
+        {"a GPT decodes on GPU stages = CPU (f32; bf16)", test_gpt_decodes_on_gpu},
         {NULL, NULL}};
     return bt_test_main("cuda_engine", cases);
 }

@@ -13,6 +13,7 @@
 #include "baton.h"
 #include "bt_test.h"
 #include "io/columns.h"
+#include "io/loader.h"
 #include "io/npy.h"
 #include "train/predict.h"
 #include "train/trainer.h"
@@ -222,7 +223,7 @@ static bt_status load_cols(const char *name, const char *path, bt_dtype dtype, i
     src.n_inputs = 1;
     src.input_names[0] = name;
     src.input_files[0] = path;
-    return bt_columns_load_npy(&src, &spec, 1, out);
+    return bt_columns_load_npy(&src, &spec, 1, NULL, out);
 }
 
 static void test_npy_columns_convert_exactly(void)
@@ -264,6 +265,66 @@ static void test_npy_columns_convert_exactly(void)
     bt_columns_free(&c);
 }
 
+/* With use given, a file in the column's own type stays in the file (rows_in_file: checked through
+ * a buffer, past its first 4 MiB part too; the loader reads rows from it, the same rows as from
+ * memory); a column left out by use is not loaded, but its header is checked. */
+static void test_npy_columns_in_file_and_left_out(void)
+{
+    char p[300];
+    bt_columns c, mem;
+    const int64_t n = 3000, per = 512, dims[2] = {n, per};
+    float *x = malloc((size_t)(n * per) * sizeof *x);
+    CU_ASSERT_FATAL(x != NULL);
+    for (int64_t i = 0; i < n * per; i++) x[i] = (float)(i % 1000) * 0.25f;
+    CU_ASSERT_FATAL(bt_npy_write(tmp_path("f4big.npy", p, sizeof p), BT_F32, 2, dims, x) == BT_OK);
+    bt_column spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.name, sizeof spec.name, "x");
+    spec.dtype = BT_F32;
+    spec.shape.ndim = 1;
+    spec.shape.dim[0] = per;
+    spec.numel = per;
+    bt_data_source src;
+    memset(&src, 0, sizeof src);
+    src.kind = BT_DATA_NPY;
+    src.n_inputs = 1;
+    src.input_names[0] = "x";
+    src.input_files[0] = p;
+    unsigned char one[1] = {1}, none[1] = {0};
+    CU_ASSERT_FATAL(bt_columns_load_npy(&src, &spec, 1, one, &c) == BT_OK);
+    CU_ASSERT(c.n == n && c.col[0].rows_in_file && c.col[0].data == NULL);
+    CU_ASSERT_FATAL(bt_columns_load_npy(&src, &spec, 1, NULL, &mem) == BT_OK);
+    CU_ASSERT(!mem.col[0].rows_in_file && mem.col[0].data != NULL);
+    /* a shard loader over each: rows 2..5 of batches of 8, the same bytes */
+    unsigned char use[1] = {1};
+    bt_loader *lf = NULL, *lm = NULL;
+    CU_ASSERT_FATAL(bt_loader_create_shard(&c, 8, 2, 4, use, 1, 1, 7, 2, NULL, &lf) == BT_OK);
+    CU_ASSERT_FATAL(bt_loader_create_shard(&mem, 8, 2, 4, use, 1, 1, 7, 2, NULL, &lm) == BT_OK);
+    for (int k = 0; k < 3; k++) {
+        bt_batch bf, bm;
+        CU_ASSERT_FATAL(bt_loader_next(lf, &bf) == BT_OK && bt_loader_next(lm, &bm) == BT_OK);
+        CU_ASSERT(memcmp(bf.cols[0], bm.cols[0], 4 * (size_t)per * sizeof(float)) == 0);
+        bt_loader_release(lf);
+        bt_loader_release(lm);
+    }
+    bt_loader_destroy(lf);
+    bt_loader_destroy(lm);
+    bt_columns_free(&c);
+    bt_columns_free(&mem);
+    x[2500 * per + 7] = NAN; /* in the second 4 MiB part */
+    CU_ASSERT_FATAL(bt_npy_write(p, BT_F32, 2, dims, x) == BT_OK);
+    CU_ASSERT(bt_columns_load_npy(&src, &spec, 1, one, &c) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "f4big.npy: sample 2500, element 7 is NaN") != NULL);
+    /* left out: the header is read (samples, shape), the data is not (the NaN passes unseen) */
+    CU_ASSERT(bt_columns_load_npy(&src, &spec, 1, none, &c) == BT_OK);
+    CU_ASSERT(c.n == n && c.col[0].data == NULL && !c.col[0].rows_in_file);
+    bt_columns_free(&c);
+    spec.shape.dim[0] = spec.numel = per + 1;
+    CU_ASSERT(bt_columns_load_npy(&src, &spec, 1, none, &c) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "does not fit input 'x'") != NULL);
+    free(x);
+}
+
 /* bt_engine_forward on a training graph reports the loss the training step reports for the same
  * batch (before its update), and bt_engine_predict returns each sample's loss and the layer. */
 static void test_forward_reports_the_loss(void)
@@ -303,6 +364,7 @@ int main(void)
         {"a regression model trains, resumes and predicts exactly", test_regression_trains_resumes_and_predicts},
         {"a model without data: is refused", test_no_data_is_refused},
         {"npy columns convert exactly", test_npy_columns_convert_exactly},
+        {"npy columns: rows in the file, and left out", test_npy_columns_in_file_and_left_out},
         {"forward reports the loss of a training graph", test_forward_reports_the_loss},
         {NULL, NULL}};
     int rc = bt_test_main("data", cases);

@@ -13,6 +13,13 @@
  *     whose value skips a stage; host and staged paths) get the one-stage engine's tokens, greedy
  *     and sampled, past the context window; each prompt alone with seed + its index gets the same;
  *     scoring through every stage count equals the forward (f64);
+ *   - decoding a model with rmsnorm, split, concat, matmul and transpose (the sequence a leading
+ *     dim), reshape, silu and mul scores a window as the forward does (f64, 1 and 3 stages); a
+ *     matmul whose matrices span the sequence is refused, naming the layer;
+ *   - generation in bf16 (precision: bf16): the decoder's score of a window equals the bf16
+ *     forward's loss within 5e-6 relative on 1 and 2 stages (an f32 decoder of the same master
+ *     weights is further off), and its greedy tokens equal those of the bf16 forward rerun over
+ *     the window;
  *   - checkpoints of a tied model hold the tensor once (wte.weight, no lm_head.weight), and a
  *     resume on another placement (3 stages, 2 micro-batches -> 1 stage, 1) continues to float
  *     rounding, the tied copy restored from the source;
@@ -591,6 +598,186 @@ static void test_generate_pipelined(void)
     bt_model_destroy(m);
 }
 
+/* Every op a GPT may decode beside the block's: rmsnorm, split, concat, matmul and transpose of
+ * [T, 4, 4] rows (the sequence a leading dimension), reshape, silu, mul. */
+static const char mix_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [9], dtype: i32}\n"
+    "  label: {shape: [9], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
+    "  - {name: wpe, op: pos_embedding, args: {num: 9, std: 0.3}}\n"
+    "  - {name: n1, op: rmsnorm}\n"
+    "  - {name: qkv, op: linear, args: {out: 48}}\n"
+    "  - {name: attn, op: attention, args: {heads: 4, block: 4}}\n"
+    "  - {name: v, op: split, args: {parts: 3, index: 2}, from: qkv}\n"
+    "  - {name: cat, op: concat, from: [attn, v]}\n"
+    "  - {name: proj, op: linear, args: {out: 16}}\n"
+    "  - {name: res, op: add, from: [-1, wpe]}\n"
+    "  - {name: sq, op: reshape, args: {shape: [9, 4, 4]}}\n"
+    "  - {name: tr, op: transpose}\n"
+    "  - {name: mm, op: matmul, from: [sq, tr]}\n"
+    "  - {name: flat, op: reshape, args: {shape: [9, 16]}}\n"
+    "  - {name: gate, op: silu, from: res}\n"
+    "  - {name: glu, op: mul, from: [flat, gate]}\n"
+    "  - {name: n2, op: rmsnorm}\n"
+    "  - {name: head, op: linear, args: {out: 13}}\n"
+    "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+
+/* The ops above decode one row each (split, concat, matmul and transpose count rows from the
+ * call's tensors: with the config's T rows they ran past the one row's buffers): the decoder's
+ * score of each window equals the forward's loss (f64) on 1 and 3 stages. A matmul whose matrices
+ * span the sequence ([T, T] @ [T, T]) cannot decode a position alone: refused, naming the layer. */
+static void test_generate_every_op(void)
+{
+    bt_model *m = NULL;
+    CU_ASSERT_FATAL(bt_model_load_string(mix_yaml, strlen(mix_yaml), "mix.yaml", NULL, 0, &m) == BT_OK);
+    bt_engine *e = make_engine(m, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
+    int32_t idx[4 * T], label[4 * T];
+    fill_tokens(idx, label, 4, 21);
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    double per_sample[4];
+    CU_ASSERT_FATAL(bt_engine_forward(e, feeds, 2, per_sample, &r) == BT_OK);
+    bt_engine *three = copy_engine(m, e, 3, NULL, BT_TRANSFER_AUTO);
+    for (int b = 0; b < 4; b++) {
+        int32_t seq[T + 1];
+        memcpy(seq, idx + b * T, sizeof(int32_t) * T);
+        seq[T] = label[b * T + T - 1];
+        double l1 = 0, l3 = 0;
+        CU_ASSERT_FATAL(bt_generate_score(e, m->graph, seq, T + 1, &l1) == BT_OK);
+        CU_ASSERT_FATAL(bt_generate_score(three, m->graph, seq, T + 1, &l3) == BT_OK);
+        if (!(fabs(l1 - per_sample[b]) <= 1e-12 * fabs(per_sample[b])))
+            printf("\n  mix.yaml sample %d: decoder %.17g, forward %.17g\n", b, l1, per_sample[b]);
+        CU_ASSERT(fabs(l1 - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
+        CU_ASSERT(fabs(l3 - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
+    }
+    bt_engine_destroy(three);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+    static const char square_yaml[] =
+        "format: 1\n"
+        "inputs:\n"
+        "  idx: {shape: [9], dtype: i32}\n"
+        "  label: {shape: [9], dtype: i32}\n"
+        "layers:\n"
+        "  - {name: wte, op: embedding, args: {num: 13, dim: 9}, from: idx}\n"
+        "  - {name: mix, op: matmul, from: [wte, wte]}\n"
+        "  - {name: head, op: linear, args: {out: 13}}\n"
+        "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+    CU_ASSERT_FATAL(bt_model_load_string(square_yaml, strlen(square_yaml), "square.yaml", NULL, 0, &m) == BT_OK);
+    e = make_engine(m, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
+    const int32_t window[T + 1] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    double loss;
+    CU_ASSERT(bt_generate_score(e, m->graph, window, T + 1, &loss) == BT_ERR_UNSUPPORTED);
+    CU_ASSERT(strstr(bt_last_error(), "layer 'mix'") != NULL &&
+              strstr(bt_last_error(), "do not hold whole matrices") != NULL);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
+/* A batch-1 engine on `stages` stages computing in precision (f32 dtype), with src's weights. */
+static bt_engine *copy_engine_prec(const bt_model *m, bt_engine *src, int stages, bt_dtype precision)
+{
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.stages = stages;
+    p.batch = 1;
+    p.threads = 1;
+    p.training = 0;
+    p.precision = precision;
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK) printf("\n  %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    for (int i = 0; i < bt_graph_num_params(m->graph); i++) {
+        bt_param_info pi;
+        bt_graph_param(m->graph, i, &pi);
+        size_t bytes = (size_t)bt_shape_numel(&pi.shape) * sizeof(float);
+        float *buf = malloc(bytes);
+        CU_ASSERT_FATAL(bt_engine_read_param(src, pi.name, buf, bytes) == BT_OK);
+        CU_ASSERT_FATAL(bt_engine_write_param(e, pi.name, buf, bytes) == BT_OK);
+        free(buf);
+    }
+    return e;
+}
+
+#define BF16_TOL 5e-6 /* relative: measured 4.6e-8 (AVX512-BF16 and f32 paths); an f32 decoder: 6.7e-5 */
+
+/* precision: bf16 (f32 master weights; bf16 compute copies, GEMMs and activations): the decoder
+ * computes as the bf16 forward does, so its score of each window equals the bf16 forward's loss
+ * (what the evaluation reports) within BF16_TOL on 1 and 2 stages, while a decoder that computed
+ * in f32 from the same master weights misses it by more; and the greedy tokens with the KV cache
+ * equal those of the window rerun through the bf16 forward, for three prompts (within the window,
+ * where the two read the same tokens), on 1 and 2 stages. */
+static void test_generate_bf16(void)
+{
+    bt_model *m = load_gpt(1);
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.parallel.stages = 2;
+    p.parallel.microbatches = 2;
+    p.batch = 4;
+    p.threads = 1;
+    p.seed = 7;
+    p.precision = BT_BF16;
+    p.optimizer.lr = 3e-2;
+    bt_engine *trained = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(m->graph, &p, &trained) == BT_OK);
+    int32_t idx[4 * T], label[4 * T];
+    fill_tokens(idx, label, 4, 11);
+    bt_feed feeds[] = {{"idx", idx, BT_I32}, {"label", label, BT_I32}};
+    bt_step_result r;
+    for (int s = 0; s < 5; s++) CU_ASSERT_FATAL(bt_engine_train_step(trained, feeds, 2, &r) == BT_OK);
+    float per_sample[4];
+    CU_ASSERT_FATAL(bt_engine_forward(trained, feeds, 2, per_sample, &r) == BT_OK);
+    bt_engine *one = copy_engine_prec(m, trained, 1, BT_BF16), *two = copy_engine_prec(m, trained, 2, BT_BF16);
+    bt_engine *f32 = copy_engine_prec(m, trained, 1, BT_F32);
+    double worst = 0, f32_best = INFINITY;
+    for (int b = 0; b < 4; b++) {
+        int32_t seq[T + 1];
+        memcpy(seq, idx + b * T, sizeof(int32_t) * T);
+        seq[T] = label[b * T + T - 1];
+        double l1 = 0, l2 = 0, lf = 0;
+        CU_ASSERT_FATAL(bt_generate_score(one, m->graph, seq, T + 1, &l1) == BT_OK);
+        CU_ASSERT_FATAL(bt_generate_score(two, m->graph, seq, T + 1, &l2) == BT_OK);
+        CU_ASSERT_FATAL(bt_generate_score(f32, m->graph, seq, T + 1, &lf) == BT_OK);
+        const double want = per_sample[b];
+        worst = fmax(worst, fmax(fabs(l1 - want), fabs(l2 - want)) / fabs(want));
+        f32_best = fmin(f32_best, fabs(lf - want) / fabs(want));
+        CU_ASSERT(l1 == l2); /* the same rows, on any number of stages */
+    }
+    printf("\n  bf16: decoder vs bf16 forward within %.3g relative; an f32 decoder at least %.3g off", worst,
+           f32_best);
+    CU_ASSERT(worst <= BF16_TOL);
+    CU_ASSERT(f32_best > worst); /* the tolerance tells the two apart */
+    /* greedy tokens: the KV cache in bf16 = the bf16 forward over the window */
+    const int32_t p0[] = {1, 2, 3}, p1[] = {4}, p2[] = {5, 6, 7, 8, 9};
+    const int32_t *prompts[3] = {p0, p1, p2};
+    const int64_t lens[3] = {3, 1, 5};
+    for (int q = 0; q < 3; q++) {
+        bt_generate_params gp;
+        bt_generate_params_init(&gp);
+        gp.tokens = T - lens[q];
+        gp.top_k = 1;
+        int32_t cached[T], cached2[T], window[T];
+        CU_ASSERT_FATAL(bt_generate(one, m->graph, prompts[q], lens[q], &gp, cached, NULL) == BT_OK);
+        CU_ASSERT_FATAL(bt_generate(two, m->graph, prompts[q], lens[q], &gp, cached2, NULL) == BT_OK);
+        gp.kv_cache = 0;
+        CU_ASSERT_FATAL(bt_generate(one, m->graph, prompts[q], lens[q], &gp, window, NULL) == BT_OK);
+        if (memcmp(cached, window, (size_t)gp.tokens * sizeof *cached) != 0)
+            printf("\n  bf16 prompt %d: the KV cache's tokens differ from the forward's", q);
+        CU_ASSERT(memcmp(cached, window, (size_t)gp.tokens * sizeof *cached) == 0);
+        CU_ASSERT(memcmp(cached, cached2, (size_t)gp.tokens * sizeof *cached) == 0);
+    }
+    bt_engine_destroy(one);
+    bt_engine_destroy(two);
+    bt_engine_destroy(f32);
+    bt_engine_destroy(trained);
+    bt_model_destroy(m);
+}
+
 static void test_tied_checkpoint(void)
 {
     bt_model *m = load_gpt(1);
@@ -714,6 +901,8 @@ int main(void)
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
         {"generate: KV-cache decoder = forward; with = without the cache", test_generate},
         {"generate through 1-4 stages, prompts in flight = one stage = alone", test_generate_pipelined},
+        {"generate in bf16: score = bf16 forward, tokens = bf16 window", test_generate_bf16},
+        {"generate through rmsnorm, split, concat, matmul, transpose, silu", test_generate_every_op},
         {"tie: checkpoints store the tensor once; resume elsewhere", test_tied_checkpoint},
         {"text data: vocabulary, llm.c shards, windows", test_text_data},
         {NULL, NULL},

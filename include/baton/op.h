@@ -141,6 +141,11 @@ typedef struct bt_op_def {
      * one position, which is right for any op that treats positions independently. */
     bt_op_fn cpu_decode;
     size_t (*decode_cache_bytes)(const void *config);
+    /* Optional: cpu_decode on a GPU (the cache in device memory; call->stream set). An op with
+     * cpu_decode and no cuda_decode cannot decode on a GPU stage: bt_generate refuses the stage,
+     * naming the layer. Ops without cpu_decode decode on a GPU with cuda_forward. The CUDA
+     * backend attaches the built-ins' own. */
+    bt_op_fn cuda_decode;
 } bt_op_def;
 
 /* Registers a custom op for the whole process. The name must be new and contain a '.'; the

@@ -24,8 +24,9 @@ typedef enum bt_copy_kind { BT_COPY_D2D = 0, BT_COPY_D2H = 1, BT_COPY_H2D = 2 } 
 
 /* run_op's third argument for the weight-gradient half of a split backward (op->*_backward_weight) */
 #define BT_RUN_WEIGHT 2
-/* run_op's third argument for one position of one sequence (op->cpu_decode where the op has one,
- * else its forward; call->position and call->cache set): only on a backend with runs_decode */
+/* run_op's third argument for one position of one sequence (the op's decode kernel for this
+ * backend where the op has one, else its forward; call->position and call->cache set): only for
+ * ops the backend's runs_decode accepts */
 #define BT_RUN_DECODE 3
 
 /* Communication between processes straight from device memory (the CUDA backend's NCCL): a
@@ -64,9 +65,11 @@ typedef struct bt_backend {
      * shared by the logical stages opened on it). The engine's admission check groups stages by
      * this, never by device name. */
     int shares_host_memory;
-    /* 1: run_op takes BT_RUN_DECODE (the CPU). 0: ops with a decode kernel (attention's KV cache)
-     * cannot decode on this backend; exec/decode.c refuses them, naming the layer. */
-    int runs_decode;
+    /* Whether run_op(BT_RUN_DECODE) can run op here: 1 where the op has a decode kernel for this
+     * backend (attention's KV cache: cpu_decode, cuda_decode), or has none and its forward runs
+     * here; 0 otherwise, and exec/decode.c refuses the stage, naming the layer. NULL: the
+     * backend cannot decode at all. */
+    int (*runs_decode)(const bt_op_def *op);
     /* Opens device index; threads is the compute threads it may use (CPU: BLAS threads). A
      * negative count is a preference (-threads) the backend may replace by a count already in
      * effect (CPU: OpenBLAS's one count per process); a positive one is required. */
@@ -83,7 +86,7 @@ typedef struct bt_backend {
     /* dst += src, n elements of dtype (gradient accumulation across stages). */
     bt_status (*accumulate)(bt_device *dev, bt_dtype dtype, void *dst, const void *src, size_t n);
     /* backward: 0 forward, 1 backward, BT_RUN_WEIGHT the op's weight gradient (backward_weight),
-     * BT_RUN_DECODE one decoding position (runs_decode backends only) */
+     * BT_RUN_DECODE one decoding position (ops runs_decode accepts) */
     bt_status (*run_op)(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call);
     /* Sum of squares of every element of count arrays (global-norm clipping): one wait for the
      * device. Infinity or NaN in the input gives a non-finite sum (f16 overflow checks). */

@@ -8,7 +8,8 @@
  * window for every token through the engine's forward (the comparison the KV cache is measured
  * against). --score N scores N windows of T + 1 tokens spread evenly over the validation split of
  * the model's text data, with the decoder (bt_generate_score) and with the engine's forward, and
- * prints both mean losses.
+ * prints both mean losses. The engine computes in the model's train.precision, as the training
+ * run and its evaluation did (bf16: the decoder and the forward both in bf16).
  *
  * Under mpirun (docs/distributed.md) it runs as one rank per stage of one pipeline (D = 1): each
  * rank builds the distributed engine, loads only its own stage's weights, and decodes its own
@@ -175,8 +176,10 @@ static int score_windows(const bt_model *m, bt_engine *e, const bt_vocab *vocab,
         }
         sum_fwd += out1;
     }
+    const bt_dtype prec = m->train.precision;
     printf("%lld validation windows of %lld tokens: mean loss %.4f by the KV-cache decoder, %.4f by the engine's "
-           "forward\n", n_windows, (long long)T, sum_dec / (double)n_windows, sum_fwd / (double)n_windows);
+           "forward%s%s%s\n", n_windows, (long long)T, sum_dec / (double)n_windows, sum_fwd / (double)n_windows,
+           prec != BT_F32 ? " (precision " : "", prec != BT_F32 ? bt_dtype_name(prec) : "", prec != BT_F32 ? ")" : "");
     rc = BT_EXIT_OK;
 done:
     free(text), free(tok), free(win), free(idx), free(lab);
@@ -392,6 +395,7 @@ int bt_cmd_generate(int argc, char **argv)
     p.seed = 0;
     p.watchdog_s = watchdog_s;
     if ((rc = dist_setup(m, &p, &dist)) != BT_EXIT_OK) goto done;
+    p.precision = m->train.precision; /* decode and forward compute as training and its eval did */
     if (!ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
     /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h);
      * across processes each rank writes only its own stage's tensors */

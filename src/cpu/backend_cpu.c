@@ -134,6 +134,13 @@ static bt_status cpu_run_op(bt_device *dev, const bt_op_def *op, int backward, b
     return st != BT_OK ? st : gemm;
 }
 
+/* Every op decodes on the CPU: with cpu_decode, or with cpu_forward (required of every op). */
+static int cpu_runs_decode(const bt_op_def *op)
+{
+    (void)op;
+    return 1;
+}
+
 static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
                                  int count, double *out)
 {
@@ -224,7 +231,7 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
 static const bt_backend cpu_backend = {
     .name = "cpu",
     .shares_host_memory = 1,
-    .runs_decode = 1,
+    .runs_decode = cpu_runs_decode,
     .open = cpu_open,
     .close = cpu_close,
     .bind_thread = cpu_bind_thread,

@@ -321,14 +321,27 @@ static bt_status cuda_accumulate(bt_device *dev, bt_dtype dtype, void *dst, cons
     return BT_OK;
 }
 
+/* The kernel run_op(BT_RUN_DECODE) calls: the op's own decode (its KV cache) where it has a CPU
+ * one, else its forward on the one position. */
+static bt_op_fn decode_kernel(const bt_op_def *op)
+{
+    return op->cpu_decode ? op->cuda_decode : op->cuda_forward;
+}
+
+static int cuda_runs_decode(const bt_op_def *op) { return decode_kernel(op) != NULL; }
+
 static bt_status cuda_run_op(bt_device *dev, const bt_op_def *op, int backward, bt_op_call *call)
 {
-    bt_op_fn fn = backward == BT_RUN_WEIGHT ? op->cuda_backward_weight
+    bt_op_fn fn = backward == BT_RUN_DECODE   ? decode_kernel(op)
+                  : backward == BT_RUN_WEIGHT ? op->cuda_backward_weight
                   : backward                  ? op->cuda_backward
                                               : op->cuda_forward;
     if (!fn)
         return bt_error(BT_ERR_UNSUPPORTED, "op '%s' has no CUDA %s kernel", op->name,
-                        backward == BT_RUN_WEIGHT ? "weight-gradient (W)" : backward ? "backward" : "forward");
+                        backward == BT_RUN_DECODE   ? "decode"
+                        : backward == BT_RUN_WEIGHT ? "weight-gradient (W)"
+                        : backward                  ? "backward"
+                                                    : "forward");
     BT_TRY(use_device(dev));
     call->stream = dev->exec.stream;
     call->threads = 1;
@@ -563,6 +576,7 @@ static const bt_backend cuda_backend = {
     .name = "cuda",
     .copies_overlap = 1,
     .shares_host_memory = 0,
+    .runs_decode = cuda_runs_decode,
     .open = cuda_open,
     .close = cuda_close,
     .bind_thread = cuda_bind_thread,

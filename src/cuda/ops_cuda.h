@@ -43,6 +43,11 @@ typedef struct bt_cuda_exec {
     bt_status bt_cuda_##op##_backward(const bt_op_call *call);
 #include "ops/builtin_ops.def"
 
+/* The decode kernels (op->cuda_decode) of the built-ins that have a CPU one: one position of one
+ * sequence with its cache in device memory (kernels/attention.cu, kernels/embedding.cu). */
+bt_status bt_cuda_attention_decode(const bt_op_call *call);
+bt_status bt_cuda_pos_embedding_decode(const bt_op_call *call);
+
 /* Attaches the CUDA kernels to every built-in op (graph/op_registry.h); runs once per process,
  * later calls return the first result. Needs no GPU. */
 bt_status bt_cuda_attach_kernels(void);

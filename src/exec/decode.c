@@ -3,12 +3,19 @@
  * the engine's own weights for its layers, loops over the items its inbox hands it.
  *
  * Per stage and item (a sequence's rows [pos, pos + n)): each row runs through the stage's nodes
- * (up to the logits node) with run_op(BT_RUN_DECODE) and the row's position; a node with a decode
- * kernel (attention) keeps the sequence's cache, allocated per (node, sequence) on the stage's
- * device. The rows of every value a later stage reads are written into that stage's buffer for
- * the sequence (T rows per value), directly when the two stages share memory (the `local` path),
- * else through a host buffer the receiver copies from (every other path: decoding moves [1, C]
- * rows, and the run has not been measured on GPUs). Once the device is idle the item is posted to
+ * (up to the logits node) with run_op(BT_RUN_DECODE) and the row's position, on any backend
+ * (CPU or GPU: the backend's runs_decode says which ops it can decode, and a stage holding one it
+ * cannot is refused before anything runs); a node with a decode kernel (attention) keeps the
+ * sequence's cache, allocated per (node, sequence) on the stage's device. Under mixed precision
+ * the rows are computed as the forward computes them: the parameters' rounded compute copies,
+ * call->precision set (bf16/f16 GEMMs), every row an op writes rounded to the precision. The rows
+ * of every value a later stage reads are written into that stage's buffer for
+ * the sequence (T rows per value), directly when the two stages share memory (the `local` path:
+ * the backend's copy on the sender's compute stream, behind the kernels that wrote the row),
+ * else through a host buffer (every other path: the sender's to_host, a device-to-host copy on a
+ * GPU that returns once done, and the receiver's from_host before it runs the item; decoding
+ * moves [1, C] rows, too small for the peer and staged paths to pay). Once the device is idle
+ * (the backend's sync, so every queued copy has landed) the item is posted to
  * every later stage that reads from this one; a stage takes an item once every stage sending to it
  * has posted it (the engine's channels say which values and which pairs). The logits stage copies
  * the logits to the host and calls the caller's callback, whose next item goes back to stage 0.
@@ -218,11 +225,11 @@ static bt_status setup_stage(struct bt_decode_run *r, int s)
     const bt_backend *be = d->st->be;
     for (int n = d->first; n <= d->last; n++) {
         const bt_node *node = &g->nodes[n];
-        if (node->op->cpu_decode && !be->runs_decode)
-            return bt_error(BT_ERR_UNSUPPORTED,
-                            "decode: layer '%s' (op %s) keeps a decoding cache, which only the CPU backend "
-                            "implements; stage %d is on %s",
-                            g->layers[node->layer].name, node->op->name, s, d->st->device_name);
+        if (!be->runs_decode || !be->runs_decode(node->op))
+            return bt_error(BT_ERR_UNSUPPORTED, "decode: layer '%s' (op %s) has no %s kernel for the %s backend; "
+                            "stage %d is on %s", g->layers[node->layer].name, node->op->name,
+                            node->op->cpu_decode ? "decode (its cache of past positions)" : "forward", be->name, s,
+                            d->st->device_name);
         BT_TRY(dev_alloc(d, node->saved_per_sample, &d->saved[n]));
         BT_TRY(dev_alloc(d, node->ws_per_sample + node->ws_fixed, &d->ws[n]));
         if (node->op->decode_cache_bytes) d->cache_bytes[n] = align_up(node->op->decode_cache_bytes(node->config));
@@ -332,16 +339,21 @@ static bt_status run_node(struct bt_decode_run *r, dstage *d, int n, int seq, in
     for (int j = 0; j < node->n_params; j++) {
         const bt_param *p = &g->params[node->params[j]];
         memset(&param[j], 0, sizeof param[j]);
-        param[j].data = st->node_params[n - st->first_node][j]->w; /* master weights, f32/f64 */
+        const bt_param_store *ps = st->node_params[n - st->first_node][j];
+        param[j].data = ps->w_lp ? ps->w_lp : ps->w; /* what the forward reads: the rounded copy, if any */
         param[j].dtype = r->e->dtype;
         param[j].ndim = p->shape.ndim;
         for (int k = 0; k < p->shape.ndim; k++) param[j].dim[k] = p->shape.dim[k];
     }
     bt_op_call call = {.batch = 1, .n_in = node->n_in, .in = in, .out = &out, .n_params = node->n_params,
                        .param = param, .saved = d->saved[n], .workspace = d->ws[n], .config = node->config,
-                       .precision = BT_F32, .position = pos,
+                       .precision = r->e->params.precision, .position = pos,
                        .cache = d->cache_bytes[n] ? (unsigned char *)d->cache[n] + (size_t)seq * d->cache_bytes[n] : NULL};
-    bt_status s = st->be->run_op(st->dev, node->op, st->be->runs_decode ? BT_RUN_DECODE : 0, &call);
+    bt_status s = st->be->run_op(st->dev, node->op, BT_RUN_DECODE, &call);
+    /* mixed precision: the row rounded as the forward rounds every activation (exec/worker.c) */
+    const bt_value *ov = &g->values[node->out];
+    if (s == BT_OK && call.precision != BT_F32 && ov->dtype != BT_I32)
+        s = st->be->round_to(st->dev, call.precision, out.data, row_bytes(r, node->out) / sizeof(float));
     if (s != BT_OK) return bt_error(s, "decode: layer '%s': %s", g->layers[node->layer].name, bt_last_error());
     return BT_OK;
 }

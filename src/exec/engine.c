@@ -166,15 +166,18 @@ static bt_status build_turns(bt_engine *e)
     return BT_OK;
 }
 
-/* The store of graph param p and the stage that holds it. */
+/* The stage that holds graph param p (by its node, so across processes for another rank's stage
+ * too) and, where that stage is this rank's, its store (NULL otherwise). */
 static bt_param_store *find_store(bt_engine *e, int p, bt_stage **where)
 {
+    int node = e->graph->params[p].node;
+    *where = NULL;
+    for (int s = 0; s < e->stages; s++)
+        if (node >= e->stage[s].first_node && node < e->stage[s].first_node + e->stage[s].n_nodes)
+            *where = &e->stage[s];
     for (int s = 0; s < e->stages; s++)
         for (int i = 0; i < e->stage[s].n_params; i++)
-            if (e->stage[s].params[i].param == p) {
-                *where = &e->stage[s];
-                return &e->stage[s].params[i];
-            }
+            if (e->stage[s].params[i].param == p) return &e->stage[s].params[i];
     return NULL;
 }
 
@@ -192,9 +195,10 @@ static bt_status build_ties(bt_engine *e)
         bt_tie *t = &e->ties[e->n_ties++];
         t->store[0] = find_store(e, g->params[p].tied_to, &t->stage[0]);
         t->store[1] = find_store(e, p, &t->stage[1]);
-        if (!t->store[0] || !t->store[1])
-            return bt_error(BT_ERR_INTERNAL, "engine: tied parameter '%s' has no store", g->params[p].name);
-        t->bytes = t->store[0]->numel * bt_dtype_size(e->dtype);
+        for (int side = 0; side < 2; side++) /* another rank's stage has no store here */
+            if (!t->stage[side] || (!t->store[side] && bt_stage_is_local(e, t->stage[side]->index)))
+                return bt_error(BT_ERR_INTERNAL, "engine: tied parameter '%s' has no store", g->params[p].name);
+        t->bytes = (size_t)bt_shape_numel(&g->params[p].shape) * bt_dtype_size(e->dtype);
         for (int side = 0; side < 2; side++) {
             t->host[side] = malloc(t->bytes + 1);
             t->sum[side] = malloc(t->bytes + 1);
@@ -266,8 +270,9 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     for (int s = 0; s < e->stages; s++)
         if (bt_stage_is_local(e, s)) BT_TRY_GOTO(st, bt_layout_alloc_stage(e, &e->stage[s]), fail);
     if (params->training) BT_TRY_GOTO(st, build_ties(e), fail);
-    if (e->n_ties && e->dist.on) {
-        st = bt_error(BT_ERR_UNSUPPORTED, "tied parameters (shared weights) do not run across processes yet");
+    if (e->n_ties && e->dist.zero) { /* zero's chunks cut across tensors: no copy's whole sum on one rank */
+        st = bt_error(BT_ERR_INVALID_ARG, "tied parameters (shared weights) do not run with parallel.zero: 1 across "
+                      "processes yet (the replicas' gradient chunks do not follow tensors); use parallel.zero: 0");
         goto fail;
     }
     BT_TRY_GOTO(st, bt_topology_build_channels(e), fail);

@@ -35,6 +35,7 @@
  * (c x BT_MAX_MICROBATCHES + mb) */
 #define BT_TAG_PIPE 0x40000000
 #define BT_TAG_REPLICAS 0x40000001
+#define BT_TAG_TIE 0x40000003 /* a tied parameter's gradient (bt_dist_tie_exchange) */
 
 static int peer_rank(const bt_engine *e, int stage)
 {
@@ -276,6 +277,34 @@ bt_status bt_dist_exchange(bt_engine *e, const int *peers, int n, const double *
             bt_comm_cancel(&d->xrecv[i]);
             bt_comm_cancel(&d->xsend[i]);
         }
+    return s;
+}
+
+bt_status bt_dist_tie_exchange(bt_engine *e, bt_tie *t, int side)
+{
+    bt_engine_dist *d = &e->dist;
+    const bt_dist_layout *l = &d->layout;
+    int peer = bt_dist_rank_of(l, l->replica, t->stage[1 - side]->index);
+    bt_comm_req rr, sr;
+    memset(&rr, 0, sizeof rr);
+    memset(&sr, 0, sizeof sr);
+    /* the ties are taken in the same order on every rank and each waits for its message before
+     * the next: MPI keeps one pair's messages of one tag in order */
+    BT_TRY(bt_comm_irecv(d->world, t->host[1 - side], t->bytes, peer, BT_TAG_TIE, &rr));
+    bt_status s = bt_comm_isend(d->world, t->host[side], t->bytes, peer, BT_TAG_TIE, &sr);
+    if (s == BT_OK) s = bt_comm_wait(&rr, e->params.watchdog_s, &e->abort);
+    if (s == BT_ERR_TIMEOUT)
+        s = bt_error(s, "watchdog: after %.1f s, rank %d (stage %d, replica %d) waits at the optimizer step for the "
+                     "gradient of a tied parameter from rank %d (stage %d, replica %d) (lost, or stuck: see that "
+                     "rank's own message)", e->params.watchdog_s, l->rank, l->stage, l->replica, peer,
+                     peer % l->stages, peer / l->stages);
+    else if (s == BT_ERR_INTERNAL)
+        s = bt_error(s, "stopped at the optimizer step (another stage failed)");
+    if (s == BT_OK) s = bt_comm_wait(&sr, e->params.watchdog_s, &e->abort);
+    if (s != BT_OK) {
+        bt_comm_cancel(&rr);
+        bt_comm_cancel(&sr);
+    }
     return s;
 }
 

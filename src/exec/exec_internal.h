@@ -596,6 +596,10 @@ bt_status bt_dist_shm_sumsq(bt_engine *e, bt_stage *st, double *out);
 bt_status bt_dist_shm_zero_update(bt_engine *e, bt_stage *st, double lr, int64_t step, double scale);
 void bt_dist_shm_teardown(bt_engine *e);
 
+/* Tied parameters across processes (worker_step.c's exchange_tied): tie t's side on this rank
+ * (host[side], the gradient already summed over the replicas) goes to the rank of this replica
+ * holding the other side, whose gradient arrives in host[1 - side]; a timeout names that rank. */
+bt_status bt_dist_tie_exchange(bt_engine *e, bt_tie *t, int side);
 /* dist_dp.c, parallel.zero: the full state buffers sharded again (at a job's start), or gathered
  * (for a checkpoint: bt_engine_sync_params). */
 bt_status bt_dist_absorb_state(bt_engine *e, bt_stage *st);

@@ -88,13 +88,22 @@ static bt_status nonfinite_grads(bt_engine *e, bt_stage *st)
 }
 
 /* Tied parameters (bt_tie): every stage meets the others once more at STEP when the model has
- * ties; the gradients of both copies are added on the host in the same order on both sides. */
+ * ties; the gradients of both copies are added on the host in the same order on both sides.
+ * Across processes a side whose other side is on another rank trades its gradient with that rank
+ * first (bt_dist_tie_exchange; with data parallelism both are sums over the replicas already). */
 static bt_status exchange_tied(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     for (int k = 0; k < e->n_ties; k++)
         for (int side = 0; side < 2; side++) {
             bt_tie *t = &e->ties[k];
-            if (t->stage[side] == st) BT_TRY(st->be->to_host(st->dev, t->host[side], t->store[side]->g, t->bytes));
+            if (t->stage[side] != st) continue;
+            BT_TRY(st->be->to_host(st->dev, t->host[side], t->store[side]->g, t->bytes));
+            if (e->dist.on && !bt_stage_is_local(e, t->stage[1 - side]->index)) {
+                atomic_store(&w->waiting, 1);
+                bt_status s = bt_dist_tie_exchange(e, t, side);
+                atomic_store(&w->waiting, 0);
+                BT_TRY(s);
+            }
         }
     BT_TRY(stage_barrier(e, w));
     for (int k = 0; k < e->n_ties; k++)

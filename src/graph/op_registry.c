@@ -107,6 +107,10 @@ static bt_status check_def(const bt_op_def *def)
         return bt_error(BT_ERR_INVALID_ARG,
                         "bt_op_register: op '%s' gives a CUDA weight-gradient kernel but no CPU one "
                         "(cpu_backward_weight is the reference)", def->name);
+    if (def->cuda_decode && !def->cpu_decode)
+        return bt_error(BT_ERR_INVALID_ARG,
+                        "bt_op_register: op '%s' gives a CUDA decode kernel but no CPU one "
+                        "(cpu_decode is the reference)", def->name);
     if (def->min_inputs < 1 || def->max_inputs < def->min_inputs || def->max_inputs > BT_MAX_INPUTS)
         return bt_error(BT_ERR_INVALID_ARG, "bt_op_register: op '%s' has inputs %d..%d (1..%d)",
                         def->name, def->min_inputs, def->max_inputs, BT_MAX_INPUTS);
@@ -164,7 +168,8 @@ const bt_op_def *bt_op_at(int i)
     return d;
 }
 
-bt_status bt_op_registry_set_cuda(const bt_op_def *builtin, bt_op_fn forward, bt_op_fn backward)
+bt_status bt_op_registry_set_cuda(const bt_op_def *builtin, bt_op_fn forward, bt_op_fn backward,
+                                  bt_op_fn decode)
 {
     BT_TRY(bt_op_registry_init());
     bt_status st = BT_ERR_INTERNAL;
@@ -173,6 +178,7 @@ bt_status bt_op_registry_set_cuda(const bt_op_def *builtin, bt_op_fn forward, bt
         if (registry_builtin[i] != builtin) continue;
         registry[i]->cuda_forward = forward;
         registry[i]->cuda_backward = backward;
+        registry[i]->cuda_decode = decode;
         /* a built-in's W is its backward called with no input gradients (op.h), and every
          * built-in CUDA backward skips the gradients it is not given, as the CPU's do */
         if (registry[i]->cpu_backward_weight) registry[i]->cuda_backward_weight = backward;

@@ -1,11 +1,15 @@
 /* io/columns.c: datasets for any input signature (see columns.h): npy files per input with exact
- * conversion and shape checks, synthetic columns, and the view of a classic (inputs, labels)
+ * conversion and shape checks (only the columns asked for; rows left in a file of the column's own
+ * type for the loader to read), synthetic columns, and the view of a classic (inputs, labels)
  * dataset. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/util.h"
@@ -15,8 +19,13 @@
 void bt_columns_free(bt_columns *c)
 {
     if (!c) return;
-    for (int i = 0; i < c->n_cols; i++)
-        if (c->col[i].owned) free(c->col[i].data);
+    for (int i = 0; i < c->n_cols; i++) {
+        if (c->col[i].rows_in_file) {
+            close(c->col[i].file_fd);
+        } else if (c->col[i].owned) {
+            free(c->col[i].data);
+        }
+    }
     memset(c, 0, sizeof *c);
 }
 
@@ -74,14 +83,19 @@ static double npy_at(const bt_npy *a, int64_t i, int64_t *as_int, int *is_int)
     return 0;
 }
 
-/* Converts every element of a into column c (data allocated), exactly or not at all. */
-static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_t n)
+/* Bytes of a file read at once when its rows stay in the file. */
+#define BT_COLUMNS_CHECK_CHUNK ((size_t)4 << 20)
+
+/* Converts elements [first, first + count) of the file, held in a->data from its start, into
+ * column c (data allocated), exactly or not at all; with c->data NULL only checks them. */
+static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_t first, int64_t count)
 {
-    int64_t total = n * c->numel;
-    for (int64_t i = 0; i < total; i++) {
+    const int check_only = c->data == NULL;
+    for (int64_t k = 0; k < count; k++) {
+        const int64_t i = first + k;
         int64_t iv = 0;
         int is_int;
-        double v = npy_at(a, i, &iv, &is_int);
+        double v = npy_at(a, k, &iv, &is_int);
         int64_t sample = c->numel ? i / c->numel : 0, element = c->numel ? i % c->numel : 0;
         if (!is_int && !isfinite(v))
             return bt_error(BT_ERR_INVALID_ARG, "%s: sample %lld, element %lld is %s: data must be finite", path,
@@ -104,13 +118,13 @@ static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_
                 return bt_error(BT_ERR_INVALID_ARG, "%s: sample %lld, element %lld is %lld, past the i32 range",
                                 path, (long long)sample, (long long)element, (long long)iv);
             }
-            ((int32_t *)c->data)[i] = (int32_t)iv;
+            if (!check_only) ((int32_t *)c->data)[i] = (int32_t)iv;
         } else if (c->dtype == BT_F64) {
             if (is_int && (iv > (INT64_C(1) << 53) || iv < -(INT64_C(1) << 53)))
                 return bt_error(BT_ERR_INVALID_ARG,
                                 "%s: sample %lld, element %lld is %lld, which float64 cannot hold exactly", path,
                                 (long long)sample, (long long)element, (long long)iv);
-            ((double *)c->data)[i] = v;
+            if (!check_only) ((double *)c->data)[i] = v;
         } else {
             float f = (float)v;
             if ((double)f != v)
@@ -118,17 +132,62 @@ static bt_status convert(const char *path, const bt_npy *a, bt_column *c, int64_
                                 "%s: sample %lld, element %lld is %.17g, which float32 cannot hold exactly (input "
                                 "'%s' is f32): write the file as float32 (x.astype(np.float32)) or use dtype: f64",
                                 path, (long long)sample, (long long)element, v, c->name);
-            ((float *)c->data)[i] = f;
+            if (!check_only) ((float *)c->data)[i] = f;
         }
     }
     return BT_OK;
 }
 
-static bt_status load_one(const char *path, bt_column *c, int64_t *n)
+/* Checks the values of column c's file (header a) through a buffer and keeps the file open for the
+ * loader's reads of rows (c->rows_in_file). */
+static bt_status rows_in_file(const char *path, const bt_npy *a, bt_column *c)
+{
+    bt_status st = BT_OK;
+    const size_t esz = bt_npy_type_size(a->type), per = BT_COLUMNS_CHECK_CHUNK / esz;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    void *buf = malloc(per * esz);
+    if (fd < 0 || !buf) {
+        st = fd < 0 ? bt_error(BT_ERR_IO, "%s: %s", path, strerror(errno)) : bt_error(BT_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int64_t first = 0; first < a->numel; first += (int64_t)per) {
+        size_t cnt = (size_t)(a->numel - first) < per ? (size_t)(a->numel - first) : per, got = 0;
+        while (got < cnt * esz) {
+            ssize_t r = pread(fd, (char *)buf + got, cnt * esz - got, (off_t)(a->data_offset + (size_t)first * esz + got));
+            if (r <= 0) {
+                st = bt_error(BT_ERR_IO, "%s: %s", path, r < 0 ? strerror(errno) : "shorter than its header says");
+                goto fail;
+            }
+            got += (size_t)r;
+        }
+        bt_npy part = *a;
+        part.data = buf;
+        BT_TRY_GOTO(st, convert(path, &part, c, first, (int64_t)cnt), fail);
+    }
+    free(buf);
+    c->rows_in_file = 1;
+    c->file_fd = fd;
+    c->file_offset = a->data_offset;
+    return BT_OK;
+fail:
+    free(buf);
+    if (fd >= 0) close(fd);
+    return st;
+}
+
+/* The column dtype whose values are an npy type's own: the file can be mapped as the column. */
+static int same_type(bt_npy_type t, bt_dtype d)
+{
+    return (t == BT_NPY_F4 && d == BT_F32) || (t == BT_NPY_F8 && d == BT_F64) || (t == BT_NPY_I4 && d == BT_I32);
+}
+
+/* how: 0 checks the header only (data NULL), 1 reads and converts, 2 leaves the rows in a file of
+ * the column's own type (rows_in_file; other types are read and converted). */
+static bt_status load_one(const char *path, bt_column *c, int64_t *n, int how)
 {
     bt_npy a;
     char got[160], want[160];
-    BT_TRY(bt_npy_read(path, &a));
+    BT_TRY(how == 1 ? bt_npy_read(path, &a) : bt_npy_read_header(path, &a));
     bt_status st = BT_OK;
     int fits = a.ndim == c->shape.ndim + 1;
     for (int d = 0; fits && d < c->shape.ndim; d++) fits = a.dim[d + 1] == c->shape.dim[d];
@@ -144,19 +203,29 @@ static bt_status load_one(const char *path, bt_column *c, int64_t *n)
         goto done;
     }
     *n = a.dim[0];
+    if (how == 0) goto done;
+    if (how == 2 && same_type(a.type, c->dtype)) {
+        st = rows_in_file(path, &a, c);
+        goto done;
+    }
+    if (how == 2) { /* converted into memory: read it whole */
+        bt_npy_free(&a);
+        BT_TRY(bt_npy_read(path, &a));
+    }
     c->data = malloc((size_t)a.numel * bt_dtype_size(c->dtype) + 1);
     c->owned = 1;
     if (!c->data) {
         st = bt_error(BT_ERR_NOMEM, "%s: cannot allocate %lld elements", path, (long long)a.numel);
         goto done;
     }
-    st = convert(path, &a, c, *n);
+    st = convert(path, &a, c, 0, *n * c->numel);
 done:
     bt_npy_free(&a);
     return st;
 }
 
-bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec, bt_columns *out)
+bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec,
+                              const unsigned char *use, bt_columns *out)
 {
     bt_status st = BT_OK;
     memset(out, 0, sizeof *out);
@@ -186,7 +255,7 @@ bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, 
         out->col[c] = spec[c];
         out->col[c].data = NULL;
         out->n_cols = c + 1;
-        BT_TRY_GOTO(st, load_one(path, &out->col[c], &n), fail);
+        BT_TRY_GOTO(st, load_one(path, &out->col[c], &n, !use ? 1 : use[c] ? 2 : 0), fail);
     }
     out->n = n;
     if (n < 1) {
@@ -239,7 +308,7 @@ bt_status bt_columns_from_dataset(const bt_dataset *ds, const bt_column *spec, i
     bt_column *x = &out->col[input_col];
     x->owned = 0;
     x->data = ds->inputs;
-    if (x->dtype == BT_F64) {
+    if (x->dtype == BT_F64 && ds->inputs) {
         size_t total = (size_t)ds->n * (size_t)ds->sample_numel;
         double *d = malloc(total * sizeof *d + 1);
         if (!d) return bt_error(BT_ERR_NOMEM, "data: cannot convert %lld samples to f64", (long long)ds->n);

@@ -27,8 +27,12 @@ typedef struct bt_column {
     bt_shape shape;        /* per sample, as declared */
     int64_t numel;         /* elements per sample */
     int64_t int_hi;        /* i32: values must lie in [0, int_hi); 0: any i32 */
-    void *data;            /* (n, numel), row-major; NULL in a spec */
+    void *data;            /* (n, numel), row-major; NULL in a spec, and for a column not loaded */
     int owned;             /* data is freed by bt_columns_free */
+    int rows_in_file;      /* data is NULL: the loader reads each row it gathers from file_fd at
+                              file_offset + row x row bytes (the fd is closed by bt_columns_free) */
+    int file_fd;
+    uint64_t file_offset;
 } bt_column;
 
 typedef struct bt_columns {
@@ -39,8 +43,17 @@ typedef struct bt_columns {
 
 /* Loads src (type npy with inputs:) for the columns spec describes (one per model input, data
  * NULL): every spec column must be named by a file, and every file must name a spec column. The
- * caller owns out (bt_columns_free); on failure *out is zeroed. */
-bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec, bt_columns *out);
+ * caller owns out (bt_columns_free); on failure *out is zeroed.
+ *
+ * use NULL: every column is read into memory. Otherwise only what is read is held: a column with
+ * use[c] = 0 has its file's header checked (shape, sample count) and data NULL; a column with
+ * use[c] = 1 whose file is already in the column's dtype ('<f4' for f32, '<i4' for i32, '<f8' for
+ * f64) stays in the file: its values are checked as the file is read through a 4 MiB buffer, and
+ * the loader reads each row it gathers from the file (rows_in_file), so the resident memory holds
+ * no rows but the batches' (a rank of a data-parallel job: its replica's rows). Other file types
+ * are converted into memory. */
+bt_status bt_columns_load_npy(const bt_data_source *src, const bt_column *spec, int n_spec,
+                              const unsigned char *use, bt_columns *out);
 
 /* n synthetic samples shaped like spec: floats uniform in [-1, 1], integers uniform in
  * [0, int_hi) ([0, 2) without a range). seed picks the stream, split (0 train, 1 eval) keeps the

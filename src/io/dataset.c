@@ -49,13 +49,19 @@ static bt_status synthetic(int64_t n, int64_t numel, int classes, uint64_t seed,
 bt_status bt_dataset_load(const bt_data_source *src, int64_t sample_numel, int n_classes,
                           uint64_t seed, int split, bt_dataset *out)
 {
+    return bt_dataset_load_part(src, sample_numel, n_classes, seed, split, 1, out);
+}
+
+bt_status bt_dataset_load_part(const bt_data_source *src, int64_t sample_numel, int n_classes, uint64_t seed,
+                               int split, int inputs, bt_dataset *out)
+{
     memset(out, 0, sizeof *out);
     switch (src->kind) {
     case BT_DATA_NONE: return bt_error(BT_ERR_INVALID_ARG, "no data source given");
     case BT_DATA_SYNTHETIC:
         return synthetic(src->samples > 0 ? src->samples : 10000, sample_numel, n_classes, seed, split, out);
-    case BT_DATA_IDX: BT_TRY(bt_idx_load_pair(src->images, src->labels, n_classes, out)); break;
-    case BT_DATA_NPY: BT_TRY(bt_npy_load_pair(src->images, src->labels, n_classes, out)); break;
+    case BT_DATA_IDX: BT_TRY(bt_idx_load_pair_part(src->images, src->labels, n_classes, inputs, out)); break;
+    case BT_DATA_NPY: BT_TRY(bt_npy_load_pair_part(src->images, src->labels, n_classes, inputs, out)); break;
     case BT_DATA_TEXT:
     case BT_DATA_TOKENS:
         return bt_error(BT_ERR_INVALID_ARG, "%s: text and token data feed language models (train/lm.c), not "

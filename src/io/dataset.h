@@ -17,5 +17,10 @@
  * same task. Errors name the file. */
 bt_status bt_dataset_load(const bt_data_source *src, int64_t sample_numel, int n_classes,
                           uint64_t seed, int split, bt_dataset *out);
+/* inputs = 0: files give their labels only (out->inputs NULL; the inputs file's header is
+ * checked, not its data), for a rank whose stage never reads the inputs; synthetic data is made
+ * whole (its labels come from its inputs). inputs = 1: bt_dataset_load. */
+bt_status bt_dataset_load_part(const bt_data_source *src, int64_t sample_numel, int n_classes, uint64_t seed,
+                               int split, int inputs, bt_dataset *out);
 
 #endif

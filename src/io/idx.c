@@ -96,7 +96,12 @@ static uint32_t be32(const unsigned char *b)
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
 }
 
-bt_status bt_idx_read(const char *path, bt_idx *out)
+static bt_status read_idx(const char *path, int header_only, bt_idx *out);
+
+bt_status bt_idx_read(const char *path, bt_idx *out) { return read_idx(path, 0, out); }
+bt_status bt_idx_read_header(const char *path, bt_idx *out) { return read_idx(path, 1, out); }
+
+static bt_status read_idx(const char *path, int header_only, bt_idx *out)
 {
     bt_status st = BT_OK;
     gzFile gz = NULL;
@@ -178,6 +183,10 @@ bt_status bt_idx_read(const char *path, bt_idx *out)
             goto fail;
         }
     }
+    if (header_only) {
+        gzclose(gz);
+        return BT_OK;
+    }
     BT_TRY_GOTO(st, read_data(gz, path, numel, &out->data, &got), fail);
     if (got < numel) {
         st = bt_error(BT_ERR_IO, "%s: truncated: the dims need %llu data bytes, the file has %llu",
@@ -202,11 +211,17 @@ fail:
 bt_status bt_idx_load_pair(const char *images_path, const char *labels_path, int n_classes,
                            bt_dataset *out)
 {
+    return bt_idx_load_pair_part(images_path, labels_path, n_classes, 1, out);
+}
+
+bt_status bt_idx_load_pair_part(const char *images_path, const char *labels_path, int n_classes, int inputs,
+                                bt_dataset *out)
+{
     bt_status st = BT_OK;
     bt_idx images = {0}, labels = {0};
     memset(out, 0, sizeof *out);
     if (n_classes < 1) return bt_error(BT_ERR_INVALID_ARG, "idx: n_classes %d < 1", n_classes);
-    BT_TRY_GOTO(st, bt_idx_read(images_path, &images), fail);
+    BT_TRY_GOTO(st, inputs ? bt_idx_read(images_path, &images) : bt_idx_read_header(images_path, &images), fail);
     BT_TRY_GOTO(st, bt_idx_read(labels_path, &labels), fail);
     if (images.ndim < 2) {
         st = bt_error(BT_ERR_IO, "%s: images need at least 2 dims (n, ...), the file has %d",
@@ -234,14 +249,14 @@ bt_status bt_idx_load_pair(const char *images_path, const char *labels_path, int
     out->sample_shape.ndim = images.ndim - 1;
     for (int d = 1; d < images.ndim; d++) out->sample_shape.dim[d - 1] = images.dim[d];
     out->sample_numel = bt_shape_numel(&out->sample_shape);
-    out->inputs = malloc((size_t)(images.numel ? images.numel : 1) * sizeof *out->inputs);
+    if (inputs) out->inputs = malloc((size_t)(images.numel ? images.numel : 1) * sizeof *out->inputs);
     out->labels = malloc((size_t)(out->n ? out->n : 1) * sizeof *out->labels);
-    if (!out->inputs || !out->labels) {
+    if ((inputs && !out->inputs) || !out->labels) {
         st = bt_error(BT_ERR_NOMEM, "%s: out of memory converting %lld images", images_path,
                       (long long)out->n);
         goto fail;
     }
-    for (int64_t i = 0; i < images.numel; i++) out->inputs[i] = (float)images.data[i] / 255.0f;
+    for (int64_t i = 0; inputs && i < images.numel; i++) out->inputs[i] = (float)images.data[i] / 255.0f;
     for (int64_t i = 0; i < out->n; i++) out->labels[i] = labels.data[i];
     bt_idx_free(&images);
     bt_idx_free(&labels);

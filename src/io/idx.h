@@ -33,12 +33,14 @@ typedef struct bt_idx {
  * unreadable, bad magic, unsupported element type, absurd dims (a zero dim after the first, or
  * more than BT_IDX_MAX_ELEMENTS elements), truncated data, trailing bytes, corrupt gzip stream. */
 bt_status bt_idx_read(const char *path, bt_idx *out);
+/* The magic and dims only (out->data NULL): what a rank that never reads the elements checks. */
+bt_status bt_idx_read_header(const char *path, bt_idx *out);
 /* Frees the data and zeroes *idx; accepts NULL and zeroed structs. */
 void bt_idx_free(bt_idx *idx);
 
 /* A labelled dataset in memory: n samples of sample_shape float inputs and one class each. */
 typedef struct bt_dataset {
-    float *inputs;        /* owned; (n, sample_numel) row-major */
+    float *inputs;        /* owned; (n, sample_numel) row-major; NULL when loaded without them */
     int32_t *labels;      /* owned; (n), each in [0, n_classes) */
     int64_t n;
     bt_shape sample_shape; /* per sample, e.g. [28, 28] for IDX images */
@@ -52,6 +54,10 @@ typedef struct bt_dataset {
  * out (free with bt_dataset_free); on failure *out is zeroed. */
 bt_status bt_idx_load_pair(const char *images_path, const char *labels_path, int n_classes,
                            bt_dataset *out);
+/* inputs = 0: the labels only (out->inputs NULL; the images file's header is checked, its
+ * elements are not read): a rank whose stage never reads the images. inputs = 1: the above. */
+bt_status bt_idx_load_pair_part(const char *images_path, const char *labels_path, int n_classes, int inputs,
+                                bt_dataset *out);
 /* Frees the arrays and zeroes *ds; accepts NULL and zeroed structs. */
 void bt_dataset_free(bt_dataset *ds);
 

@@ -4,10 +4,14 @@
  * (samples, labels), and its batches also carry them as inputs and labels. The permutation of an epoch is a seeded Fisher-Yates shuffle, recomputed by the
  * thread when it enters an epoch, so (seed, epoch, index) fully determines a batch. A shard loader
  * (one rank of a job across processes) gathers only its rows of each batch and only the columns
- * its stage reads: the same permutation and positions, a slice of the same batches. */
+ * its stage reads: the same permutation and positions, a slice of the same batches. A column whose
+ * rows stay in their file (bt_column.rows_in_file) is gathered with one pread per row. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/util.h"
 #include "core/error.h"
@@ -17,6 +21,7 @@ typedef struct loader_slot {
     void *cols[BT_COLUMNS_MAX];
     bt_batch batch;
     int full;
+    char error[256];       /* a row that could not be read from its file (rows_in_file), or "" */
 } loader_slot;
 
 struct bt_loader {
@@ -66,6 +71,7 @@ static size_t row_bytes(const bt_column *c) { return (size_t)c->numel * bt_dtype
 static void fill(bt_loader *l, loader_slot *slot, int64_t epoch, int64_t index)
 {
     const bt_columns *cols = &l->cols;
+    slot->error[0] = '\0';
     if (l->perm_epoch != epoch) make_perm(l, epoch);
     int64_t start = index * l->batch + l->first, valid = 0;
     for (int64_t r = 0; r < l->rows; r++) {
@@ -74,8 +80,23 @@ static void fill(bt_loader *l, loader_slot *slot, int64_t epoch, int64_t index)
         if (pos < cols->n) valid++;
         for (int c = 0; c < cols->n_cols; c++) {
             if (!l->use[c]) continue;
-            size_t row = row_bytes(&cols->col[c]);
-            memcpy((char *)slot->cols[c] + (size_t)r * row, (const char *)cols->col[c].data + (size_t)src * row, row);
+            const bt_column *col = &cols->col[c];
+            size_t row = row_bytes(col);
+            char *dst = (char *)slot->cols[c] + (size_t)r * row;
+            if (!col->rows_in_file) {
+                memcpy(dst, (const char *)col->data + (size_t)src * row, row);
+                continue;
+            }
+            /* the row from its file (io/columns.h): the process holds no rows but the batches' */
+            for (size_t got = 0; got < row && !slot->error[0];) {
+                ssize_t n = pread(col->file_fd, dst + got, row - got,
+                                  (off_t)(col->file_offset + (uint64_t)src * row + got));
+                if (n <= 0)
+                    snprintf(slot->error, sizeof slot->error, "data: input '%s', sample %lld: %s", col->name,
+                             (long long)src, n < 0 ? strerror(errno) : "the file is shorter than when it was checked");
+                else
+                    got += (size_t)n;
+            }
         }
     }
     memset(&slot->batch, 0, sizeof slot->batch);
@@ -251,7 +272,14 @@ bt_status bt_loader_next(bt_loader *l, bt_batch *out)
         return bt_error(BT_ERR_INVALID_ARG, "loader: release the previous batch first");
     }
     while (l->produced <= l->consumed) pthread_cond_wait(&l->cv, &l->mu);
-    *out = l->slots[l->consumed % l->n_slots].batch;
+    const loader_slot *slot = &l->slots[l->consumed % l->n_slots];
+    if (slot->error[0]) {
+        char msg[sizeof slot->error];
+        memcpy(msg, slot->error, sizeof msg);
+        pthread_mutex_unlock(&l->mu);
+        return bt_error(BT_ERR_IO, "%s", msg);
+    }
+    *out = slot->batch;
     l->out = 1;
     pthread_mutex_unlock(&l->mu);
     return BT_OK;

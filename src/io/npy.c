@@ -180,7 +180,12 @@ static bt_status parse_header(const char *path, const char *text, size_t len, bt
 
 /* ---- reading ---- */
 
-bt_status bt_npy_read(const char *path, bt_npy *out)
+static bt_status read_npy(const char *path, int header_only, bt_npy *out);
+
+bt_status bt_npy_read(const char *path, bt_npy *out) { return read_npy(path, 0, out); }
+bt_status bt_npy_read_header(const char *path, bt_npy *out) { return read_npy(path, 1, out); }
+
+static bt_status read_npy(const char *path, int header_only, bt_npy *out)
 {
     bt_status st = BT_OK;
     FILE *fp = NULL;
@@ -250,6 +255,8 @@ bt_status bt_npy_read(const char *path, bt_npy *out)
     }
     out->numel = (int64_t)numel;
     out->nbytes = (size_t)nbytes;
+    out->data_offset = (size_t)start;
+    if (header_only) goto done;
     out->data = malloc(nbytes ? (size_t)nbytes : 1);
     if (!out->data) {
         st = bt_error(BT_ERR_NOMEM, "%s: cannot allocate %llu bytes", path,
@@ -260,6 +267,7 @@ bt_status bt_npy_read(const char *path, bt_npy *out)
         st = bt_error(BT_ERR_IO, "%s: read error: %s", path, strerror(errno));
         goto fail;
     }
+done:
     free(header);
     fclose(fp);
     return BT_OK;
@@ -349,11 +357,17 @@ static int64_t int_at(const bt_npy *a, int64_t i)
 bt_status bt_npy_load_pair(const char *inputs_path, const char *labels_path, int n_classes,
                            bt_dataset *out)
 {
+    return bt_npy_load_pair_part(inputs_path, labels_path, n_classes, 1, out);
+}
+
+bt_status bt_npy_load_pair_part(const char *inputs_path, const char *labels_path, int n_classes, int inputs,
+                                bt_dataset *out)
+{
     bt_status st = BT_OK;
     bt_npy x = {0}, y = {0};
     memset(out, 0, sizeof *out);
     if (n_classes < 1) return bt_error(BT_ERR_INVALID_ARG, "npy: n_classes %d < 1", n_classes);
-    BT_TRY_GOTO(st, bt_npy_read(inputs_path, &x), fail);
+    BT_TRY_GOTO(st, inputs ? bt_npy_read(inputs_path, &x) : bt_npy_read_header(inputs_path, &x), fail);
     BT_TRY_GOTO(st, bt_npy_read(labels_path, &y), fail);
     if (x.ndim < 1 || x.ndim - 1 > BT_MAX_DIMS) {
         st = bt_error(BT_ERR_IO, "%s: inputs need 1 to %d dims (n, ...), the file has %d",
@@ -388,13 +402,13 @@ bt_status bt_npy_load_pair(const char *inputs_path, const char *labels_path, int
     out->sample_shape.ndim = x.ndim - 1;
     for (int d = 1; d < x.ndim; d++) out->sample_shape.dim[d - 1] = x.dim[d];
     out->sample_numel = bt_shape_numel(&out->sample_shape);
-    out->inputs = malloc((size_t)(x.numel ? x.numel : 1) * sizeof *out->inputs);
+    if (inputs) out->inputs = malloc((size_t)(x.numel ? x.numel : 1) * sizeof *out->inputs);
     out->labels = malloc((size_t)(out->n ? out->n : 1) * sizeof *out->labels);
-    if (!out->inputs || !out->labels) {
+    if ((inputs && !out->inputs) || !out->labels) {
         st = bt_error(BT_ERR_NOMEM, "%s: out of memory", inputs_path);
         goto fail;
     }
-    for (int64_t i = 0; i < x.numel; i++) {
+    for (int64_t i = 0; inputs && i < x.numel; i++) {
         double v;
         if (x.type == BT_NPY_U1)
             out->inputs[i] = (float)((const uint8_t *)x.data)[i] / 255.0f;

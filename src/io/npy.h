@@ -38,7 +38,8 @@ typedef struct bt_npy {
     int64_t dim[BT_NPY_MAX_DIMS];
     int64_t numel;
     size_t nbytes;
-    void *data;                   /* owned (malloc), C order */
+    void *data;                   /* owned (malloc), C order; NULL from a header read */
+    size_t data_offset;           /* where the data starts in the file */
 } bt_npy;
 
 /* Bytes per element and the descr string ("<f4", ...). */
@@ -48,6 +49,9 @@ const char *bt_npy_type_descr(bt_npy_type type);
 /* Reads path. On success the caller owns out->data (free with bt_npy_free); on failure *out is
  * zeroed and the BT_ERR_IO message names the file. */
 bt_status bt_npy_read(const char *path, bt_npy *out);
+/* The header only: type, shape, numel, nbytes and data_offset, checked against the file's size
+ * as bt_npy_read does; out->data is NULL (read rows with pread at data_offset). */
+bt_status bt_npy_read_header(const char *path, bt_npy *out);
 /* Frees the data and zeroes *a; accepts NULL and zeroed structs. */
 void bt_npy_free(bt_npy *a);
 
@@ -63,5 +67,9 @@ bt_status bt_npy_write(const char *path, bt_dtype dtype, int ndim, const int64_t
  * Errors name the file, and for a bad label its index and value. */
 bt_status bt_npy_load_pair(const char *inputs_path, const char *labels_path, int n_classes,
                            bt_dataset *out);
+/* inputs = 0: the labels only (out->inputs NULL; the inputs file's header is checked, its data is
+ * not read), for a rank whose stage never reads the inputs. */
+bt_status bt_npy_load_pair_part(const char *inputs_path, const char *labels_path, int n_classes, int inputs,
+                                bt_dataset *out);
 
 #endif

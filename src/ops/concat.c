@@ -2,7 +2,8 @@
  *   split(x): args parts (n), index (i): the i-th of n equal chunks of x's last dim ([..., D] ->
  *     [..., D / n]; D divisible by n), e.g. q, k or v out of one `linear` to 3C.
  *   concat(a, b, ...): 2 to 8 inputs with equal leading dims joined along the last dim.
- * Forward copies, backward adds the matching columns of the gradient back. f32 and f64. */
+ * Forward copies, backward adds the matching columns of the gradient back. f32 and f64. The
+ * forwards count rows from the call's tensors (ops/op_configs.h), so one position's row decodes. */
 #include <string.h>
 
 #include "ops/op_configs.h"

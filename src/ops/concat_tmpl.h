@@ -6,7 +6,7 @@
 static bt_status R(split_forward)(const bt_op_call *call)
 {
     const bt_concat_config *cf = call->config;
-    const int64_t rows = call->batch * cf->rows, w = cf->width[0];
+    const int64_t rows = bt_ops_whole(&call->in[0], cf->d), w = cf->width[0]; /* batch * rows but decoding */
     const REAL *x = (const REAL *)call->in[0].data + cf->offset[0];
     REAL *y = call->out->data;
     for (int64_t r = 0; r < rows; r++) memcpy(y + r * w, x + r * cf->d, (size_t)w * sizeof *y);
@@ -27,7 +27,7 @@ static bt_status R(split_backward)(const bt_op_call *call)
 static bt_status R(concat_forward)(const bt_op_call *call)
 {
     const bt_concat_config *cf = call->config;
-    const int64_t rows = call->batch * cf->rows;
+    const int64_t rows = bt_ops_whole(call->out, cf->d); /* batch * rows but decoding */
     REAL *y = call->out->data;
     for (int p = 0; p < cf->n; p++) {
         const REAL *x = call->in[p].data;

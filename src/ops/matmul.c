@@ -3,7 +3,10 @@
  *     a and b equal (one product per leading index); rank-1 operands are not promoted. Gradients
  *     flow to both: da += dy b^T, db += a^T dy.
  *   transpose(x): swaps the last two dims, [..., R, C] -> [..., C, R].
- * Kernels are GEMMs through cpu/blas.h and plain loops. */
+ * Kernels are GEMMs through cpu/blas.h and plain loops. The forwards count matrices from the
+ * call's tensors (ops/op_configs.h, bt_ops_whole), so that decoding one position of a sequence
+ * (bt_generate) runs one row's matrices where the sequence is a leading dimension, and refuses
+ * where it is a matrix dimension. */
 #include <string.h>
 
 #include "ops/op_configs.h"
@@ -16,6 +19,14 @@
 #define BT_REAL_BITS 64
 #include "ops/real.h"
 #include "ops/matmul_tmpl.h"
+
+bt_status bt_ops_matmul_rows_error(const char *op)
+{
+    return bt_op_error(BT_ERR_UNSUPPORTED,
+                       "%s: the call's tensors do not hold whole matrices: one position of a sequence "
+                       "cannot be decoded alone where the sequence is one of the matrix dimensions "
+                       "(only leading dimensions run along it)", op);
+}
 
 BT_OPS_DISPATCH("matmul", matmul_forward, call->out->dtype)
 BT_OPS_DISPATCH("matmul", matmul_backward, call->out_grad->dtype)

@@ -4,7 +4,9 @@
 static bt_status R(matmul_forward)(const bt_op_call *call)
 {
     const bt_matmul_config *cf = call->config;
-    const int64_t M = cf->m, K = cf->k, N = cf->n, mats = call->batch * cf->lead;
+    const int64_t M = cf->m, K = cf->k, N = cf->n, mats = bt_ops_whole(call->out, M * N);
+    if (mats < 0 || bt_ops_whole(&call->in[0], M * K) != mats || bt_ops_whole(&call->in[1], K * N) != mats)
+        return bt_ops_matmul_rows_error("matmul");
     const REAL *a = call->in[0].data, *b = call->in[1].data; /* (mats, M, K), (mats, K, N) */
     REAL *y = call->out->data;                               /* (mats, M, N) */
     for (int64_t q = 0; q < mats; q++)
@@ -50,7 +52,9 @@ static void R(transpose_run)(const REAL *x, REAL *y, int64_t mats, int64_t r, in
 static bt_status R(transpose_forward)(const bt_op_call *call)
 {
     const bt_matmul_config *cf = call->config;
-    R(transpose_run)(call->in[0].data, call->out->data, call->batch * cf->lead, cf->m, cf->n, 0);
+    const int64_t mats = bt_ops_whole(&call->in[0], cf->m * cf->n);
+    if (mats < 0) return bt_ops_matmul_rows_error("transpose");
+    R(transpose_run)(call->in[0].data, call->out->data, mats, cf->m, cf->n, 0);
     return BT_OK;
 }
 

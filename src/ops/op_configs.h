@@ -111,6 +111,19 @@ typedef struct bt_matmul_config {
 } bt_matmul_config;
 BT_OPS_CONFIG_FITS(bt_matmul_config);
 
+/* The forwards of matmul, transpose, split and concat count their matrices and rows from the
+ * call's tensors, not from the config (batch * lead, batch * rows): the two agree in every call
+ * but a decoding one (bt_generate), where a value [T, ...] arrives as the one position's row
+ * [1, ...] and T was one of the leading dims. Whole matrices of `per` elements in t, or -1 where
+ * t does not hold a whole number of them (a matmul whose matrices span the sequence: it cannot
+ * decode one position alone). */
+static inline int64_t bt_ops_whole(const bt_tensor *t, int64_t per)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->dim[i];
+    return per > 0 && n % per == 0 ? n / per : -1;
+}
+
 /* split and concat on the last dimension: rows of the inputs (everything but the last dim), the
  * output's last dim and each input's width and offset into it (concat), or the input's width and
  * the chunk's width and offset (split: n_in 1, width[0] the chunk). */

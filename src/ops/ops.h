@@ -68,6 +68,10 @@ bt_status bt_ops_bad_dtype(const char *op, bt_dtype dtype);
  * micro-batch's tensor; the CPU kernels and the CUDA backend's fault reports share them. */
 bt_status bt_ops_embedding_bad_index(int64_t at, int32_t index, int64_t num);
 bt_status bt_ops_cross_entropy_bad_label(int64_t at, int32_t label, int64_t classes);
+/* The error of matmul and transpose (CPU and CUDA) when a call's tensors do not hold whole
+ * matrices (op_configs.h, bt_ops_whole): decoding one position where the sequence is a matrix
+ * dimension (BT_ERR_UNSUPPORTED). */
+bt_status bt_ops_matmul_rows_error(const char *op);
 
 /* Defines `static bt_status fn(const bt_op_call *call)` that runs fn##_f32 or fn##_f64 by the
  * dtype `dtype_expr` evaluates to (an expression over `call`). */

@@ -1,4 +1,9 @@
-/* train/lm.c: the language-model training loop (see lm.h). */
+/* train/lm.c: the language-model training loop (see lm.h): windows of a token array as the
+ * source of the loop both training loops share (train_loop.c). Across processes each rank draws
+ * the windows of every global batch as one process does and fills only its replica's rows, and
+ * only the inputs its stage reads (the first stage the tokens, the last the labels); the
+ * evaluation feeds whole batches, each replica's last stage scores its rows, and the engine
+ * shares every per-sample loss, so every rank reports the global mean. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "io/columns.h"
 #include "train/lm.h"
+#include "train/train_loop.h"
 
 /* Evaluation windows: at most this many batches, spread evenly over the validation split. */
 #define BT_LM_EVAL_BATCHES 200
@@ -38,6 +44,9 @@ struct bt_lm {
     bt_weights_report init_report;
     int has_init_report;
     double *losses;        /* (batch) */
+    int64_t first_row, rows; /* this rank's rows of a global batch (bt_engine_feed_rows) */
+    int read_idx, read_label; /* whether this rank's stage reads the tokens, the labels */
+    int local_feeds;       /* the training feeds hold this rank's rows and inputs only */
 };
 
 int bt_lm_wanted(const bt_model *m)
@@ -172,23 +181,19 @@ static bt_status resume(bt_lm *t)
 bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *opts, bt_lm **out)
 {
     *out = NULL;
-    if (opts->resume && opts->init)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "resuming (%s) and initialising from weights (%s) at once: a resumed run takes its weights "
-                        "from the checkpoint; give one of them", opts->resume, opts->init);
-    if (opts->init_partial && !opts->init)
-        return bt_error(BT_ERR_INVALID_ARG, "a partial weight load was asked for without weights to load");
-    if (opts->checkpoint_shards && !opts->checkpoint_dir)
-        return bt_error(BT_ERR_INVALID_ARG, "sharded checkpoints were asked for, but no checkpoint directory was given "
-                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written");
+    BT_TRY(bt_train_check_opts(opts));
     bt_lm *t = calloc(1, sizeof *t);
     if (!t) return bt_error(BT_ERR_NOMEM, "out of memory");
     t->model = m;
     t->engine = e;
     t->opts = *opts;
-    t->batch = m->train.batch;
+    t->batch = bt_engine_batch(e); /* --batch beats train.batch */
     bt_status st = BT_OK;
     BT_TRY_GOTO(st, load_data(t), fail);
+    bt_engine_feed_rows(e, &t->first_row, &t->rows);
+    t->read_idx = bt_engine_reads_input(e, t->idx_name);
+    t->read_label = bt_engine_reads_input(e, t->label_name);
+    t->local_feeds = t->rows < t->batch || !t->read_idx || !t->read_label;
     t->per_epoch = (int64_t)(t->n_train / ((size_t)t->seq_len * (size_t)t->batch) + 1);
     t->total_steps = opts->steps > 0 ? opts->steps : (int64_t)(opts->epochs > 0 ? opts->epochs : 1) * t->per_epoch;
     t->idx = malloc((size_t)t->batch * (size_t)t->seq_len * sizeof *t->idx);
@@ -332,68 +337,53 @@ bt_status bt_lm_evaluate(bt_lm *t, double *loss, int64_t *tokens)
     return BT_OK;
 }
 
-static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user);
+/* ---- the shared loop (train_loop.c) ---------------------------------------------------------- */
 
-static bt_status eval_event(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
+/* Step step's windows (0-based; seeded by the seed and step + 1): every rank draws the global
+ * batch's offsets in order and fills its own rows [first_row, first_row + rows) at the start of
+ * the buffers (with whole feeds, every row). */
+static bt_status loop_feeds(void *src, int64_t step, bt_feed *feeds, int *n_feeds, int *local)
 {
-    bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps, .accuracy = NAN};
-    double t0 = bt_now_ms();
-    BT_TRY(bt_lm_evaluate(t, &ev.loss, &ev.samples));
-    ev.eval_ms = bt_now_ms() - t0;
-    if (cb) cb(&ev, user);
+    bt_lm *t = src;
+    const size_t starts = t->n_train - (size_t)t->seq_len - 1;
+    uint64_t rng = bt_mix64(t->opts.seed ^ (0x6c6dULL + (uint64_t)(step + 1) * 0x9e3779b97f4a7c15ULL));
+    const int64_t first = t->local_feeds ? t->first_row : 0, rows = t->local_feeds ? t->rows : t->batch;
+    for (int64_t b = 0; b < first; b++) (void)bt_rng_next(&rng); /* the other replicas' rows before ours */
+    for (int64_t b = 0; b < rows; b++) fill_window(t, t->train, (size_t)(bt_rng_next(&rng) % starts), (int)b);
+    int n = 0;
+    if (!t->local_feeds || t->read_idx) feeds[n++] = (bt_feed){t->idx_name, t->idx, BT_I32};
+    if (!t->local_feeds || t->read_label) feeds[n++] = (bt_feed){t->label_name, t->label, BT_I32};
+    *n_feeds = n;
+    *local = t->local_feeds;
     return BT_OK;
+}
+
+static bt_status loop_evaluate(void *src, bt_train_event *ev)
+{
+    bt_lm *t = src;
+    BT_TRY(bt_engine_set_local_feeds(t->engine, 0)); /* whole batches: every rank gets every loss */
+    return bt_lm_evaluate(t, &ev->loss, &ev->samples);
+}
+
+/* vocab.txt beside the checkpoint (rank 0), for `baton generate`. */
+static bt_status loop_saved(void *src, int64_t step)
+{
+    bt_lm *t = src;
+    (void)step;
+    if (bt_engine_rank(t->engine) != 0 || !t->have_vocab) return BT_OK;
+    char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
+    if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
+    bt_status st = bt_vocab_save(&t->vocab, vp);
+    free(vp);
+    return st;
 }
 
 bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)
 {
-    bt_feed feeds[] = {{t->idx_name, t->idx, BT_I32}, {t->label_name, t->label, BT_I32}};
-    const size_t starts = t->n_train - (size_t)t->seq_len - 1;
-    t->stopped_at = 0;
-    if (t->first_step >= t->total_steps) return BT_OK; /* a resumed run already at its end */
-    for (int64_t step = t->first_step + 1; step <= t->total_steps; step++) {
-        uint64_t rng = bt_mix64(t->opts.seed ^ (0x6c6dULL + (uint64_t)step * 0x9e3779b97f4a7c15ULL));
-        for (int b = 0; b < t->batch; b++) fill_window(t, t->train, (size_t)(bt_rng_next(&rng) % starts), b);
-        bt_step_result r;
-        BT_TRY(bt_engine_train_step(t->engine, feeds, 2, &r));
-        if (!isfinite(r.loss)) return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is not finite (%g)", (long long)step, r.loss);
-        bt_train_event ev = {.kind = BT_EV_STEP, .step = step, .total_steps = t->total_steps,
-                             .epoch = (step - 1) / t->per_epoch, .result = &r};
-        if (cb) cb(&ev, user);
-        int stop = 0; /* across processes every rank stops after the same step */
-        if (t->opts.stop) BT_TRY(bt_engine_agree_stop(t->engine, *t->opts.stop != 0, &stop));
-        if (stop) { /* a signal: checkpoint, no evaluation */
-            t->stopped_at = step;
-            break;
-        }
-        if (t->opts.eval_every > 0 && step % t->opts.eval_every == 0 && step != t->total_steps)
-            BT_TRY(eval_event(t, step, cb, user));
-        if (t->opts.checkpoint_dir && t->opts.checkpoint_every > 0 && step % t->opts.checkpoint_every == 0 &&
-            step != t->total_steps)
-            BT_TRY(save(t, step, cb, user));
-    }
-    if (t->opts.eval_every >= 0 && !t->stopped_at) BT_TRY(eval_event(t, t->total_steps, cb, user));
-    if (t->opts.checkpoint_dir) BT_TRY(save(t, t->stopped_at ? t->stopped_at : t->total_steps, cb, user));
-    return BT_OK;
-}
-
-/* A checkpoint of step (keep_last numbered files kept) and vocab.txt beside it. */
-static bt_status save(bt_lm *t, int64_t step, bt_train_callback cb, void *user)
-{
-    /* the data position is the step (see resume); meta.step counts the optimizer's steps */
-    bt_checkpoint_meta meta = {.step = bt_engine_step(t->engine), .epoch = step / t->per_epoch,
-                               .batch_index = step % t->per_epoch, .batches_per_epoch = t->per_epoch,
-                               .batch = t->batch, .seed = t->opts.seed};
-    snprintf(meta.model, sizeof meta.model, "%s", t->model->name);
-    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta,
-                                   t->opts.keep_last == 0 ? 1 : t->opts.keep_last, t->opts.checkpoint_shards));
-    if (bt_engine_rank(t->engine) != 0) return BT_OK; /* collective above; rank 0 writes the vocabulary */
-    char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
-    if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
-    bt_status st = t->have_vocab ? bt_vocab_save(&t->vocab, vp) : BT_OK;
-    free(vp);
-    BT_TRY(st);
-    bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
-                         .path = t->opts.checkpoint_dir};
-    if (cb) cb(&ev, user);
-    return BT_OK;
+    bt_train_loop l = {.engine = t->engine, .model = t->model, .opts = &t->opts, .total_steps = t->total_steps,
+                       .first_step = t->first_step, .per_epoch = t->per_epoch, .saved_step = -1, .src = t,
+                       .feeds = loop_feeds, .evaluate = loop_evaluate, .saved = loop_saved};
+    bt_status st = bt_train_loop_run(&l, cb, user);
+    t->stopped_at = l.stopped_at;
+    return st;
 }

@@ -105,7 +105,7 @@ static bt_status from_files(const bt_predict_opts *o, predict_data *d)
             /* let the columns reader name the model's inputs */
             src.input_names[src.n_inputs] = o->input_names[f];
             src.input_files[src.n_inputs++] = o->input_files[f];
-            return bt_columns_load_npy(&src, d->spec, d->n_spec, &d->files);
+            return bt_columns_load_npy(&src, d->spec, d->n_spec, NULL, &d->files);
         }
         if (given[col])
             return bt_error(BT_ERR_INVALID_ARG, "input '%s' is given two files", d->spec[col].name);
@@ -131,7 +131,7 @@ static bt_status from_files(const bt_predict_opts *o, predict_data *d)
                             d->spec[i].name);
     }
     if (n_sub == 0) return bt_error(BT_ERR_INVALID_ARG, "no input files given");
-    BT_TRY(bt_columns_load_npy(&src, sub, n_sub, &d->files));
+    BT_TRY(bt_columns_load_npy(&src, sub, n_sub, NULL, &d->files));
     return BT_OK;
 }
 
@@ -193,7 +193,7 @@ static bt_status load(const bt_model *m, bt_engine *e, const bt_predict_opts *o,
     const bt_data_source *src = o->source;
     if (!src) BT_TRY(from_files(o, d));
     else if (src->kind == BT_DATA_NPY && src->n_inputs > 0) {
-        BT_TRY(bt_columns_load_npy(src, d->spec, d->n_spec, &d->files));
+        BT_TRY(bt_columns_load_npy(src, d->spec, d->n_spec, NULL, &d->files));
         d->has_labels = d->label_col >= 0;
     } else if (src->kind == BT_DATA_SYNTHETIC) {
         BT_TRY(bt_columns_synthetic(d->spec, d->n_spec, src->samples > 0 ? src->samples : 10000, o->seed, 1, &d->files));

@@ -7,7 +7,9 @@
  * on the training set, and the eval events say so (bt_train_event.on_train). Nothing non-finite passes silently: the engine stops a step
  * whose gradients are not finite, the trainer a loss or an eval loss that is not, and no
  * checkpoint is written unless every weight and optimizer buffer is finite, so a diverged run
- * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). */
+ * never overwrites the last good checkpoint (BT_ERR_NUMERIC in every case). The step, evaluation
+ * and checkpoint loop is train_loop.c's, which the language-model loop (lm.c) runs too; this file
+ * is its source of batches (columns through the loader) and its evaluation. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "train/checkpoint.h"
+#include "train/train_loop.h"
 #include "optim/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -116,14 +119,15 @@ static const char *signature(const bt_trainer *t, char *buf, size_t size)
     return buf;
 }
 
-/* Loads one source into cols (ds holds a classic source's arrays). */
-static bt_status load_source(bt_trainer *t, const bt_data_source *src, const char *what, int split, bt_dataset *ds,
-                             bt_columns *cols)
+/* Loads one source into cols (ds holds a classic source's arrays); use (NULL: all) names the
+ * columns to hold (npy files per input: the others' files are checked, not read). */
+static bt_status load_source(bt_trainer *t, const bt_data_source *src, const char *what, int split,
+                             const unsigned char *use, bt_dataset *ds, bt_columns *cols)
 {
     char sig[512];
     int classic = t->input_col >= 0;
     if (src->kind == BT_DATA_NPY && src->n_inputs > 0) {
-        bt_status st = bt_columns_load_npy(src, t->spec, t->n_spec, cols);
+        bt_status st = bt_columns_load_npy(src, t->spec, t->n_spec, use, cols);
         return st == BT_OK ? BT_OK : bt_error_context(st, "%s", what);
     }
     if (src->kind == BT_DATA_SYNTHETIC && !classic)
@@ -135,7 +139,7 @@ static bt_status load_source(bt_trainer *t, const bt_data_source *src, const cha
                         "model's inputs are %s: name a file per input (type: npy, inputs: {name: file.npy, ...})",
                         what, signature(t, sig, sizeof sig));
     int64_t numel = t->spec[t->input_col].numel;
-    BT_TRY(bt_dataset_load(src, numel, t->n_classes, t->opts.seed, split, ds));
+    BT_TRY(bt_dataset_load_part(src, numel, t->n_classes, t->opts.seed, split, !use || use[t->input_col], ds));
     return bt_columns_from_dataset(ds, t->spec, t->n_spec, t->input_col, t->label_col, cols);
 }
 
@@ -174,29 +178,33 @@ static bt_status load_data(bt_trainer *t)
                         t->model->path ? t->model->path : "the model");
     BT_TRY(check_files(&train, "data.train"));
     BT_TRY(check_files(&d->eval, "data.eval"));
-    BT_TRY(load_source(t, &train, "data.train", 0, &t->train, &t->train_cols));
+    /* one rank of a job across processes reads its replica's rows of each global batch, and only
+     * the inputs its stage reads; it holds only those inputs (io/columns.h). The evaluation feeds
+     * whole batches of them, and every rank scores the shared logits with the labels (score_col). */
+    int64_t batch = bt_engine_batch(t->engine), first, rows;
+    unsigned char use[BT_COLUMNS_MAX], use_eval[BT_COLUMNS_MAX];
+    int all = 1;
+    bt_engine_feed_rows(t->engine, &first, &rows);
+    for (int c = 0; c < t->n_spec; c++) {
+        all &= use[c] = (unsigned char)bt_engine_reads_input(t->engine, t->spec[c].name);
+        use_eval[c] = use[c] || c == t->score_col;
+    }
+    t->local_feeds = rows < batch || !all;
+    int eval_on_train = d->eval.kind == BT_DATA_NONE && train.kind != BT_DATA_SYNTHETIC;
+    BT_TRY(load_source(t, &train, "data.train", 0, eval_on_train ? use_eval : use, &t->train, &t->train_cols));
     if (d->eval.kind != BT_DATA_NONE) {
-        BT_TRY(load_source(t, &d->eval, "data.eval", 1, &t->eval, &t->eval_cols));
+        BT_TRY(load_source(t, &d->eval, "data.eval", 1, use_eval, &t->eval, &t->eval_cols));
         t->has_eval = 1;
     } else if (train.kind == BT_DATA_SYNTHETIC) {
         bt_data_source held_out = train;
         held_out.samples = train.samples / 5 > 0 ? train.samples / 5 : 1;
-        BT_TRY(load_source(t, &held_out, "data.train", 1, &t->eval, &t->eval_cols));
+        BT_TRY(load_source(t, &held_out, "data.train", 1, use_eval, &t->eval, &t->eval_cols));
         t->has_eval = 1;
     } else {
         t->eval_on_train = 1;
     }
-    int64_t batch = bt_engine_batch(t->engine);
     int prefetch = t->opts.prefetch > 0 ? t->opts.prefetch : 2;
     t->host_mem = (bt_host_memory){.alloc = engine_host_alloc, .free = engine_host_free, .ctx = t->engine};
-    /* one rank of a job across processes reads its replica's rows of each global batch, and only
-     * the inputs its stage reads (the evaluation reads whole batches: rank 0 scores them) */
-    int64_t first, rows;
-    unsigned char use[BT_COLUMNS_MAX];
-    int all = 1;
-    bt_engine_feed_rows(t->engine, &first, &rows);
-    for (int c = 0; c < t->n_spec; c++) all &= use[c] = (unsigned char)bt_engine_reads_input(t->engine, t->spec[c].name);
-    t->local_feeds = rows < batch || !all;
     if (t->local_feeds)
         BT_TRY(bt_loader_create_shard(&t->train_cols, batch, first, rows, use, train.shuffle, 1, t->opts.seed, prefetch,
                                       &t->host_mem, &t->train_loader));
@@ -204,7 +212,7 @@ static bt_status load_data(bt_trainer *t)
         BT_TRY(bt_loader_create_columns(&t->train_cols, batch, train.shuffle, 1, t->opts.seed, prefetch, &t->host_mem,
                                         &t->train_loader));
     const bt_columns *ev = t->has_eval ? &t->eval_cols : &t->train_cols;
-    BT_TRY(bt_loader_create_columns(ev, batch, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
+    BT_TRY(bt_loader_create_shard(ev, batch, 0, batch, use_eval, 0, 0, 0, prefetch, &t->host_mem, &t->eval_loader));
     return BT_OK;
 }
 
@@ -250,28 +258,6 @@ static bt_status resume(bt_trainer *t, int64_t per_epoch)
 
 void bt_trainer_opts_init(bt_trainer_opts *opts) { memset(opts, 0, sizeof *opts); }
 
-/* What cannot be honoured together is refused, never ignored. */
-static bt_status check_opts(const bt_trainer_opts *o)
-{
-    if (o->resume && o->init)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "resuming (%s) and initialising from weights (%s) at once: a resumed run takes its weights "
-                        "from the checkpoint; give one of them", o->resume, o->init);
-    if (o->init_partial && !o->init)
-        return bt_error(BT_ERR_INVALID_ARG, "a partial weight load was asked for without weights to load");
-    if (o->checkpoint_every > 0 && !o->checkpoint_dir)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "checkpoints every %lld steps were asked for, but no checkpoint directory was given "
-                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written",
-                        (long long)o->checkpoint_every);
-    if (o->checkpoint_shards && !o->checkpoint_dir)
-        return bt_error(BT_ERR_INVALID_ARG, "sharded checkpoints were asked for, but no checkpoint directory was given "
-                        "(--checkpoint-dir DIR or train.checkpoint_dir), so none would be written");
-    if (o->keep_last < -1)
-        return bt_error(BT_ERR_INVALID_ARG, "keep_last is %d: at least 1, or -1 to keep every checkpoint", o->keep_last);
-    return BT_OK;
-}
-
 /* The bytes of one checkpoint of this model: parameters and optimizer state, and room for the
  * header. */
 static size_t checkpoint_bytes(const bt_trainer *t)
@@ -291,7 +277,7 @@ bt_status bt_trainer_create(const bt_model *model, bt_engine *engine, const bt_t
     t->engine = engine;
     t->opts = *opts;
     t->saved_step = -1;
-    BT_TRY_GOTO(st, check_opts(opts), fail);
+    BT_TRY_GOTO(st, bt_train_check_opts(opts), fail);
     BT_TRY_GOTO(st, inspect_graph(t), fail);
     /* across processes rank 0 prepares and locks the directory; every stage's owner writes its shard there */
     if (opts->checkpoint_dir && bt_engine_rank(engine) == 0)
@@ -408,146 +394,34 @@ bt_status bt_trainer_evaluate(bt_trainer *t, double *accuracy, double *loss, int
     return BT_OK;
 }
 
-/* 1 if every element of x (n of the engine's dtype) is finite. */
-static int all_finite(const void *x, size_t n, bt_dtype dtype)
-{
-    for (size_t i = 0; i < n; i++)
-        if (dtype == BT_F64 ? !isfinite(((const double *)x)[i]) : !isfinite(((const float *)x)[i])) return 0;
-    return 1;
-}
+/* ---- the shared loop (train_loop.c) ---------------------------------------------------------- */
 
-/* A checkpoint must never hold a diverged state: every weight and optimizer buffer must be finite.
- * The gradients were checked before the update (the engine stops on a non-finite norm), but an
- * update can still overflow (a learning rate far too large). Names the first tensor that is not. */
-static bt_status check_state_finite(bt_trainer *t, int64_t step)
+static bt_status loop_feeds(void *src, int64_t step, bt_feed *feeds, int *n_feeds, int *local)
 {
-    const bt_graph *g = t->model->graph;
-    bt_dtype dtype = bt_engine_dtype(t->engine);
-    int slots = bt_engine_optimizer_slots(t->engine);
-    bt_status st = BT_OK;
-    void *buf = NULL;
-    for (int i = 0; i < bt_graph_num_params(g) && st == BT_OK; i++) {
-        bt_param_info info;
-        BT_TRY_GOTO(st, bt_graph_param(g, i, &info), done);
-        size_t n = (size_t)bt_shape_numel(&info.shape), bytes = n * bt_dtype_size(dtype);
-        void *grown = realloc(buf, bytes ? bytes : 1);
-        if (!grown) {
-            st = bt_error(BT_ERR_NOMEM, "trainer: out of memory");
-            goto done;
-        }
-        buf = grown;
-        int stage;
-        BT_TRY_GOTO(st, bt_engine_param_stage(t->engine, info.name, &stage), done);
-        if (!bt_engine_owns_stage(t->engine, stage)) continue; /* its owner checks it */
-        for (int slot = -1; slot < slots; slot++) {
-            if (slot < 0) BT_TRY_GOTO(st, bt_engine_read_param(t->engine, info.name, buf, bytes), done);
-            else BT_TRY_GOTO(st, bt_engine_read_state(t->engine, info.name, slot, buf, bytes), done);
-            if (all_finite(buf, n, dtype)) continue;
-            char what[160];
-            if (slot < 0) snprintf(what, sizeof what, "the weights of '%s'", info.name);
-            else snprintf(what, sizeof what, "the optimizer's %s of '%s'",
-                          bt_engine_optimizer_slot_name(t->engine, slot), info.name);
-            char kept[96] = "";
-            if (t->saved_step >= 0) snprintf(kept, sizeof kept, " (it keeps step %lld)", (long long)t->saved_step);
-            st = bt_error(BT_ERR_NUMERIC,
-                          "step %lld: %s are not finite after the update: the training diverged (lower the "
-                          "learning rate); the checkpoint in %s was not written%s",
-                          (long long)step, what, t->opts.checkpoint_dir, kept);
-            goto done;
-        }
-    }
-done:
-    free(buf);
-    return st;
-}
-
-static bt_status save(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
-{
-    /* across processes every rank takes part: each stage's owner checks and writes its own tensors
-     * (train/checkpoint_shards.c); with parallel.zero the state is gathered first */
-    bt_status st = bt_engine_gather_state(t->engine);
-    if (st == BT_OK) st = check_state_finite(t, step);
-    BT_TRY(bt_engine_agree(t->engine, st, 0));
-    bt_checkpoint_meta meta;
-    memset(&meta, 0, sizeof meta);
-    int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
-    meta.step = bt_engine_step(t->engine);
-    meta.epoch = step / per_epoch;
-    meta.batch_index = step % per_epoch;
-    meta.batches_per_epoch = per_epoch;
-    meta.batch = bt_engine_batch(t->engine);
-    meta.seed = t->opts.seed;
-    snprintf(meta.model, sizeof meta.model, "%s", t->model->name ? t->model->name : "");
-    int keep = t->opts.keep_last == 0 ? 1 : t->opts.keep_last;
-    int sharded = t->opts.checkpoint_shards || bt_engine_ranks(t->engine) > 1;
-    BT_TRY(bt_checkpoint_save_kept(t->engine, t->model->graph, t->opts.checkpoint_dir, &meta, keep, sharded));
-    t->saved_step = step;
-    if (bt_engine_rank(t->engine) != 0) return BT_OK; /* rank 0 reports */
-    char *file = sharded ? bt_checkpoint_index_path(t->opts.checkpoint_dir, step)
-                         : bt_checkpoint_numbered_path(t->opts.checkpoint_dir, step);
-    if (cb) {
-        bt_train_event ev = {.kind = BT_EV_CHECKPOINT, .step = step, .total_steps = t->total_steps,
-                             .path = file ? file : t->opts.checkpoint_dir};
-        cb(&ev, user);
-    }
-    free(file);
+    bt_trainer *t = src;
+    (void)step; /* the loader was sought to the data position: its next batch is step's */
+    bt_batch b;
+    BT_TRY(bt_loader_next(t->train_loader, &b));
+    *n_feeds = feeds_for(t, &b, feeds);
+    *local = t->local_feeds;
     return BT_OK;
 }
 
-static bt_status eval_event(bt_trainer *t, int64_t step, bt_train_callback cb, void *user)
+static void loop_release(void *src) { bt_loader_release(((bt_trainer *)src)->train_loader); }
+
+static bt_status loop_evaluate(void *src, bt_train_event *ev)
 {
-    bt_train_event ev = {.kind = BT_EV_EVAL, .step = step, .total_steps = t->total_steps,
-                         .on_train = t->eval_on_train};
-    double t0 = bt_now_ms();
-    BT_TRY(bt_trainer_evaluate(t, &ev.accuracy, &ev.loss, &ev.samples));
-    ev.eval_ms = bt_now_ms() - t0;
-    if (cb) cb(&ev, user);
-    if (!isfinite(ev.loss))
-        return bt_error(BT_ERR_NUMERIC, "step %lld: the eval loss is %s: the weights have diverged; stopping "
-                        "without a checkpoint", (long long)step, isnan(ev.loss) ? "NaN" : "infinite");
-    return BT_OK;
+    return bt_trainer_evaluate(src, &ev->accuracy, &ev->loss, &ev->samples);
 }
 
 bt_status bt_trainer_run(bt_trainer *t, bt_train_callback cb, void *user)
 {
-    int64_t per_epoch = bt_loader_batches_per_epoch(t->train_loader);
-    t->stopped_at = 0;
-    if (bt_trainer_nothing_to_do(t)) return BT_OK;
-    for (int64_t step = t->first_step; step < t->total_steps; step++) {
-        bt_batch b;
-        BT_TRY(bt_loader_next(t->train_loader, &b));
-        bt_feed feeds[BT_COLUMNS_MAX];
-        int nf = feeds_for(t, &b, feeds);
-        bt_step_result r;
-        bt_status st = bt_engine_set_local_feeds(t->engine, t->local_feeds);
-        if (st == BT_OK) st = bt_engine_train_step(t->engine, feeds, nf, &r);
-        bt_loader_release(t->train_loader);
-        if (st == BT_ERR_NUMERIC) return st; /* the engine's message names the step */
-        if (st != BT_OK) return bt_error_context(st, "step %lld", (long long)step + 1);
-        if (!isfinite(r.loss))
-            return bt_error(BT_ERR_NUMERIC, "step %lld: the loss is %s; stopping (try a lower learning rate)",
-                            (long long)step + 1, isnan(r.loss) ? "NaN" : "infinite");
-        if (cb) {
-            bt_train_event ev = {.kind = BT_EV_STEP, .step = step + 1, .total_steps = t->total_steps,
-                                 .epoch = step / per_epoch, .result = &r};
-            cb(&ev, user);
-        }
-        int stop = 0; /* across processes every rank stops after the same step */
-        if (t->opts.stop) BT_TRY(bt_engine_agree_stop(t->engine, *t->opts.stop != 0, &stop));
-        if (stop && step + 1 < t->total_steps) {
-            /* stopped from outside (a signal): keep the step just done, skip the evaluation */
-            t->stopped_at = step + 1;
-            if (t->opts.checkpoint_dir) BT_TRY(save(t, step + 1, cb, user));
-            return BT_OK;
-        }
-        int last = step + 1 == t->total_steps;
-        if (t->opts.eval_every > 0 && (step + 1) % t->opts.eval_every == 0 && !last)
-            BT_TRY(eval_event(t, step + 1, cb, user));
-        if (t->opts.checkpoint_dir && t->opts.checkpoint_every > 0 && (step + 1) % t->opts.checkpoint_every == 0 &&
-            !last)
-            BT_TRY(save(t, step + 1, cb, user));
-    }
-    if (t->opts.eval_every >= 0) BT_TRY(eval_event(t, t->total_steps, cb, user));
-    if (t->opts.checkpoint_dir) BT_TRY(save(t, t->total_steps, cb, user));
-    return BT_OK;
+    bt_train_loop l = {.engine = t->engine, .model = t->model, .opts = &t->opts, .total_steps = t->total_steps,
+                       .first_step = t->first_step, .per_epoch = bt_loader_batches_per_epoch(t->train_loader),
+                       .saved_step = t->saved_step, .on_train = t->eval_on_train, .src = t, .feeds = loop_feeds,
+                       .release = loop_release, .evaluate = loop_evaluate};
+    bt_status st = bt_train_loop_run(&l, cb, user);
+    t->stopped_at = l.stopped_at;
+    t->saved_step = l.saved_step;
+    return st;
 }
