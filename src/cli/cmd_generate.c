@@ -9,23 +9,33 @@
  * against). --score N scores N windows of T + 1 tokens spread evenly over the validation split of
  * the model's text data, with the decoder (bt_generate_score) and with the engine's forward, and
  * prints both mean losses. The engine computes in the model's train.precision, as the training
- * run and its evaluation did (bf16: the decoder and the forward both in bf16). */
+ * run and its evaluation did (bf16: the decoder and the forward both in bf16).
+ *
+ * Under mpirun (docs/distributed.md) it runs as one rank per stage of one pipeline (D = 1): each
+ * rank builds the distributed engine, loads only its own stage's weights, and decodes its own
+ * layers, the rows and tokens moving between ranks as MPI messages (exec/decode_dist.h); rank 0
+ * prints, the other ranks' output goes to /dev/null. More ranks than stages (D > 1) are refused,
+ * naming N, D and P (exit 2); a failed rank ends the whole job (bt_cli_dist_finish). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/run_dist.h"
 #include "core/error.h"
 #include "core/strutil.h"
+#include "dist/dist.h"
+#include "exec/engine_dist.h"
 #include "io/text.h"
+#include "plan/plan.h"
 #include "train/checkpoint.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: baton generate MODEL.yaml --weights CKPT [--prompt TEXT]... [--prompts FILE] [--tokens N]\n"
                "                      [--temperature T] [--top-k K] [--seed S] [--no-kv-cache] [--devices LIST]\n"
-               "                      [--stages N] [--score N]\n"
+               "                      [--stages N] [--score N] [--watchdog SECONDS]\n"
                "\n"
                "Samples N tokens (default 200) after each prompt (default a newline) from a language model trained\n"
                "on text data, the tokens streaming through the model's pipeline stages. CKPT is the checkpoint\n"
@@ -36,7 +46,10 @@ static void usage(FILE *f)
                "  --temperature T   > 0 (default 1)      --top-k K   sample among the K most likely (0: all)\n"
                "  --no-kv-cache     recompute the whole context for every token (slower; for comparison)\n"
                "  --score N         instead: the mean per-token loss of N validation windows, by the\n"
-               "                    decoder and by the engine's forward\n");
+               "                    decoder and by the engine's forward\n"
+               "  --watchdog S      fail when a stage waits S seconds for its next item (default 60)\n"
+               "Under mpirun -np P (P: the model's stages) each rank decodes its own stage's layers with its own\n"
+               "weights; rank 0 prints. Data-parallel replicas (more ranks than stages) are refused.\n");
 }
 
 /* The prompts: --prompt's, then --prompts FILE's lines (each non-empty). */
@@ -173,9 +186,55 @@ done:
     return rc;
 }
 
+/* Under a launcher (mpirun, srun): brings MPI up and makes this rank's layout, one rank per stage of
+ * one pipeline. Exit code: BT_EXIT_USAGE for MPI missing from the build or a rank count that is not
+ * the model's stage count (every rank finds the same; rank 0 says it). */
+static int dist_setup(const bt_model *m, const bt_engine_params *p, bt_cli_dist *d)
+{
+    memset(d, 0, sizeof *d);
+    const char *var = NULL;
+    const int launched = bt_dist_launched(&var);
+    if (launched <= 1) return BT_EXIT_OK; /* one process: parallel.data is training's, as for predict */
+    if (!bt_dist_built()) {
+        fprintf(stderr, "baton generate: started as one of %d ranks (%s), but this baton was built without MPI: "
+                "install libopenmpi-dev and openmpi-bin (scripts/install-deps.sh) and configure again\n",
+                launched, var);
+        return BT_EXIT_USAGE;
+    }
+    bt_plan *plan = NULL;
+    bt_status st = bt_plan_build(m->graph, &p->parallel, &plan);
+    if (st != BT_OK) return bt_cli_fail("generate", st);
+    const int stages = plan->stages;
+    bt_plan_destroy(plan);
+    int rank = 0, size = 1;
+    st = bt_dist_init(&rank, &size);
+    d->mpi_up = 1;
+    if (st != BT_OK) return bt_cli_fail("generate", st);
+    if (size != stages) {
+        char replicas[64] = "";
+        if (size % stages == 0)
+            snprintf(replicas, sizeof replicas, ", not D = %d data-parallel replicas", size / stages);
+        if (rank == 0)
+            fprintf(stderr, "baton generate: N = %d ranks for the model's P = %d pipeline stages: generate runs one "
+                    "pipeline, one rank per stage (D = 1%s); start it as mpirun -np %d baton generate ...\n", size,
+                    stages, replicas, stages);
+        bt_dist_finalize();
+        d->mpi_up = 0;
+        return BT_EXIT_USAGE;
+    }
+    st = bt_dist_layout_make(size, rank, 1, stages, &d->layout);
+    if (st != BT_OK) return bt_cli_fail("generate", st);
+    d->on = 1;
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "baton generate: rank %d: cannot redirect its output to /dev/null\n", rank);
+        return BT_EXIT_RUNTIME;
+    }
+    return BT_EXIT_OK;
+}
+
 /* Prints each prompt and its tokens, then the rates: overall first (the line bench/ reads). */
 static int print_results(const prompt_list *prompts, const bt_vocab *vocab, const bt_generate_params *gp,
-                         int32_t *const *out, const bt_generate_stats *per, const bt_generate_stats *total)
+                         int32_t *const *out, const bt_generate_stats *per, const bt_generate_stats *total, int ranks)
 {
     const int k = prompts->n;
     for (int q = 0; q < k; q++) {
@@ -189,11 +248,13 @@ static int print_results(const prompt_list *prompts, const bt_vocab *vocab, cons
         }
         fputc('\n', stdout);
     }
-    char how[160];
+    char how[200], ranks_text[48];
+    snprintf(ranks_text, sizeof ranks_text, " across %d ranks (mpi)", ranks);
     if (!gp->kv_cache) snprintf(how, sizeof how, "no KV cache: the window rerun per token");
     else
-        snprintf(how, sizeof how, "KV cache, %d stage%s, %d prompt%s in flight, stages busy %.0f%%", total->stages,
-                 total->stages == 1 ? "" : "s", k, k == 1 ? "" : "s", 100.0 * total->busy);
+        snprintf(how, sizeof how, "KV cache, %d stage%s%s, %d prompt%s in flight, stages busy %.0f%%", total->stages,
+                 total->stages == 1 ? "" : "s", ranks > 1 ? ranks_text : "", k, k == 1 ? "" : "s",
+                 100.0 * total->busy);
     if (k == 1) {
         printf("\n%lld tokens in %.1f ms: %.1f tokens/s (%s; prompt %zu tokens in %.1f ms)\n", (long long)gp->tokens,
                per[0].generate_ms, per[0].tokens_per_s, how, strlen(prompts->text[0]), per[0].prompt_ms);
@@ -217,7 +278,7 @@ int bt_cmd_generate(int argc, char **argv)
         {"no-kv-cache", no_argument, NULL, 'N'},   {"devices", required_argument, NULL, 'd'},
         {"stages", required_argument, NULL, 'S'},  {"help", no_argument, NULL, 'h'},
         {"score", required_argument, NULL, 'C'},   {"prompts", required_argument, NULL, 'P'},
-        {NULL, 0, NULL, 0}};
+        {"watchdog", required_argument, NULL, 'W'}, {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     memset(&mo, 0, sizeof mo);
     const char *weights = NULL, *prompts_file = NULL, *tokens_given = NULL;
@@ -226,6 +287,7 @@ int bt_cmd_generate(int argc, char **argv)
     bt_generate_params_init(&gp);
     gp.tokens = 200;
     long long ll, score = 0;
+    double watchdog_s = 60;
     unsigned long long seed;
     int rc, opt;
     optind = 1;
@@ -272,6 +334,15 @@ int bt_cmd_generate(int argc, char **argv)
             if ((rc = bt_cli_parse_int("generate", "--score", optarg, 1, 1000000, &score)) != BT_EXIT_OK)
                 goto parse_fail;
             break;
+        case 'W': {
+            char *end;
+            watchdog_s = strtod(optarg, &end);
+            if (end == optarg || *end || !(watchdog_s > 0 && watchdog_s <= BT_WATCHDOG_MAX_S)) {
+                rc = bt_cli_bad_value("generate", "--watchdog", "seconds above 0 and at most 1e+09", optarg);
+                goto parse_fail;
+            }
+            break;
+        }
         case 'd': mo.devices = optarg; break;
         case 'S':
             if ((rc = bt_cli_parse_int32("generate", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages)) != BT_EXIT_OK)
@@ -301,6 +372,7 @@ int bt_cmd_generate(int argc, char **argv)
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("generate", &mo, &m)) != BT_EXIT_OK) goto parse_fail;
     bt_engine *e = NULL;
+    bt_cli_dist dist = {0};
     const int k = prompts.n;
     int32_t **ids = calloc((size_t)k, sizeof *ids), **out = calloc((size_t)k, sizeof *out);
     int64_t *lens = calloc((size_t)k, sizeof *lens);
@@ -321,11 +393,15 @@ int bt_cmd_generate(int argc, char **argv)
     p.batch = 1;
     p.training = 0;
     p.seed = 0;
+    p.watchdog_s = watchdog_s;
+    if ((rc = dist_setup(m, &p, &dist)) != BT_EXIT_OK) goto done;
     p.precision = m->train.precision; /* decode and forward compute as training and its eval did */
     if (!ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
-    /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h) */
-    if (st != BT_OK || (st = bt_engine_create(m->graph, &p, &e)) != BT_OK ||
-        (st = bt_checkpoint_load_weights(e, m->graph, weights)) != BT_OK) {
+    /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h);
+     * across processes each rank writes only its own stage's tensors */
+    if (st == BT_OK)
+        st = dist.on ? bt_engine_create_dist(m->graph, &p, &dist.layout, &e) : bt_engine_create(m->graph, &p, &e);
+    if (st != BT_OK || (st = bt_checkpoint_load_weights(e, m->graph, weights)) != BT_OK) {
         rc = bt_cli_fail("generate", st);
         goto done;
     }
@@ -359,7 +435,7 @@ int bt_cmd_generate(int argc, char **argv)
         rc = bt_cli_fail("generate", st);
         goto done;
     }
-    rc = print_results(&prompts, &vocab, &gp, out, per, &total);
+    rc = print_results(&prompts, &vocab, &gp, out, per, &total, bt_engine_ranks(e));
 done:
     for (int q = 0; q < k; q++) {
         if (ids) free(ids[q]);
@@ -369,7 +445,7 @@ done:
     bt_engine_destroy(e);
     bt_model_destroy(m);
     free_prompts(&prompts);
-    return rc;
+    return bt_cli_dist_finish(&dist, rc); /* a failed rank ends every rank of the job */
 parse_fail:
     free_prompts(&prompts);
     return rc;

@@ -24,7 +24,21 @@
  * and its caches are touched by one stage at a time and inboxes hold at most n_seqs entries;
  * sequences share no state (saved state and workspace are per stage and used one row at a
  * time), so a sequence's numbers do not depend on the others or on the stage count. Waits are
- * bounded by the engine's watchdog and stop on its abort flag. */
+ * bounded by the engine's watchdog and stop on its abort flag.
+ *
+ * Across processes (D = 1, one rank per stage) every rank sets up the same boundaries and the same
+ * items, but only its own stage's buffers; a boundary between ranks is `remote`: the sender writes
+ * the item's rows position-major into the boundary's message buffer and sends it with the item's
+ * header and tokens (decode_dist.c), where a local sender would post; the logits rank sends each
+ * next item back to stage 0's rank, and a finish to every other rank once every sequence is done.
+ * The rank's one decoding worker takes the messages itself while it waits (next_ready_polling):
+ * each becomes the sequence's current item, its rows are copied into the boundary's buffer on the
+ * device, and it is posted as a local sender's. Rows are computed by the same code in the same
+ * order either way, so a rank's tokens equal one process's.
+ *
+ * About 650 lines, above the house's 600: the worker loop, its set-up and the two ways an item
+ * arrives (a local post, a message from another rank) share the run's private structs, which
+ * another branch (GPU decoding) is changing; the MPI side itself is in decode_dist.c. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -35,6 +49,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "exec/decode.h"
+#include "exec/decode_dist.h"
 #include "exec/exec_internal.h"
 
 #define DEC_ALIGN 64
@@ -48,6 +63,8 @@ typedef struct dchan {
     size_t off[BT_MAX_CHANNEL_VALUES]; /* in a sequence's slot */
     size_t slot_bytes;
     int local;                         /* the sender writes buf itself (shared memory) */
+    int remote;                        /* the two stages run on different ranks (decode_dist.c) */
+    size_t roff[BT_MAX_CHANNEL_VALUES], row_sum; /* a position's row of each value in a message */
     unsigned char *buf;                /* [n_seqs][slot_bytes] on the receiver's device */
     unsigned char *host;               /* [n_seqs][slot_bytes] host staging when not local */
 } dchan;
@@ -88,6 +105,8 @@ struct bt_decode_run {
     bt_decode_item *item;              /* [n_seqs] each sequence's current item */
     int done;                          /* sequences finished (the logits stage only) */
     atomic_int finished;               /* every sequence is done */
+    bt_decode_link *link;              /* across ranks: the messages between them, else NULL */
+    int32_t *tok_store;                /* across ranks: [n_seqs][T] the tokens of items that arrived */
 };
 
 static size_t align_up(size_t n) { return (n + DEC_ALIGN - 1) / DEC_ALIGN * DEC_ALIGN; }
@@ -168,6 +187,8 @@ static void free_run(struct bt_decode_run *r)
         }
     }
     free(r->item);
+    bt_decode_link_destroy(r->link);
+    free(r->tok_store);
 }
 
 static bt_status dev_alloc(dstage *d, size_t bytes, void **out)
@@ -190,6 +211,7 @@ static bt_status setup_stage(struct bt_decode_run *r, int s)
     pthread_cond_init(&d->cv, NULL);
     d->sync_ready = 1;
     atomic_init(&d->queued, 0);
+    if (!bt_stage_is_local(e, s)) return BT_OK; /* another rank runs it */
     d->row = calloc((size_t)g->n_values, sizeof *d->row);
     d->src = calloc((size_t)g->n_values, sizeof *d->src);
     d->saved = calloc((size_t)g->n_nodes, sizeof *d->saved);
@@ -240,19 +262,24 @@ static bt_status setup_channels(struct bt_decode_run *r)
         ch->n_values = ec->n_values;
         for (int k = 0; k < ec->n_values; k++) {
             const int v = ec->values[k];
-            if (!from->row[v])
+            if (bt_stage_is_local(e, ec->from) && !from->row[v])
                 return bt_error(BT_ERR_INTERNAL, "decode: value '%s' crosses from stage %d, which does not compute it",
                                 e->graph->values[v].name, ec->from);
             ch->values[k] = v;
             ch->row_bytes[k] = row_bytes(r, v);
             ch->off[k] = ch->slot_bytes;
             ch->slot_bytes += align_up((size_t)r->T * ch->row_bytes[k]);
-            to->src[v] = ch;
+            ch->roff[k] = ch->row_sum;
+            ch->row_sum += ch->row_bytes[k];
+            if (to->src) to->src[v] = ch;
         }
-        ch->local = bt_topology_path(e, ch->from, ch->to) == BT_PATH_LOCAL;
+        ch->remote = !bt_stage_is_local(e, ch->from) || !bt_stage_is_local(e, ch->to);
+        ch->local = !ch->remote && bt_topology_path(e, ch->from, ch->to) == BT_PATH_LOCAL;
         const size_t total = ch->slot_bytes * (size_t)r->p->n_seqs;
-        BT_TRY(dev_alloc(to, total, (void **)&ch->buf));
-        if (!ch->local && !(ch->host = malloc(total + 1))) return bt_error(BT_ERR_NOMEM, "decode: out of memory");
+        if (bt_stage_is_local(e, ch->to)) BT_TRY(dev_alloc(to, total, (void **)&ch->buf));
+        if (!ch->local && !ch->remote && !(ch->host = malloc(total + 1)))
+            return bt_error(BT_ERR_NOMEM, "decode: out of memory");
+        if (ch->remote) BT_TRY(bt_decode_link_add(r->link, (int)(ch - r->ch), ch->from, ch->to, ch->row_sum));
         if (from->n_out >= BT_MAX_STAGES) return bt_error(BT_ERR_INTERNAL, "decode: too many boundaries");
         from->out[from->n_out++] = ch;
         to->n_in++;
@@ -267,6 +294,7 @@ static bt_status check_inputs(struct bt_decode_run *r)
     const bt_graph *g = r->e->graph;
     for (int s = 0; s < r->P; s++) {
         dstage *d = &r->stage[s];
+        if (!bt_stage_is_local(r->e, s)) continue;
         for (int n = d->first; n <= d->last; n++)
             for (int i = 0; i < g->nodes[n].n_in; i++) {
                 const int v = g->nodes[n].in[i];
@@ -347,7 +375,7 @@ static bt_status run_item(struct bt_decode_run *r, dstage *d, int seq)
     for (int s = 0; s < r->P; s++) /* messages through host memory into this stage */
         for (int c = 0; c < r->stage[s].n_out; c++) {
             const dchan *ch = r->stage[s].out[c];
-            if (ch->to != st->index || ch->local) continue;
+            if (ch->to != st->index || ch->local || ch->remote) continue; /* remote: copied on arrival */
             for (int k = 0; k < ch->n_values; k++) {
                 const size_t at = (size_t)seq * ch->slot_bytes + ch->off[k];
                 BT_TRY(be->from_host(st->dev, ch->buf + at, ch->host + at, (size_t)it->n * ch->row_bytes[k]));
@@ -356,6 +384,9 @@ static bt_status run_item(struct bt_decode_run *r, dstage *d, int seq)
     const int logits_stage = st->index == r->P - 1;
     const int lv = g->nodes[r->p->logits_node].out;
     const size_t lrow = row_bytes(r, lv);
+    unsigned char *msg_rows[BT_MAX_STAGES] = {0}; /* across ranks: each boundary's message */
+    for (int c = 0; c < d->n_out; c++)
+        if (d->out[c]->remote) BT_TRY(bt_decode_link_rows(r->link, (int)(d->out[c] - r->ch), seq, &msg_rows[c]));
     for (int64_t i = 0; i < it->n; i++) {
         for (int n = d->first; n <= d->last; n++) BT_TRY(run_node(r, d, n, seq, i, it->pos + i));
         atomic_fetch_add_explicit(&r->e->progress, 1, memory_order_relaxed); /* the host's watchdog */
@@ -363,8 +394,11 @@ static bt_status run_item(struct bt_decode_run *r, dstage *d, int seq)
             const dchan *ch = d->out[c];
             for (int k = 0; k < ch->n_values; k++) {
                 const size_t at = (size_t)seq * ch->slot_bytes + ch->off[k] + (size_t)i * ch->row_bytes[k];
-                if (ch->local) BT_TRY(be->copy(st->dev, ch->buf + at, d->row[ch->values[k]], ch->row_bytes[k]));
-                else BT_TRY(be->to_host(st->dev, ch->host + at, d->row[ch->values[k]], ch->row_bytes[k]));
+                const void *row = d->row[ch->values[k]];
+                if (ch->remote)
+                    BT_TRY(be->to_host(st->dev, msg_rows[c] + (size_t)i * ch->row_sum + ch->roff[k], row, ch->row_bytes[k]));
+                else if (ch->local) BT_TRY(be->copy(st->dev, ch->buf + at, row, ch->row_bytes[k]));
+                else BT_TRY(be->to_host(st->dev, ch->host + at, row, ch->row_bytes[k]));
             }
         }
         if (logits_stage && (it->all_logits || i == it->n - 1))
@@ -374,7 +408,10 @@ static bt_status run_item(struct bt_decode_run *r, dstage *d, int seq)
     BT_TRY(be->sync(st->dev));
     d->busy_ms += bt_now_ms() - t0;
     d->items++;
-    for (int c = 0; c < d->n_out; c++) post_item(r, &r->stage[d->out[c]->to], seq, 1);
+    for (int c = 0; c < d->n_out; c++) {
+        if (d->out[c]->remote) BT_TRY(bt_decode_link_send_rows(r->link, (int)(d->out[c] - r->ch), seq, it));
+        else post_item(r, &r->stage[d->out[c]->to], seq, 1);
+    }
     if (!logits_stage) return BT_OK;
     bt_decode_item next;
     memset(&next, 0, sizeof next);
@@ -383,6 +420,7 @@ static bt_status run_item(struct bt_decode_run *r, dstage *d, int seq)
         if (++r->done == r->p->n_seqs) {
             atomic_store(&r->finished, 1);
             wake_all(r);
+            if (r->link) BT_TRY(bt_decode_link_send_finish(r->link));
         }
         return BT_OK;
     }
@@ -390,7 +428,35 @@ static bt_status run_item(struct bt_decode_run *r, dstage *d, int seq)
         return bt_error(BT_ERR_INTERNAL, "decode: sequence %d's next item (rows %lld + %lld) is not within T = %lld",
                         seq, (long long)next.pos, (long long)next.n, (long long)r->T);
     r->item[seq] = next;
+    if (!bt_stage_is_local(r->e, 0)) return bt_decode_link_send_item(r->link, seq, &next);
     post_item(r, &r->stage[0], seq, 0);
+    return BT_OK;
+}
+
+/* Across ranks: a message taken from another rank (decode_dist.c): the item's header and tokens
+ * become seq's current item here, its rows go into the boundary's buffer on this stage's device,
+ * and the item is posted as a local sender's would be (an item for stage 0 counts no sender). */
+static bt_status on_arrival(void *ctx, int id, const bt_decode_head *h, const int32_t *tokens,
+                            const unsigned char *rows)
+{
+    struct bt_decode_run *r = ctx;
+    const int seq = h->seq;
+    int32_t *tok = r->tok_store + (size_t)seq * (size_t)r->T;
+    memcpy(tok, tokens, (size_t)h->n * sizeof *tok);
+    r->item[seq] = (bt_decode_item){.tokens = tok, .pos = h->pos, .n = h->n, .reset = h->reset,
+                                    .all_logits = h->all_logits};
+    if (id < 0) {
+        post_item(r, &r->stage[0], seq, 0);
+        return BT_OK;
+    }
+    const dchan *ch = &r->ch[id];
+    dstage *d = &r->stage[ch->to];
+    for (int64_t i = 0; i < h->n; i++)
+        for (int k = 0; k < ch->n_values; k++)
+            BT_TRY(d->st->be->from_host(d->st->dev,
+                                        ch->buf + (size_t)seq * ch->slot_bytes + ch->off[k] + (size_t)i * ch->row_bytes[k],
+                                        rows + (size_t)i * ch->row_sum + ch->roff[k], ch->row_bytes[k]));
+    post_item(r, d, seq, 1);
     return BT_OK;
 }
 
@@ -451,6 +517,66 @@ static int next_ready(struct bt_decode_run *r, bt_worker *w, dstage *d, bt_statu
     return seq;
 }
 
+/* next_ready across ranks: this rank's stage is the only one here, and its items arrive as messages,
+ * which this thread takes itself between polls (no other thread would wake it). Polls at once for
+ * DEC_SPIN_MS after the last arrival, as the one-process spin does (never sched_yield: on a busy
+ * machine a yield gives the core away for a whole time slice of every other runnable process,
+ * which made a token's round trip between two ranks cost milliseconds), then every
+ * DEC_POLL_SLEEP_US. */
+#define DEC_POLL_SLEEP_US 20
+
+static int next_ready_polling(struct bt_decode_run *r, bt_worker *w, dstage *d, bt_status *err)
+{
+    bt_engine *e = r->e;
+    const double limit_ms = e->params.watchdog_s * 1000.0;
+    double t0 = bt_now_ms();
+    int seq = -2;
+    atomic_store(&w->waiting, 1);
+    for (;;) {
+        if (atomic_load(&e->abort)) break;
+        int arrived = 0, fin = 0;
+        bt_status s = bt_decode_link_poll(r->link, on_arrival, r, &arrived, &fin);
+        if (s != BT_OK) {
+            *err = s;
+            break;
+        }
+        if (fin) atomic_store(&r->finished, 1);
+        pthread_mutex_lock(&d->mu);
+        if (d->count > 0) {
+            seq = d->fifo[d->head];
+            d->head = (d->head + 1) % r->p->n_seqs;
+            d->count--;
+            atomic_store_explicit(&d->queued, d->count, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (seq >= 0) break;
+        if (atomic_load(&r->finished)) {
+            seq = -1;
+            break;
+        }
+        const double now = bt_now_ms();
+        if (arrived) t0 = now; /* a part of an item (one sender of several) is progress */
+        if (now - t0 > limit_ms) {
+            char me[96], peers[400];
+            bt_dist_describe_stage(e, d->st->index, me, sizeof me);
+            bt_decode_link_peers(r->link, peers, sizeof peers);
+            *err = bt_error(BT_ERR_TIMEOUT, "watchdog: decode: after %.1f s, %s waits for its next item from %s "
+                            "(lost, or stuck: see that rank's own message)", (now - t0) / 1000.0, me,
+                            peers[0] ? peers : "no rank");
+            break;
+        }
+        if (now - t0 < DEC_SPIN_MS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            nanosleep(&(struct timespec){0, DEC_POLL_SLEEP_US * 1000L}, NULL);
+        }
+    }
+    atomic_store(&w->waiting, 0);
+    return seq;
+}
+
 static void fail_worker(struct bt_decode_run *r, bt_worker *w, bt_status s)
 {
     w->status = s;
@@ -468,7 +594,7 @@ void bt_decode_worker(bt_engine *e, bt_worker *w)
     dstage *d = &r->stage[w->stage];
     for (;;) {
         bt_status timeout = BT_OK;
-        int seq = next_ready(r, w, d, &timeout);
+        int seq = r->link ? next_ready_polling(r, w, d, &timeout) : next_ready(r, w, d, &timeout);
         if (seq == -1) break;
         if (seq == -2) {
             if (timeout != BT_OK) fail_worker(r, w, timeout);
@@ -491,8 +617,9 @@ bt_status bt_engine_decode(bt_engine *e, const bt_decode_params *p, bt_decode_st
     BT_TRY(bt_engine_check_usable(e));
     if (!p || p->n_seqs < 1 || !p->first || !p->on_logits)
         return bt_error(BT_ERR_INVALID_ARG, "decode: no sequences or no callback");
-    if (e->dist.on)
-        return bt_error(BT_ERR_UNSUPPORTED, "decode: an engine across processes (mpirun) cannot decode yet");
+    if (e->dist.on && e->dist.layout.data > 1)
+        return bt_error(BT_ERR_UNSUPPORTED, "decode: the job has D = %d data-parallel replicas; decoding runs one "
+                        "pipeline (D = 1: as many ranks as stages)", e->dist.layout.data);
     const bt_graph *g = e->graph;
     if (p->logits_node < 0 || p->logits_node >= g->n_nodes || p->token_value < 0 || p->token_value >= g->n_values)
         return bt_error(BT_ERR_INVALID_ARG, "decode: logits node or token value out of range");
@@ -519,23 +646,46 @@ bt_status bt_engine_decode(bt_engine *e, const bt_decode_params *p, bt_decode_st
         }
         r.item[q] = *it;
     }
+    if (e->dist.on) {
+        r.tok_store = malloc((size_t)p->n_seqs * (size_t)r.T * sizeof *r.tok_store + 1);
+        if (!r.tok_store) {
+            st = bt_error(BT_ERR_NOMEM, "decode: out of memory");
+            goto done;
+        }
+        BT_TRY_GOTO(st, bt_decode_link_create(e, p->n_seqs, r.T, r.P - 1, e->n_channels, &r.link), done);
+    }
     for (int s = 0; s < r.P; s++) BT_TRY_GOTO(st, setup_stage(&r, s), done);
     BT_TRY_GOTO(st, setup_channels(&r), done);
     BT_TRY_GOTO(st, check_inputs(&r), done);
-    for (int q = 0; q < p->n_seqs; q++) push_ready(&r.stage[0], q, p->n_seqs); /* no worker runs yet */
+    if (r.link) BT_TRY_GOTO(st, bt_decode_link_start(r.link), done);
+    if (bt_stage_is_local(e, 0)) /* every rank knows the first items: stage 0's takes them */
+        for (int q = 0; q < p->n_seqs; q++) push_ready(&r.stage[0], q, p->n_seqs); /* no worker runs yet */
     double t0 = bt_now_ms();
     e->decode = &r;
     st = bt_engine_run_plain_job(e, BT_JOB_DECODE);
     e->decode = NULL;
-    if (stats) {
-        memset(stats, 0, sizeof *stats);
-        stats->stages = r.P;
-        stats->wall_ms = bt_now_ms() - t0;
-        for (int s = 0; s < r.P; s++) {
-            stats->busy_ms[s] = r.stage[s].busy_ms;
-            stats->items[s] = r.stage[s].items;
-        }
+    if (r.link) {
+        bt_status end = bt_decode_link_end(r.link, st == BT_OK);
+        if (st == BT_OK) st = end;
     }
+    bt_decode_stats ds;
+    memset(&ds, 0, sizeof ds);
+    ds.stages = r.P;
+    ds.wall_ms = bt_now_ms() - t0;
+    for (int s = 0; s < r.P; s++) {
+        ds.busy_ms[s] = r.stage[s].busy_ms;
+        ds.items[s] = r.stage[s].items;
+    }
+    /* across ranks, every stage's figures from its own rank; a collective, so no rank starts
+     * another run (whose messages its peers' receives of this one could take) before every rank
+     * ended this one */
+    const int me = e->dist.layout.stage;
+    if (st == BT_OK && e->dist.on)
+        st = bt_decode_dist_stats(e, r.P, me < r.P ? r.stage[me].busy_ms : 0, me < r.P ? r.stage[me].items : 0, &ds);
+    if (stats) *stats = ds;
+    if (st != BT_OK && e->dist.on)
+        st = bt_error_context(st, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
+                              e->dist.layout.replica);
 done:
     if (!atomic_load(&e->abandoned)) free_run(&r); /* a stuck worker may still use the buffers */
     return st;

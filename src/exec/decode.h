@@ -11,11 +11,17 @@
  * schedule does with micro-batches. Sequences never share state, so each one's rows are computed
  * exactly as they would be alone, on any number of stages.
  *
+ * Across processes (an engine of bt_engine_create_dist, D = 1) every rank calls bt_engine_decode
+ * alike, with the same sequences; each runs its own stage with its own weights, and the rows and
+ * items move between ranks as MPI messages (decode_dist.h). The callback runs on the logits
+ * stage's rank only: bt_engine_decode_share then hands its results to every rank.
+ *
  * Data flow: train/generate.c -> bt_engine_decode -> the engine's workers (BT_JOB_DECODE) ->
  * backend run_op(BT_RUN_DECODE) per node and row. */
 #ifndef BT_EXEC_DECODE_H
 #define BT_EXEC_DECODE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "baton/engine.h"
@@ -55,9 +61,15 @@ typedef struct bt_decode_stats {
 
 /* Runs the decode on e's workers until every sequence is done. Every value the nodes up to
  * logits_node produce must be shaped [T, ...] (a row per position; the caller checks it). Refused:
- * an engine across processes, and a stage whose backend cannot run a layer's decode kernel
- * (BT_ERR_UNSUPPORTED naming both). Buffers are allocated on the stages' devices for the run
- * (per sequence: T rows of every value crossing into a stage, each layer's cache) and freed. */
+ * an engine across processes with data-parallel replicas (D > 1), and a stage whose backend cannot
+ * run a layer's decode kernel (BT_ERR_UNSUPPORTED naming both). Buffers are allocated on the
+ * stages' devices for the run (per sequence: T rows of every value crossing into a stage, each
+ * layer's cache) and freed. Across processes stats are every stage's (collective), and a lost or
+ * stuck rank fails the run within the watchdog, naming the rank waited for. */
 bt_status bt_engine_decode(bt_engine *e, const bt_decode_params *p, bt_decode_stats *stats);
+
+/* Across processes, every rank of the pipeline calls it alike: buf's bytes from the rank that ran
+ * logits_node (where the callback ran) to every rank. Nothing in one process. */
+bt_status bt_engine_decode_share(bt_engine *e, int logits_node, void *buf, size_t bytes);
 
 #endif

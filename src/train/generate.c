@@ -4,7 +4,9 @@
  * model's shape (token input, logits), each prompt's context window and random stream, sampling,
  * and the timing. It runs on the logits stage's thread through the decode callback. Without the
  * cache the engine's own forward runs the whole window per token. bt_generate_score reads a
- * window through the same decoder and scores every position. */
+ * window through the same decoder and scores every position. Across processes the callback runs
+ * on the logits stage's rank only; its samples, times and scores then go to every rank
+ * (bt_engine_decode_share), so every rank returns the same results. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +224,31 @@ static bt_status on_logits(void *ctx, int q, const void *logits, int64_t rows, b
     return BT_OK;
 }
 
+/* Across processes the callback ran on the logits stage's rank: every rank gets its samples and
+ * each prompt's times (relative to the start, as that rank measured them). */
+static bt_status share_results(bt_engine *e, gen_run *run, int n_prompts, int32_t *const *out)
+{
+    if (bt_engine_ranks(e) == 1) return BT_OK;
+    const size_t k = out ? (size_t)run->p->tokens : 0, per = 2 * sizeof(double) + k * sizeof(int32_t);
+    unsigned char *buf = malloc((size_t)n_prompts * per + 1);
+    if (!buf) return bt_error(BT_ERR_NOMEM, "generate: out of memory");
+    for (int i = 0; i < n_prompts; i++) {
+        const double t[2] = {run->seq[i].first_ms - run->t0, run->seq[i].last_ms - run->t0};
+        memcpy(buf + (size_t)i * per, t, sizeof t);
+        if (k) memcpy(buf + (size_t)i * per + sizeof t, out[i], k * sizeof(int32_t));
+    }
+    bt_status st = bt_engine_decode_share(e, run->m->logits_node, buf, (size_t)n_prompts * per);
+    for (int i = 0; st == BT_OK && i < n_prompts; i++) {
+        double t[2];
+        memcpy(t, buf + (size_t)i * per, sizeof t);
+        run->seq[i].first_ms = run->t0 + t[0];
+        run->seq[i].last_ms = run->t0 + t[1];
+        if (k) memcpy(out[i], buf + (size_t)i * per + sizeof t, k * sizeof(int32_t));
+    }
+    free(buf);
+    return st;
+}
+
 static bt_status generate_pipelined(bt_engine *e, const lm_shape *m, int n_prompts, const int32_t *const *prompts,
                                     const int64_t *n_prompt, const bt_generate_params *p, int32_t *const *out,
                                     bt_generate_stats *per_prompt, bt_generate_stats *total)
@@ -253,6 +280,7 @@ static bt_status generate_pipelined(bt_engine *e, const lm_shape *m, int n_promp
     bt_decode_stats ds;
     run.t0 = bt_now_ms();
     BT_TRY_GOTO(st, bt_engine_decode(e, &dp, &ds), done);
+    BT_TRY_GOTO(st, share_results(e, &run, n_prompts, out), done);
     double busy = 0, last_first = 0;
     for (int s = 0; s < ds.stages; s++) busy += ds.busy_ms[s];
     for (int i = 0; i < n_prompts; i++) {
@@ -363,6 +391,7 @@ bt_status bt_generate_score(bt_engine *e, const bt_graph *g, const int32_t *toke
     bt_decode_params dp = {.token_value = m.idx_value, .logits_node = m.logits_node, .n_seqs = 1, .first = &first,
                            .on_logits = on_score_logits, .ctx = &s};
     BT_TRY(bt_engine_decode(e, &dp, NULL));
+    BT_TRY(bt_engine_decode_share(e, m.logits_node, &s.sum, sizeof s.sum)); /* across processes: the logits rank's */
     *mean_loss = s.sum / (double)(n - 1);
     return BT_OK;
 }
