@@ -43,6 +43,7 @@
 
 #include "baton.h"
 #include "bt_test.h"
+#include "test_models.h"
 #include "engine_runs.h"
 #include "exec/decode.h"
 #include "exec/exec_internal.h"
@@ -501,30 +502,6 @@ static const char gpt_yaml[] =
     "  - {name: lm_head, op: linear, args: {out: 13, bias: false}, tie: wte}\n"
     "  - {name: loss, op: cross_entropy, from: [lm_head, label]}\n";
 
-static const char mix_yaml[] =
-    "format: 1\n"
-    "inputs:\n"
-    "  idx: {shape: [9], dtype: i32}\n"
-    "  label: {shape: [9], dtype: i32}\n"
-    "layers:\n"
-    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
-    "  - {name: wpe, op: pos_embedding, args: {num: 9, std: 0.3}}\n"
-    "  - {name: n1, op: rmsnorm}\n"
-    "  - {name: qkv, op: linear, args: {out: 48}}\n"
-    "  - {name: attn, op: attention, args: {heads: 4, block: 4}}\n"
-    "  - {name: v, op: split, args: {parts: 3, index: 2}, from: qkv}\n"
-    "  - {name: cat, op: concat, from: [attn, v]}\n"
-    "  - {name: proj, op: linear, args: {out: 16}}\n"
-    "  - {name: res, op: add, from: [-1, wpe]}\n"
-    "  - {name: sq, op: reshape, args: {shape: [9, 4, 4]}}\n"
-    "  - {name: tr, op: transpose}\n"
-    "  - {name: mm, op: matmul, from: [sq, tr]}\n"
-    "  - {name: flat, op: reshape, args: {shape: [9, 16]}}\n"
-    "  - {name: gate, op: silu, from: res}\n"
-    "  - {name: glu, op: mul, from: [flat, gate]}\n"
-    "  - {name: n2, op: rmsnorm}\n"
-    "  - {name: head, op: linear, args: {out: 13}}\n"
-    "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
 
 /* Every row's logits of one window, read by the decoder (exec/decode.h) as bt_generate_score
  * reads them. */
@@ -619,7 +596,7 @@ static void check_gpt_on_gpu(const char *yaml, const char *what, bt_dtype precis
 static void test_gpt_decodes_on_gpu(void)
 {
     check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_F32);
-    check_gpt_on_gpu(mix_yaml, "mix.yaml", BT_F32);
+    check_gpt_on_gpu(bt_test_decode_mix_yaml, "mix.yaml", BT_F32);
     check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_BF16);
 }
 

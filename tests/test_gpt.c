@@ -33,6 +33,7 @@
 
 #include "baton.h"
 #include "bt_test.h"
+#include "test_models.h"
 #include "io/text.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
@@ -598,32 +599,6 @@ static void test_generate_pipelined(void)
     bt_model_destroy(m);
 }
 
-/* Every op a GPT may decode beside the block's: rmsnorm, split, concat, matmul and transpose of
- * [T, 4, 4] rows (the sequence a leading dimension), reshape, silu, mul. */
-static const char mix_yaml[] =
-    "format: 1\n"
-    "inputs:\n"
-    "  idx: {shape: [9], dtype: i32}\n"
-    "  label: {shape: [9], dtype: i32}\n"
-    "layers:\n"
-    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
-    "  - {name: wpe, op: pos_embedding, args: {num: 9, std: 0.3}}\n"
-    "  - {name: n1, op: rmsnorm}\n"
-    "  - {name: qkv, op: linear, args: {out: 48}}\n"
-    "  - {name: attn, op: attention, args: {heads: 4, block: 4}}\n"
-    "  - {name: v, op: split, args: {parts: 3, index: 2}, from: qkv}\n"
-    "  - {name: cat, op: concat, from: [attn, v]}\n"
-    "  - {name: proj, op: linear, args: {out: 16}}\n"
-    "  - {name: res, op: add, from: [-1, wpe]}\n"
-    "  - {name: sq, op: reshape, args: {shape: [9, 4, 4]}}\n"
-    "  - {name: tr, op: transpose}\n"
-    "  - {name: mm, op: matmul, from: [sq, tr]}\n"
-    "  - {name: flat, op: reshape, args: {shape: [9, 16]}}\n"
-    "  - {name: gate, op: silu, from: res}\n"
-    "  - {name: glu, op: mul, from: [flat, gate]}\n"
-    "  - {name: n2, op: rmsnorm}\n"
-    "  - {name: head, op: linear, args: {out: 13}}\n"
-    "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
 
 /* The ops above decode one row each (split, concat, matmul and transpose count rows from the
  * call's tensors: with the config's T rows they ran past the one row's buffers): the decoder's
@@ -632,7 +607,7 @@ static const char mix_yaml[] =
 static void test_generate_every_op(void)
 {
     bt_model *m = NULL;
-    CU_ASSERT_FATAL(bt_model_load_string(mix_yaml, strlen(mix_yaml), "mix.yaml", NULL, 0, &m) == BT_OK);
+    CU_ASSERT_FATAL(bt_model_load_string(bt_test_decode_mix_yaml, strlen(bt_test_decode_mix_yaml), "mix.yaml", NULL, 0, &m) == BT_OK);
     bt_engine *e = make_engine(m, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
     int32_t idx[4 * T], label[4 * T];
     fill_tokens(idx, label, 4, 21);

@@ -37,4 +37,32 @@ static inline bt_graph *bt_test_residual_graph(int64_t in, int64_t hidden, int64
     return g;
 }
 
+/* A model file (test_gpt, test_cuda_engine): every op a GPT may decode beside the block's: rmsnorm,
+ * split, concat, matmul and transpose of [T, 4, 4] rows (the sequence a leading dimension),
+ * reshape, silu, mul. */
+static const char bt_test_decode_mix_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [9], dtype: i32}\n"
+    "  label: {shape: [9], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
+    "  - {name: wpe, op: pos_embedding, args: {num: 9, std: 0.3}}\n"
+    "  - {name: n1, op: rmsnorm}\n"
+    "  - {name: qkv, op: linear, args: {out: 48}}\n"
+    "  - {name: attn, op: attention, args: {heads: 4, block: 4}}\n"
+    "  - {name: v, op: split, args: {parts: 3, index: 2}, from: qkv}\n"
+    "  - {name: cat, op: concat, from: [attn, v]}\n"
+    "  - {name: proj, op: linear, args: {out: 16}}\n"
+    "  - {name: res, op: add, from: [-1, wpe]}\n"
+    "  - {name: sq, op: reshape, args: {shape: [9, 4, 4]}}\n"
+    "  - {name: tr, op: transpose}\n"
+    "  - {name: mm, op: matmul, from: [sq, tr]}\n"
+    "  - {name: flat, op: reshape, args: {shape: [9, 16]}}\n"
+    "  - {name: gate, op: silu, from: res}\n"
+    "  - {name: glu, op: mul, from: [flat, gate]}\n"
+    "  - {name: n2, op: rmsnorm}\n"
+    "  - {name: head, op: linear, args: {out: 13}}\n"
+    "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+
 #endif
