@@ -20,11 +20,13 @@
  * every machine this builds for). Phases: ready (the bucket's gradients are final here), reduced
  * (this rank's slice is summed), updated (zero: this rank's weights slice is published), and one
  * `done` per rank (it has finished reading its peers' arenas this step), which a rank waits for
- * before it zeroes its gradients for the next step; without zero, one more flag says that the
- * rank has written the sums of squares of its share of the tensors (whole tensors, balanced by size)
- * for the global norm, which every rank then adds in tensor order (the CPU backend's sum_squares
- * term for term: the same bits, half the passes over the gradients). No barrier per bucket: a rank waits only for
- * the flags of the data it is about to read. Waits spin briefly, then yield, then sleep 100 us,
+ * before it writes its own gradients again: before it zeroes them for the next step, and before
+ * the tied parameters' exchange adds the other copy's gradient into them at STEP (worker_step.c);
+ * without zero, one more flag says that the rank has written the sums of squares of its share of
+ * the tensors (whole tensors, balanced by size) for the global norm, which every rank then adds
+ * in tensor order (the CPU backend's sum_squares term for term: the same bits, half the passes
+ * over the gradients). No barrier per bucket: a rank waits only for the flags of the data it is
+ * about to read. Waits spin briefly, then yield, then sleep 100 us,
  * bounded by the watchdog (naming the peer rank and what it has not done) and stopped by abort.
  *
  * Chosen per stage by BATON_DP_REDUCE (auto: shm when every replica of a CPU stage is on this
@@ -311,13 +313,20 @@ bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st)
     return BT_OK;
 }
 
+bt_status bt_dist_shm_readers_done(bt_engine *e)
+{
+    bt_engine_dist *d = &e->dist;
+    for (int q = 0; q < d->layout.data && d->shm_gen > 0; q++)
+        if (q != d->layout.replica) BT_TRY(wait_flag(e, q, done_line(e), "finish reading this rank's gradients", -1));
+    return BT_OK;
+}
+
 bt_status bt_dist_shm_job_start(bt_engine *e, bt_stage *st)
 {
     bt_engine_dist *d = &e->dist;
     (void)st;
     /* the peers have read this rank's arena for the last step before it is zeroed for this one */
-    for (int q = 0; q < d->layout.data && d->shm_gen > 0; q++)
-        if (q != d->layout.replica) BT_TRY(wait_flag(e, q, done_line(e), "finish reading this rank's gradients", -1));
+    BT_TRY(bt_dist_shm_readers_done(e));
     d->shm_gen++;
     for (int bi = 0; bi < d->n_buckets; bi++) d->buckets[bi].shm_phase = 0;
     return BT_OK;

@@ -615,6 +615,8 @@ bt_status bt_dist_reduce_mode_from_env(int *mode);
 bt_status bt_dist_shm_choose(bt_engine *e, bt_stage *st, int *use);
 bt_status bt_dist_shm_setup(bt_engine *e, bt_stage *st);
 bt_status bt_dist_shm_job_start(bt_engine *e, bt_stage *st);
+/* waits until every peer replica has finished reading this rank's gradient arena this step */
+bt_status bt_dist_shm_readers_done(bt_engine *e);
 void bt_dist_shm_start(bt_engine *e, bt_dp_bucket *b);
 bt_status bt_dist_shm_poll(bt_engine *e, bt_stage *st);
 bt_status bt_dist_shm_finish(bt_engine *e, bt_stage *st);

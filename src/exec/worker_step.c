@@ -106,6 +106,12 @@ static bt_status exchange_tied(bt_engine *e, bt_worker *w, bt_stage *st)
             }
         }
     BT_TRY(stage_barrier(e, w));
+    if (e->dist.shm) { /* the sums below land in the shared arena: the peers must be done reading it */
+        atomic_store(&w->waiting, 1);
+        bt_status s = bt_dist_shm_readers_done(e);
+        atomic_store(&w->waiting, 0);
+        BT_TRY(s);
+    }
     for (int k = 0; k < e->n_ties; k++)
         for (int side = 0; side < 2; side++) {
             bt_tie *t = &e->ties[k];
