@@ -3,17 +3,19 @@
  * defined, so a .c file instantiates its template twice:
  *     #define BT_REAL_BITS 32 / #include "ops/real.h" / #include "ops/x_tmpl.h"
  *     #undef BT_REAL_BITS / #define BT_REAL_BITS 64 / #include "ops/real.h" / ... again.
- * REAL is the element type, R(name) the instance's function name, GEMM the BLAS call (GEMM_AT(call,
+ * REAL is the element type (UREAL the unsigned integer of its width), R(name) the instance's function name, GEMM the BLAS call (GEMM_AT(call,
  * ...) the one at the call's precision: bf16 GEMMs on oneDNN, see cpu/blas.h; GEMM_W(call,
  * BT_GEMM_PARAM_A or _B, ...) the same with that operand a parameter, whose conversion is kept), and the
  * math names map to the float or double libm functions; EXP_V and ERF_V are the f32 vectorisable
  * approximations of ops/fastmath.h (libm's exp and erf for f64). Reductions accumulate in double. */
 #include <math.h>
+#include <stdint.h>
 
 #include "cpu/blas.h"
 #include "ops/fastmath.h"
 
 #undef REAL
+#undef UREAL
 #undef R
 #undef GEMM
 #undef GEMM_AT
@@ -28,6 +30,7 @@
 
 #if BT_REAL_BITS == 32
 #define REAL float
+#define UREAL uint32_t /* an unsigned integer as wide as REAL (bit masks) */
 #define R(name) name##_f32
 #define GEMM bt_sgemm
 #define GEMM_AT(call, ...) bt_gemm_at((call)->precision, (call)->threads, __VA_ARGS__)
@@ -41,6 +44,7 @@
 #define ERF_V bt_fast_erff /* vectorisable, absolute error < 5.3e-7 */
 #elif BT_REAL_BITS == 64
 #define REAL double
+#define UREAL uint64_t
 #define R(name) name##_f64
 #define GEMM bt_dgemm
 #define GEMM_AT(call, ...) bt_dgemm(__VA_ARGS__)

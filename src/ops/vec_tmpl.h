@@ -4,6 +4,8 @@
  * restrict parameters (also once inlined), not from restrict locals loaded out of a struct. An
  * output may not overlap an input; read-only inputs may be the same array. */
 
+#include <string.h>
+
 /* y = a + b */
 static inline void R(vec_add)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
                               int64_t n)
@@ -25,12 +27,19 @@ static inline void R(vec_relu)(REAL *restrict y, int64_t n)
 }
 
 /* g = 0 + (y > 0 ? g : 0) in place: a fused relu's backward, from its output y. The 0 + makes a
- * masked -0 a +0, exactly what relu's own backward accumulates into a zeroed gradient. */
+ * masked -0 a +0, exactly what relu's own backward accumulates into a zeroed gradient. The
+ * selection is a bit mask (all ones where y > 0) ANDed into g's bits: GCC does not if-convert
+ * the ?: for the baseline x86-64 target, and a branch on y > 0 mispredicts half the time (it
+ * was a tenth of fashion-cnn's step, and conv2's backward took 19 ms instead of 12). */
 static inline void R(vec_relu_mask)(const REAL *restrict y, REAL *restrict g, int64_t n)
 {
     BT_OPS_VLOOP(i, n, {
-        const REAL v = g[i];
-        g[i] = (REAL)0 + (y[i] > 0 ? v : 0);
+        UREAL bits;
+        memcpy(&bits, &g[i], sizeof bits);
+        bits &= -(UREAL)(y[i] > 0);
+        REAL v;
+        memcpy(&v, &bits, sizeof v);
+        g[i] = (REAL)0 + v;
     });
 }
 
