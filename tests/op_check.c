@@ -199,7 +199,7 @@ static bt_op_call oc_call(oc_layer *L)
         .config = L->ctx.config,
         .seed = L->seed,
         .training = L->training,
-        .threads = 1,
+        .threads = L->threads > 0 ? L->threads : 1,
         .precision = L->precision,
     };
     return call;

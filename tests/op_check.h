@@ -29,6 +29,7 @@ typedef struct oc_layer {
     uint64_t seed;
     int training;
     bt_dtype precision;        /* the call's precision (0: BT_F32) */
+    int threads;               /* the call's threads (0: 1) */
     uint64_t rng;              /* state of the fills */
 } oc_layer;
 

@@ -1187,6 +1187,53 @@ static void test_maxpool2d_argmax(void)
         }
 }
 
+/* The kernels whose own loops run on the call's threads (BT_PARALLEL_FOR: pools over planes, a
+ * fused relu's backward mask in blocks) give, on 2 and 3 threads, the 1-thread results bit for
+ * bit: sizes that the blocks do not divide evenly, f32 and f64. */
+static void test_threads_same_bits(void)
+{
+    static const struct {
+        const char *op, *args;
+        bt_shape shape;
+        int64_t batch;
+    } cases[] = {
+        {"maxpool2d", "kernel=2", SH(3, 9, 10), 5},
+        {"maxpool2d", "kernel=3 stride=2 padding=1", SH(2, 11, 7), 3},
+        {"avgpool2d", "kernel=3 stride=2 padding=1", SH(2, 11, 7), 3},
+        {"conv2d", "out=5 kernel=3 padding=1 act=relu", SH(2, 9, 9), 3},
+        {"linear", "out=37 act=relu", SH(29), 7},
+    };
+    const bt_dtype reals[] = {BT_F32, BT_F64};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int r = 0; r < 2; r++)
+            for (int threads = 2; threads <= 3; threads++) {
+                oc_layer one, many;
+                bt_dtype d = F;
+                CU_ASSERT_FATAL(oc_setup(&one, cases[k].op, cases[k].args, 1, &cases[k].shape, &d,
+                                         cases[k].batch, reals[r]) == BT_OK);
+                CU_ASSERT_FATAL(oc_setup(&many, cases[k].op, cases[k].args, 1, &cases[k].shape, &d,
+                                         cases[k].batch, reals[r]) == BT_OK);
+                oc_copy_values(&many, &one);
+                const size_t esz = bt_dtype_size(reals[r]);
+                memcpy(many.out_grad.data, one.out_grad.data, (size_t)bt_tensor_numel(&one.out_grad) * esz);
+                many.threads = threads;
+                CU_ASSERT_FATAL(oc_forward(&one) == BT_OK && oc_backward(&one) == BT_OK);
+                CU_ASSERT_FATAL(oc_forward(&many) == BT_OK && oc_backward(&many) == BT_OK);
+                int same = !memcmp(one.out.data, many.out.data, (size_t)bt_tensor_numel(&one.out) * esz) &&
+                           !memcmp(one.in_grad[0].data, many.in_grad[0].data,
+                                   (size_t)bt_tensor_numel(&one.in_grad[0]) * esz);
+                for (int j = 0; j < one.n_params; j++)
+                    same &= !memcmp(one.param_grad[j].data, many.param_grad[j].data,
+                                    (size_t)bt_tensor_numel(&one.param_grad[j]) * esz);
+                if (!same)
+                    printf("\n  %s %s (%s) on %d threads differs from 1 thread\n", cases[k].op,
+                           cases[k].args, bt_dtype_name(reals[r]), threads);
+                CU_ASSERT(same);
+                oc_free(&one);
+                oc_free(&many);
+            }
+}
+
 int main(void)
 {
     static const bt_test_case tests[] = {
@@ -1204,6 +1251,7 @@ int main(void)
         {"larger GEMM paths", test_larger_gemm_paths},
         {"conv2d across chunks", test_conv2d_chunks},
         {"maxpool2d argmax: ties, NaN", test_maxpool2d_argmax},
+        {"threads: the same bits as one thread", test_threads_same_bits},
         {NULL, NULL},
     };
     return bt_test_main("ops", tests);

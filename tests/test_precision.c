@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "bt_test.h"
 #include "core/half.h"
 #include "core/util.h"
@@ -333,6 +334,32 @@ static void test_array_sweep(void)
     free(a);
 }
 
+/* The CPU backend's round_to shares the array among the device's threads (BT_PARALLEL_FOR in
+ * blocks): on 1, 2 and 3 threads every value is the scalar function's, lengths the blocks do not
+ * divide evenly included, and nothing past the end is touched. */
+static void test_round_to_threads(void)
+{
+    const bt_backend *be = bt_cpu_backend();
+    float *in = malloc(SWEEP_N * sizeof *in), *a = malloc(SWEEP_N * sizeof *a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(in);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    fill_sweep(in, SWEEP_N, 7);
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK); /* as many as the machine allows */
+        const size_t lens[] = {SWEEP_N - 1, 1001, 47, 1};
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            memcpy(a, in, SWEEP_N * sizeof *a);
+            CU_ASSERT(be->round_to(dev, BT_BF16, a, lens[k]) == BT_OK);
+            CU_ASSERT_EQUAL(compare("bf16 round_to", in, a, lens[k], bt_round_bf16), 0);
+            CU_ASSERT_EQUAL(memcmp(a + lens[k], in + lens[k], (SWEEP_N - lens[k]) * sizeof *a), 0);
+        }
+        be->close(dev);
+    }
+    free(in);
+    free(a);
+}
+
 /* Over increasing f32 values up to beyond f16's range (every 97th bit pattern): rounding is
  * monotonic, idempotent, odd (round(-x) = -round(x)) and within half an ulp of the format. */
 static void test_monotonic(void)
@@ -470,6 +497,7 @@ int main(void)
         {"f16: all 65536 patterns and midpoints", test_f16_exhaustive},
         {"bf16: all 65536 patterns and midpoints", test_bf16_exhaustive},
         {"array paths against the scalar functions", test_array_sweep},
+        {"the CPU backend's round_to on several threads", test_round_to_threads},
         {"monotonic, idempotent, within half an ulp", test_monotonic},
         {"loss scale defaults and growth interval", test_loss_scale_defaults},
         {"loss scale scripted steps and message", test_loss_scale_script},

@@ -29,4 +29,20 @@ double bt_now_ms(void);
 /* The median of v[0..n) (the mean of the middle two when n is even); sorts v. 0 when n < 1. */
 double bt_median(double *v, int n);
 
+/* BT_PARALLEL_FOR(threads) before a `for` loop whose iterations are independent (each writes
+ * only its own outputs) runs them on `threads` OpenMP threads (an int variable or expression
+ * without side effects), each taking one contiguous block of iterations (schedule(static)): the
+ * results are the serial loop's, bit for bit. It is how the CPU kernels' own loops (ops/ and cpu/:
+ * pools, masks, rounding) use a device's threads, in the OpenMP runtime oneDNN's kernels already
+ * run on, so the two never oversubscribe the cores. One thread runs the loop when threads <= 1, in builds without
+ * OpenMP (configure's AC_OPENMP), and under ThreadSanitizer (libgomp is not instrumented: its
+ * barriers would read as races). */
+#define BT_PRAGMA(x) _Pragma(#x)
+#if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
+#define BT_PARALLEL_FOR(threads) \
+    BT_PRAGMA(omp parallel for num_threads(threads) if ((threads) > 1) schedule(static))
+#else
+#define BT_PARALLEL_FOR(threads)
+#endif
+
 #endif

@@ -224,7 +224,15 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
     if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
         return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
     bt_gemm_bf16_forget(x, n * sizeof *x);
-    bt_round_array(precision, x, n);
+    /* on the device's threads, in blocks of whole cache lines */
+    const int nt = dev->threads;
+    const size_t per = nt > 1 ? (n / (size_t)nt + 16) / 16 * 16 : n;
+    const int64_t blocks = per ? (int64_t)((n + per - 1) / per) : 0;
+    BT_PARALLEL_FOR(nt)
+    for (int64_t b = 0; b < blocks; b++) {
+        const size_t at = (size_t)b * per;
+        bt_round_array(precision, x + at, n - at < per ? n - at : per);
+    }
     return BT_OK;
 }
 

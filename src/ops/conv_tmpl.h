@@ -284,7 +284,7 @@ static bt_status R(conv2d_backward)(const bt_op_call *call)
 {
     const bt_conv_config *cf = call->config;
     if (cf->act == BT_OPS_ACT_RELU) /* through the fused relu, from its output */
-        R(vec_relu_mask)(call->out->data, call->out_grad->data, bt_tensor_numel(call->out_grad));
+        R(vec_relu_mask_par)(call->out->data, call->out_grad->data, bt_tensor_numel(call->out_grad), call->threads);
     int path;
     bt_status st = R(conv2d_path)(call, 1, &path);
     if (st != BT_OK) return st;

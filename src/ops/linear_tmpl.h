@@ -59,7 +59,7 @@ static bt_status R(linear_backward)(const bt_op_call *call)
     REAL *dy = call->out_grad->data; /* (rows, out) */
     if (bt_tensor_numel(&call->in[0]) == 0) return BT_OK;
     if (cfg->act == BT_OPS_ACT_RELU) /* through the fused relu, from its output */
-        R(vec_relu_mask)(call->out->data, dy, bt_tensor_numel(call->out_grad));
+        R(vec_relu_mask_par)(call->out->data, dy, bt_tensor_numel(call->out_grad), call->threads);
     return R(linear_backward_from)(call, dy);
 }
 

@@ -102,7 +102,8 @@ static inline void bt_ops_valid_range(int64_t in, int64_t k, int64_t stride, int
  * defaults to -O3, but a user's CFLAGS may choose -O2) vectorises only loops whose trip count it
  * can prove a multiple of the vector length ("very cheap" cost model); a plain loop over n stays
  * scalar, 4-20x slower on memory-bound elementwise kernels. Keep bodies branch-free (load every
- * operand unconditionally, select with ?:) and the arrays restrict parameters of the enclosing
+ * operand unconditionally, select with ?: or, where the baseline target cannot blend, with bit
+ * masks: see vec_relu_mask in ops/vec_tmpl.h) and the arrays restrict parameters of the enclosing
  * function (see ops/vec_tmpl.h). Other compilers and -O3 vectorise either loop anyway. */
 #define BT_OPS_VLOOP(i, n, body)                                     \
     do {                                                             \

@@ -5,6 +5,7 @@
  * the argmax of every output (int32, index ih W + iw within its channel) for the backward. */
 #include <math.h>
 
+#include "core/util.h"
 #include "ops/op_configs.h"
 #include "ops/ops.h"
 

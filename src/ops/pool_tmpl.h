@@ -1,5 +1,6 @@
 /* ops/pool_tmpl.h: maxpool2d and avgpool2d kernels for one float type (see ops/real.h). Every
- * (sample, channel) plane is independent; a window's rows and columns are clipped to the input,
+ * (sample, channel) plane is independent (the planes are shared among the device's threads,
+ * BT_PARALLEL_FOR); a window's rows and columns are clipped to the input,
  * which is what -inf (max) or zero (avg) padding amounts to. maxpool's forward selects each
  * window's argmax by masks instead of branches, through a comparison tree for 2x2 windows, and
  * runs the plain branching scan only for windows that hold a NaN: on fashion-cnn's pools 5x
@@ -76,6 +77,8 @@ static bt_status R(maxpool2d_forward)(const bt_op_call *call)
     const REAL *x = call->in[0].data; /* (B C, H, W) */
     REAL *y = call->out->data;        /* (B C, Ho, Wo) */
     int32_t *arg = call->saved;       /* (B C, Ho, Wo); may be NULL */
+    const int nt = call->threads;
+    BT_PARALLEL_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t oh = 0; oh < cf->ho; oh++) {
             int64_t h0, h1;
@@ -94,6 +97,8 @@ static bt_status R(maxpool2d_backward)(const bt_op_call *call)
     const REAL *dy = call->out_grad->data; /* (B C, Ho, Wo) */
     const int32_t *arg = call->saved;      /* (B C, Ho, Wo) */
     REAL *dx = call->in_grad[0].data;      /* (B C, H, W) */
+    const int nt = call->threads;
+    BT_PARALLEL_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         REAL *dxp = dx + pl * hw;
         const REAL *dyp = dy + pl * howo;
@@ -110,6 +115,8 @@ static bt_status R(avgpool2d_forward)(const bt_op_call *call)
     const REAL inv = (REAL)(1.0 / (double)(cf->kh * cf->kw));
     const REAL *x = call->in[0].data; /* (B C, H, W) */
     REAL *y = call->out->data;        /* (B C, Ho, Wo) */
+    const int nt = call->threads;
+    BT_PARALLEL_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         const REAL *xp = x + pl * hw;
         for (int64_t oh = 0; oh < cf->ho; oh++) {
@@ -136,6 +143,8 @@ static bt_status R(avgpool2d_backward)(const bt_op_call *call)
     const REAL inv = (REAL)(1.0 / (double)(cf->kh * cf->kw));
     const REAL *dy = call->out_grad->data; /* (B C, Ho, Wo) */
     REAL *dx = call->in_grad[0].data;      /* (B C, H, W) */
+    const int nt = call->threads;
+    BT_PARALLEL_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         REAL *dxp = dx + pl * hw;
         for (int64_t oh = 0; oh < cf->ho; oh++) {

@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "core/util.h" /* BT_PARALLEL_FOR */
+
 /* y = a + b */
 static inline void R(vec_add)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
                               int64_t n)
@@ -41,6 +43,18 @@ static inline void R(vec_relu_mask)(const REAL *restrict y, REAL *restrict g, in
         memcpy(&v, &bits, sizeof v);
         g[i] = (REAL)0 + v;
     });
+}
+
+/* vec_relu_mask over `threads` threads, in blocks of whole cache lines (BT_PARALLEL_FOR) */
+static inline void R(vec_relu_mask_par)(const REAL *y, REAL *g, int64_t n, int threads)
+{
+    const int64_t lines = 64 / (int64_t)sizeof(REAL), per = threads > 1 ? (n / threads + lines) / lines * lines : n;
+    const int64_t blocks = per > 0 ? (n + per - 1) / per : 0;
+    BT_PARALLEL_FOR(threads)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t at = b * per, len = n - at < per ? n - at : per;
+        R(vec_relu_mask)(y + at, g + at, len);
+    }
 }
 
 /* y += x */
