@@ -328,6 +328,10 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
         p.precision = m->train.precision;
         p.loss_scale = m->train.loss_scale;
     }
+    if (training && o->resume) { /* conv2d's recorded paths, before anything is measured (run_conv_record.c) */
+        int crc = bt_cli_conv_record_load(o->resume, m->graph, o->jsonl);
+        if (crc != BT_EXIT_OK) return crc;
+    }
     bt_profile *costs = NULL; /* partition: profile: measured here, before the plan is built */
     bt_status st = bt_profile_measure_for_plan(m->graph, &p.parallel, &costs);
     if (st != BT_OK) return bt_cli_fail("run", st);

@@ -114,5 +114,12 @@ void bt_cli_print_summary(const bt_run_opts *o, const bt_engine *e, double media
 /* The conv2d path chosen for each CPU conv shape so far, naming g's layers of that shape
  * (run_conv.c); o NULL: plain text. Nothing when no conv2d ran on a CPU. */
 void bt_cli_print_conv_choices(const bt_run_opts *o, const bt_graph *g);
+/* conv2d's path choices kept beside checkpoints (run_conv_record.c). write: this process's record
+ * in dir (DIR/conv-paths.json, or conv-paths.rank<N>.json under a launcher), when the choices
+ * changed since its last write or always is set; dir NULL: nothing. load: before anything is
+ * measured, preloads the records beside a --resume argument (a directory or a checkpoint file);
+ * a malformed record or a path this build cannot run is BT_EXIT_USAGE naming the file. Exit codes. */
+int bt_cli_conv_record_write(const char *dir, int always);
+int bt_cli_conv_record_load(const char *resume, const bt_graph *g, int jsonl);
 
 #endif

@@ -30,6 +30,8 @@ typedef struct display {
     const bt_engine *e;
     bt_cli_metrics *mt;   /* stage shares per step, and the TensorBoard file */
     double t0_ms;         /* when the first step of this run started (for the bar's ETA) */
+    const char *ckpt_dir; /* where the conv2d path record goes (run_conv_record.c); NULL: nowhere */
+    int record_rc;        /* the first failed write of that record's exit code, or BT_EXIT_OK */
 } display;
 
 static const char *optimizer_text(const bt_optimizer_config *c, char *buf, size_t size)
@@ -127,10 +129,19 @@ static const char *skip_text(int64_t step, const bt_step_result *r, char *buf, s
     return buf;
 }
 
+/* The conv2d path record beside the checkpoints: at each checkpoint (rank 0's), and on every rank
+ * once a step or an evaluation made a new choice (only rank 0 sees checkpoint events). */
+static void record_conv_paths(display *d, const bt_train_event *ev)
+{
+    if (!d->ckpt_dir || d->record_rc != BT_EXIT_OK) return;
+    d->record_rc = bt_cli_conv_record_write(d->ckpt_dir, ev->kind == BT_EV_CHECKPOINT);
+}
+
 static void on_event(const bt_train_event *ev, void *user)
 {
     display *d = user;
     const bt_run_opts *o = d->o;
+    record_conv_paths(d, ev);
     if (ev->kind == BT_EV_STEP) {
         const bt_step_result *r = ev->result;
         char msg[160];
@@ -233,7 +244,7 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
     if (!o->jsonl && bt_lm_first_step(t) > 0)
         printf("resumed from %s at step %lld of %lld\n", bt_cli_escape(o->resume, buf, sizeof buf),
                (long long)bt_lm_first_step(t), (long long)bt_lm_total_steps(t));
-    display d = {.o = o, .first_step = bt_lm_first_step(t), .e = e};
+    display d = {.o = o, .first_step = bt_lm_first_step(t), .e = e, .ckpt_dir = to->checkpoint_dir};
     d.step_ms = calloc((size_t)(bt_lm_total_steps(t) + 1), sizeof *d.step_ms);
     if (!d.step_ms) {
         bt_lm_destroy(t);
@@ -247,6 +258,7 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
         d.t0_ms = bt_now_ms();
         st = bt_lm_run(t, on_event, &d);
         int sig = bt_cli_stop_end();
+        if (st == BT_OK && rc == BT_EXIT_OK) rc = d.record_rc;
         int64_t stopped = bt_lm_stopped_at(t);
         if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_lm_total_steps(t), to->checkpoint_dir, "--resume");
         if (st == BT_OK && stopped) rc = 128 + sig;
@@ -350,7 +362,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     }
     bt_engine_set_total_steps(e, bt_trainer_total_steps(t));
     print_config(o, &local, e, p, t);
-    display d = {.o = o, .first_step = bt_trainer_first_step(t), .e = e};
+    display d = {.o = o, .first_step = bt_trainer_first_step(t), .e = e, .ckpt_dir = to.checkpoint_dir};
     d.step_ms = calloc((size_t)(bt_trainer_total_steps(t) + 1), sizeof *d.step_ms);
     if (!d.step_ms) {
         bt_trainer_destroy(t);
@@ -370,6 +382,7 @@ int bt_cli_train(const bt_run_opts *o, const bt_model *m, bt_engine *e, const bt
     int sig = bt_cli_stop_end();
     int64_t stopped = bt_trainer_stopped_at(t);
     if (st == BT_OK && stopped) print_stopped(o, sig, stopped, bt_trainer_total_steps(t), to.checkpoint_dir, "--resume");
+    if (st == BT_OK) rc = d.record_rc;
     if (st != BT_OK) {
         if (o->progress) printf("\n");
         rc = bt_cli_fail("run", st);

@@ -7,7 +7,13 @@
  * workers meeting their first conv at once do not time each other's noise; the table has its own
  * lock and is only read on the fast path. A oneDNN failure while timing takes oneDNN out of that
  * shape's choice and says why in the listing; a forced path is recorded (as forced) for the
- * listings too. Thread-safe. */
+ * listings too.
+ *
+ * Choices recorded beside a checkpoint (cli/run_conv_record.c) are preloaded before the first step
+ * of a resumed run (bt_conv_choices_preload): a shape found there is taken as recorded, never
+ * timed, so the resumed run sums in the order the run that wrote the checkpoint did. For tests,
+ * BATON_CPU_CONV_TEST_PICK=onednn|im2col replaces every timed choice by that path (both are still
+ * timed and listed), so two processes can be made to choose differently on purpose. Thread-safe. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,9 +32,20 @@ static int env_path = -1; /* -1: auto */
 static char mode_error[200];
 static char mode_desc[200];
 static atomic_int test_path = -2; /* -2: the environment's */
+static int test_pick = -1;        /* BATON_CPU_CONV_TEST_PICK: -1 none */
 
 static void mode_read(void)
 {
+    const char *pick = getenv("BATON_CPU_CONV_TEST_PICK");
+    if (pick && *pick) {
+        if (strcmp(pick, "onednn") == 0) test_pick = BT_CONV_ONEDNN;
+        else if (strcmp(pick, "im2col") == 0) test_pick = BT_CONV_IM2COL;
+        else {
+            snprintf(mode_error, sizeof mode_error,
+                     "BATON_CPU_CONV_TEST_PICK=%s: expected onednn or im2col (a test knob)", pick);
+            return;
+        }
+    }
     const char *want = getenv("BATON_CPU_CONV");
     if (!want || !*want) want = "auto";
     if (strcmp(want, "auto") == 0) env_path = -1;
@@ -40,6 +57,11 @@ static void mode_read(void)
         return;
     }
 #ifndef BATON_HAVE_DNNL
+    if (test_pick == BT_CONV_ONEDNN) {
+        snprintf(mode_error, sizeof mode_error,
+                 "BATON_CPU_CONV_TEST_PICK=onednn: this baton was built without oneDNN (libdnnl-dev)");
+        return;
+    }
     if (env_path == BT_CONV_ONEDNN) {
         snprintf(mode_error, sizeof mode_error,
                  "BATON_CPU_CONV=onednn: this baton was built without oneDNN (libdnnl-dev)");
@@ -82,6 +104,14 @@ int bt_cpu_conv_onednn_available(void)
 
 void bt_cpu_conv_force(int path) { atomic_store(&test_path, path); }
 
+int bt_cpu_conv_forced(void)
+{
+    const int t = atomic_load(&test_path);
+    if (t >= -1) return t;
+    pthread_once(&mode_once, mode_read);
+    return mode_error[0] ? -1 : env_path;
+}
+
 /* ---- the choices, per shape, for the process -------------------------------------------------- */
 
 #define CHOICE_MAX 256
@@ -102,13 +132,17 @@ static int same_shape(const bt_conv_choice *a, const bt_conv_choice *b)
            a->pass == b->pass;
 }
 
-/* The choice for key's shape, copied into *out; 0 when there is none. */
+/* The choice for key's shape, copied into *out; 0 when there is none. A recorded choice found is
+ * marked used (the listings show it from then on). */
 static int choice_find(const bt_conv_choice *key, bt_conv_choice *out)
 {
     int found = 0;
     pthread_mutex_lock(&choice_mu);
     for (int i = 0; i < n_choices && !found; i++)
-        if (same_shape(&choices[i], key)) *out = choices[i], found = 1;
+        if (same_shape(&choices[i], key)) {
+            if (choices[i].recorded && !choices[i].forced) choices[i].used = 1;
+            *out = choices[i], found = 1;
+        }
     pthread_mutex_unlock(&choice_mu);
     return found;
 }
@@ -131,6 +165,25 @@ int bt_conv_choices(bt_conv_choice *out, int max)
     for (int i = 0; i < n && i < max; i++) out[i] = choices[i];
     pthread_mutex_unlock(&choice_mu);
     return n;
+}
+
+int bt_conv_choices_preload(const bt_conv_choice *c, int n)
+{
+    int added = 0;
+    pthread_mutex_lock(&choice_mu);
+    for (int k = 0; k < n; k++) {
+        int i = 0;
+        while (i < n_choices && !same_shape(&choices[i], &c[k])) i++;
+        if (i < n_choices || n_choices == CHOICE_MAX) continue; /* the first record of a shape wins */
+        bt_conv_choice *d = &choices[n_choices++];
+        *d = c[k];
+        d->forced = 0, d->recorded = 1, d->used = 0, d->test_picked = 0;
+        d->ms[0] = d->ms[1] = -1;
+        d->note[0] = 0;
+        added++;
+    }
+    pthread_mutex_unlock(&choice_mu);
+    return added;
 }
 
 void bt_conv_choices_reset(void)
@@ -168,10 +221,15 @@ void bt_conv_choice_format(const bt_conv_choice *c, char *buf, size_t size)
         snprintf(buf + n, size - (size_t)n, " (forced)");
         return;
     }
+    if (c->recorded) {
+        snprintf(buf + n, size - (size_t)n, " (from the checkpoint's record, not timed)");
+        return;
+    }
     const int other = !c->path;
     if (c->ms[other] >= 0)
-        snprintf(buf + n, size - (size_t)n, " (%.3f ms; %s %.3f ms)", c->ms[c->path],
-                 path_name(other), c->ms[other]);
+        snprintf(buf + n, size - (size_t)n, " (%.3f ms; %s %.3f ms%s)", c->ms[c->path],
+                 path_name(other), c->ms[other],
+                 c->test_picked ? "; picked by BATON_CPU_CONV_TEST_PICK" : "");
     else
         snprintf(buf + n, size - (size_t)n, " (%s)", c->note[0] ? c->note : "the only path");
 }
@@ -206,6 +264,8 @@ static bt_status measure(bt_conv_choice *key, bt_conv_time_fn time, void *ctx)
         }
     key->path = onednn && key->ms[BT_CONV_ONEDNN] < key->ms[BT_CONV_IM2COL] ? BT_CONV_ONEDNN
                                                                           : BT_CONV_IM2COL;
+    if (test_pick >= 0 && (test_pick == BT_CONV_IM2COL || onednn)) /* tests: a choice set on purpose */
+        key->path = test_pick, key->test_picked = 1;
     return BT_OK;
 }
 

@@ -44,6 +44,9 @@ int bt_cpu_conv_onednn_available(void);
 /* Tests: force a path for the process (BT_CONV_IM2COL, BT_CONV_ONEDNN; -1: auto), overriding
  * BATON_CPU_CONV; -2 goes back to the environment's choice. */
 void bt_cpu_conv_force(int path);
+/* The path every conv2d takes whatever the table says (BATON_CPU_CONV=onednn|im2col, or a test's
+ * bt_cpu_conv_force), or -1 under auto (and when BATON_CPU_CONV is invalid: bt_cpu_conv_init says). */
+int bt_cpu_conv_forced(void);
 
 /* One run of a conv2d call of the shape being chosen for on `path`: *ms, its time in
  * milliseconds, or a status (the oneDNN path failing takes it out of the choice). */
@@ -57,6 +60,9 @@ typedef struct bt_conv_choice {
     int pass;                  /* BT_CONV_FORWARD, or the backward's BT_CONV_GRAD_* */
     int path;                  /* BT_CONV_IM2COL or BT_CONV_ONEDNN */
     int forced;                /* 1: BATON_CPU_CONV (or a test) chose, nothing was timed */
+    int recorded;              /* 1: preloaded from a checkpoint's record, not timed */
+    int used;                  /* recorded: 1 once a call of its shape has taken it */
+    int test_picked;           /* 1: timed, then replaced by BATON_CPU_CONV_TEST_PICK */
     double ms[BT_CONV_PATHS];  /* fastest of the timed runs per path; < 0: not timed */
     char note[200];            /* why oneDNN was not timed, or "" */
 } bt_conv_choice;
@@ -68,6 +74,12 @@ bt_status bt_conv_choose(const bt_conv_config *cf, int64_t batch, bt_dtype preci
                          int pass, bt_conv_time_fn time, void *ctx, int *path);
 /* Copies up to max choices made so far into out (oldest first); returns how many there are. */
 int bt_conv_choices(bt_conv_choice *out, int max);
+/* Puts n choices recorded by an earlier process (cfg's shape fields, batch, precision, threads,
+ * pass, path; the rest is ignored) into the table as `recorded`, before any call: a call of such
+ * a shape and pass takes the recorded path and times nothing. A shape already in the table keeps
+ * its choice (the first record of a shape wins). The caller checks that each path can run here.
+ * Returns how many were added. Thread-safe. */
+int bt_conv_choices_preload(const bt_conv_choice *c, int n);
 /* Forgets every choice (tests). */
 void bt_conv_choices_reset(void);
 /* "[1, 28, 28] -> [32, 28, 28] k3x3 s1x1 p1x1, 32 samples, f32, 1 thread, forward: onednn

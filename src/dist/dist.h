@@ -40,6 +40,9 @@ int bt_dist_built(void);
 /* How many ranks a launcher (mpirun, srun) started, from its environment (OMPI_COMM_WORLD_SIZE,
  * PMI_SIZE, PMIX_SIZE, SLURM_NTASKS under srun), or 0 when none did; *name says which variable. */
 int bt_dist_launched(const char **name);
+/* This process's rank in that launch (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID; the
+ * MPI world rank once MPI is up), or 0 when no launcher says. */
+int bt_dist_launched_rank(void);
 /* Ranks of this launch on this machine (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE), >= 1. */
 int bt_dist_local_size(void);
 /* MPI_Init_thread asking for MPI_THREAD_MULTIPLE (the stage worker and the host thread both call

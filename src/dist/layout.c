@@ -65,6 +65,19 @@ int bt_dist_launched(const char **name)
     return n;
 }
 
+int bt_dist_launched_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end == '\0' && n >= 0 && n < 1 << 24) return (int)n;
+    }
+    return 0;
+}
+
 int bt_dist_local_size(void)
 {
     int n = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
