@@ -211,7 +211,8 @@ static int parse_choice(const char *file, int i, json_t *o, bt_conv_choice *c)
     if (!json_is_boolean(b)) return bad(file, i, "bias", "expected true or false");
     f->bias = json_is_true(b);
     json_t *batch = json_object_get(o, "batch"), *threads = json_object_get(o, "threads");
-    if (!json_is_integer(batch) || json_integer_value(batch) < 1) return bad(file, i, "batch", "expected an integer >= 1");
+    if (!json_is_integer(batch) || json_integer_value(batch) < 1)
+        return bad(file, i, "batch", "expected an integer >= 1");
     if (!json_is_integer(threads) || json_integer_value(threads) < 1 || json_integer_value(threads) > 1 << 16)
         return bad(file, i, "threads", "expected an integer >= 1");
     c->batch = json_integer_value(batch);
@@ -224,7 +225,8 @@ static int parse_choice(const char *file, int i, json_t *o, bt_conv_choice *c)
     int p = -1;
     for (int q = 0; pass && q < 4; q++)
         if (strcmp(pass, pass_key(q)) == 0) p = q;
-    if (p < 0) return bad(file, i, "pass", "expected \"forward\", \"backward-input\", \"backward-weights\" or \"backward\"");
+    if (p < 0)
+        return bad(file, i, "pass", "expected \"forward\", \"backward-input\", \"backward-weights\" or \"backward\"");
     c->pass = p;
     const char *path = json_string_value(json_object_get(o, "path"));
     if (path && strcmp(path, "onednn") == 0) c->path = BT_CONV_ONEDNN;
@@ -338,8 +340,9 @@ int bt_cli_conv_record_load(const char *resume, const bt_graph *g, int jsonl)
     }
     if (rc != BT_EXIT_OK) goto done;
     const int forced = bt_cpu_conv_forced();
+    const int speaks = bt_dist_launched(NULL) <= 1 || bt_dist_launched_rank() == 0; /* notes: rank 0's */
     if (nf == 0) {
-        if (forced < 0 && graph_has_conv(g))
+        if (forced < 0 && speaks && graph_has_conv(g))
             fprintf(stderr,
                     "baton run: %s has no record of the conv2d paths its run chose (" RECORD_PREFIX
                     "*.json); timing them again, so the continuation may differ in rounding (BATON_CPU_CONV="
@@ -348,10 +351,11 @@ int bt_cli_conv_record_load(const char *resume, const bt_graph *g, int jsonl)
         goto done;
     }
     if (forced >= 0) {
-        fprintf(stderr,
-                "baton run: BATON_CPU_CONV=%s overrides the %d conv2d path choice%s recorded in %s/" RECORD_PREFIX
-                "*.json; the continuation may differ in rounding from the run that wrote them\n",
-                forced == BT_CONV_ONEDNN ? "onednn" : "im2col", n, n == 1 ? "" : "s", dir);
+        if (speaks)
+            fprintf(stderr,
+                    "baton run: BATON_CPU_CONV=%s overrides the %d conv2d path choice%s recorded in %s/" RECORD_PREFIX
+                    "*.json; the continuation may differ in rounding from the run that wrote them\n",
+                    forced == BT_CONV_ONEDNN ? "onednn" : "im2col", n, n == 1 ? "" : "s", dir);
         goto done;
     }
     /* every file's choices can run here, or nothing is preloaded */
@@ -371,7 +375,7 @@ int bt_cli_conv_record_load(const char *resume, const bt_graph *g, int jsonl)
         }
     }
     int added = bt_conv_choices_preload(c, n);
-    if (!jsonl)
+    if (!jsonl && speaks)
         printf("conv2d: %d path choice%s recorded in %s (" RECORD_PREFIX "*.json: %d file%s) taken as recorded\n",
                added, added == 1 ? "" : "s", dir, nf, nf == 1 ? "" : "s");
 done:
