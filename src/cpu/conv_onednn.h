@@ -10,7 +10,8 @@
  * listed by bt_conv_choices (`baton run` and `baton profile` print them). Forced modes are
  * deterministic; auto's choice depends on timing, and the two paths sum in different orders, so
  * results then differ between processes by float rounding (force a path for bit-identical
- * reruns). f64 always uses im2col.
+ * reruns; `baton run --resume` preloads the choices the checkpoint's run made, written beside it
+ * by cli/run_conv_record.c, through bt_conv_choices_preload). f64 always uses im2col.
  *
  * The oneDNN path (conv_onednn.c): NCHW f32 tensors as baton lays them out, reordered to and from
  * the layouts oneDNN's primitives prefer (blocked nChw16c and the like); under `precision: bf16`
