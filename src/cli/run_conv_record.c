@@ -88,8 +88,8 @@ int bt_cli_conv_record_write(const char *dir, int always)
 {
     if (!dir) return BT_EXIT_OK;
     const int count = export_count();
+    if (count == 0 && last_written < 0) return BT_EXIT_OK; /* no conv2d chose (yet): no file */
     if (!always && count == last_written) return BT_EXIT_OK;
-    if (count == 0 && last_written < 0 && !always) return BT_EXIT_OK; /* no conv2d ran (yet) */
     bt_conv_choice c[CHOICES_MAX];
     const int n = bt_conv_choices(c, CHOICES_MAX);
     /* one choice a line: {"format": 1, "what": "...", "choices": [\n {...},\n {...}\n]} */

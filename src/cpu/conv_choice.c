@@ -246,6 +246,7 @@ static int forced_path(void)
 static bt_status measure(bt_conv_choice *key, bt_conv_time_fn time, void *ctx)
 {
     double ms;
+    pthread_once(&mode_once, mode_read); /* test_pick (a test's bt_cpu_conv_force skips it) */
     key->ms[BT_CONV_IM2COL] = key->ms[BT_CONV_ONEDNN] = -1;
     bt_status st = time(ctx, BT_CONV_IM2COL, &ms); /* warm-up */
     if (st != BT_OK) return st;
