@@ -271,6 +271,58 @@ static void test_choice(void)
     bt_conv_choices_reset();
 }
 
+/* bt_conv_choose's timing callback for test_preload: counts calls, 1 ms for every path. */
+static bt_status count_time(void *ctx, int path, double *ms)
+{
+    (void)path;
+    ++*(int *)ctx;
+    *ms = 1;
+    return BT_OK;
+}
+
+/* Choices preloaded from a record (a resumed run's) are taken as recorded and never timed; the
+ * first record of a shape wins; a recorded shape no call meets stays unused; unrecorded shapes
+ * are timed as before; a forced path still wins. */
+static void test_preload(void)
+{
+    const int other = bt_cpu_conv_onednn_available() ? BT_CONV_ONEDNN : BT_CONV_IM2COL;
+    bt_conv_choice rec[3], ch[8];
+    memset(rec, 0, sizeof rec);
+    bt_conv_config cf = {.c = 32, .h = 14, .w = 14, .out = 64, .ho = 14, .wo = 14, .kh = 3, .kw = 3,
+                         .sh = 1, .sw = 1, .ph = 1, .pw = 1, .bias = 1};
+    for (int i = 0; i < 3; i++) {
+        rec[i].cfg = cf, rec[i].batch = 8, rec[i].precision = BT_F32, rec[i].threads = 1;
+        rec[i].pass = BT_CONV_FORWARD, rec[i].path = other;
+    }
+    rec[1].path = BT_CONV_IM2COL + BT_CONV_ONEDNN - other; /* the same shape again: not taken */
+    rec[2].batch = 99;                                    /* a shape no call meets */
+    bt_conv_choices_reset();
+    bt_cpu_conv_force(-1);
+    CU_ASSERT_EQUAL(bt_conv_choices_preload(rec, 3), 2);
+    int calls = 0, path = -1;
+    CU_ASSERT(bt_conv_choose(&cf, 8, BT_F32, 1, BT_CONV_FORWARD, count_time, &calls, &path) == BT_OK);
+    CU_ASSERT_EQUAL(calls, 0);
+    CU_ASSERT_EQUAL(path, other);
+    CU_ASSERT_EQUAL_FATAL(bt_conv_choices(ch, 8), 2);
+    CU_ASSERT(ch[0].recorded && ch[0].used && !ch[0].forced);
+    CU_ASSERT(ch[1].recorded && !ch[1].used);
+    CU_ASSERT_EQUAL(ch[0].ms[BT_CONV_IM2COL], -1);
+    char text[400];
+    bt_conv_choice_format(&ch[0], text, sizeof text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "from the checkpoint's record"));
+    /* an unrecorded pass of the same shape is timed */
+    CU_ASSERT(bt_conv_choose(&cf, 8, BT_F32, 1, BT_CONV_GRAD_WEIGHTS, count_time, &calls, &path) == BT_OK);
+    CU_ASSERT(calls > 0);
+    CU_ASSERT_EQUAL(bt_conv_choices(ch, 8), 3);
+    CU_ASSERT(!ch[2].recorded);
+    /* a forced path wins over the record */
+    bt_cpu_conv_force(BT_CONV_IM2COL);
+    CU_ASSERT(bt_conv_choose(&cf, 8, BT_F32, 1, BT_CONV_FORWARD, count_time, &calls, &path) == BT_OK);
+    CU_ASSERT_EQUAL(path, BT_CONV_IM2COL);
+    bt_cpu_conv_force(-2);
+    bt_conv_choices_reset();
+}
+
 /* Each call runs on the threads it is given (the device's count), as the GEMMs do. */
 static void test_threads(void)
 {
@@ -298,6 +350,7 @@ int main(void)
         {"f32 gradients on oneDNN by finite differences", test_f32_gradcheck},
         {"bf16 on oneDNN and im2col within bf16 tolerance", test_bf16},
         {"the choice: forced, timed once per shape, kept", test_choice},
+        {"the choice: preloaded from a record, taken untimed", test_preload},
         {"each call on the threads it is given", test_threads},
         {NULL, NULL},
     };
