@@ -11,7 +11,10 @@
 #     again (saying so), chooses im2col, and ends with other bits (so the comparison above can fail);
 #   - BATON_CPU_CONV=im2col wins over the record and says so in one line;
 #   - a malformed record, an unknown path, an unknown key: exit 2 naming the file (and the field);
-#   - in a build without oneDNN: a record of onednn is exit 2 naming the file, the shape and the path.
+#   - in a build without oneDNN: a record of onednn is exit 2 naming the file, the shape and the path;
+#   - under mpirun (2 data-parallel replicas of one stage, where MPI is built): each rank writes
+#     conv-paths.rank<N>.json, and the job resumed from step 2 with the other pick ends with the
+#     uninterrupted job's final shard, bit for bit.
 set -eu
 builddir=${BT_BUILDDIR:-$(pwd)}
 srcdir=${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -101,3 +104,28 @@ sed 's/"bias": true/"bias": true, "dilation": [1, 1]/' "$rec" >"$tmp/d/conv-path
 expect2 "an unknown key in a rank's record" run --resume "$tmp/d"
 grep -q "$tmp/d/conv-paths.rank1.json: choices\[0\].dilation: unknown key" "$tmp/err" ||
   fail "the refusal does not name the file and the key: $(cat "$tmp/err")"
+
+if [ "${BT_HAVE_MPI:-1}" != 1 ] || ! command -v "${BT_MPIRUN:-mpirun}" >/dev/null 2>&1; then
+  echo "no MPI in this build: the per-rank records are not tested here"
+  exit 0
+fi
+echo "== under mpirun: a record per rank"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
+job() { timeout "${MPI_TIMEOUT:-120}" "${BT_MPIRUN:-mpirun}" --oversubscribe -np 2 "$builddir/baton" run "$model" \
+          --synthetic --steps 4 --batch 32 --stages 1 --dp 2 parallel.pipeline.partition=uniform "$@"; }
+BATON_CPU_CONV_TEST_PICK=onednn job --checkpoint-every 2 --keep-last 0 --checkpoint-dir "$tmp/m" >"$tmp/m.log" 2>&1 ||
+  { cat "$tmp/m.log"; fail "the job"; }
+for r in 0 1; do
+  [ "$(grep -c '"path": "onednn"' "$tmp/m/conv-paths.rank$r.json" 2>/dev/null)" -ge 4 ] ||
+    fail "rank $r has no record of its 4 choices: $(ls "$tmp/m")"
+done
+[ ! -e "$tmp/m/conv-paths.json" ] || fail "a job wrote conv-paths.json besides the ranks' records"
+BATON_CPU_CONV_TEST_PICK=im2col job --resume "$tmp/m/checkpoint-00000002.safetensors.index.json" --checkpoint-dir "$tmp/n" \
+  >"$tmp/n.log" 2>&1 || { cat "$tmp/n.log"; fail "the resumed job"; }
+[ "$(grep -c 'conv2d: 4 path choices recorded in .*2 files) taken as recorded' "$tmp/n.log")" = 1 ] ||
+  { cat "$tmp/n.log"; fail "the resumed job does not say once that it took the records"; }
+cmp -s "$tmp/m/checkpoint-00000004-00001-of-00001.safetensors" "$tmp/n/checkpoint-00000004-00001-of-00001.safetensors" ||
+  fail "the job resumed from step 2 with the records != the uninterrupted job"
+echo "the job resumed = uninterrupted, bit for bit"
