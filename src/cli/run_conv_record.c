@@ -375,9 +375,10 @@ int bt_cli_conv_record_load(const char *resume, const bt_graph *g, int jsonl)
         }
     }
     int added = bt_conv_choices_preload(c, n);
-    if (!jsonl && speaks)
-        printf("conv2d: %d path choice%s recorded in %s (" RECORD_PREFIX "*.json: %d file%s) taken as recorded\n",
-               added, added == 1 ? "" : "s", dir, nf, nf == 1 ? "" : "s");
+    if (speaks) /* under jsonl stdout holds records only */
+        fprintf(jsonl ? stderr : stdout,
+                "conv2d: %d path choice%s recorded in %s (" RECORD_PREFIX "*.json: %d file%s) taken as recorded\n",
+                added, added == 1 ? "" : "s", dir, nf, nf == 1 ? "" : "s");
 done:
     if (d) closedir(d);
     for (int i = 0; i < nf; i++) free(files[i].name);
