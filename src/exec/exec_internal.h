@@ -1,5 +1,6 @@
 /* exec/exec_internal.h: the engine's state, shared by the files of exec/:
- *   engine.c        lifecycle (create, destroy) and job dispatch (a step posts a job, waits)
+ *   engine.c        lifecycle (create, destroy)
+ *   engine_job.c    job dispatch (a step posts a job, waits; stuck workers)
  *   param_init.c    deterministic initial weights
  *   layout.c        each stage's memory, from the memory model; the admission check
  *   bf16_store.c    precision bf16 on a CPU stage: activations kept as bf16 in the slots, worked
@@ -352,7 +353,7 @@ struct bt_engine {
     /* instructions completed by all workers (the host's watchdog sees a stage stuck inside one) */
     atomic_uint progress;
     /* set when a worker stayed stuck past the watchdog: the engine is unusable, its stuck
-     * workers are abandoned (engine.c, "stuck workers") and never touch the graph again */
+     * workers are abandoned (engine_job.c, "stuck workers") and never touch the graph again */
     atomic_bool abandoned;
     char unusable[2048];       /* why (the timeout's message), for every later call */
     /* test hook: a stage whose job starts late, as if preempted (trace tests); -1: none */
@@ -439,7 +440,7 @@ static inline size_t bt_channel_value_bytes(const bt_channel *ch, int k)
     return (k + 1 < ch->n_values ? ch->value_off[k + 1] : ch->msg_bytes) - ch->value_off[k];
 }
 
-/* engine.c: BT_ERR_INVALID_ARG for NULL; BT_ERR_TIMEOUT, naming the stuck stage, once a worker
+/* engine_job.c: BT_ERR_INVALID_ARG for NULL; BT_ERR_TIMEOUT, naming the stuck stage, once a worker
  * got stuck past the watchdog (the engine is then unusable: every call but destroy fails). */
 bt_status bt_engine_check_usable(const bt_engine *e);
 

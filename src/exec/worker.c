@@ -157,7 +157,7 @@ static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int tra
     call.training = training;
     bt_status s = bt_store_load_node(e, st, k, mb, 0);
     if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 0, &call);
-    if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+    if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine_job.c: leave the graph alone */
     if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
     if (s == BT_OK) s = bt_store_wrote(e, st, mb, n->out);
     if (s != BT_OK)
@@ -239,7 +239,7 @@ static bt_status run_backward(bt_engine *e, bt_stage *st, int mb, int last)
                     ? bt_store_stash(e, st, k, mb, t.out_grad.data)
                     : st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, wgrad_stash(st, k, mb),
                                          t.out_grad.data, bt_memory_value_bytes(g, &e->memory, n->out));
-        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine_job.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
@@ -267,7 +267,7 @@ static bt_status run_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
         bt_status s = bt_store_load_node(e, st, k, mb, 0);
         if (s == BT_OK && bt_store_stash_kept(st, g, k)) s = bt_store_load_stash(e, st, k, mb);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, BT_RUN_WEIGHT, &call);
-        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine.c: leave the graph alone */
+        if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine_job.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
