@@ -589,7 +589,7 @@ static void test_plan_partition_profile(void)
     bt_plan_destroy(plan);
     cfg.partition = BT_PARTITION_PROFILE;
     bt_profile *costs = NULL; /* measuring is the caller's step, before the plan */
-    bt_status st = bt_profile_measure_for_plan(g, &cfg, &costs);
+    bt_status st = bt_profile_measure_for_plan(g, &cfg, BT_F32, &costs);
     if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
     CU_ASSERT_FATAL(st == BT_OK && costs != NULL);
     cfg.profile = costs;
@@ -633,7 +633,7 @@ static void test_plan_profile_needs_costs(void)
     bt_profile *costs = (bt_profile *)1;
     cfg.devices = "cpu:0";
     CU_ASSERT_FALSE(bt_plan_needs_profile(g, &cfg));
-    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, &costs), BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, BT_F32, &costs), BT_OK);
     CU_ASSERT_PTR_NULL(costs);
     CU_ASSERT_FATAL(bt_plan_build(g, &cfg, &plan) == BT_OK);
     CU_ASSERT_EQUAL(plan->stages, 1);
