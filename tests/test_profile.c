@@ -5,8 +5,10 @@
  * bt_partition_evaluate; the predicted bubble for equal stage costs is (p-1)/(m+p-1); memory per
  * stage is static + in-flight x activations, and a capacity too small fails naming the device;
  * `partition: profile` in a plan uses the measured optimum of costs measured beforehand, and is an
- * error naming what is missing without them; and given the model, the memory `baton plan` reports
- * for each stage is exactly what the engine allocates for it. */
+ * error naming what is missing without them; given the model, the memory `baton plan` reports
+ * for each stage is exactly what the engine allocates for it; and a profile measures at the
+ * precision asked for as the worker runs it (a probe op records each call's precision and whether
+ * what it read was rounded), records it in its file, and is refused for a model of another. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
+#include "profile/auto_layout.h"
 #include "profile/measure.h"
 #include "plan/profile.h"
 #include "optim/optim.h"
@@ -469,6 +472,58 @@ static void test_profile_precision(void)
 
     bt_profile_destroy(f);
     bt_profile_destroy(b);
+    bt_graph_destroy(g);
+}
+
+/* The measurements made for a plan take the model's precision: `partition: profile`
+ * (bt_profile_measure_for_plan) and `parallel: auto` (bt_auto_search, from bt_search_params). */
+static void test_plan_measurements_take_precision(void)
+{
+    bt_graph *g = probe_graph();
+    bt_parallel_config cfg;
+    bt_parallel_config_init(&cfg);
+    cfg.devices = "cpu:0,cpu:1";
+    cfg.microbatches = 2;
+    cfg.partition = BT_PARTITION_PROFILE;
+    bt_profile *costs = NULL;
+    memset(&probe, 0, sizeof probe);
+    bt_status st = bt_profile_measure_for_plan(g, &cfg, BT_BF16, &costs);
+    if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK && costs != NULL);
+    CU_ASSERT_EQUAL(bt_profile_precision(costs), BT_BF16);
+    CU_ASSERT_EQUAL(probe.fwd_precision, BT_BF16);
+    CU_ASSERT_EQUAL(probe.bwd_precision, BT_BF16);
+    bt_profile_destroy(costs);
+    costs = NULL;
+    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, BT_F64, &costs), BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "f64") != NULL);
+
+    bt_search_params sp;
+    bt_search_params_init(&sp);
+    sp.graph = g;
+    sp.batch = 8;
+    sp.precision = BT_BF16;
+    sp.optimizer_slots = 2;
+    sp.max_stages = 1;
+    sp.threads = 1;
+    sp.n_microbatches = 1;
+    sp.microbatches[0] = 1;
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.repeats = 1;
+    pp.warmup = 0;
+    pp.handoff_repeats = 0;
+    pp.transfer_bytes = 1 << 16;
+    bt_search_result r;
+    int measured = 0;
+    memset(&probe, 0, sizeof probe);
+    st = bt_auto_search(g, "probe", &sp, &pp, &r, &measured);
+    if (st != BT_OK) printf("\n  search: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT(measured >= 1);
+    CU_ASSERT_EQUAL(probe.fwd_precision, BT_BF16);
+    CU_ASSERT_EQUAL(probe.bwd_precision, BT_BF16);
+    bt_search_result_clear(&r);
     bt_graph_destroy(g);
 }
 
@@ -953,6 +1008,7 @@ int main(void)
         {"links between ranks: file, fit, priced per message", test_links_between_ranks},
         {"corrupt profiles rejected naming the field", test_corrupt_profiles_rejected},
         {"a profile measures at its precision", test_profile_precision},
+        {"measurements for a plan take the model's precision", test_plan_measurements_take_precision},
         {"a non-finite measurement is saved as null", test_nonfinite_measurement_saved_as_null},
         {"cut bytes count skip connections", test_cut_bytes_count_skips},
         {"planner balances measured costs", test_planner_balances_measured_costs},
