@@ -94,6 +94,16 @@ resume_and_predict() { # model tag predict-args...
 resume_and_predict "$tmp/npylm.yaml" npy --input "idx=$tmp/eval_tok.npy" --labels "$tmp/eval_lab.npy"
 # 2. the same model on a text file (next-token windows)
 resume_and_predict "$tmp/textlm.yaml" text --data eval
+# a language model's step records give tokens/s: samples/s times the 8 positions of a sample
+tests=$((tests + 1))
+python3 - "$tmp/text.run" <<'PY' || fail "text: step records without tokens_per_s = 8 x samples_per_s"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
+assert recs and all(abs(r["tokens_per_s"] - 8 * r["samples_per_s"]) <= 1e-6 * r["tokens_per_s"] for r in recs), recs[:1]
+PY
+if expect_rc 0 "text: step lines in text" "$baton" run "$tmp/textlm.yaml" --steps 2 --log-every 1; then
+  check "text: step lines say tokens/s" "^step 2/2 .* [0-9]* tokens/s  bubble" "$tmp/out"
+fi
 if expect_rc 0 "text: predict, text output" "$baton" predict "$tmp/textlm.yaml" --weights "$tmp/text.a" --data eval; then
   check "text: predict prints the loss" "^  loss [0-9]" "$tmp/out"
 fi

@@ -95,9 +95,10 @@ int bt_cli_log_step(const bt_run_opts *o, int64_t step, int64_t first, int64_t t
  * "peak_bytes"}, ...]); NULL without metrics. */
 json_t *bt_cli_metrics_json(const bt_cli_metrics *mt);
 /* The progress bar (run_progress.c): one line, redrawn, as wide as the terminal; elapsed time and
- * an ETA from this run's steps so far. */
+ * an ETA from this run's steps so far. tokens > 0: a language model's tokens per sample, and the
+ * rate is shown in tokens/s. */
 void bt_cli_progress(int64_t step, int64_t first, int64_t total, int64_t epoch, const bt_step_result *r,
-                     double loss_avg, double elapsed_s);
+                     double loss_avg, double elapsed_s, int64_t tokens);
 
 /* Synthetic feeds for every graph input (cmd_run.c): floats uniform in [-1, 1], integers uniform
  * below the range their consumer declares. 0, or -1 when out of memory. */

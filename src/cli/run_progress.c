@@ -31,7 +31,7 @@ static const char *clock_text(double s, char *buf, size_t size)
 }
 
 void bt_cli_progress(int64_t step, int64_t first, int64_t total, int64_t epoch, const bt_step_result *r,
-                     double loss_avg, double elapsed_s)
+                     double loss_avg, double elapsed_s, int64_t tokens)
 {
     int width = terminal_width() - 1; /* the last column would wrap on some terminals */
     char el[32], eta[32], fields[4][64], line[1024];
@@ -39,7 +39,8 @@ void bt_cli_progress(int64_t step, int64_t first, int64_t total, int64_t epoch, 
     double left = done > 0 ? elapsed_s / (double)done * (double)(total - step) : 0;
     snprintf(fields[0], sizeof fields[0], "lr %.2e", r->lr);
     snprintf(fields[1], sizeof fields[1], "%.1f ms", r->step_ms);
-    snprintf(fields[2], sizeof fields[2], "%.0f samples/s", r->samples_per_s);
+    if (tokens > 0) snprintf(fields[2], sizeof fields[2], "%.0f tokens/s", r->samples_per_s * (double)tokens);
+    else snprintf(fields[2], sizeof fields[2], "%.0f samples/s", r->samples_per_s);
     snprintf(fields[3], sizeof fields[3], "bubble %.1f%%", 100 * r->bubble);
     char head[160], tail[96];
     snprintf(head, sizeof head, "%lld/%lld  epoch %lld  loss %.4f", (long long)step, (long long)total,

@@ -1,6 +1,6 @@
 /* cli/run_train.c: the display of `baton run` for training on data: a configuration table at the
  * start, a progress bar on a terminal or one plain line per step otherwise (loss, lr, step ms,
- * samples/s, bubble), evaluation and checkpoint lines, and a final summary with accuracy,
+ * samples/s, or tokens/s for a language model; bubble), evaluation and checkpoint lines, and a final summary with accuracy,
  * throughput and memory per stage. With --log-format jsonl every line is a JSON object instead
  * (a number that is not finite is written null). */
 #include <math.h>
@@ -30,6 +30,8 @@ typedef struct display {
     const bt_engine *e;
     bt_cli_metrics *mt;   /* stage shares per step, and the TensorBoard file */
     double t0_ms;         /* when the first step of this run started (for the bar's ETA) */
+    int64_t tokens;       /* a language model's tokens per sample (seq_len): its step lines give
+                             tokens/s; 0 for other models (samples/s) */
 } display;
 
 static const char *optimizer_text(const bt_optimizer_config *c, char *buf, size_t size)
@@ -146,6 +148,8 @@ static void on_event(const bt_train_event *ev, void *user)
                                     bt_cli_json_num(r->lr), "grad_norm", bt_cli_json_num(r->grad_norm), "step_ms",
                                     bt_cli_json_num(r->step_ms), "samples_per_s", bt_cli_json_num(r->samples_per_s),
                                     "bubble", bt_cli_json_num(r->bubble));
+            if (rec && d->tokens > 0)
+                json_object_set_new(rec, "tokens_per_s", bt_cli_json_num(r->samples_per_s * (double)d->tokens));
             if (rec && r->loss_scale != 1) {
                 json_object_set_new(rec, "loss_scale", bt_cli_json_num(r->loss_scale));
                 json_object_set_new(rec, "skipped", json_boolean(r->skipped));
@@ -159,13 +163,14 @@ static void on_event(const bt_train_event *ev, void *user)
         } else if (o->progress) {
             if (r->skipped) printf("\n%s\n", skip_text(ev->step, r, msg, sizeof msg));
             bt_cli_progress(ev->step, d->first_step, ev->total_steps, ev->epoch, r, d->loss_avg,
-                            (bt_now_ms() - d->t0_ms) / 1000);
+                            (bt_now_ms() - d->t0_ms) / 1000, d->tokens);
         } else if (shown || r->skipped) {
             if (r->skipped) printf("%s\n", skip_text(ev->step, r, msg, sizeof msg));
             if (shown)
-                printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f samples/s  bubble %.1f%%\n",
+                printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.2e  %.2f ms  %.0f %s/s  bubble %.1f%%\n",
                        (long long)ev->step, (long long)ev->total_steps, (long long)ev->epoch + 1, r->loss, r->lr,
-                       r->step_ms, r->samples_per_s, 100 * r->bubble);
+                       r->step_ms, r->samples_per_s * (double)(d->tokens > 0 ? d->tokens : 1),
+                       d->tokens > 0 ? "tokens" : "samples", 100 * r->bubble);
         }
     } else if (ev->kind == BT_EV_EVAL) {
         d->last_accuracy = ev->accuracy;
@@ -233,7 +238,9 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
     if (!o->jsonl && bt_lm_first_step(t) > 0)
         printf("resumed from %s at step %lld of %lld\n", bt_cli_escape(o->resume, buf, sizeof buf),
                (long long)bt_lm_first_step(t), (long long)bt_lm_total_steps(t));
-    display d = {.o = o, .first_step = bt_lm_first_step(t), .e = e};
+    bt_input_info in0;
+    bt_graph_input(m->graph, 0, &in0);
+    display d = {.o = o, .first_step = bt_lm_first_step(t), .e = e, .tokens = in0.shape.dim[0]};
     d.step_ms = calloc((size_t)(bt_lm_total_steps(t) + 1), sizeof *d.step_ms);
     if (!d.step_ms) {
         bt_lm_destroy(t);
@@ -255,8 +262,6 @@ static int train_lm(const bt_run_opts *o, const bt_model *m, bt_engine *e, const
             rc = bt_cli_fail("run", st);
         } else if (d.n_steps > 0 && !stopped) {
             double median = bt_median(d.step_ms, (int)d.n_steps);
-            bt_input_info in0;
-            bt_graph_input(m->graph, 0, &in0);
             if (!o->jsonl && d.evaluated)
                 printf("\nfinal: validation loss %.4f, %lld steps, %.0f tokens/s (median step)\n", d.last_eval_loss,
                        (long long)d.n_steps, (double)p->batch * (double)in0.shape.dim[0] / (median / 1000));
