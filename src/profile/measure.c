@@ -304,6 +304,9 @@ bt_status bt_profile_measure_for_plan(const bt_graph *g, const bt_parallel_confi
     int n = 0;
     if (!g || !cfg || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_profile_measure_for_plan: NULL argument");
     *out = NULL;
+    if (precision != BT_F32 && precision != BT_BF16 && precision != BT_F16) /* even when nothing is measured */
+        return bt_error(BT_ERR_INVALID_ARG, "partition: profile: precision must be f32, bf16 or f16, not %s (dtype %d)",
+                        bt_dtype_name(precision), (int)precision);
     if (!bt_plan_needs_profile(g, cfg)) return BT_OK;
     BT_TRY(bt_plan_resolve_devices(cfg, g->n_layers, devices, &n));
     bt_plan_join_devices(devices, n, list, sizeof list);
