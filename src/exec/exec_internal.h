@@ -8,6 +8,7 @@
  *   topology.c      transfer paths between stages and the channels that follow the crossings
  *   engine_query.c  accessors: parameters and state by name, statistics, boundaries
  *   worker.c        the instruction interpreter each stage's thread runs
+ *   worker_nodes.c  its FWD, BWD and W on the stage's nodes (op calls, rounding, recomputation)
  *   worker_step.c   its STEP instruction: the barrier, the global norm, the optimizer update
  *   transfer.c      how a message crosses a stage boundary
  *   channel.c       the mailbox that tells the receiver a message is there
@@ -488,6 +489,12 @@ bt_status bt_topology_paths(bt_engine *e);
 bt_transfer_path bt_topology_path(const bt_engine *e, int from, int to);
 /* Builds the channels and their buffers (see topology.c). */
 bt_status bt_topology_build_channels(bt_engine *e);
+
+/* worker_nodes.c: FWD, BWD and W of micro-batch mb on stage st's nodes (last: the stage's last
+ * backward of the step, which starts the data-parallel reduction of what is left) */
+bt_status bt_worker_forward(bt_engine *e, bt_stage *st, int mb, int training);
+bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last);
+bt_status bt_worker_weight_grads(bt_engine *e, bt_stage *st, int mb, int last);
 
 /* worker.c */
 void *bt_worker_main(void *arg);
