@@ -891,15 +891,19 @@ static void test_plan_profile_needs_costs(void)
  * with the model and the engine allocates (once asserted equal to the same model). Before the one
  * memory model, plan said 16.4 MiB for fashion-mlp's stage 1 and the engine allocated 17.8 MiB
  * (value gradients, workspace, channel buffers and slot alignment were missing). */
-static void check_plan_matches_engine(const char *model)
+static void check_plan_matches_engine(const char *model, const char *schedule)
 {
-    char path[1024];
+    char path[1024], over[256];
     snprintf(path, sizeof path, "%s/models/%s", BT_SRCDIR, model);
     bt_model *m = NULL;
     /* fashion-mlp says parallel: auto: its former layout, as this check always priced it */
     const char *layout[] = {"parallel={devices: auto, pipeline: {stages: 2, microbatches: 8, schedule: 1f1b, partition: params}}"};
     int fashion = strcmp(model, "fashion-mlp.yaml") == 0;
-    CU_ASSERT_FATAL(bt_model_load(path, fashion ? layout : NULL, fashion, &m) == BT_OK);
+    if (schedule) { /* the model's own layout under another schedule */
+        snprintf(over, sizeof over, "parallel.pipeline.schedule=%s", schedule);
+        layout[0] = over;
+    }
+    CU_ASSERT_FATAL(bt_model_load(path, fashion || schedule ? layout : NULL, fashion || schedule, &m) == BT_OK);
     int training = m->train.enabled && bt_graph_is_trainable(m->graph);
     bt_engine_params ep;
     bt_engine_params_init(&ep);
@@ -965,10 +969,13 @@ static void check_plan_matches_engine(const char *model)
 
 static void test_plan_memory_is_engine_memory(void)
 {
-    check_plan_matches_engine("fashion-mlp.yaml");  /* 1F1B, AdamW */
-    check_plan_matches_engine("residual-mlp.yaml"); /* skip connections across the cut */
-    check_plan_matches_engine("cnn.yaml");          /* convolutions: saved state, workspace */
-    check_plan_matches_engine("mlp-infer.yaml");    /* forward only, one slot */
+    check_plan_matches_engine("fashion-mlp.yaml", NULL);  /* 1F1B, AdamW */
+    check_plan_matches_engine("residual-mlp.yaml", NULL); /* skip connections across the cut */
+    check_plan_matches_engine("cnn.yaml", NULL);          /* convolutions: saved state, workspace */
+    check_plan_matches_engine("mlp-infer.yaml", NULL);    /* forward only, one slot */
+    /* zero bubble: the slots keep the W stashes (plan priced them without, before) */
+    check_plan_matches_engine("residual-mlp.yaml", "zb-h1");
+    check_plan_matches_engine("cnn.yaml", "zb-h1");
 }
 
 /* A measurement that is not finite is written as JSON null, never bare NaN (and loading such a

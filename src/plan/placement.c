@@ -444,6 +444,7 @@ static bt_status model_memory(const bt_placement_params *pp, const bt_placement_
     mp.dtype = pp->dtype;
     mp.precision = pp->precision;
     mp.training = pb->training;
+    mp.split_backward = pb->training && bt_schedule_splits_backward(pb->pr.schedule); /* W stashes */
     mp.optimizer_slots = pb->training ? pp->optimizer_slots : 0;
     mp.n_slots = slots;
     mp.host_path = host;

@@ -95,6 +95,9 @@ int bt_schedule_kinds(int training, bt_schedule_kind *out, int max);
  * interleaved 1F1B s mod (p / v); zbv s for s < p / 2, else p - 1 - s (the V); every other kind s.
  * The one place of that rule: schedules store it (device[]), the planner places stages by it.
  * -1 when s is out of range. */
+/* 1 for the kinds that split the backward into B and W (zb-h1, zbv): their slots keep each
+ * micro-batch's W stash until W runs. */
+int bt_schedule_splits_backward(bt_schedule_kind kind);
 int bt_schedule_stage_device(bt_schedule_kind kind, int p, int v, int s);
 /* Stage s's model chunk: how many stages before s run on its device (0 .. chunks - 1). */
 int bt_schedule_stage_chunk(const bt_schedule *sched, int s);

@@ -55,7 +55,7 @@ static int kind_is_valid(bt_schedule_kind kind)
            kind == BT_SCHEDULE_INTERLEAVED_1F1B || kind == BT_SCHEDULE_ZB_H1 || kind == BT_SCHEDULE_ZBV;
 }
 
-static int splits_backward(bt_schedule_kind kind)
+int bt_schedule_splits_backward(bt_schedule_kind kind)
 {
     return kind == BT_SCHEDULE_ZB_H1 || kind == BT_SCHEDULE_ZBV;
 }
@@ -109,7 +109,7 @@ bt_status bt_schedule_alloc(bt_schedule_kind kind, int p, int m, int training, i
     sched->training = training ? 1 : 0;
     sched->chunks = 1;
     sched->devices = p;
-    sched->split_backward = splits_backward(kind);
+    sched->split_backward = bt_schedule_splits_backward(kind);
     sched->len = calloc((size_t)p, sizeof *sched->len);
     sched->list = calloc((size_t)p, sizeof *sched->list);
     sched->slots = calloc((size_t)p, sizeof *sched->slots);
