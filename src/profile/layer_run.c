@@ -13,15 +13,15 @@
  * `repeats` times after `warmup` untimed runs, with a device sync inside the timed region, and
  * the median is kept. Op calls come from bt_op_call_build, the worker's builder.
  *
- * Precision (bt_profile_params.precision) is run as src/exec/worker.c runs it, so that bf16 costs
- * are bf16's: every op call carries it (call.precision: the CPU's bf16 GEMMs and convolutions on
- * AMX or AVX512-BF16 through oneDNN, the GPU's bf16/f16 GEMMs); under bf16/f16 the forward rounds
- * each output a node wrote (not the graph's output, the loss) and each fed graph input, the
- * backward rounds a node's output gradient just before that node's backward reads it (the
- * loss's excepted), and the ops read the parameters through a rounded compute copy (the engine's
- * w_lp) that the step refreshes after updating the f32 master weights (copy and round, as
- * bt_worker_refresh_lowp does; the engine refreshes a stage's flat arrays at once, the profile each
- * layer's tensors). Values that arrive from other layers are rounded once before timing (the
+ * Precision (bt_profile_params.precision) is run as the worker runs it (src/exec/worker_nodes.c),
+ * so that bf16 costs are bf16's: every op call carries it (call.precision: the CPU's bf16 GEMMs
+ * and convolutions on AMX or AVX512-BF16 through oneDNN, the GPU's bf16/f16 GEMMs). Under
+ * bf16/f16 the forward rounds each output a node wrote (not the graph's output, the loss) and each
+ * fed graph input; the backward rounds a node's output gradient just before that node's backward
+ * reads it (the loss's excepted); the ops read the parameters through a rounded compute copy (the
+ * engine's w_lp), which the step refreshes after updating the f32 master weights (copy and round,
+ * as bt_worker_refresh_lowp does; the engine refreshes a stage's flat arrays at once, the profile
+ * each layer's tensors). Values arriving from other layers are rounded once before timing (the
  * engine's arrive rounded). W rounds nothing, as in the worker.
  * Not reproduced: the bf16 activation store of a CPU stage under bf16 (exec/bf16_store.c: a
  * store after each forward write and loads before later reads, whose number depends on the
@@ -50,7 +50,7 @@ typedef struct layer_run {
     bt_device *dev;
     int64_t batch;
     const bt_optimizer_config *opt;
-    bt_dtype precision;        /* the compute precision (worker.c's e->params.precision) */
+    bt_dtype precision;        /* the compute precision (worker_nodes.c: e->params.precision) */
     int out_value;             /* the graph's output (the loss): never rounded */
     int n_state;
     int n_vals;
@@ -99,7 +99,7 @@ static bt_status fill_random(layer_run *r, void *dst, size_t n, double scale)
     return st;
 }
 
-/* Mixed precision: rounds n f32 elements to the compute precision (worker.c's round_value). */
+/* Mixed precision: rounds n f32 elements to the compute precision (worker_nodes.c: round_value). */
 static bt_status round_data(layer_run *r, void *data, size_t n)
 {
     if (r->precision == BT_F32 || !data) return BT_OK;
@@ -282,7 +282,7 @@ static bt_status run_node_split(layer_run *r, int k, int backward, int split)
     call.seed = bt_mix64((uint64_t)(r->layer->first_node + k));
     call.training = 1;
     bt_status st = BT_OK;
-    /* worker.c: an output gradient is rounded once complete, as its producer's backward reads it */
+    /* worker_nodes.c: an output gradient is rounded once complete, as its producer's backward reads it */
     if (backward == 1 && value_rounds(r, o)) st = round_data(r, r->grad[o], value_elements(r, o));
     if (st == BT_OK) st = r->be->run_op(r->dev, n->op, backward, &call);
     /* and an activation once its op wrote it */
@@ -298,7 +298,7 @@ static bt_status run_node(layer_run *r, int k, int backward) { return run_node_s
 
 static bt_status run_forward(layer_run *r)
 {
-    /* worker.c's feed: a graph input the layer reads is rounded as it is copied in */
+    /* worker_nodes.c, feed_inputs: a graph input the layer reads is rounded as it is copied in */
     for (int i = 0; i < r->n_vals; i++)
         if (r->g->values[r->val[i]].producer < 0 && value_rounds(r, i))
             BT_TRY(round_data(r, r->data[i], value_elements(r, i)));
