@@ -192,6 +192,26 @@ tests=$((tests + 1))
 (cd "$tmp/wd/a/b" && expect_rc 0 "profile a traversal name with --output" "$baton" profile m.yaml --repeats 1 \
    --warmup 0 -o here.json) && { tests=$((tests + 1)); [ -f "$tmp/wd/a/b/here.json" ] || fail "--output not written"; }
 
+# `baton profile` measures at the model's train.precision (an override honoured, named in the header
+# and the file); `baton plan --profile` refuses a profile of another precision (exit 2, naming the
+# file and both precisions) and takes one of its own
+if expect_rc 0 "profile at bf16" "$baton" profile "$srcdir/models/mlp.yaml" train.precision=bf16 --repeats 1 \
+     --warmup 0 -o "$tmp/bf16.profile.json"; then
+  tests=$((tests + 1))
+  grep -q '^profile of .*, training, precision bf16, ' "$tmp/out" ||
+    fail "profile at bf16: the header does not name the precision: $(head -1 "$tmp/out")"
+  tests=$((tests + 1))
+  grep -q '"precision": "bf16"' "$tmp/bf16.profile.json" || fail "profile at bf16: the file does not record it"
+  if expect_rc 2 "plan an f32 model with a bf16 profile" "$baton" plan "$srcdir/models/mlp.yaml" \
+       --profile "$tmp/bf16.profile.json"; then
+    tests=$((tests + 1))
+    grep -q "$tmp/bf16.profile.json was measured at precision bf16 but the model computes at f32" "$tmp/err" ||
+      fail "precision mismatch: message does not name the file and both precisions: $(cat "$tmp/err")"
+  fi
+  expect_rc 0 "plan a bf16 model with a bf16 profile" "$baton" plan "$srcdir/models/mlp.yaml" \
+    train.precision=bf16 --profile "$tmp/bf16.profile.json"
+fi
+
 # control characters from a model file or a path never reach the terminal raw
 esc=$(printf '\033')
 printf 'format: 1\nname: "x\\e]0;owned\\a"\n' >"$tmp/esc.yaml"

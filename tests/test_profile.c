@@ -5,8 +5,10 @@
  * bt_partition_evaluate; the predicted bubble for equal stage costs is (p-1)/(m+p-1); memory per
  * stage is static + in-flight x activations, and a capacity too small fails naming the device;
  * `partition: profile` in a plan uses the measured optimum of costs measured beforehand, and is an
- * error naming what is missing without them; and given the model, the memory `baton plan` reports
- * for each stage is exactly what the engine allocates for it. */
+ * error naming what is missing without them; given the model, the memory `baton plan` reports
+ * for each stage is exactly what the engine allocates for it; and a profile measures at the
+ * precision asked for as the worker runs it (a probe op records each call's precision and whether
+ * what it read was rounded), records it in its file, and is refused for a model of another. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "plan/partition.h"
 #include "plan/placement.h"
 #include "plan/plan.h"
+#include "profile/auto_layout.h"
 #include "profile/measure.h"
 #include "plan/profile.h"
 #include "optim/optim.h"
@@ -282,6 +285,245 @@ static void test_corrupt_profiles_rejected(void)
     bt_graph_destroy(other);
     unlink(good);
     bt_profile_destroy(p);
+    bt_graph_destroy(g);
+}
+
+/* ---- precision -------------------------------------------------------------------------------- */
+
+/* test.precprobe: y = w * x * 1.0001 (per feature; the factor keeps y off bf16's grid, so only the
+ * profiler's rounding can put it there), recording what each call saw: its precision, and whether
+ * the values it read were bf16 values (the input, the weights it was given, and in the backward
+ * its own output and output gradient, which the worker rounds). */
+static struct {
+    int calls_fwd, calls_bwd;
+    bt_dtype fwd_precision, bwd_precision;
+    int in_exact, w_exact, out_exact, dy_exact;
+} probe;
+
+static int bf16_exact(const bt_tensor *t)
+{
+    const float *x = t->data;
+    for (int64_t i = 0, n = bt_tensor_numel(t); i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        if (u & 0xffffu) return 0;
+    }
+    return 1;
+}
+
+static bt_status probe_infer(bt_infer_ctx *ctx)
+{
+    const bt_shape *s = bt_infer_input_shape(ctx, 0);
+    bt_status st = bt_infer_add_param(ctx, "weight", s, BT_INIT_ONES, 1, 0);
+    if (st != BT_OK) return st;
+    return bt_infer_set_output(ctx, s, bt_infer_input_dtype(ctx, 0));
+}
+
+static bt_status probe_forward(const bt_op_call *c)
+{
+    probe.calls_fwd++;
+    probe.fwd_precision = c->precision;
+    probe.in_exact = bf16_exact(&c->in[0]);
+    probe.w_exact = bf16_exact(&c->param[0]);
+    const float *x = c->in[0].data, *w = c->param[0].data;
+    float *y = c->out->data;
+    int64_t per = bt_tensor_numel(&c->param[0]);
+    for (int64_t i = 0, n = bt_tensor_numel(c->out); i < n; i++) y[i] = w[i % per] * x[i] * 1.0001f;
+    return BT_OK;
+}
+
+static bt_status probe_backward(const bt_op_call *c)
+{
+    probe.calls_bwd++;
+    probe.bwd_precision = c->precision;
+    probe.out_exact = bf16_exact(c->out);
+    probe.dy_exact = bf16_exact(c->out_grad);
+    const float *dy = c->out_grad->data, *x = c->in[0].data, *w = c->param[0].data;
+    int64_t per = bt_tensor_numel(&c->param[0]);
+    for (int64_t i = 0, n = bt_tensor_numel(c->out_grad); i < n; i++) {
+        if (c->in_grad[0].data) ((float *)c->in_grad[0].data)[i] += dy[i] * w[i % per] * 1.0001f;
+        if (c->param_grad[0].data) ((float *)c->param_grad[0].data)[i % per] += dy[i] * x[i] * 1.0001f;
+    }
+    return BT_OK;
+}
+
+/* x[16] -> probe -> head (linear 4) -> loss */
+static bt_graph *probe_graph(void)
+{
+    static int registered;
+    if (!registered) {
+        bt_op_def def = {.name = "test.precprobe", .min_inputs = 1, .max_inputs = 1, .infer = probe_infer,
+                         .cpu_forward = probe_forward, .cpu_backward = probe_backward};
+        CU_ASSERT_FATAL(bt_op_register(&def) == BT_OK);
+        registered = 1;
+    }
+    bt_graph *g = NULL;
+    bt_args *a = NULL;
+    int64_t in_dims[] = {16};
+    CU_ASSERT_FATAL(bt_graph_create(&g) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "x", 1, in_dims, BT_F32) == BT_OK);
+    CU_ASSERT_FATAL(bt_graph_add_input(g, "label", 0, NULL, BT_I32) == BT_OK);
+    CU_ASSERT_FATAL(bt_args_create(&a) == BT_OK);
+    bt_layer_desc d;
+    bt_layer_desc_init(&d);
+    d.name = "probe", d.op = "test.precprobe";
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_set_int(a, "out", 4);
+    bt_layer_desc_init(&d);
+    d.name = "head", d.op = "linear", d.args = a;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    const char *loss_in[] = {"head", "label"};
+    bt_layer_desc_init(&d);
+    d.name = "loss", d.op = "cross_entropy", d.inputs = loss_in, d.n_inputs = 2;
+    CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
+    bt_args_destroy(a);
+    return g;
+}
+
+static bt_profile *measure_probe(const bt_graph *g, bt_dtype precision)
+{
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.batch = 8;
+    pp.repeats = 1;
+    pp.warmup = 0;
+    pp.transfer_bytes = 1 << 16;
+    pp.handoff_repeats = 0;
+    pp.precision = precision;
+    memset(&probe, 0, sizeof probe);
+    bt_profile *p = NULL;
+    bt_status st = bt_profile_measure(g, "probe", &pp, &p);
+    if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    return p;
+}
+
+/* A profile measures at the precision asked for, as the engine's worker runs it: every call gets
+ * it, inputs, weights (the rounded compute copy), activations and complete gradients are bf16
+ * values under bf16 and f32's random values under f32; the profile and its file record it, a file
+ * without the key reads as f32, an unknown value names the field, a precision other than f32, bf16
+ * or f16 is refused, and a profile checked against another precision names both. */
+static void test_profile_precision(void)
+{
+    bt_graph *g = probe_graph();
+    bt_profile *f = measure_probe(g, BT_F32);
+    CU_ASSERT(probe.calls_fwd > 0 && probe.calls_bwd > 0);
+    CU_ASSERT_EQUAL(probe.fwd_precision, BT_F32);
+    CU_ASSERT_EQUAL(probe.bwd_precision, BT_F32);
+    CU_ASSERT(!probe.in_exact && !probe.w_exact && !probe.out_exact && !probe.dy_exact); /* nothing rounds */
+    CU_ASSERT_EQUAL(bt_profile_precision(f), BT_F32);
+
+    bt_profile *b = measure_probe(g, BT_BF16);
+    CU_ASSERT(probe.calls_fwd > 0 && probe.calls_bwd > 0);
+    CU_ASSERT_EQUAL(probe.fwd_precision, BT_BF16);
+    CU_ASSERT_EQUAL(probe.bwd_precision, BT_BF16);
+    CU_ASSERT(probe.in_exact);  /* the fed input, rounded as the worker feeds it */
+    CU_ASSERT(probe.w_exact);   /* the weights' compute copy */
+    CU_ASSERT(probe.out_exact); /* the activation the forward wrote, rounded */
+    CU_ASSERT(probe.dy_exact);  /* the output gradient, rounded before the backward read it */
+    CU_ASSERT_EQUAL(bt_profile_precision(b), BT_BF16);
+    /* the weights' compute copy counts as weights, as the engine allocates it */
+    CU_ASSERT_EQUAL(b->layers[0].param_bytes, 2 * f->layers[0].param_bytes);
+
+    /* the file: written, read back; older files (no key) are f32; unknown values are refused */
+    char path[256], old[256];
+    tmp_path("bf16.json", path, sizeof path);
+    tmp_path("old.json", old, sizeof old);
+    CU_ASSERT_FATAL(bt_profile_save(b, path) == BT_OK);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CU_ASSERT_FATAL(root != NULL);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(root, "precision")), "bf16");
+    bt_profile *q = NULL;
+    CU_ASSERT_FATAL(bt_profile_load(path, &q) == BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_precision(q), BT_BF16);
+    bt_profile_destroy(q);
+    q = NULL;
+    json_object_del(root, "precision");
+    CU_ASSERT_FATAL(json_dump_file(root, old, 0) == 0);
+    CU_ASSERT_FATAL(bt_profile_load(old, &q) == BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_precision(q), BT_F32);
+    bt_profile_destroy(q);
+    q = NULL;
+    json_object_set_new(root, "precision", json_string("f8"));
+    CU_ASSERT_FATAL(json_dump_file(root, old, 0) == 0);
+    CU_ASSERT_EQUAL(bt_profile_load(old, &q), BT_ERR_IO);
+    CU_ASSERT(strstr(bt_last_error(), "'precision'") != NULL);
+    json_decref(root);
+    unlink(old);
+
+    /* a bf16 profile does not price an f32 model, nor the reverse */
+    CU_ASSERT_EQUAL(bt_profile_check_precision(b, BT_BF16, path), BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_check_precision(b, BT_F32, path), BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), path) != NULL);
+    CU_ASSERT(strstr(bt_last_error(), "precision bf16 but the model computes at f32") != NULL);
+    CU_ASSERT_EQUAL(bt_profile_check_precision(f, BT_BF16, NULL), BT_ERR_MODEL);
+    unlink(path);
+
+    /* only f32, bf16 and f16 */
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    CU_ASSERT_EQUAL(pp.precision, BT_F32);
+    pp.precision = BT_I32;
+    bt_profile *bad = NULL;
+    CU_ASSERT_EQUAL(bt_profile_measure(g, "probe", &pp, &bad), BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "precision") != NULL && strstr(bt_last_error(), "i32") != NULL);
+    CU_ASSERT(bad == NULL);
+
+    bt_profile_destroy(f);
+    bt_profile_destroy(b);
+    bt_graph_destroy(g);
+}
+
+/* The measurements made for a plan take the model's precision: `partition: profile`
+ * (bt_profile_measure_for_plan) and `parallel: auto` (bt_auto_search, from bt_search_params). */
+static void test_plan_measurements_take_precision(void)
+{
+    bt_graph *g = probe_graph();
+    bt_parallel_config cfg;
+    bt_parallel_config_init(&cfg);
+    cfg.devices = "cpu:0,cpu:1";
+    cfg.microbatches = 2;
+    cfg.partition = BT_PARTITION_PROFILE;
+    bt_profile *costs = NULL;
+    memset(&probe, 0, sizeof probe);
+    bt_status st = bt_profile_measure_for_plan(g, &cfg, BT_BF16, &costs);
+    if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK && costs != NULL);
+    CU_ASSERT_EQUAL(bt_profile_precision(costs), BT_BF16);
+    CU_ASSERT_EQUAL(probe.fwd_precision, BT_BF16);
+    CU_ASSERT_EQUAL(probe.bwd_precision, BT_BF16);
+    bt_profile_destroy(costs);
+    costs = NULL;
+    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, BT_F64, &costs), BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "f64") != NULL);
+
+    bt_search_params sp;
+    bt_search_params_init(&sp);
+    sp.graph = g;
+    sp.batch = 8;
+    sp.precision = BT_BF16;
+    sp.optimizer_slots = 2;
+    sp.max_stages = 1;
+    sp.threads = 1;
+    sp.n_microbatches = 1;
+    sp.microbatches[0] = 1;
+    bt_profile_params pp;
+    bt_profile_params_init(&pp);
+    pp.repeats = 1;
+    pp.warmup = 0;
+    pp.handoff_repeats = 0;
+    pp.transfer_bytes = 1 << 16;
+    bt_search_result r;
+    int measured = 0;
+    memset(&probe, 0, sizeof probe);
+    st = bt_auto_search(g, "probe", &sp, &pp, &r, &measured);
+    if (st != BT_OK) printf("\n  search: %s\n", bt_last_error());
+    CU_ASSERT_FATAL(st == BT_OK);
+    CU_ASSERT(measured >= 1);
+    CU_ASSERT_EQUAL(probe.fwd_precision, BT_BF16);
+    CU_ASSERT_EQUAL(probe.bwd_precision, BT_BF16);
+    bt_search_result_clear(&r);
     bt_graph_destroy(g);
 }
 
@@ -589,7 +831,7 @@ static void test_plan_partition_profile(void)
     bt_plan_destroy(plan);
     cfg.partition = BT_PARTITION_PROFILE;
     bt_profile *costs = NULL; /* measuring is the caller's step, before the plan */
-    bt_status st = bt_profile_measure_for_plan(g, &cfg, &costs);
+    bt_status st = bt_profile_measure_for_plan(g, &cfg, BT_F32, &costs);
     if (st != BT_OK) printf("\n  measure: %s\n", bt_last_error());
     CU_ASSERT_FATAL(st == BT_OK && costs != NULL);
     cfg.profile = costs;
@@ -633,7 +875,7 @@ static void test_plan_profile_needs_costs(void)
     bt_profile *costs = (bt_profile *)1;
     cfg.devices = "cpu:0";
     CU_ASSERT_FALSE(bt_plan_needs_profile(g, &cfg));
-    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, &costs), BT_OK);
+    CU_ASSERT_EQUAL(bt_profile_measure_for_plan(g, &cfg, BT_F32, &costs), BT_OK);
     CU_ASSERT_PTR_NULL(costs);
     CU_ASSERT_FATAL(bt_plan_build(g, &cfg, &plan) == BT_OK);
     CU_ASSERT_EQUAL(plan->stages, 1);
@@ -772,6 +1014,8 @@ int main(void)
         {"profile save/load round trip", test_save_load_round_trip},
         {"links between ranks: file, fit, priced per message", test_links_between_ranks},
         {"corrupt profiles rejected naming the field", test_corrupt_profiles_rejected},
+        {"a profile measures at its precision", test_profile_precision},
+        {"measurements for a plan take the model's precision", test_plan_measurements_take_precision},
         {"a non-finite measurement is saved as null", test_nonfinite_measurement_saved_as_null},
         {"cut bytes count skip connections", test_cut_bytes_count_skips},
         {"planner balances measured costs", test_planner_balances_measured_costs},

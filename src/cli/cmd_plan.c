@@ -99,14 +99,16 @@ static const char *plan_devices(const plan_opts *o, const bt_model *m, char *buf
     return buf;
 }
 
-/* The profile: the file given, checked against the model, or a measurement now. */
+/* The profile: the file given, checked against the model (its layers, and the precision it computes
+ * at: f32 costs do not price a bf16 model), or a measurement now at that precision. */
 static int get_profile(const plan_opts *o, const bt_model *m, const char *devices, int microbatches,
-                       bt_profile **out)
+                       bt_dtype precision, bt_profile **out)
 {
     bt_status st;
     if (o->profile) {
         st = bt_profile_load(o->profile, out);
         if (st == BT_OK) st = bt_profile_check_graph(*out, m->graph, o->profile);
+        if (st == BT_OK) st = bt_profile_check_precision(*out, precision, o->profile);
         if (st != BT_OK) {
             bt_profile_destroy(*out);
             *out = NULL;
@@ -124,6 +126,7 @@ static int get_profile(const plan_opts *o, const bt_model *m, const char *device
     pp.optimizer = m->train.optimizer;
     pp.repeats = o->repeats > 0 ? o->repeats : 5;
     pp.warmup = 1;
+    pp.precision = precision;
     st = bt_profile_measure(m->graph, m->name, &pp, out);
     if (st != BT_OK) return bt_cli_fail("plan", st);
     return BT_EXIT_OK;
@@ -360,7 +363,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
         return BT_EXIT_USAGE;
     }
     bt_profile *p = NULL;
-    int rc = get_profile(o, m, devices, lp.microbatches > 0 ? lp.microbatches : 1, &p);
+    int rc = get_profile(o, m, devices, lp.microbatches > 0 ? lp.microbatches : 1, lp.precision, &p);
     if (rc != BT_EXIT_OK) return rc;
     if (o->ranks > 1) {
         rc = bt_cli_plan_ranks(m, p, &lp, o->ranks, o->json);

@@ -91,10 +91,11 @@ static void print_layers(const bt_profile *p, int k)
 static void print_profile(const bt_profile *p)
 {
     char name[256];
-    printf("profile of %s: batch %lld in %d micro-batch%s of %lld samples, %s, optimizer %s, "
+    printf("profile of %s: batch %lld in %d micro-batch%s of %lld samples, %s, precision %s, optimizer %s, "
            "%d repeats after %d warm-ups, %d thread%s\n",
            bt_cli_escape(p->model, name, sizeof name), (long long)p->batch, p->microbatches, p->microbatches == 1 ? "" : "es",
-           (long long)p->microbatch_size, p->training ? "training" : "forward only", p->optimizer,
+           (long long)p->microbatch_size, p->training ? "training" : "forward only", bt_dtype_name(p->precision),
+           p->optimizer,
            p->repeats, p->warmup, p->threads, p->threads == 1 ? "" : "s");
     for (int k = 0; k < p->n_kinds; k++) print_layers(p, k);
     if (p->training)
@@ -166,6 +167,8 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     pp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.microbatches;
     pp.training = m->train.enabled && bt_graph_is_trainable(m->graph);
     pp.optimizer = m->train.optimizer;
+    /* the precision the model trains at (train.precision, overrides included); serving is f32 */
+    pp.precision = pp.training ? m->train.precision : BT_F32;
     if (o->repeats > 0) pp.repeats = o->repeats;
     if (o->warmup >= 0) pp.warmup = o->warmup;
     pp.threads = o->threads;

@@ -333,7 +333,7 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
         if (crc != BT_EXIT_OK) return crc;
     }
     bt_profile *costs = NULL; /* partition: profile: measured here, before the plan is built */
-    bt_status st = bt_profile_measure_for_plan(m->graph, &p.parallel, &costs);
+    bt_status st = bt_profile_measure_for_plan(m->graph, &p.parallel, p.precision, &costs);
     if (st != BT_OK) return bt_cli_fail("run", st);
     p.parallel.profile = costs;
     bt_cli_dist dist; /* under mpirun: this rank's part of the job */

@@ -188,6 +188,22 @@ static void clear_mailboxes(bt_engine *e)
             atomic_store_explicit(&e->channels[c].ready[mb], 0, memory_order_relaxed);
 }
 
+/* Posts job to every worker and waits until all have finished it; BT_ERR_TIMEOUT (the engine
+ * now unusable) when one got stuck. */
+static bt_status post_job(bt_engine *e, bt_job_kind job)
+{
+    pthread_mutex_lock(&e->mu);
+    e->job = job;
+    e->done_count = 0;
+    for (int s = 0; s < e->stages; s++) e->worker[s].job_done = 0;
+    e->generation++;
+    pthread_cond_broadcast(&e->cv_job);
+    int stuck = wait_for_workers(e);
+    pthread_mutex_unlock(&e->mu);
+    if (stuck) return bt_error(BT_ERR_TIMEOUT, "%s", e->unusable);
+    return BT_OK;
+}
+
 static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, int n_feeds,
                          int out_value, void *out, void *losses, bt_step_result *result)
 {
@@ -222,15 +238,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
 
     double t0 = bt_now_ms();
     e->step_t0_ms = t0;
-    pthread_mutex_lock(&e->mu);
-    e->job = job;
-    e->done_count = 0;
-    for (int s = 0; s < e->stages; s++) e->worker[s].job_done = 0;
-    e->generation++;
-    pthread_cond_broadcast(&e->cv_job);
-    int stuck = wait_for_workers(e);
-    pthread_mutex_unlock(&e->mu);
-    if (stuck) return bt_error(BT_ERR_TIMEOUT, "%s", e->unusable);
+    BT_TRY(post_job(e, job));
     double ms = bt_now_ms() - t0;
 
     bt_status failed = collect_failure(e);
@@ -297,15 +305,7 @@ bt_status bt_engine_run_plain_job(bt_engine *e, bt_job_kind job)
 {
     BT_TRY(bt_engine_check_usable(e));
     atomic_store(&e->abort, 0);
-    pthread_mutex_lock(&e->mu);
-    e->job = job;
-    e->done_count = 0;
-    for (int s = 0; s < e->stages; s++) e->worker[s].job_done = 0;
-    e->generation++;
-    pthread_cond_broadcast(&e->cv_job);
-    int stuck = wait_for_workers(e);
-    pthread_mutex_unlock(&e->mu);
-    if (stuck) return bt_error(BT_ERR_TIMEOUT, "%s", e->unusable);
+    BT_TRY(post_job(e, job));
     return collect_failure(e);
 }
 

@@ -77,6 +77,20 @@ bt_status bt_profile_check_graph(const bt_profile *p, const bt_graph *g, const c
     return BT_OK;
 }
 
+bt_dtype bt_profile_precision(const bt_profile *p) { return p ? p->precision : BT_F32; }
+
+bt_status bt_profile_check_precision(const bt_profile *p, bt_dtype precision, const char *what)
+{
+    const char *src = what ? what : "the profile";
+    if (!p) return bt_error(BT_ERR_INVALID_ARG, "bt_profile_check_precision: NULL profile");
+    if (p->precision != precision)
+        return bt_error(BT_ERR_MODEL,
+                        "%s was measured at precision %s but the model computes at %s: its costs do not "
+                        "price this model (profile it again at %s: baton profile takes train.precision)",
+                        src, bt_dtype_name(p->precision), bt_dtype_name(precision), bt_dtype_name(precision));
+    return BT_OK;
+}
+
 int bt_profile_link_model(const bt_profile *p, double *latency_ms, double *gb_per_s)
 {
     *latency_ms = 0;

@@ -81,6 +81,8 @@ struct bt_profile {
     int64_t microbatch_size;            /* batch / microbatches: the size every time is for */
     int training;                       /* 0: forward only (bwd_ms, step_ms and grads are 0) */
     char optimizer[16];                 /* "adamw", "sgd", "sgd-momentum", "none" */
+    bt_dtype precision;                 /* the compute precision measured: BT_F32, BT_BF16 or
+                                           BT_F16 (the file's "precision"; f32 in older files) */
     int threads, repeats, warmup;
     int n_layers;
     bt_profile_layer *layers;           /* [n_layers] */

@@ -57,6 +57,7 @@ bt_status bt_auto_search(const bt_graph *g, const char *name, const bt_search_pa
         pp.microbatches = (int)(sp->batch / pts[i].microbatch_size);
         pp.threads = pts[i].threads;
         pp.training = sp->training;
+        pp.precision = sp->precision; /* the model's: bf16 costs are not f32's */
         if (i > 0) pp.handoff_repeats = 0; /* one measurement serves every point (it has no size) */
         BT_TRY_GOTO(st, bt_profile_measure(g, name, &pp, &profs[i]), done);
         if (i > 0) profs[i]->handoff_ms = profs[0]->handoff_ms;

@@ -13,6 +13,23 @@
  * `repeats` times after `warmup` untimed runs, with a device sync inside the timed region, and
  * the median is kept. Op calls come from bt_op_call_build, the worker's builder.
  *
+ * Precision (bt_profile_params.precision) is run as the worker runs it (src/exec/worker_nodes.c),
+ * so that bf16 costs are bf16's: every op call carries it (call.precision: the CPU's bf16 GEMMs
+ * and convolutions on AMX or AVX512-BF16 through oneDNN, the GPU's bf16/f16 GEMMs). Under
+ * bf16/f16 the forward rounds each output a node wrote (not the graph's output, the loss) and each
+ * fed graph input; the backward rounds a node's output gradient just before that node's backward
+ * reads it (the loss's excepted); the ops read the parameters through a rounded compute copy (the
+ * engine's w_lp), which the step refreshes after updating the f32 master weights (copy and round,
+ * as bt_worker_refresh_lowp does; the engine refreshes a stage's flat arrays at once, the profile
+ * each layer's tensors). Values arriving from other layers are rounded once before timing (the
+ * engine's arrive rounded). W rounds nothing, as in the worker.
+ * Not reproduced: the bf16 activation store of a CPU stage under bf16 (exec/bf16_store.c: a
+ * store after each forward write and loads before later reads, whose number depends on the
+ * schedule's slot reuse); and the once-a-step conversion of a refreshed weight copy to bf16 in the
+ * CPU's parameter cache (gemm_bf16.c): the warm-up runs convert it and the timed forward and
+ * backward read the cached copy, as every micro-batch after the step's first does. Tensors stay
+ * f32 (dtype), as the engine's do under mixed precision.
+ *
  * Data flow: graph (internal view) + backend table -> bt_profile_time. Never prints. */
 #include <math.h>
 #include <stdlib.h>
@@ -33,6 +50,8 @@ typedef struct layer_run {
     bt_device *dev;
     int64_t batch;
     const bt_optimizer_config *opt;
+    bt_dtype precision;        /* the compute precision (worker_nodes.c: e->params.precision) */
+    int out_value;             /* the graph's output (the loss): never rounded */
     int n_state;
     int n_vals;
     int *val;                  /* [n_vals] graph value ids */
@@ -41,6 +60,8 @@ typedef struct layer_run {
     int *internal;             /* [n_vals] produced by a node of this layer */
     void **saved;              /* [n_nodes] */
     void **w, **gw;            /* [n_nodes * BT_MAX_PARAMS] */
+    void **w_lp;               /* [n_nodes * BT_MAX_PARAMS] the rounded compute copies, or NULL
+                                  entries under f32 (the engine's bt_param_store.w_lp) */
     void **state;              /* [n_nodes * BT_MAX_PARAMS * BT_OPTIM_MAX_STATE] */
     size_t *numel;             /* [n_nodes * BT_MAX_PARAMS] */
     void *ws;
@@ -78,6 +99,35 @@ static bt_status fill_random(layer_run *r, void *dst, size_t n, double scale)
     return st;
 }
 
+/* Mixed precision: rounds n f32 elements to the compute precision (worker_nodes.c: round_value). */
+static bt_status round_data(layer_run *r, void *data, size_t n)
+{
+    if (r->precision == BT_F32 || !data) return BT_OK;
+    return r->be->round_to(r->dev, r->precision, data, n);
+}
+
+/* Elements of local value i in the micro-batch. */
+static size_t value_elements(const layer_run *r, int i)
+{
+    return (size_t)r->batch * (size_t)bt_shape_numel(&r->g->values[r->val[i]].shape);
+}
+
+/* Whether local value i is rounded when written: a float value other than the graph's output. */
+static int value_rounds(const layer_run *r, int i)
+{
+    return r->g->values[r->val[i]].dtype != BT_I32 && r->val[i] != r->out_value;
+}
+
+/* The rounded compute copy of a parameter: its master weights, copied and rounded
+ * (bt_worker_refresh_lowp). */
+static bt_status refresh_lowp(layer_run *r, size_t slot)
+{
+    if (!r->w_lp[slot]) return BT_OK;
+    BT_TRY(r->be->copy_async(r->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, r->w_lp[slot], r->w[slot],
+                             r->numel[slot] * sizeof(float)));
+    return r->be->round_to(r->dev, r->precision, r->w_lp[slot], r->numel[slot]);
+}
+
 size_t bt_profile_value_row_bytes(const bt_value *v)
 {
     return (size_t)bt_shape_numel(&v->shape) * (v->dtype == BT_I32 ? 4 : sizeof(float));
@@ -94,6 +144,7 @@ static void run_free(layer_run *r)
     for (int j = 0; j < slots; j++) {
         if (r->w) dev_free(r, r->w[j]);
         if (r->gw) dev_free(r, r->gw[j]);
+        if (r->w_lp) dev_free(r, r->w_lp[j]);
         for (int s = 0; r->state && s < BT_OPTIM_MAX_STATE; s++)
             dev_free(r, r->state[j * BT_OPTIM_MAX_STATE + s]);
     }
@@ -106,6 +157,7 @@ static void run_free(layer_run *r)
     free(r->saved);
     free(r->w);
     free(r->gw);
+    free(r->w_lp);
     free(r->state);
     free(r->numel);
 }
@@ -144,6 +196,8 @@ static bt_status alloc_values(layer_run *r)
         BT_TRY(dev_alloc(r, r->bytes[i], &r->data[i]));
         if (v->dtype == BT_I32) BT_TRY(r->be->zero(r->dev, r->data[i], r->bytes[i]));
         else BT_TRY(fill_random(r, r->data[i], r->bytes[i] / sizeof(float), 0.5));
+        /* what arrives from another layer or the data is a value of the precision already */
+        if (value_rounds(r, i)) BT_TRY(round_data(r, r->data[i], value_elements(r, i)));
         if (v->dtype != BT_I32 && v->producer >= 0) {
             BT_TRY(dev_alloc(r, r->bytes[i], &r->grad[i]));
             BT_TRY(r->be->zero(r->dev, r->grad[i], r->bytes[i]));
@@ -161,9 +215,10 @@ static bt_status alloc_node_state(layer_run *r)
     r->saved = calloc((size_t)ly->n_nodes, sizeof *r->saved);
     r->w = calloc(slots, sizeof *r->w);
     r->gw = calloc(slots, sizeof *r->gw);
+    r->w_lp = calloc(slots, sizeof *r->w_lp);
     r->numel = calloc(slots, sizeof *r->numel);
     r->state = calloc(slots * BT_OPTIM_MAX_STATE, sizeof *r->state);
-    if (!r->saved || !r->w || !r->gw || !r->numel || !r->state)
+    if (!r->saved || !r->w || !r->gw || !r->w_lp || !r->numel || !r->state)
         return bt_error(BT_ERR_NOMEM, "profile: out of memory");
     for (int k = 0; k < ly->n_nodes; k++) {
         const bt_node *n = &g->nodes[ly->first_node + k];
@@ -178,6 +233,10 @@ static bt_status alloc_node_state(layer_run *r)
             r->numel[slot] = numel;
             BT_TRY(dev_alloc(r, bytes, &r->w[slot]));
             BT_TRY(fill_random(r, r->w[slot], numel, scale));
+            if (r->precision != BT_F32) { /* layout.c: a compute copy under mixed precision */
+                BT_TRY(dev_alloc(r, bytes, &r->w_lp[slot]));
+                BT_TRY(refresh_lowp(r, slot));
+            }
             BT_TRY(dev_alloc(r, bytes, &r->gw[slot]));
             BT_TRY(fill_random(r, r->gw[slot], numel, 1e-3));
             for (int s = 0; s < r->n_state; s++) {
@@ -213,15 +272,21 @@ static bt_status run_node_split(layer_run *r, int k, int backward, int split)
         for (int i = 0; i < n->n_in; i++) d.in_grad[i] = NULL;
     for (int j = 0; j < n->n_params; j++) {
         size_t slot = (size_t)k * BT_MAX_PARAMS + (size_t)j;
-        d.param[j] = r->w[slot];
+        d.param[j] = r->w_lp[slot] ? r->w_lp[slot] : r->w[slot];
         d.param_grad[j] = backward == 1 && split && defers ? NULL : r->gw[slot];
     }
     d.saved = r->saved[k];
     d.workspace = r->ws;
     bt_op_call_build(g, r->layer->first_node + k, r->batch, BT_F32, backward, &d, &t, &call);
+    call.precision = r->precision;
     call.seed = bt_mix64((uint64_t)(r->layer->first_node + k));
     call.training = 1;
-    bt_status st = r->be->run_op(r->dev, n->op, backward, &call);
+    bt_status st = BT_OK;
+    /* worker_nodes.c: an output gradient is rounded once complete, as its producer's backward reads it */
+    if (backward == 1 && value_rounds(r, o)) st = round_data(r, r->grad[o], value_elements(r, o));
+    if (st == BT_OK) st = r->be->run_op(r->dev, n->op, backward, &call);
+    /* and an activation once its op wrote it */
+    if (st == BT_OK && backward == 0 && value_rounds(r, o)) st = round_data(r, r->data[o], value_elements(r, o));
     if (st != BT_OK)
         return bt_error_context(st, "profiling the %s of layer '%s'",
                                 backward == BT_RUN_WEIGHT ? "weight gradient" : backward ? "backward" : "forward",
@@ -233,6 +298,10 @@ static bt_status run_node(layer_run *r, int k, int backward) { return run_node_s
 
 static bt_status run_forward(layer_run *r)
 {
+    /* worker_nodes.c, feed_inputs: a graph input the layer reads is rounded as it is copied in */
+    for (int i = 0; i < r->n_vals; i++)
+        if (r->g->values[r->val[i]].producer < 0 && value_rounds(r, i))
+            BT_TRY(round_data(r, r->data[i], value_elements(r, i)));
     for (int k = 0; k < r->layer->n_nodes; k++) BT_TRY(run_node(r, k, 0));
     return r->be->sync(r->dev);
 }
@@ -275,6 +344,7 @@ static bt_status run_step(layer_run *r)
             BT_TRY(r->be->optimizer_update(r->dev, r->opt, BT_F32, r->w[slot], r->gw[slot],
                                            &r->state[slot * BT_OPTIM_MAX_STATE], r->numel[slot],
                                            1e-6, 1, 1.0));
+            BT_TRY(refresh_lowp(r, slot));
         }
     }
     return r->be->sync(r->dev);
@@ -313,6 +383,8 @@ bt_status bt_profile_measure_layer(const bt_graph *g, int l, const bt_backend *b
     r.dev = dev;
     r.batch = pp->batch / pp->microbatches;
     r.opt = &pp->optimizer;
+    r.precision = pp->precision;
+    r.out_value = bt_graph_output_value(g);
     r.n_state = pp->training ? bt_optim_state_count(&pp->optimizer) : 0;
     r.rng = bt_mix64(pp->seed ^ (uint64_t)(l + 1));
     memset(out, 0, sizeof *out);

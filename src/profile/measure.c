@@ -32,6 +32,7 @@ void bt_profile_params_init(bt_profile_params *p)
     p->threads = 1;
     p->transfer_bytes = (size_t)8 << 20;
     p->handoff_repeats = 5;
+    p->precision = BT_F32;
 }
 
 bt_status bt_profile_parse_devices(const char *list, char (*devices)[BT_PROFILE_DEVICE_LEN], int max,
@@ -81,6 +82,7 @@ static void layer_bytes(const bt_graph *g, int l, const int *last_read, const bt
     bt_memory_params mp;
     bt_memory_params_init(&mp);
     mp.training = pp->training;
+    mp.precision = pp->precision; /* the weights' compute copy under mixed precision */
     mp.optimizer_slots = pp->training ? bt_optim_state_count(&pp->optimizer) : 0;
     bt_layer_memory lm;
     bt_memory_layer(g, l, &mp, &lm);
@@ -206,6 +208,9 @@ static bt_status check_params(const bt_graph *g, const bt_profile_params *pp)
     if (pp->transfer_bytes < 4096)
         return bt_error(BT_ERR_INVALID_ARG, "profile: transfer size %zu is below 4096 bytes",
                         pp->transfer_bytes);
+    if (pp->precision != BT_F32 && pp->precision != BT_BF16 && pp->precision != BT_F16)
+        return bt_error(BT_ERR_INVALID_ARG, "profile: precision must be f32, bf16 or f16, not %s (dtype %d)",
+                        bt_dtype_name(pp->precision), (int)pp->precision);
     if (pp->training && !bt_graph_is_trainable(g))
         return bt_error(BT_ERR_MODEL, "cannot profile training: the last layer must be a loss");
     return BT_OK;
@@ -256,6 +261,7 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
     prof->microbatch_size = pp->batch / pp->microbatches;
     prof->training = pp->training != 0;
     snprintf(prof->optimizer, sizeof prof->optimizer, "%s", optimizer_name(pp));
+    prof->precision = pp->precision;
     prof->threads = pp->threads;
     prof->repeats = pp->repeats;
     prof->warmup = pp->warmup;
@@ -290,13 +296,17 @@ fail:
 
 /* ---- the quick measurement of `partition: profile` -------------------------------------------- */
 
-bt_status bt_profile_measure_for_plan(const bt_graph *g, const bt_parallel_config *cfg, bt_profile **out)
+bt_status bt_profile_measure_for_plan(const bt_graph *g, const bt_parallel_config *cfg, bt_dtype precision,
+                                      bt_profile **out)
 {
     char devices[BT_MAX_STAGES][32];
     char list[BT_MAX_STAGES * 33] = "";
     int n = 0;
     if (!g || !cfg || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_profile_measure_for_plan: NULL argument");
     *out = NULL;
+    if (precision != BT_F32 && precision != BT_BF16 && precision != BT_F16) /* even when nothing is measured */
+        return bt_error(BT_ERR_INVALID_ARG, "partition: profile: precision must be f32, bf16 or f16, not %s (dtype %d)",
+                        bt_dtype_name(precision), (int)precision);
     if (!bt_plan_needs_profile(g, cfg)) return BT_OK;
     BT_TRY(bt_plan_resolve_devices(cfg, g->n_layers, devices, &n));
     bt_plan_join_devices(devices, n, list, sizeof list);
@@ -310,6 +320,7 @@ bt_status bt_profile_measure_for_plan(const bt_graph *g, const bt_parallel_confi
     pp.warmup = 1;
     pp.transfer_bytes = (size_t)1 << 20;
     pp.handoff_repeats = 0; /* only cuts are chosen from it: nothing is simulated */
+    pp.precision = precision; /* the engine's: bf16 costs are not f32's */
     bt_status st = bt_profile_measure(g, NULL, &pp, out);
     if (st != BT_OK) return bt_error_context(st, "partition: profile (measuring the layers)");
     return BT_OK;

@@ -87,6 +87,7 @@ static json_t *profile_to_json(const bt_profile *p)
     bad |= put(root, "microbatches", json_integer(p->microbatches));
     bad |= put(root, "microbatch_size", json_integer(p->microbatch_size));
     bad |= put(root, "dtype", json_string("f32"));
+    bad |= put(root, "precision", json_string(bt_dtype_name(p->precision)));
     bad |= put(root, "training", json_boolean(p->training));
     bad |= put(root, "optimizer", json_string(p->optimizer));
     bad |= put(root, "threads", json_integer(p->threads));
@@ -454,6 +455,14 @@ static bt_status read_header(const reader *r, const json_t *root, bt_profile *p)
         return bad_field(r, "", "microbatch_size", "must equal batch / microbatches");
     BT_TRY(read_string(r, root, "", "dtype", 8, &s));
     if (strcmp(s, "f32") != 0) return bad_field(r, "", "dtype", "expected \"f32\"");
+    p->precision = BT_F32; /* files written before profiles recorded it were measured in f32 */
+    if (json_object_get(root, "precision")) {
+        BT_TRY(read_string(r, root, "", "precision", 32, &s));
+        if (strcmp(s, "f32") == 0) p->precision = BT_F32;
+        else if (strcmp(s, "bf16") == 0) p->precision = BT_BF16;
+        else if (strcmp(s, "f16") == 0) p->precision = BT_F16;
+        else return bad_field(r, "", "precision", "expected \"f32\", \"bf16\" or \"f16\"");
+    }
     BT_TRY(member(r, root, "", "training", &b));
     if (!json_is_boolean(b)) return bad_field(r, "", "training", "expected true or false");
     p->training = json_is_true(b);
@@ -473,7 +482,7 @@ static bt_status read_header(const reader *r, const json_t *root, bt_profile *p)
 bt_status bt_profile_load(const char *path, bt_profile **out)
 {
     static const char *const keys[] = {"format", "version", "model", "devices", "batch",
-                                       "microbatches", "microbatch_size", "dtype", "training",
+                                       "microbatches", "microbatch_size", "dtype", "precision", "training",
                                        "optimizer", "threads", "repeats", "warmup", "measured_on",
                                        "layers", "transfers", "links", "handoff_ms", NULL};
     bt_status st = BT_OK;
