@@ -1189,7 +1189,10 @@ static void test_maxpool2d_argmax(void)
 
 /* The kernels whose own loops run on the call's threads (BT_PARALLEL_FOR: pools over planes, a
  * fused relu's backward mask in blocks) give, on 2 and 3 threads, the 1-thread results bit for
- * bit: sizes that the blocks do not divide evenly, f32 and f64. */
+ * bit: sizes that the blocks do not divide evenly, f32 and f64. linear's fused relu stands for the
+ * mask (conv2d shares it, but conv2d itself is not thread-invariant: under BATON_CPU_CONV=auto
+ * each thread count times and picks its own path, and oneDNN's convolutions may split their
+ * sums by thread; CI saw 2 threads differ from 1 there). */
 static void test_threads_same_bits(void)
 {
     static const struct {
@@ -1200,7 +1203,6 @@ static void test_threads_same_bits(void)
         {"maxpool2d", "kernel=2", SH(3, 9, 10), 5},
         {"maxpool2d", "kernel=3 stride=2 padding=1", SH(2, 11, 7), 3},
         {"avgpool2d", "kernel=3 stride=2 padding=1", SH(2, 11, 7), 3},
-        {"conv2d", "out=5 kernel=3 padding=1 act=relu", SH(2, 9, 9), 3},
         {"linear", "out=37 act=relu", SH(29), 7},
     };
     const bt_dtype reals[] = {BT_F32, BT_F64};
