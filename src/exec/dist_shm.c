@@ -342,44 +342,28 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef double v8d __attribute__((vector_size(64)));
 
 /* dst[i] = src[0][i] + src[1][i] + ... in that order; dst may be one of the sources (each block is
- * loaded whole before it is stored). */
-static void sum_f32(float *dst, float *const *src, int D, size_t n)
-{
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        v16f acc, x;
-        memcpy(&acc, src[0] + i, sizeof acc);
-        for (int q = 1; q < D; q++) {
-            memcpy(&x, src[q] + i, sizeof x);
-            acc += x;
-        }
-        memcpy(dst + i, &acc, sizeof acc);
+ * loaded whole before it is stored). One definition per element type T, 64-byte vectors VT of W. */
+#define SUM_LOOP(name, T, VT, W)                                   \
+    static void name(T *dst, T *const *src, int D, size_t n)       \
+    {                                                              \
+        size_t i = 0;                                              \
+        for (; i + (W) <= n; i += (W)) {                           \
+            VT acc, x;                                             \
+            memcpy(&acc, src[0] + i, sizeof acc);                  \
+            for (int q = 1; q < D; q++) {                          \
+                memcpy(&x, src[q] + i, sizeof x);                  \
+                acc += x;                                          \
+            }                                                      \
+            memcpy(dst + i, &acc, sizeof acc);                     \
+        }                                                          \
+        for (; i < n; i++) {                                       \
+            T a = src[0][i];                                       \
+            for (int q = 1; q < D; q++) a += src[q][i];            \
+            dst[i] = a;                                            \
+        }                                                          \
     }
-    for (; i < n; i++) {
-        float a = src[0][i];
-        for (int q = 1; q < D; q++) a += src[q][i];
-        dst[i] = a;
-    }
-}
-
-static void sum_f64(double *dst, double *const *src, int D, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8d acc, x;
-        memcpy(&acc, src[0] + i, sizeof acc);
-        for (int q = 1; q < D; q++) {
-            memcpy(&x, src[q] + i, sizeof x);
-            acc += x;
-        }
-        memcpy(dst + i, &acc, sizeof acc);
-    }
-    for (; i < n; i++) {
-        double a = src[0][i];
-        for (int q = 1; q < D; q++) a += src[q][i];
-        dst[i] = a;
-    }
-}
+SUM_LOOP(sum_f32, float, v16f, 16)
+SUM_LOOP(sum_f64, double, v8d, 8)
 
 /* This rank's slice of bucket b, summed over the replicas (whose ready flags it has seen). */
 static bt_status reduce_slice(bt_engine *e, bt_dp_bucket *b)
