@@ -459,6 +459,25 @@ static void test_profile_precision(void)
     CU_ASSERT(strstr(bt_last_error(), "precision bf16 but the model computes at f32") != NULL);
     CU_ASSERT_EQUAL(bt_profile_check_precision(f, BT_BF16, NULL), BT_ERR_MODEL);
     unlink(path);
+    /* nor through the C API: an engine cut by partition: profile refuses another precision's costs */
+    bt_engine_params ep;
+    bt_engine_params_init(&ep);
+    ep.parallel.devices = "cpu:0,cpu:1";
+    ep.parallel.microbatches = 2;
+    ep.parallel.partition = BT_PARTITION_PROFILE;
+    ep.parallel.profile = b;
+    ep.batch = 4;
+    ep.threads = 1;
+    ep.precision = BT_F32;
+    bt_engine *eng = NULL;
+    CU_ASSERT_EQUAL(bt_engine_create(g, &ep, &eng), BT_ERR_MODEL);
+    CU_ASSERT(strstr(bt_last_error(), "precision bf16 but the model computes at f32") != NULL);
+    CU_ASSERT(eng == NULL);
+    ep.precision = BT_BF16;
+    bt_status est = bt_engine_create(g, &ep, &eng);
+    if (est != BT_OK) printf("\n  engine at bf16: %s\n", bt_last_error());
+    CU_ASSERT_EQUAL(est, BT_OK);
+    bt_engine_destroy(eng);
 
     /* only f32, bf16 and f16 */
     bt_profile_params pp;

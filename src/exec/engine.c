@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "exec/engine_dist.h"
 #include "exec/exec_internal.h"
+#include "baton/profile.h"
 #include "optim/lr_schedule.h"
 
 void bt_engine_params_init(bt_engine_params *p)
@@ -75,6 +76,9 @@ static bt_status check_params(const bt_graph *g, const bt_engine_params *p)
     if (p->training && p->parallel.schedule == BT_SCHEDULE_STREAM)
         return bt_error(BT_ERR_INVALID_ARG, "the stream schedule is forward-only: use gpipe, 1f1b, interleaved-1f1b, zb-h1 or zbv to train");
     if (g->n_inputs > 64) return bt_error(BT_ERR_UNSUPPORTED, "more than 64 graph inputs");
+    /* partition: profile cuts by the measured costs: they must be this engine's precision's */
+    if (p->parallel.partition == BT_PARTITION_PROFILE && p->parallel.profile)
+        BT_TRY(bt_profile_check_precision(p->parallel.profile, p->precision, "the parallel config's profile"));
     return BT_OK;
 }
 
