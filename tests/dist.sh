@@ -20,12 +20,6 @@ if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   finish
 fi
 mpi_env
-# Under AddressSanitizer (the asan job) the ranks run without LeakSanitizer: Open MPI keeps its
-# allocations until exit, from plugins it unloads (frames LSan cannot name, so no suppression
-# matches them), and LSan's own tracer crashed on about one rank in ten of these runs (signal 11
-# in StopTheWorld). Memory errors and UBSan still stop a rank; leaks of the executor's code are
-# covered by the one-process tests, which run it with LSan.
-if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi
 
 layout_for() { # P -> the cut of skip-mlp into P stages
   case $1 in

@@ -23,7 +23,6 @@ if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   exit 77
 fi
 mpi_env
-if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
 
 python3 - "$tmp" <<'PY'
 import array, gzip, struct, sys

@@ -18,7 +18,6 @@ if [ "${BT_HAVE_MPI:-1}" != 1 ]; then
   exit 77
 fi
 mpi_env
-if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as dist.sh
 
 # the vocabulary: every byte of the text (the model's embedding and head take exactly as many)
 V=$(python3 -c 'import random

@@ -35,7 +35,6 @@ for v in BT_EMU_MODE BT_EMU_ORDER BT_EMU_SEED BT_EMU_GPUS; do
   [ -n "$val" ] && xenv="$xenv -x $v"
 done
 mpi() { timeout 300 "$mpirun" --oversubscribe $xenv "$@"; }
-if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi
 
 layout_for() {
   case $1 in

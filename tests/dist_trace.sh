@@ -15,7 +15,6 @@ if [ "${BT_HAVE_MPI:-1}" != 1 ]; then echo "SKIP: this baton was built without M
 . "${BT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/dist/common.sh"
 check=$src/tests/dist/check_trace.py
 mpi_env
-if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi
 
 traced() { # D P schedule layout
   D=$1 P=$2 S=$3 L=$4

@@ -47,7 +47,6 @@ else bad "--ranks without --profile: exit $rc: $(cat "$tmp/e")"; fi
 # measured for real under mpirun: the profile has links from rank 0 to rank 1, and plan reads them
 if [ "${BT_HAVE_MPI:-1}" = 1 ]; then
   mpi_env
-  if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"; fi # as tests/dist.sh
   MPI_TIMEOUT=300 mpi -np 2 "$b" profile "$model" --repeats 1 --warmup 0 \
     -o "$tmp/mpi.json" >"$tmp/o" 2>&1; rc=$?
   n=$(python3 -c 'import json,sys; print(len([l for l in json.load(open(sys.argv[1]))["links"] if l["from_rank"] == 0 and l["to_rank"] == 1 and l["oneway_ms"] > 0]))' "$tmp/mpi.json" 2>/dev/null)

@@ -48,7 +48,8 @@ static inline void R(vec_relu_mask)(const REAL *restrict y, REAL *restrict g, in
 /* vec_relu_mask over `threads` threads, in blocks of whole cache lines (BT_PARALLEL_FOR) */
 static inline void R(vec_relu_mask_par)(const REAL *y, REAL *g, int64_t n, int threads)
 {
-    const int64_t lines = 64 / (int64_t)sizeof(REAL), per = threads > 1 ? (n / threads + lines) / lines * lines : n;
+    const int64_t line = 64 / (int64_t)sizeof(REAL); /* elements per cache line */
+    const int64_t per = threads > 1 ? (n / threads + line) / line * line : n;
     const int64_t blocks = per > 0 ? (n + per - 1) / per : 0;
     BT_PARALLEL_FOR(threads)
     for (int64_t b = 0; b < blocks; b++) {
