@@ -117,6 +117,10 @@ typedef struct bt_op_call {
 
 typedef bt_status (*bt_op_fn)(const bt_op_call *call);
 
+/* The passes bt_op_def.lowp_exact answers for. */
+#define BT_LOWP_FORWARD 0  /* the output the forward writes */
+#define BT_LOWP_BACKWARD 1 /* the input gradients the backward writes */
+
 typedef struct bt_op_def {
     const char *name;            /* "linear", or dotted for custom ops: "myproj.swish" */
     int min_inputs, max_inputs;
@@ -146,6 +150,24 @@ typedef struct bt_op_def {
      * naming the layer. Ops without cpu_decode decode on a GPU with cuda_forward. The CUDA
      * backend attaches the built-ins' own. */
     bt_op_fn cuda_decode;
+    /* Optional, for mixed precision (precision bf16 or f16, which the executor imposes by rounding
+     * every activation an op writes and every complete value gradient to it): returns nonzero when
+     * what this op's kernels on `backend` ("cpu", "cuda") write in `pass` is already a value of
+     * `precision` (rounding it would change no bit), for a layer of the given config, provided that
+     *   - BT_LOWP_FORWARD: every float input (and parameter: the executor passes the rounded
+     *     compute copies) is a value of `precision`; then the output is one too. True of ops that
+     *     select or copy their inputs' elements (relu, maxpool2d, flatten, reshape), or that round
+     *     their output themselves. Not of ops that compute (scale, add, multiply): dropout scales.
+     *   - BT_LOWP_BACKWARD: out_grad is a value of `precision` and every in_grad[i] it writes holds
+     *     zeros before the call (the executor only asks when this op is the value's only
+     *     consumer); then each in_grad[i] it writes is a value of `precision`. True where each
+     *     input-gradient element receives at most one out_grad element, unscaled, or zero (relu's
+     *     mask, flatten's copy, maxpool2d whose windows do not overlap); not where two output
+     *     elements add into one input element (maxpool2d with stride < kernel).
+     * The executor then skips its rounding pass there (src/exec/worker_nodes.c); a wrong answer
+     * silently changes results, so answer 0 when unsure. NULL: never exact (always rounded). Must
+     * be a pure function of its arguments; precision is BT_BF16 or BT_F16. */
+    int (*lowp_exact)(const void *config, bt_dtype precision, int pass, const char *backend);
 } bt_op_def;
 
 /* Registers a custom op for the whole process. The name must be new and contain a '.'; the

@@ -207,6 +207,8 @@ typedef struct bt_stage {
     size_t *node_wgrad_offset; /* [n_nodes]: the output-gradient stash a deferred W reads (split
                                 * backward), or BT_MEMORY_NO_WGRAD */
     unsigned char *recomputed; /* [n_nodes]: 1 where the node is recomputed before backward */
+    unsigned char *exact;      /* [n_nodes]: mixed precision, the rounding passes skipped as exact
+                                * (BT_EXACT_OUT, BT_EXACT_GRAD; worker_nodes.c) */
     /* bf16 storage (need.bf16_kept, bf16_store.c): [graph n_values] the offset of a value's bf16
      * copy in a slot or -1 (value_offset is then its f32 working copy's, in the work region); the
      * kept values; and per value the micro-batch whose values its working copy holds, or -1 */
@@ -497,6 +499,13 @@ bt_status bt_topology_build_channels(bt_engine *e);
 bt_status bt_worker_forward(bt_engine *e, bt_stage *st, int mb, int training);
 bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last);
 bt_status bt_worker_weight_grads(bt_engine *e, bt_stage *st, int mb, int last);
+/* Mixed precision: which of node k's roundings cannot change a bit (op.h, lowp_exact), so the
+ * worker skips them: BT_EXACT_OUT its output as its forward writes it, BT_EXACT_GRAD its output's
+ * complete gradient. Fills st->exact (after bt_layout_stage); BATON_ROUND_SKIP=0 turns it off
+ * (the tests' reference), another value than 0 or 1 is an error naming it. */
+#define BT_EXACT_OUT 1
+#define BT_EXACT_GRAD 2
+bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st);
 
 /* worker.c */
 void *bt_worker_main(void *arg);

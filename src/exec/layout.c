@@ -64,9 +64,10 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->node_saved_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_saved_offset);
     st->node_wgrad_offset = calloc((size_t)st->n_nodes + 1, sizeof *st->node_wgrad_offset);
     st->recomputed = calloc((size_t)st->n_nodes + 1, 1);
+    st->exact = calloc((size_t)st->n_nodes + 1, 1);
     st->kept_offset = malloc((size_t)nv * sizeof *st->kept_offset + 1);
     if (!st->value_offset || !st->grad_offset || !st->node_saved_offset || !st->node_wgrad_offset ||
-        !st->recomputed || !st->kept_offset)
+        !st->recomputed || !st->exact || !st->kept_offset)
         return bt_error(BT_ERR_NOMEM, "engine: out of memory");
     bt_stage_layout layout = {st->value_offset, st->grad_offset, st->node_saved_offset,
                               st->node_wgrad_offset, st->kept_offset};
@@ -79,6 +80,7 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
     st->outgoing_grad_bytes = st->need.outgoing_grad_bytes;
     st->ws_bytes = st->need.workspace;
     st->recv_scratch_bytes = st->need.recv_scratch;
+    BT_TRY(bt_worker_plan_exact(e, st));
     return bt_store_init(st, e->graph);
 }
 
@@ -343,6 +345,7 @@ void bt_layout_free_stage(bt_stage *st)
     free(st->node_saved_offset);
     free(st->node_wgrad_offset);
     free(st->recomputed);
+    free(st->exact);
     free(st->kept_offset);
     free(st->kept_values);
     free(st->work_tag);

@@ -4,9 +4,12 @@
  * backward in reverse, with a split backward (zero bubble) only the input gradients, stashing
  * what the deferred W reads; W runs those weight gradients. Activation recomputation reruns the
  * recomputed nodes' forward just before a BWD (recompute), sharing forward_node with FWD. The op
- * calls are built by prepare_call from the stage's memory layout (layout.c). */
+ * calls are built by prepare_call from the stage's memory layout (layout.c). A rounding that
+ * cannot change a bit is skipped: an output its op writes exact, a gradient exactly one exact
+ * consumer wrote (bt_worker_plan_exact, op.h's lowp_exact). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -90,6 +93,72 @@ static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_va
     return st->be->round_to(st->dev, e->params.precision, data, n);
 }
 
+/* Whether BATON_ROUND_SKIP allows skipping exact roundings: unset, empty or 1 yes, 0 no. */
+static bt_status round_skip_allowed(int *on)
+{
+    const char *v = getenv("BATON_ROUND_SKIP");
+    if (!v || !*v || strcmp(v, "1") == 0) *on = 1;
+    else if (strcmp(v, "0") == 0) *on = 0;
+    else
+        return bt_error(BT_ERR_INVALID_ARG, "BATON_ROUND_SKIP=%s: expected 1 (skip the mixed-precision "
+                        "roundings that cannot change a bit, the default) or 0 (round every value)", v);
+    return BT_OK;
+}
+
+/* Whether node `node` (graph index) declares its output exact in pass (op.h, lowp_exact). */
+static int op_exact(const bt_engine *e, const bt_stage *st, int node, int pass)
+{
+    const bt_node *n = &e->graph->nodes[node];
+    return n->op->lowp_exact && n->op->lowp_exact(n->config, e->params.precision, pass, st->be->name);
+}
+
+/* BT_EXACT_OUT: the op writes values of the precision given inputs that are (fed inputs and
+ * activations are rounded or exact, parameters are read through their rounded copies; the loss,
+ * never rounded, is no input of such a node). */
+static int output_exact(const bt_engine *e, const bt_stage *st, int node)
+{
+    const bt_node *n = &e->graph->nodes[node];
+    if (n->out == e->loss_value || !op_exact(e, st, node, BT_LOWP_FORWARD)) return 0;
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] == e->loss_value) return 0;
+    return 1;
+}
+
+/* BT_EXACT_GRAD: the gradient of value v (produced on this stage) is complete as exactly one
+ * input of one node of this stage wrote it into its zeroed buffer, from an output gradient that
+ * is a value of the precision (rounded, or exact by this same rule: the consumer's own output is
+ * not the loss, whose gradient is never rounded), and that consumer's op declares its input
+ * gradients exact. Nothing else adds into it: no other consumer anywhere, no channel brings a
+ * gradient back (the value crosses to no stage), it is not the loss (seeded). */
+static int grad_exact(const bt_engine *e, const bt_stage *st, int v)
+{
+    const bt_graph *g = e->graph;
+    if (v == e->loss_value || g->values[v].dtype == BT_I32) return 0;
+    for (int c = 0; c < e->plan->n_crossings; c++)
+        if (e->plan->crossings[c].value == v) return 0;
+    int consumer = -1, uses = 0, input = -1;
+    for (int j = 0; j < g->n_nodes; j++)
+        for (int i = 0; i < g->nodes[j].n_in; i++)
+            if (g->nodes[j].in[i] == v) consumer = j, input = i, uses++;
+    if (uses != 1 || consumer < st->first_node || consumer >= st->first_node + st->n_nodes) return 0;
+    const bt_node *c = &g->nodes[consumer];
+    if (c->out == e->loss_value || !node_input_wants_grad(e, st, c, input)) return 0;
+    return op_exact(e, st, consumer, BT_LOWP_BACKWARD);
+}
+
+bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st)
+{
+    int on = 0;
+    BT_TRY(round_skip_allowed(&on));
+    for (int k = 0; k < st->n_nodes; k++) {
+        st->exact[k] = 0;
+        if (!on || e->params.precision == BT_F32) continue;
+        if (output_exact(e, st, st->first_node + k)) st->exact[k] |= BT_EXACT_OUT;
+        if (grad_exact(e, st, e->graph->nodes[st->first_node + k].out)) st->exact[k] |= BT_EXACT_GRAD;
+    }
+    return BT_OK;
+}
+
 /* f16: a finite fed value that would round to infinity (|x| >= 65520) is refused, not spread. */
 static bt_status check_f16_feed(const bt_engine *e, const bt_value *v, const float *x, int mb)
 {
@@ -153,7 +222,8 @@ static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int tra
     bt_status s = bt_store_load_node(e, st, k, mb, 0);
     if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 0, &call);
     if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine_job.c: leave the graph alone */
-    if (s == BT_OK && n->out != e->loss_value) s = round_value(e, st, t.out.data, &g->values[n->out]);
+    if (s == BT_OK && n->out != e->loss_value && !(st->exact[k] & BT_EXACT_OUT))
+        s = round_value(e, st, t.out.data, &g->values[n->out]);
     if (s == BT_OK) s = bt_store_wrote(e, st, mb, n->out);
     if (s != BT_OK)
         return bt_error_context(s, "stage %d, %s of layer '%s' (micro-batch %d)", st->index, what,
@@ -222,8 +292,11 @@ bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last)
         prepare_call(e, st, k, mb, PHASE_BWD, &call, &t);
         call.training = 1;
         /* mixed precision: a value's gradient is rounded once it is complete, as its producer
-         * reads it, so where its consumers' contributions were added (which stage) cannot matter */
-        bt_status s = n->out == e->loss_value ? BT_OK : round_value(e, st, t.out_grad.data, &g->values[n->out]);
+         * reads it, so where its consumers' contributions were added (which stage) cannot matter;
+         * not where it is exact already (bt_worker_plan_exact) */
+        bt_status s = n->out == e->loss_value || (st->exact[k] & BT_EXACT_GRAD)
+                          ? BT_OK
+                          : round_value(e, st, t.out_grad.data, &g->values[n->out]);
         if (s == BT_OK) s = bt_store_load_node(e, st, k, mb, 1);
         if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
         /* W reads the output gradient after the next B reused the buffer: a copy in the slot, taken

@@ -3,7 +3,8 @@
  * of libm's, as PyTorch's own vectorised CPU GELU), `tanh`, `sigmoid`, `silu` (x sigmoid(x),
  * PyTorch's SiLU). Output shape and dtype are the input's. The backward recomputes what it needs
  * from the input, so it never depends on the output buffer still holding this layer's
- * activations. */
+ * activations. Under mixed precision relu's results need no rounding (lowp_exact), the others'
+ * do. */
 #include "ops/ops.h"
 
 #define BT_REAL_BITS 32
@@ -40,19 +41,22 @@ static bt_status tanh_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "tanh")
 static bt_status sigmoid_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "sigmoid"); }
 static bt_status silu_infer(bt_infer_ctx *ctx) { return unary_infer(ctx, "silu"); }
 
-#define ACTIVATION_DEF(op, help_text)     \
-    const bt_op_def bt_op_##op = {        \
-        .name = #op,                      \
-        .min_inputs = 1,                  \
-        .max_inputs = 1,                  \
-        .infer = op##_infer,              \
-        .cpu_forward = op##_forward,      \
-        .cpu_backward = op##_backward,    \
-        .help = help_text,                \
+/* lowp_exact: relu selects x or 0 and masks the gradient (bt_ops_lowp_selects); the others
+ * compute, so their results are rounded (NULL). */
+#define ACTIVATION_DEF(op, help_text, exact) \
+    const bt_op_def bt_op_##op = {           \
+        .name = #op,                         \
+        .min_inputs = 1,                     \
+        .max_inputs = 1,                     \
+        .infer = op##_infer,                 \
+        .cpu_forward = op##_forward,         \
+        .cpu_backward = op##_backward,       \
+        .help = help_text,                   \
+        .lowp_exact = exact,                 \
     };
 
-ACTIVATION_DEF(relu, "max(x, 0)")
-ACTIVATION_DEF(gelu, "x * Phi(x), the exact (erf) GELU")
-ACTIVATION_DEF(tanh, "hyperbolic tangent")
-ACTIVATION_DEF(sigmoid, "1 / (1 + exp(-x))")
-ACTIVATION_DEF(silu, "x * sigmoid(x) (SiLU, swish)")
+ACTIVATION_DEF(relu, "max(x, 0)", bt_ops_lowp_selects)
+ACTIVATION_DEF(gelu, "x * Phi(x), the exact (erf) GELU", NULL)
+ACTIVATION_DEF(tanh, "hyperbolic tangent", NULL)
+ACTIVATION_DEF(sigmoid, "1 / (1 + exp(-x))", NULL)
+ACTIVATION_DEF(silu, "x * sigmoid(x) (SiLU, swish)", NULL)

@@ -41,6 +41,9 @@ const bt_op_def *const *bt_builtin_ops(int *n);
 
 /* Input i must be f32 or f64. */
 bt_status bt_ops_need_float(bt_infer_ctx *ctx, const char *op, int i);
+/* bt_op_def.lowp_exact of ops whose kernels (CPU and CUDA) only select, copy or mask elements,
+ * forward and backward (relu, flatten, reshape): always exact. */
+int bt_ops_lowp_selects(const void *config, bt_dtype precision, int pass, const char *backend);
 /* Every input must be f32 or f64, all of the same dtype; *dtype receives it. */
 bt_status bt_ops_same_float(bt_infer_ctx *ctx, const char *op, bt_dtype *dtype);
 /* The `act` argument of linear and conv2d: "relu" (BT_OPS_ACT_RELU, fused into the output) or

@@ -72,6 +72,18 @@ static bt_status avgpool2d_infer(bt_infer_ctx *ctx)
     return pool_infer(ctx, "avgpool2d", &cfg);
 }
 
+/* Under mixed precision maxpool's output is one of its input's elements (exact); its input
+ * gradient is exact where no input element lies in two windows (stride >= kernel on both axes: a
+ * zeroed gradient then receives at most one output-gradient element), the same on either backend.
+ * avgpool divides, so it has no lowp_exact. */
+static int maxpool2d_lowp_exact(const void *config, bt_dtype precision, int pass, const char *backend)
+{
+    const bt_pool_config *cf = config;
+    (void)precision, (void)backend;
+    if (pass == BT_LOWP_FORWARD) return 1;
+    return pass == BT_LOWP_BACKWARD && cf->sh >= cf->kh && cf->sw >= cf->kw;
+}
+
 static const bt_arg_spec pool_args[] = {
     {"kernel", BT_ARG_INTS, 1, 1, BT_OPS_DIM_MAX, "window: k or [kh, kw]"},
     {"stride", BT_ARG_INTS, 0, 1, BT_OPS_DIM_MAX, "stride: s or [sh, sw] (default: the kernel)"},
@@ -88,6 +100,7 @@ const bt_op_def bt_op_maxpool2d = {
     .cpu_forward = maxpool2d_forward,
     .cpu_backward = maxpool2d_backward,
     .help = "2-D max pooling of [C, H, W]",
+    .lowp_exact = maxpool2d_lowp_exact,
 };
 
 const bt_op_def bt_op_avgpool2d = {

@@ -1,7 +1,8 @@
 /* ops/shape.c: `flatten` (per-sample shape to [numel]) and `reshape` (arg shape: per-sample
  * dims, one of them may be -1 and is then inferred). Both keep the element order, so the forward
  * is a copy and the backward adds the output gradient back unchanged. They accept f32, f64 and
- * i32; an i32 input (indices) takes no gradient. */
+ * i32; an i32 input (indices) takes no gradient. Copies both ways, so under mixed precision their
+ * results need no rounding (lowp_exact). */
 #include <string.h>
 
 #include "ops/ops.h"
@@ -106,6 +107,7 @@ const bt_op_def bt_op_flatten = {
     .cpu_forward = copy_forward,
     .cpu_backward = copy_backward,
     .help = "per-sample shape to [numel]",
+    .lowp_exact = bt_ops_lowp_selects,
 };
 
 const bt_op_def bt_op_reshape = {
@@ -118,4 +120,5 @@ const bt_op_def bt_op_reshape = {
     .cpu_forward = copy_forward,
     .cpu_backward = copy_backward,
     .help = "per-sample shape to args.shape (one entry may be -1)",
+    .lowp_exact = bt_ops_lowp_selects,
 };
