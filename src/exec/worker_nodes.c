@@ -16,6 +16,7 @@
 #include "core/util.h"
 #include "core/error.h"
 #include "exec/exec_internal.h"
+#include "graph/lowp_exact.h"
 #include "graph/op_call.h"
 #include "optim/optim.h"
 
@@ -105,45 +106,17 @@ static bt_status round_skip_allowed(int *on)
     return BT_OK;
 }
 
-/* Whether node `node` (graph index) declares its output exact in pass (op.h, lowp_exact). */
-static int op_exact(const bt_engine *e, const bt_stage *st, int node, int pass)
-{
-    const bt_node *n = &e->graph->nodes[node];
-    return n->op->lowp_exact && n->op->lowp_exact(n->config, e->params.precision, pass, st->be->name);
-}
-
-/* BT_EXACT_OUT: the op writes values of the precision given inputs that are (fed inputs and
- * activations are rounded or exact, parameters are read through their rounded copies; the loss,
- * never rounded, is no input of such a node). */
-static int output_exact(const bt_engine *e, const bt_stage *st, int node)
-{
-    const bt_node *n = &e->graph->nodes[node];
-    if (n->out == e->loss_value || !op_exact(e, st, node, BT_LOWP_FORWARD)) return 0;
-    for (int i = 0; i < n->n_in; i++)
-        if (n->in[i] == e->loss_value) return 0;
-    return 1;
-}
-
-/* BT_EXACT_GRAD: the gradient of value v (produced on this stage) is complete as exactly one
- * input of one node of this stage wrote it into its zeroed buffer, from an output gradient that
- * is a value of the precision (rounded, or exact by this same rule: the consumer's own output is
- * not the loss, whose gradient is never rounded), and that consumer's op declares its input
- * gradients exact. Nothing else adds into it: no other consumer anywhere, no channel brings a
- * gradient back (the value crosses to no stage), it is not the loss (seeded). */
+/* BT_EXACT_GRAD beyond the graph's rule (bt_lowp_grad_writer): the one node that writes value v's
+ * gradient is on this stage (and takes it: the stage keeps that gradient), and no channel adds
+ * into it (v crosses to no stage). Its zeroed buffer then holds exactly what that node wrote. */
 static int grad_exact(const bt_engine *e, const bt_stage *st, int v)
 {
     const bt_graph *g = e->graph;
-    if (v == e->loss_value || g->values[v].dtype == BT_I32) return 0;
-    for (int c = 0; c < e->plan->n_crossings; c++)
-        if (e->plan->crossings[c].value == v) return 0;
-    int consumer = -1, uses = 0, input = -1;
-    for (int j = 0; j < g->n_nodes; j++)
-        for (int i = 0; i < g->nodes[j].n_in; i++)
-            if (g->nodes[j].in[i] == v) consumer = j, input = i, uses++;
-    if (uses != 1 || consumer < st->first_node || consumer >= st->first_node + st->n_nodes) return 0;
-    const bt_node *c = &g->nodes[consumer];
-    if (c->out == e->loss_value || !node_input_wants_grad(e, st, c, input)) return 0;
-    return op_exact(e, st, consumer, BT_LOWP_BACKWARD);
+    int c = bt_lowp_grad_writer(g, v, e->params.precision, st->be->name);
+    if (c < st->first_node || c >= st->first_node + st->n_nodes) return 0;
+    for (int x = 0; x < e->plan->n_crossings; x++)
+        if (e->plan->crossings[x].value == v) return 0;
+    return st->grad_offset[v] >= 0;
 }
 
 bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st)
@@ -153,7 +126,8 @@ bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st)
     for (int k = 0; k < st->n_nodes; k++) {
         st->exact[k] = 0;
         if (!on || e->params.precision == BT_F32) continue;
-        if (output_exact(e, st, st->first_node + k)) st->exact[k] |= BT_EXACT_OUT;
+        if (bt_lowp_output_exact(e->graph, st->first_node + k, e->params.precision, st->be->name))
+            st->exact[k] |= BT_EXACT_OUT;
         if (grad_exact(e, st, e->graph->nodes[st->first_node + k].out)) st->exact[k] |= BT_EXACT_GRAD;
     }
     return BT_OK;

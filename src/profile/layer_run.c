@@ -22,7 +22,9 @@
  * engine's w_lp), which the step refreshes after updating the f32 master weights (copy and round,
  * as bt_worker_refresh_lowp does; the engine refreshes a stage's flat arrays at once, the profile
  * each layer's tensors). Values arriving from other layers are rounded once before timing (the
- * engine's arrive rounded). W rounds nothing, as in the worker.
+ * engine's arrive rounded). W rounds nothing, as in the worker. The roundings the worker skips as
+ * exact (graph/lowp_exact.h) are skipped here too, a value's only consumer taken to be on its
+ * stage (where a plan cuts between them, the engine rounds that gradient after all).
  * Not reproduced: the bf16 activation store of a CPU stage under bf16 (exec/bf16_store.c: a
  * store after each forward write and loads before later reads, whose number depends on the
  * schedule's slot reuse); and the once-a-step conversion of a refreshed weight copy to bf16 in the
@@ -37,6 +39,7 @@
 
 #include "core/error.h"
 #include "core/util.h"
+#include "graph/lowp_exact.h"
 #include "graph/op_call.h"
 #include "optim/optim.h"
 #include "plan/memory.h"
@@ -282,11 +285,15 @@ static bt_status run_node_split(layer_run *r, int k, int backward, int split)
     call.seed = bt_mix64((uint64_t)(r->layer->first_node + k));
     call.training = 1;
     bt_status st = BT_OK;
-    /* worker_nodes.c: an output gradient is rounded once complete, as its producer's backward reads it */
-    if (backward == 1 && value_rounds(r, o)) st = round_data(r, r->grad[o], value_elements(r, o));
+    /* worker_nodes.c: an output gradient is rounded once complete, as its producer's backward
+     * reads it, unless one exact consumer alone wrote it (taken to be on the same stage) */
+    const int node = r->layer->first_node + k;
+    if (backward == 1 && value_rounds(r, o) && bt_lowp_grad_writer(g, n->out, r->precision, r->be->name) < 0)
+        st = round_data(r, r->grad[o], value_elements(r, o));
     if (st == BT_OK) st = r->be->run_op(r->dev, n->op, backward, &call);
-    /* and an activation once its op wrote it */
-    if (st == BT_OK && backward == 0 && value_rounds(r, o)) st = round_data(r, r->data[o], value_elements(r, o));
+    /* and an activation once its op wrote it, unless the op writes it exact */
+    if (st == BT_OK && backward == 0 && value_rounds(r, o) && !bt_lowp_output_exact(g, node, r->precision, r->be->name))
+        st = round_data(r, r->data[o], value_elements(r, o));
     if (st != BT_OK)
         return bt_error_context(st, "profiling the %s of layer '%s'",
                                 backward == BT_RUN_WEIGHT ? "weight gradient" : backward ? "backward" : "forward",
