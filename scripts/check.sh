@@ -107,8 +107,10 @@ job_tests() {
 # The CUDA tests under the emulator: each run is one automake test run (TESTS=...), so a skip
 # (exit 77) shows as SKIP; here a skip is a failure, since the emulator always has a device.
 EMU_RUNS="sync:tests/test_cuda_emu sync:tests/test_cuda_emu_rt sync:tests/test_cuda sync:tests/test_cuda_engine
-async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda async:tests/dist_gpu.sh"
-EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build"
+async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda async:tests/dist_gpu.sh
+sync:tests/test_round_skip"
+EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build
+tests/test_round_skip"
 
 job_emu() {
   configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return

@@ -11,6 +11,7 @@
  *   - whole training runs (three AdamW steps) of that graph under bf16 and f16, one stage and two
  *     pipelined stages (the cut puts a value's only consumer on the other stage), are bit for bit
  *     the runs that round everything: losses and every weight;
+ *   - the same on cuda:0 where one opens (a GPU, or the CUDA emulator build: check.sh's emu job);
  *   - f32 skips nothing, and a BATON_ROUND_SKIP other than 0 or 1 is refused naming it. */
 #include <stdlib.h>
 #include <string.h>
@@ -191,11 +192,12 @@ static void free_run(run_out *r)
     for (int i = 0; i < r->n; i++) free(r->params[i]);
 }
 
-static void check_identical(bt_dtype precision, int stages)
+static void check_identical_on(bt_dtype precision, int stages, const char *devices)
 {
     bt_graph *g = cnn_graph();
     bt_engine_params p;
     params_for(&p, stages, precision);
+    if (devices) p.parallel.devices = devices;
     run_out rounded, skipped;
     train(g, &p, 0, &rounded, NULL);
     train(g, &p, 1, &skipped, stages == 1 ? expected_one_stage : NULL);
@@ -211,10 +213,37 @@ static void check_identical(bt_dtype precision, int stages)
     bt_graph_destroy(g);
 }
 
+static void check_identical(bt_dtype precision, int stages) { check_identical_on(precision, stages, NULL); }
+
 static void test_bf16_one_stage(void) { check_identical(BT_BF16, 1); }
 static void test_f16_one_stage(void) { check_identical(BT_F16, 1); }
 static void test_bf16_two_stages(void) { check_identical(BT_BF16, 2); }
 static void test_f16_two_stages(void) { check_identical(BT_F16, 2); }
+
+/* The CUDA kernels of relu, maxpool2d, flatten and reshape keep the same promises: on cuda:0
+ * (a GPU, or the emulator build's), skipping is rounding everything there too. Where no cuda:0
+ * opens, says so and checks nothing, unless a GPU was promised. */
+static void test_cuda(void)
+{
+    bt_graph *g = cnn_graph();
+    bt_engine_params p;
+    params_for(&p, 1, BT_BF16);
+    p.parallel.devices = "cuda:0";
+    bt_engine *e = NULL;
+    bt_status st = bt_engine_create(g, &p, &e);
+    bt_engine_destroy(e);
+    bt_graph_destroy(g);
+    if (st != BT_OK) {
+        /* a GPU is promised where BT_REQUIRE_GPU is set (scripts/gpu-check.sh) and in the
+         * emulator's runs (BT_EMU_MODE, check.sh's emu job) */
+        int required = getenv("BT_REQUIRE_GPU") || getenv("BT_EMU_MODE");
+        printf("\n  %s: no cuda:0 here (%s)\n", required ? "FAILED" : "SKIPPED", bt_last_error());
+        CU_ASSERT(!required);
+        return;
+    }
+    check_identical_on(BT_BF16, 1, "cuda:0");
+    check_identical_on(BT_F16, 1, "cuda:0");
+}
 
 /* On two stages p2's gradient comes back from stage 1 (r3 is there): not skipped, while stage 1
  * still skips r3's and rs's. */
@@ -321,6 +350,7 @@ int main(void)
         {"f16, one stage: skipping = rounding everything", test_f16_one_stage},
         {"bf16, two stages: skipping = rounding everything", test_bf16_two_stages},
         {"f16, two stages: skipping = rounding everything", test_f16_two_stages},
+        {"bf16 and f16 on cuda:0: skipping = rounding everything", test_cuda},
         {NULL, NULL}};
     return bt_test_main("round_skip", cases);
 }
