@@ -2,15 +2,17 @@
  * lowp_exact, src/exec/worker_nodes.c). The reference is the same run with every value rounded
  * (BATON_ROUND_SKIP=0):
  *   - each built-in op's answer: relu, flatten and reshape exact both ways; maxpool2d's forward
- *     always, its backward only where windows do not overlap; ops that compute (conv2d, linear,
- *     gelu, dropout, avgpool2d) never;
+ *     always, its backward only where windows do not overlap; conv2d's forward on the CPU (it
+ *     rounds its own output), not on CUDA, never its backward; ops that compute (linear, gelu,
+ *     dropout, avgpool2d) never;
  *   - which roundings a fashion-cnn-like graph skips (conv with fused relu, relu as its own node,
  *     maxpool with and without overlap, reshape, flatten, a value read by two layers, linear),
  *     against the list made by hand from the rules: an output its op writes exact, a gradient whose
  *     only consumer is an exact node of the same stage;
  *   - whole training runs (three AdamW steps) of that graph under bf16 and f16, one stage and two
- *     pipelined stages (the cut puts a value's only consumer on the other stage), are bit for bit
- *     the runs that round everything: losses and every weight;
+ *     pipelined stages (the cut puts a value's only consumer on the other stage), with conv2d
+ *     forced onto each CPU path (im2col, oneDNN: each rounds its own output), are bit for bit the
+ *     runs that round everything: losses and every weight;
  *   - the same on cuda:0 where one opens (a GPU, or the CUDA emulator build: check.sh's emu job);
  *   - f32 skips nothing, and a BATON_ROUND_SKIP other than 0 or 1 is refused naming it. */
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 
 #include "baton.h"
 #include "bt_test.h"
+#include "cpu/conv_onednn.h"
 #include "exec/exec_internal.h"
 
 #define C0 2
@@ -81,9 +84,10 @@ static bt_graph *cnn_graph(void)
 /* By hand from the rules (OUT: the op writes its output exact; GRAD: the output's gradient is
  * written by its only consumer, exact in backward, on the same stage). */
 static const unsigned char expected_one_stage[N_LAYERS] = {
-    /* c1: conv computes; its only consumer p1 has windows 2x2 stride 2 */ BT_EXACT_GRAD,
-    /* p1: its consumer c2 is a conv */ BT_EXACT_OUT,
-    /* c2: its consumer is the relu r2 */ BT_EXACT_GRAD,
+    /* c1: conv rounds its own output on the CPU; its only consumer p1 has windows 2x2 stride 2 */
+    BT_EXACT_OUT | BT_EXACT_GRAD,
+    /* p1: its consumer c2 is a conv (whose input gradient is a sum) */ BT_EXACT_OUT,
+    /* c2: its consumer is the relu r2 */ BT_EXACT_OUT | BT_EXACT_GRAD,
     /* r2: its consumer p2 overlaps (k3 s2) */ BT_EXACT_OUT,
     /* p2: consumer r3 */ BT_EXACT_OUT | BT_EXACT_GRAD,
     /* r3: consumer rs */ BT_EXACT_OUT | BT_EXACT_GRAD,
@@ -200,7 +204,7 @@ static void check_identical_on(bt_dtype precision, int stages, const char *devic
     if (devices) p.parallel.devices = devices;
     run_out rounded, skipped;
     train(g, &p, 0, &rounded, NULL);
-    train(g, &p, 1, &skipped, stages == 1 ? expected_one_stage : NULL);
+    train(g, &p, 1, &skipped, stages == 1 && !devices ? expected_one_stage : NULL);
     CU_ASSERT(rounded.loss[2] < rounded.loss[0] + 1.0); /* a real run, not NaN */
     int same = same_run(&rounded, &skipped);
     if (!same)
@@ -213,7 +217,17 @@ static void check_identical_on(bt_dtype precision, int stages, const char *devic
     bt_graph_destroy(g);
 }
 
-static void check_identical(bt_dtype precision, int stages) { check_identical_on(precision, stages, NULL); }
+/* On the CPU, once per conv2d path (each rounds its output itself: ops/conv_tmpl.h's im2col,
+ * cpu/conv_onednn.c's oneDNN where the build has it). */
+static void check_identical(bt_dtype precision, int stages)
+{
+    for (int path = BT_CONV_IM2COL; path < BT_CONV_PATHS; path++) {
+        if (path == BT_CONV_ONEDNN && !bt_cpu_conv_onednn_available()) continue;
+        bt_cpu_conv_force(path);
+        check_identical_on(precision, stages, NULL);
+    }
+    bt_cpu_conv_force(-2);
+}
 
 static void test_bf16_one_stage(void) { check_identical(BT_BF16, 1); }
 static void test_f16_one_stage(void) { check_identical(BT_F16, 1); }
@@ -282,8 +296,9 @@ static void test_f32_and_bad_switch(void)
 }
 
 /* The answer of one built-in op for a single-input layer of args (key=int pairs). */
-static int op_answer(const char *op, const int64_t *in_dims, int ndim, const char *k1, int64_t v1,
-                     const char *k2, int64_t v2, bt_dtype precision, int pass)
+static int op_answer_on(const char *backend, const char *op, const int64_t *in_dims, int ndim,
+                        const char *k1, int64_t v1, const char *k2, int64_t v2, bt_dtype precision,
+                        int pass)
 {
     bt_graph *g = NULL;
     bt_args *a = NULL;
@@ -296,10 +311,16 @@ static int op_answer(const char *op, const int64_t *in_dims, int ndim, const cha
     bt_layer_desc_init(&d), d.name = "l", d.op = op, d.args = a;
     CU_ASSERT_FATAL(bt_graph_add_layer(g, &d) == BT_OK);
     const bt_node *n = &g->nodes[0];
-    int r = n->op->lowp_exact ? n->op->lowp_exact(n->config, precision, pass, "cpu") : 0;
+    int r = n->op->lowp_exact ? n->op->lowp_exact(n->config, precision, pass, backend) : 0;
     bt_args_destroy(a);
     bt_graph_destroy(g);
     return r;
+}
+
+static int op_answer(const char *op, const int64_t *in_dims, int ndim, const char *k1, int64_t v1,
+                     const char *k2, int64_t v2, bt_dtype precision, int pass)
+{
+    return op_answer_on("cpu", op, in_dims, ndim, k1, v1, k2, v2, precision, pass);
 }
 
 static void test_op_answers(void)
@@ -320,8 +341,13 @@ static void test_op_answers(void)
             CU_ASSERT(op_answer("dropout", vec, 1, NULL, 0, NULL, 0, pr, pass) == 0);
             CU_ASSERT(op_answer("gelu", vec, 1, NULL, 0, NULL, 0, pr, pass) == 0);
             CU_ASSERT(op_answer("linear", vec, 1, "out", 4, NULL, 0, pr, pass) == 0);
-            CU_ASSERT(op_answer("conv2d", img, 3, "out", 4, "kernel", 3, pr, pass) == 0);
+            /* the CPU forward rounds its own output (either path); its backward sums */
+            CU_ASSERT(op_answer("conv2d", img, 3, "out", 4, "kernel", 3, pr, pass) == (pass == BT_LOWP_FORWARD));
         }
+    /* cuDNN's conv leaves rounding to the executor; f32 is never asked, but answers no */
+    CU_ASSERT(op_answer_on("cuda", "conv2d", img, 3, "out", 4, "kernel", 3, BT_BF16, BT_LOWP_FORWARD) == 0);
+    CU_ASSERT(op_answer_on("cuda", "maxpool2d", img, 3, "kernel", 2, NULL, 0, BT_BF16, BT_LOWP_BACKWARD) == 1);
+    CU_ASSERT(op_answer("conv2d", img, 3, "out", 4, "kernel", 3, BT_F32, BT_LOWP_FORWARD) == 0);
     /* reshape takes a list argument */
     bt_graph *g = NULL;
     bt_args *a = NULL;

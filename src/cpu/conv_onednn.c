@@ -13,6 +13,12 @@
  * that makes the sizes agree, which is negative when the last rows of the input are never read:
  * those rows are then left out of the input descriptor (a strided view), and their gradient is 0.
  *
+ * Under mixed precision (bf16, f16) the forward rounds its output itself, as the executor would
+ * (dst_round_out: fused with the output reorder where the primitive's layout is blocked on
+ * channels), so the executor skips that pass (ops/conv.c's lowp_exact). The primitive cannot write
+ * bf16 for it: oneDNN converts with VCVTNEPS2BF16, which flushes subnormal results to zero where
+ * baton's rounding (core/half.c) keeps them.
+ *
  * Primitives, their buffers and the stream are per calling thread (a stage's worker), cached by
  * shape (LRU, CONV_CACHE entries); building one costs a millisecond or more, running it does not
  * allocate. OpenMP's thread count is set to the call's `threads` first, as gemm_bf16.c does. */
@@ -26,6 +32,8 @@
 #include "config.h"
 #endif
 #include "core/error.h"
+#include "core/half.h"
+#include "core/util.h"
 #include "cpu/blas.h"
 #include "cpu/conv_onednn.h"
 
@@ -55,6 +63,10 @@ typedef struct conv_arg {
     dnnl_memory_t prim;        /* what the primitive reads or writes: user itself, or buf */
     dnnl_primitive_t reorder;  /* user -> buf (inputs), buf -> user (outputs, gradients added) */
     void *buf;
+    /* the forward's dst when the primitive's layout is (N, C, H, W) with at most one inner block,
+     * on C: element (n, c, h, w) at n s[0] + (c / blk) s[1] + h s[2] + w s[3] + c % blk (plain
+     * NCHW: blk 1); 0: another layout (dst_round_out then reorders with oneDNN and rounds after) */
+    int64_t blk, s[4];
 } conv_arg;
 
 typedef struct conv_entry {
@@ -180,6 +192,63 @@ fail:
     return st;
 }
 
+/* Records the forward dst's layout in a (conv_arg.blk) where dst_round_out can read it. */
+static void dst_layout(conv_arg *a, const dnnl_memory_desc_t *md)
+{
+    a->blk = 0;
+    if (md->format_kind != dnnl_blocked || md->ndims != 4 || md->data_type != dnnl_f32 ||
+        md->offset0 != 0)
+        return;
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    if (bd->inner_nblks > 1 || (bd->inner_nblks == 1 && bd->inner_idxs[0] != 1)) return;
+    for (int d = 0; d < 4; d++) a->s[d] = bd->strides[d];
+    a->blk = bd->inner_nblks ? bd->inner_blks[0] : 1;
+}
+
+/* Mixed precision (bf16, f16): the forward's output y (N, C, H, W) rounded as the executor's
+ * round_to would round it (bt_round_array), so conv2d's forward declares its output exact
+ * (ops/conv.c, lowp_exact) and the worker skips that pass. Where dst_layout read the primitive's
+ * layout (blocked on channels, as oneDNN's convolutions choose, or plain), each output plane is
+ * copied out of its buffer and rounded while it sits in L1 (the output reorder and the rounding
+ * in one pass); for any other layout oneDNN's reorder runs and the planes are rounded after it
+ * (not met by the shapes the tests run). The call's threads share the planes (by channel block
+ * of a sample). */
+static bt_status dst_round_out(conv_tls *t, const conv_entry *e, const conv_arg *a, bt_dtype precision,
+                               float *y)
+{
+    const int64_t n = e->key.n, c = e->key.out, hw = e->key.ho * e->key.wo, wo = e->key.wo;
+    const int nt = e->key.threads;
+    if (!a->blk) {
+        if (a->reorder) {
+            dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
+            if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success ||
+                dnnl_stream_wait(t->stream) != dnnl_success)
+                return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d output reorder failed to run");
+        }
+        BT_PARALLEL_FOR(nt)
+        for (int64_t p = 0; p < n * c; p++) bt_round_array(precision, y + p * hw, (size_t)hw);
+        return BT_OK;
+    }
+    const int64_t blk = a->blk, cb = (c + blk - 1) / blk;
+    /* the primitive wrote its buffer, or y itself (its layout is then plain NCHW: each plane is
+     * copied onto itself, then rounded) */
+    const float *buf = a->reorder ? a->buf : y;
+    BT_PARALLEL_FOR(nt)
+    for (int64_t q = 0; q < n * cb; q++) {
+        const int64_t in = q / cb, ib = q % cb;
+        const float *src = buf + in * a->s[0] + ib * a->s[1];
+        for (int64_t j = 0; j < blk && ib * blk + j < c; j++) {
+            float *dst = y + (in * c + ib * blk + j) * hw;
+            for (int64_t h = 0; h < e->key.ho; h++) {
+                const float *row = src + h * a->s[2] + j;
+                for (int64_t w = 0; w < wo; w++) dst[h * wo + w] = row[w * a->s[3]];
+            }
+            bt_round_array(precision, dst, (size_t)hw);
+        }
+    }
+    return BT_OK;
+}
+
 /* The effective input rows/columns and right padding of one axis (see the opening comment). */
 static void axis(int64_t in, int64_t k, int64_t s, int64_t p, int64_t o, int64_t *in_used,
                  int64_t *pad_r)
@@ -251,6 +320,7 @@ static bt_status entry_build(conv_tls *t, const conv_key *k, conv_entry **out)
             (k->bias && (st = arg_build(t, e, DNNL_ARG_BIAS, &u_bias, dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 1), 0, 0, shape)) != BT_OK) ||
             (st = arg_build(t, e, DNNL_ARG_DST, &u_dst, dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0), 1, 0, shape)) != BT_OK)
             goto fail;
+        dst_layout(&e->arg[e->n_arg - 1], dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0));
     } else if (k->kind == KIND_BWD_DATA) {
         TRY(dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &f32_src, &wei,
                                                      &dst, strides, pad_l, pad_r),
@@ -290,8 +360,9 @@ fail:
 }
 
 /* Runs the entry on the caller's pointers (one per argument, in the order built; NULL for an
- * output: not wanted, its reorder is skipped). */
-static bt_status entry_run(conv_tls *t, conv_entry *e, void *const *ptr)
+ * output: not wanted, its reorder is skipped); round BT_BF16 or BT_F16: the forward's output is
+ * rounded to it (dst_round_out), BT_F32: not. */
+static bt_status entry_run(conv_tls *t, conv_entry *e, void *const *ptr, bt_dtype round)
 {
     dnnl_exec_arg_t args[MAX_ARGS];
     for (int i = 0; i < e->n_arg; i++) {
@@ -309,6 +380,13 @@ static bt_status entry_run(conv_tls *t, conv_entry *e, void *const *ptr)
         return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d primitive failed to run");
     for (int i = 0; i < e->n_arg; i++) {
         conv_arg *a = &e->arg[i];
+        if (a->out && ptr[i] && a->arg == DNNL_ARG_DST && round != BT_F32) {
+            if (dnnl_stream_wait(t->stream) != dnnl_success)
+                return bt_error(BT_ERR_BACKEND, "oneDNN: waiting for a conv2d failed");
+            bt_status st = dst_round_out(t, e, a, round, ptr[i]);
+            if (st != BT_OK) return st;
+            continue;
+        }
         if (!a->out || !a->reorder || !ptr[i]) continue;
         dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
         if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success)
@@ -363,7 +441,7 @@ bt_status bt_conv_onednn_forward(const bt_conv_config *cf, int64_t batch, bt_dty
     int i = 2;
     if (e->key.bias) ptr[i++] = (void *)b;
     ptr[i] = y;
-    return entry_run(t, e, ptr);
+    return entry_run(t, e, ptr, precision == BT_BF16 || precision == BT_F16 ? precision : BT_F32);
 }
 
 bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dtype precision,
@@ -377,14 +455,14 @@ bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dt
         if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_DATA, 0, &t, &e)) != BT_OK)
             return st;
         void *ptr[MAX_ARGS] = {(void *)dy, (void *)w, dx};
-        if ((st = entry_run(t, e, ptr)) != BT_OK) return st;
+        if ((st = entry_run(t, e, ptr, BT_F32)) != BT_OK) return st;
     }
     if (dw || db) {
         if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_WEIGHTS, db != NULL, &t, &e)) !=
             BT_OK)
             return st;
         void *ptr[MAX_ARGS] = {(void *)x, (void *)dy, dw, db};
-        st = entry_run(t, e, ptr);
+        st = entry_run(t, e, ptr, BT_F32);
     }
     return st;
 }

@@ -16,7 +16,8 @@
  * The oneDNN path (conv_onednn.c): NCHW f32 tensors as baton lays them out, reordered to and from
  * the layouts oneDNN's primitives prefer (blocked nChw16c and the like); under `precision: bf16`
  * with a native bf16 path (bt_cpu_bf16_native) the operands are bf16 (the f32 values mixed
- * precision already rounded, converted exactly) with f32 accumulation and f32 outputs. Backward
+ * precision already rounded, converted exactly) with f32 accumulation and f32 outputs, which the
+ * forward rounds to the precision (bf16 and f16) as it copies them out. Backward
  * adds into the gradients (through a reorder with a sum post-op). Primitives are cached per
  * thread by shape; every call runs on `threads` OpenMP threads of the calling thread. Data flow:
  * ops/conv.c -> here -> oneDNN. */
@@ -88,7 +89,8 @@ void bt_conv_choices_reset(void);
 void bt_conv_choice_format(const bt_conv_choice *c, char *buf, size_t size);
 
 /* y (B, out, Ho, Wo) = conv(x (B, C, H, W), w (out, C, kh, kw)) + b (out; NULL: none), then relu
- * where cf->act says so. precision BT_BF16 with a native bf16 path: bf16 operands. */
+ * where cf->act says so. precision BT_BF16 with a native bf16 path: bf16 operands. Under BT_BF16
+ * and BT_F16 y is then rounded to that precision (bt_round_array), as the executor would. */
 bt_status bt_conv_onednn_forward(const bt_conv_config *cf, int64_t batch, bt_dtype precision,
                                  int threads, const float *x, const float *w, const float *b,
                                  float *y);

@@ -21,11 +21,15 @@
  * the first time it meets them (conv2d_time: the forward, or the backward with the gradients the
  * call wants, into scratch outputs of its own, on the call's real inputs, weights and workspace)
  * and keeps the faster for the process. The forward and the backward are chosen separately (a
- * backward reads only x, w and dy, whichever path wrote y). f64 is im2col. */
+ * backward reads only x, w and dy, whichever path wrote y). f64 is im2col.
+ *
+ * Under mixed precision (call->precision bf16 or f16) the forward rounds its output on either
+ * path as it writes it, so the executor need not (lowp_exact, on the CPU). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "core/util.h"
 #include "cpu/conv_onednn.h"
 #include "ops/op_configs.h"
@@ -218,6 +222,16 @@ static const bt_arg_spec conv2d_args[] = {
     {"act", BT_ARG_STRING, 0, 1, 0, "relu: applied to the output in the same pass (a layer's act: relu)"},
 };
 
+/* Under mixed precision the CPU forward rounds its output itself (both paths: conv_round_out,
+ * bt_conv_onednn_forward), so it is exact there; the CUDA kernels leave rounding to the executor,
+ * and no backward is exact (its gradients are sums). */
+static int conv2d_lowp_exact(const void *config, bt_dtype precision, int pass, const char *backend)
+{
+    (void)config;
+    return pass == BT_LOWP_FORWARD && (precision == BT_BF16 || precision == BT_F16) &&
+           strcmp(backend, "cpu") == 0;
+}
+
 const bt_op_def bt_op_conv2d = {
     .name = "conv2d",
     .min_inputs = 1,
@@ -232,4 +246,5 @@ const bt_op_def bt_op_conv2d = {
      * mask, which B applied to the gradient W's stash copies */
     .cpu_backward_weight = conv2d_backward_weight,
     .help = "2-D convolution of [C, H, W]; weight [out, C, kh, kw], bias [out]",
+    .lowp_exact = conv2d_lowp_exact,
 };

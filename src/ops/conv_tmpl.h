@@ -128,6 +128,18 @@ static void R(col2im_add)(const bt_conv_config *cf, REAL *restrict col, int64_t 
         }
 }
 
+/* Mixed precision: output values rounded to the call's precision as they are written (while
+ * hot), as the executor would round them (ops/conv.c: conv2d's forward declares its output
+ * exact). f32 tensors only: mixed precision keeps tensors f32. */
+static inline void R(conv_round_out)(const bt_op_call *call, REAL *y, int64_t n)
+{
+#if BT_REAL_BITS == 32
+    if (call->precision == BT_BF16 || call->precision == BT_F16) bt_round_array(call->precision, y, (size_t)n);
+#else
+    (void)call, (void)y, (void)n;
+#endif
+}
+
 /* A pointwise conv is a GEMM per sample on the input itself: y_n (out, HW) = W (out, C) x_n. */
 static void R(conv2d_forward_pointwise)(const bt_op_call *call)
 {
@@ -144,6 +156,7 @@ static void R(conv2d_forward_pointwise)(const bt_op_call *call)
             for (int64_t oc = 0; oc < cf->out; oc++) R(vec_fill)(b[oc], yn + oc * howo, howo);
         GEMM_W(call, BT_GEMM_PARAM_A, 0, 0, o, n_out, ckk, 1, w, ckk, x + n * chw, n_out, b ? 1 : 0, yn, n_out);
         if (cf->act == BT_OPS_ACT_RELU) R(vec_relu)(yn, cf->out * howo);
+        R(conv_round_out)(call, yn, cf->out * howo);
     }
 }
 
@@ -178,6 +191,7 @@ static bt_status R(conv2d_forward_im2col)(const bt_op_call *call)
                 else
                     memcpy(dst, src, (size_t)howo * sizeof *dst);
                 if (cf->act == BT_OPS_ACT_RELU) R(vec_relu)(dst, howo);
+                R(conv_round_out)(call, dst, howo);
             }
     }
     return BT_OK;
