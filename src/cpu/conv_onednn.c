@@ -208,9 +208,10 @@ static void dst_layout(conv_arg *a, const dnnl_memory_desc_t *md)
 /* Mixed precision (bf16, f16): the forward's output y (N, C, H, W) rounded as the executor's
  * round_to would round it (bt_round_array), so conv2d's forward declares its output exact
  * (ops/conv.c, lowp_exact) and the worker skips that pass. Where dst_layout read the primitive's
- * layout (blocked on channels, as oneDNN's convolutions choose, or plain), each output plane is
- * copied out of its buffer and rounded while it sits in L1 (the output reorder and the rounding
- * in one pass); for any other layout oneDNN's reorder runs and the planes are rounded after it
+ * layout (blocked on channels, as oneDNN's convolutions choose, or plain), each block of channels
+ * of a sample is copied out of the buffer a row at a time (the row in L1) and its planes rounded
+ * while they are still in cache (the output reorder and the rounding in one pass over memory);
+ * for any other layout oneDNN's reorder runs and the planes are rounded after it
  * (not met by the shapes the tests run). The call's threads share the planes (by channel block
  * of a sample). */
 static bt_status dst_round_out(conv_tls *t, const conv_entry *e, const conv_arg *a, bt_dtype precision,
@@ -229,22 +230,21 @@ static bt_status dst_round_out(conv_tls *t, const conv_entry *e, const conv_arg 
         for (int64_t p = 0; p < n * c; p++) bt_round_array(precision, y + p * hw, (size_t)hw);
         return BT_OK;
     }
-    const int64_t blk = a->blk, cb = (c + blk - 1) / blk;
+    const int64_t blk = a->blk, cb = (c + blk - 1) / blk, ho = e->key.ho;
     /* the primitive wrote its buffer, or y itself (its layout is then plain NCHW: each plane is
      * copied onto itself, then rounded) */
     const float *buf = a->reorder ? a->buf : y;
     BT_PARALLEL_FOR(nt)
     for (int64_t q = 0; q < n * cb; q++) {
-        const int64_t in = q / cb, ib = q % cb;
+        const int64_t in = q / cb, ib = q % cb, nj = c - ib * blk < blk ? c - ib * blk : blk;
         const float *src = buf + in * a->s[0] + ib * a->s[1];
-        for (int64_t j = 0; j < blk && ib * blk + j < c; j++) {
-            float *dst = y + (in * c + ib * blk + j) * hw;
-            for (int64_t h = 0; h < e->key.ho; h++) {
-                const float *row = src + h * a->s[2] + j;
-                for (int64_t w = 0; w < wo; w++) dst[h * wo + w] = row[w * a->s[3]];
-            }
-            bt_round_array(precision, dst, (size_t)hw);
+        float *dst = y + (in * c + ib * blk) * hw; /* nj planes, one after another */
+        for (int64_t h = 0; h < ho; h++) {
+            const float *row = src + h * a->s[2]; /* one row of the block: wo x blk, in L1 */
+            for (int64_t j = 0; j < nj; j++)
+                for (int64_t w = 0; w < wo; w++) dst[j * hw + h * wo + w] = row[w * a->s[3] + j];
         }
+        bt_round_array(precision, dst, (size_t)(nj * hw)); /* the block's planes, still in cache */
     }
     return BT_OK;
 }
