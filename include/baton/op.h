@@ -157,7 +157,8 @@ typedef struct bt_op_def {
      *   - BT_LOWP_FORWARD: every float input (and parameter: the executor passes the rounded
      *     compute copies) is a value of `precision`; then the output is one too. True of ops that
      *     select or copy their inputs' elements (relu, maxpool2d, flatten, reshape), or that round
-     *     their output themselves. Not of ops that compute (scale, add, multiply): dropout scales.
+     *     their output themselves (conv2d on the CPU). Not of ops that compute (scale, add,
+     *     multiply) and leave it to the executor: dropout scales.
      *   - BT_LOWP_BACKWARD: out_grad is a value of `precision` and every in_grad[i] it writes holds
      *     zeros before the call (the executor only asks when this op is the value's only
      *     consumer); then each in_grad[i] it writes is a value of `precision`. True where each
