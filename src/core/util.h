@@ -45,4 +45,18 @@ double bt_median(double *v, int n);
 #define BT_PARALLEL_FOR(threads)
 #endif
 
+/* BT_VCLONES before a loop function compiles it also for AVX2+FMA and AVX-512 (x86-64-v3, -v4),
+ * the copy chosen once at load time by the CPU (GCC's target_clones, an ifunc): the build's
+ * baseline is SSE2, 4 floats a vector. The build is ISO C (-std=c11), where GCC does not contract
+ * a * b + c into an FMA, so a loop of IEEE operations (+ - * / sqrt, integer bit work) gives the
+ * same bits in every copy; only code calling FMA itself would differ between machines. Not under
+ * the sanitizers: a ThreadSanitizer program with an ifunc crashes at start (its resolver runs
+ * before TSan is set up; seen with GCC 12), so sanitizer builds run the SSE2 copy. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && defined(__linux__)
+#define BT_VCLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define BT_VCLONES
+#endif
+
 #endif

@@ -39,6 +39,7 @@
 #include "config.h"
 #endif
 #include "core/error.h"
+#include "core/util.h"
 #include "cpu/blas.h"
 
 #ifdef BATON_HAVE_DNNL
@@ -240,19 +241,26 @@ static gemm_tls *tls_get(void)
     return t;
 }
 
-/* dst (rows, cols) = src (rows, cols; row stride ld) in bf16, rounded to nearest even (NaN kept) */
-static void to_bf16(const float *restrict src, int rows, int cols, int ld, uint16_t *restrict dst)
+/* d[0..n) = s[0..n) in bf16, rounded to nearest even (NaN kept, made quiet) */
+BT_VCLONES static void row_to_bf16(const uint32_t *restrict s, uint16_t *restrict d, int n)
 {
-    for (int r = 0; r < rows; r++) {
-        const uint32_t *restrict s = (const uint32_t *)(src + (size_t)r * ld);
-        uint16_t *restrict d = dst + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) {
-            const uint32_t u = s[c];
-            const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-            const uint32_t nan = (u >> 16) | 0x40u;
-            d[c] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-        }
+    for (int c = 0; c < n; c++) {
+        const uint32_t u = s[c];
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t nan = (u >> 16) | 0x40u;
+        d[c] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
     }
+}
+
+/* dst (rows, cols) = src (rows, cols; row stride ld) in bf16, the rows shared among `threads`
+ * (OpenMP) when the operand is large enough to repay a parallel region. */
+static void to_bf16(const float *restrict src, int rows, int cols, int ld, uint16_t *restrict dst,
+                    int threads)
+{
+    const int nt = (size_t)rows * (size_t)cols >= ((size_t)64 << 10) ? threads : 1;
+    BT_PARALLEL_FOR(nt)
+    for (int r = 0; r < rows; r++)
+        row_to_bf16((const uint32_t *)(src + (size_t)r * ld), dst + (size_t)r * cols, cols);
 }
 
 static int key_equal(const gemm_key *a, const gemm_key *b)
@@ -389,7 +397,7 @@ void bt_gemm_bf16_param_cache(int enable) { atomic_store(&param_cache_off, !enab
 
 /* The bf16 copy of a parameter operand (rows, cols; stride ld), converted now if not cached; NULL
  * when it cannot be kept (the caller converts it itself). Release with param_release. */
-static param_entry *param_acquire(const float *src, int rows, int cols, int ld)
+static param_entry *param_acquire(const float *src, int rows, int cols, int ld, int threads)
 {
     param_entry *e = NULL;
     if (atomic_load(&param_cache_off)) return NULL;
@@ -414,7 +422,7 @@ static param_entry *param_acquire(const float *src, int rows, int cols, int ld)
             e->end = src + (size_t)(rows - 1) * ld + cols;
             e->rows = rows, e->cols = cols, e->ld = ld;
             e->bytes = bytes;
-            to_bf16(src, rows, cols, ld, e->bf16);
+            to_bf16(src, rows, cols, ld, e->bf16, threads);
             atomic_fetch_add(&param_conversions, 1);
             param_cache[param_n++] = e;
             param_bytes += bytes;
@@ -455,8 +463,8 @@ static int gemm_dnnl(gemm_tls *t, const gemm_key *key, int param, const float *a
     e->used = ++t->clock;
     const int rows_a = key->ta ? key->k : key->m, cols_a = key->ta ? key->m : key->k;
     const int rows_b = key->tb ? key->n : key->k, cols_b = key->tb ? key->k : key->n;
-    param_entry *pa = param & BT_GEMM_PARAM_A ? param_acquire(a, rows_a, cols_a, lda) : NULL;
-    param_entry *pb = param & BT_GEMM_PARAM_B ? param_acquire(b, rows_b, cols_b, ldb) : NULL;
+    param_entry *pa = param & BT_GEMM_PARAM_A ? param_acquire(a, rows_a, cols_a, lda, key->threads) : NULL;
+    param_entry *pb = param & BT_GEMM_PARAM_B ? param_acquire(b, rows_b, cols_b, ldb, key->threads) : NULL;
     const int rc = gemm_dnnl_run(t, key, e, pa, pb, a, lda, b, ldb, bias, c);
     param_release(pa);
     param_release(pb);
@@ -479,8 +487,8 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_
         t->cap = na + nb;
     }
     uint16_t *a16 = pa ? pa->bf16 : t->buf, *b16 = pb ? pb->bf16 : t->buf + na;
-    if (!pa) to_bf16(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16);
-    if (!pb) to_bf16(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16);
+    if (!pa) to_bf16(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16, key->threads);
+    if (!pb) to_bf16(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16, key->threads);
     if (dnnl_memory_set_data_handle(e->a, a16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->b, b16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->c, c) != dnnl_success ||
