@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/util.h"
+#include "cpu/bf16_params.h"
 #include "cpu/blas.h"
 #include "cpu/conv_onednn.h"
 #include "optim/optim.h"
@@ -80,7 +81,7 @@ static bt_status cpu_alloc(bt_device *dev, size_t bytes, void **out)
  * parameters until their memory changes (bt_gemm_bf16_forget). */
 static void cpu_free(bt_device *dev, void *ptr)
 {
-    if (ptr) bt_gemm_bf16_forget(ptr, malloc_usable_size(ptr));
+    if (ptr) bt_gemm_bf16_release(ptr, malloc_usable_size(ptr));
     free(ptr);
 }
 
@@ -284,19 +285,28 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
     return BT_OK;
 }
 
+#define CHUNK ((size_t)4096) /* floats: 16 KiB */
 static bt_status cpu_round_copy(bt_device *dev, bt_dtype precision, float *dst, const float *src,
                                 size_t n)
 {
     if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
         return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
-    bt_gemm_bf16_forget(dst, n * sizeof *dst);
+    /* the bf16 copies the GEMMs keep of these parameters are rewritten block by block as the
+     * values are written (cpu/bf16_params.h), instead of converted again at their next GEMM */
+    bt_bf16_refresh r;
+    bt_bf16_refresh_begin(&r, dst, n);
     size_t per;
     const int64_t blocks = cpu_blocks(dev, n, sizeof *dst, &per);
     BT_PARALLEL_FOR(blocks > 1 ? dev->threads : 1)
     for (int64_t b = 0; b < blocks; b++) {
-        const size_t at = (size_t)b * per;
-        bt_round_copy(precision, dst + at, src + at, n - at < per ? n - at : per);
+        const size_t at = (size_t)b * per, end = at + (n - at < per ? n - at : per);
+        for (size_t c = at; c < end; c += CHUNK) { /* converted while the chunk is in L1 */
+            const size_t len = end - c < CHUNK ? end - c : CHUNK;
+            bt_round_copy(precision, dst + c, src + c, len);
+            if (r.n) bt_bf16_refresh_block(&r, dst + c, len);
+        }
     }
+    bt_bf16_refresh_end(&r);
     return BT_OK;
 }
 
