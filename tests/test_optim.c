@@ -329,6 +329,39 @@ static void test_backend_update_threads(void)
     for (int i = 0; i < 2; i++) free(st[i]), free(sr[i]);
 }
 
+/* The CPU backend's sum of squares takes a stage's tensors on the device's threads, each summed
+ * whole and the sums added in order: on 1, 2 and 3 threads, the same bits as the kernel's sums
+ * added one after another (tensors of very different sizes and scales, so another order of the
+ * additions would show). */
+static void test_backend_sumsq_threads(void)
+{
+    enum { T = 5 };
+    /* a sum of exactly 1 first (2^20 values of 2^-10), then two of 0.6 of its ulp (2^-52): added
+     * one by one each rounds up a whole ulp (1 + 2 ulps), added together first they round once
+     * (1 + 1 ulp); then large tensors of zeros, so that the sum is taken on several threads */
+    const size_t sizes[T] = {1048576, 1, 1, 803840, 10250};
+    float *x[T];
+    for (int t = 0; t < T; t++) {
+        x[t] = malloc(sizes[t] * sizeof *x[t]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(x[t]);
+        for (size_t i = 0; i < sizes[t]; i++)
+            x[t][i] = t == 0 ? 0x1p-10f : t < 3 ? 1.1543e-8f : 0.0f;
+    }
+    double want = 0;
+    for (int t = 0; t < T; t++) want += bt_optim_sumsq_f32(x[t], (int64_t)sizes[t]);
+    CU_ASSERT(want == 1.0 + 0x1p-51); /* the order matters */
+    const bt_backend *be = bt_cpu_backend();
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK);
+        double got = -1;
+        CU_ASSERT(be->sum_squares(dev, BT_F32, (const void *const *)x, sizes, T, &got) == BT_OK);
+        CU_ASSERT_EQUAL(memcmp(&got, &want, sizeof got), 0);
+        be->close(dev);
+    }
+    for (int t = 0; t < T; t++) free(x[t]);
+}
+
 /* The engine updates a stage's parameters in one call over their packed arrays (exec/layout.c):
  * that must equal one call per tensor bit for bit, for every kind, over several steps, tensors
  * of odd sizes (the vectorised loops' tails fall mid-array when packed). */
@@ -498,6 +531,7 @@ int main(void)
         {"untyped update entry point", test_untyped_update},
         {"one update over packed tensors = one per tensor", test_packed_equals_per_tensor},
         {"the CPU backend's update on several threads", test_backend_update_threads},
+        {"the CPU backend's sum of squares on several threads", test_backend_sumsq_threads},
         {"gradient clipping", test_clipping},
         {"lr constant and warm-up", test_lr_constant_and_warmup},
         {"lr step", test_lr_step},

@@ -38,11 +38,17 @@ double bt_median(double *v, int n);
  * OpenMP (configure's AC_OPENMP), and under ThreadSanitizer (libgomp is not instrumented: its
  * barriers would read as races). */
 #define BT_PRAGMA(x) _Pragma(#x)
+/* BT_PARALLEL_FOR_EACH(threads): the same for a few iterations of unequal cost (a stage's
+ * tensors), handed out one at a time (schedule(dynamic, 1)); each still writes only its own
+ * outputs, so the results do not depend on which thread ran which. */
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
 #define BT_PARALLEL_FOR(threads) \
     BT_PRAGMA(omp parallel for num_threads(threads) if ((threads) > 1) schedule(static))
+#define BT_PARALLEL_FOR_EACH(threads) \
+    BT_PRAGMA(omp parallel for num_threads(threads) if ((threads) > 1) schedule(dynamic, 1))
 #else
 #define BT_PARALLEL_FOR(threads)
+#define BT_PARALLEL_FOR_EACH(threads)
 #endif
 
 /* BT_VCLONES before a loop function compiles it also for AVX2+FMA and AVX-512 (x86-64-v3, -v4),
