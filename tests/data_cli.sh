@@ -99,6 +99,22 @@ if expect_rc 0 "classifier on npy" "$baton" run "$tmp/clf.yaml" --steps 12 --che
       fail "predict: accuracy/loss $(json_field "$tmp/out" accuracy)/$(json_field "$tmp/out" loss), the run's eval $acc/$loss"
   fi
 fi
+# the same under train.precision=bf16: predict computes at the model's precision, as the run
+# evaluated, so it reproduces the bf16 eval exactly and says which precision
+if expect_rc 0 "classifier on npy, bf16" "$baton" run "$tmp/clf.yaml" train.precision=bf16 --steps 12 \
+     --checkpoint-dir "$tmp/clf16" --log-format jsonl; then
+  acc=$(json_field "$tmp/out" accuracy); loss=$(grep '"eval": true' "$tmp/out" | tail -n 1 | sed -E 's/.*"loss": ([^,]*).*/\1/')
+  if expect_rc 0 "predict the eval set, bf16" "$baton" predict "$tmp/clf.yaml" train.precision=bf16 --weights "$tmp/clf16" \
+       --input "$tmp/ex.npy" --labels "$tmp/ey.npy" --log-format jsonl; then
+    tests=$((tests + 1))
+    [ "$(json_field "$tmp/out" accuracy)" = "$acc" ] && [ "$(json_field "$tmp/out" loss)" = "$loss" ] ||
+      fail "predict bf16: accuracy/loss $(json_field "$tmp/out" accuracy)/$(json_field "$tmp/out" loss), the run's eval $acc/$loss"
+  fi
+  if expect_rc 0 "predict the eval set, bf16, text" "$baton" predict "$tmp/clf.yaml" train.precision=bf16 --weights "$tmp/clf16" \
+       --input "$tmp/ex.npy" --labels "$tmp/ey.npy"; then
+    check "predict names its precision" "precision bf16" "$tmp/out"
+  fi
+fi
 # the classic pair without data.eval: the eval reads the training set and says so (it used not to)
 sed '/^  eval: /d' "$tmp/clf.yaml" >"$tmp/clf-noeval.yaml"
 if expect_rc 0 "classifier without data.eval" "$baton" run "$tmp/clf-noeval.yaml" --steps 2; then

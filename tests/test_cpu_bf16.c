@@ -15,8 +15,10 @@
  *   - a bf16 training run stays within bf16 tolerances of the f32 run (losses within 2%,
  *     logits of the trained model within 3% of their scale), and the pipelined bf16 run equals
  *     the one-stage bf16 run bit for bit (same GEMM shapes on each stage);
- *   - weights are converted to bf16 once per update (4 weights, 3 steps: 12 conversions, with 4
- *     micro-batches on 2 stages), and the run equals one that converts them at every GEMM. */
+ *   - weights are converted to bf16 once per update (4 weights, 3 steps, 4 micro-batches on 2
+ *     stages: 4 conversions by the first GEMMs, then 12 rewritten in place as each update's
+ *     refresh writes the compute copies), and the run equals one that converts them at every
+ *     GEMM. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -28,6 +30,7 @@
 #include "baton.h"
 #include "bt_test.h"
 #include "core/half.h"
+#include "backend/backend.h"
 #include "cpu/blas.h"
 #include "engine_runs.h"
 
@@ -300,11 +303,15 @@ static void test_weights_converted_once_per_update(void)
     run_result kept, fresh;
     engine_params(&p, 2, 4, BT_SCHEDULE_1F1B);
     p.precision = BT_BF16;
-    const long long before = bt_gemm_bf16_conversions();
+    const long long before = bt_gemm_bf16_conversions(), before_r = bt_gemm_bf16_refreshes();
     run_three_steps(g, &p, &kept);
     const long long made = bt_gemm_bf16_conversions() - before;
-    printf("\n  3 steps of 4 micro-batches: %lld weight conversions", made);
-    CU_ASSERT(made == (bt_cpu_bf16_native() ? 4 * 3 : 0)); /* fc1, fc2, fc3, head once a step */
+    const long long refreshed = bt_gemm_bf16_refreshes() - before_r;
+    printf("\n  3 steps of 4 micro-batches: %lld weight conversions, %lld refreshed in place", made,
+           refreshed);
+    /* fc1, fc2, fc3, head: converted at their first GEMM, then rewritten by each step's refresh */
+    CU_ASSERT(made == (bt_cpu_bf16_native() ? 4 : 0));
+    CU_ASSERT(refreshed == (bt_cpu_bf16_native() ? 4 * 3 : 0));
     bt_gemm_bf16_param_cache(0);
     run_three_steps(g, &p, &fresh);
     bt_gemm_bf16_param_cache(1);
@@ -313,6 +320,51 @@ static void test_weights_converted_once_per_update(void)
     free_result(&kept);
     free_result(&fresh);
     bt_graph_destroy(g);
+}
+
+/* The backend's round_copy rewrites the kept bf16 copies of the weights it writes, block by
+ * block (cpu/bf16_params.h), on 1, 2 and 3 threads: two weights packed in one array at an odd
+ * offset, large enough for several blocks. After new values are written, GEMMs reading the kept
+ * copies (no new conversion) equal GEMMs converting the operand afresh, bit for bit, and differ
+ * from the products before the write. */
+static void test_round_copy_refreshes_kept_weights(void)
+{
+    if (bt_cpu_bf16_init() != BT_OK || !bt_cpu_bf16_native()) return;
+    enum { M = 8, K1 = 300, N1 = 200, K2 = 150, N2 = 101, AT2 = K1 * N1 + 3, TOTAL = AT2 + K2 * N2 + 5 };
+    float *src = malloc(TOTAL * sizeof *src), *w = malloc(TOTAL * sizeof *w);
+    float *x = malloc(M * K1 * sizeof *x), *before = malloc(M * N1 * sizeof *before);
+    float *kept = malloc(M * N1 * sizeof *kept), *fresh = malloc(M * N1 * sizeof *fresh);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(src && w && x && before && kept && fresh);
+    for (int i = 0; i < M * K1; i++) x[i] = bt_round_bf16((float)((i * 37) % 19) / 19.0f - 0.5f);
+    const bt_backend *be = bt_cpu_backend();
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK);
+        for (int i = 0; i < TOTAL; i++) src[i] = (float)((i * 7919u) % 1000) / 997.0f - 0.5f;
+        CU_ASSERT(be->round_copy(dev, BT_BF16, w, src, TOTAL) == BT_OK);
+        const float *w2 = w + AT2;
+        const long long conv0 = bt_gemm_bf16_conversions(), ref0 = bt_gemm_bf16_refreshes();
+        bt_gemm_param(BT_BF16, threads, BT_GEMM_PARAM_B, 0, 0, M, N1, K1, 1, x, K1, w, N1, 0, before, N1);
+        bt_gemm_param(BT_BF16, threads, BT_GEMM_PARAM_B, 0, 0, M, N2, K2, 1, x, K1, w2, N2, 0, fresh, N2);
+        CU_ASSERT_EQUAL(bt_gemm_bf16_conversions() - conv0, 2); /* both weights kept */
+        for (int i = 0; i < TOTAL; i++) src[i] = (float)((i * 104729u) % 1000) / 991.0f - 0.5f;
+        CU_ASSERT(be->round_copy(dev, BT_BF16, w, src, TOTAL) == BT_OK);
+        CU_ASSERT_EQUAL(bt_gemm_bf16_refreshes() - ref0, 2); /* rewritten in place */
+        for (int pass = 0; pass < 2; pass++) {
+            const int n = pass ? N2 : N1, k = pass ? K2 : K1;
+            const float *b = pass ? w2 : w;
+            bt_gemm_param(BT_BF16, threads, BT_GEMM_PARAM_B, 0, 0, M, n, k, 1, x, K1, b, n, 0, kept, n);
+            CU_ASSERT_EQUAL(bt_gemm_bf16_conversions() - conv0, 2); /* no new conversion */
+            bt_gemm_bf16_param_cache(0);
+            bt_gemm_param(BT_BF16, threads, BT_GEMM_PARAM_B, 0, 0, M, n, k, 1, x, K1, b, n, 0, fresh, n);
+            bt_gemm_bf16_param_cache(1);
+            CU_ASSERT_EQUAL(memcmp(kept, fresh, (size_t)M * n * sizeof *kept), 0);
+            if (!pass) CU_ASSERT(memcmp(kept, before, (size_t)M * n * sizeof *kept) != 0);
+        }
+        be->close(dev);
+        bt_gemm_bf16_release(w, TOTAL * sizeof *w); /* as the backend's free would */
+    }
+    free(src), free(w), free(x), free(before), free(kept), free(fresh);
 }
 
 int main(void)
@@ -325,6 +377,7 @@ int main(void)
         {"f32 GEMMs use each device's thread count (oneDNN)", test_f32_threads_per_device},
         {"bf16 training within bf16 tolerance of f32; pipelined = one stage", test_training_bf16_against_f32},
         {"bf16 weights converted once per update, never stale", test_weights_converted_once_per_update},
+        {"round_copy rewrites kept bf16 weights in place", test_round_copy_refreshes_kept_weights},
         {NULL, NULL},
     };
     return bt_test_main("cpu_bf16", cases);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "bt_test.h"
 #include "core/error.h"
 #include "optim/lr_schedule.h"
@@ -285,6 +286,82 @@ static void test_untyped_update(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "bf16"));
 }
 
+/* The CPU backend shares a large update among the device's threads, each block the same update
+ * on its own elements: on 1, 2 and 3 threads, over 3 steps, weights and state equal one call of
+ * the kernel bit for bit (lengths the blocks do not divide included). An argument error is
+ * reported with its message on the calling thread. */
+static void test_backend_update_threads(void)
+{
+    const bt_optimizer_config cfgs[] = {
+        sgd_config(0.1, 0, 0, 0.01), sgd_config(0.1, 0.9, 1, 0.01),
+        adamw_config(0.01, 0.9, 0.999, 1e-8, 0.1),
+    };
+    const size_t n = 300007;
+    float *w = malloc(n * sizeof *w), *wr = malloc(n * sizeof *wr), *g = malloc(n * sizeof *g);
+    float *st[2], *sr[2];
+    for (int i = 0; i < 2; i++) st[i] = calloc(n, sizeof(float)), sr[i] = calloc(n, sizeof(float));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w && wr && g && st[0] && st[1] && sr[0] && sr[1]);
+    const bt_backend *be = bt_cpu_backend();
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK);
+        for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+            for (size_t i = 0; i < n; i++) {
+                w[i] = wr[i] = (float)((double)((i * 2654435761u) % 1000) / 500.0 - 1.0);
+                st[0][i] = st[1][i] = sr[0][i] = sr[1][i] = 0;
+            }
+            for (int64_t t = 1; t <= 3; t++) {
+                for (size_t i = 0; i < n; i++) g[i] = (float)(((i + 7 * (size_t)t) % 13) * 0.25 - 1.5);
+                CU_ASSERT(be->optimizer_update(dev, &cfgs[c], BT_F32, w, g, (void *const *)st, n, 0.01,
+                                               t, 0.5) == BT_OK);
+                CU_ASSERT(bt_optim_update(&cfgs[c], BT_F32, wr, g, (void *const *)sr, n, 0.01, t, 0.5) == BT_OK);
+            }
+            CU_ASSERT_EQUAL(memcmp(w, wr, n * sizeof *w), 0);
+            for (int k = 0; k < bt_optim_state_count(&cfgs[c]); k++)
+                CU_ASSERT_EQUAL(memcmp(st[k], sr[k], n * sizeof *w), 0);
+        }
+        void *one[2] = {st[0], NULL};
+        CU_ASSERT(be->optimizer_update(dev, &cfgs[2], BT_F32, w, g, one, n, 0.01, 1, 1) == BT_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "state array 1 missing"));
+        be->close(dev);
+    }
+    free(w), free(wr), free(g);
+    for (int i = 0; i < 2; i++) free(st[i]), free(sr[i]);
+}
+
+/* The CPU backend's sum of squares takes a stage's tensors on the device's threads, each summed
+ * whole and the sums added in order: on 1, 2 and 3 threads, the same bits as the kernel's sums
+ * added one after another (tensors of very different sizes and scales, so another order of the
+ * additions would show). */
+static void test_backend_sumsq_threads(void)
+{
+    enum { T = 5 };
+    /* a sum of exactly 1 first (2^20 values of 2^-10), then two of 0.6 of its ulp (2^-52): added
+     * one by one each rounds up a whole ulp (1 + 2 ulps), added together first they round once
+     * (1 + 1 ulp); then large tensors of zeros, so that the sum is taken on several threads */
+    const size_t sizes[T] = {1048576, 1, 1, 803840, 10250};
+    float *x[T];
+    for (int t = 0; t < T; t++) {
+        x[t] = malloc(sizes[t] * sizeof *x[t]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(x[t]);
+        for (size_t i = 0; i < sizes[t]; i++)
+            x[t][i] = t == 0 ? 0x1p-10f : t < 3 ? 1.1543e-8f : 0.0f;
+    }
+    double want = 0;
+    for (int t = 0; t < T; t++) want += bt_optim_sumsq_f32(x[t], (int64_t)sizes[t]);
+    CU_ASSERT(want == 1.0 + 0x1p-51); /* the order matters */
+    const bt_backend *be = bt_cpu_backend();
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK);
+        double got = -1;
+        CU_ASSERT(be->sum_squares(dev, BT_F32, (const void *const *)x, sizes, T, &got) == BT_OK);
+        CU_ASSERT_EQUAL(memcmp(&got, &want, sizeof got), 0);
+        be->close(dev);
+    }
+    for (int t = 0; t < T; t++) free(x[t]);
+}
+
 /* The engine updates a stage's parameters in one call over their packed arrays (exec/layout.c):
  * that must equal one call per tensor bit for bit, for every kind, over several steps, tensors
  * of odd sizes (the vectorised loops' tails fall mid-array when packed). */
@@ -453,6 +530,8 @@ int main(void)
         {"state count and validation", test_state_and_validation},
         {"untyped update entry point", test_untyped_update},
         {"one update over packed tensors = one per tensor", test_packed_equals_per_tensor},
+        {"the CPU backend's update on several threads", test_backend_update_threads},
+        {"the CPU backend's sum of squares on several threads", test_backend_sumsq_threads},
         {"gradient clipping", test_clipping},
         {"lr constant and warm-up", test_lr_constant_and_warmup},
         {"lr step", test_lr_step},

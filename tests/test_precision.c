@@ -360,6 +360,71 @@ static void test_round_to_threads(void)
     free(a);
 }
 
+/* round_copy (the compute copies' refresh) on 1, 2 and 3 threads: dst is what round_to gives in
+ * place, for bf16, f16 and f32 (a copy), src is left alone and nothing past dst's end is written. */
+static void test_round_copy_threads(void)
+{
+    const bt_backend *be = bt_cpu_backend();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(be->round_copy);
+    float *in = malloc(SWEEP_N * sizeof *in), *a = malloc(SWEEP_N * sizeof *a),
+          *keep = malloc(SWEEP_N * sizeof *keep), *want = malloc(SWEEP_N * sizeof *want);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(in && a && keep && want);
+    fill_sweep(in, SWEEP_N, 11);
+    memcpy(keep, in, SWEEP_N * sizeof *in);
+    const bt_dtype precs[] = {BT_BF16, BT_F16, BT_F32};
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK);
+        const size_t lens[] = {SWEEP_N - 1, 100003, 1001, 1};
+        for (size_t p = 0; p < 3; p++)
+            for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+                memcpy(want, in, SWEEP_N * sizeof *want);
+                bt_round_array(precs[p], want, lens[k]);
+                for (size_t i = 0; i < SWEEP_N; i++) a[i] = -1.0f;
+                CU_ASSERT(be->round_copy(dev, precs[p], a, in, lens[k]) == BT_OK);
+                CU_ASSERT_EQUAL(memcmp(a, want, lens[k] * sizeof *a), 0);
+                CU_ASSERT(a[lens[k]] == -1.0f);
+                CU_ASSERT_EQUAL(memcmp(in, keep, SWEEP_N * sizeof *in), 0);
+            }
+        CU_ASSERT(be->round_copy(dev, BT_I32, a, in, 4) == BT_ERR_INVALID_ARG);
+        be->close(dev);
+    }
+    free(in);
+    free(a);
+    free(keep);
+    free(want);
+}
+
+/* zero and copy share large buffers among the device's threads in blocks: every byte of an odd
+ * length is written, and none past it. */
+static void test_zero_copy_threads(void)
+{
+    const bt_backend *be = bt_cpu_backend();
+    const size_t cap = 3u << 20;
+    unsigned char *src = malloc(cap), *dst = malloc(cap);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(src && dst);
+    for (size_t i = 0; i < cap; i++) src[i] = (unsigned char)(i * 131 + 7);
+    for (int threads = 1; threads <= 3; threads++) {
+        bt_device *dev = NULL;
+        CU_ASSERT_FATAL(be->open(0, -threads, &dev) == BT_OK);
+        const size_t lens[] = {cap - 1, (1u << 20) + 3, 300001, 4097, 0};
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            memset(dst, 0xAB, cap);
+            CU_ASSERT(be->copy(dev, dst, src, lens[k]) == BT_OK);
+            CU_ASSERT_EQUAL(memcmp(dst, src, lens[k]), 0);
+            CU_ASSERT(dst[lens[k]] == 0xAB);
+            CU_ASSERT(be->zero(dev, dst, lens[k]) == BT_OK);
+            size_t nonzero = 0;
+            for (size_t i = 0; i < lens[k]; i++) nonzero += dst[i] != 0;
+            CU_ASSERT_EQUAL(nonzero, 0);
+            CU_ASSERT(dst[lens[k]] == 0xAB);
+        }
+        be->close(dev);
+    }
+    free(src);
+    free(dst);
+}
+
 /* Over increasing f32 values up to beyond f16's range (every 97th bit pattern): rounding is
  * monotonic, idempotent, odd (round(-x) = -round(x)) and within half an ulp of the format. */
 static void test_monotonic(void)
@@ -498,6 +563,8 @@ int main(void)
         {"bf16: all 65536 patterns and midpoints", test_bf16_exhaustive},
         {"array paths against the scalar functions", test_array_sweep},
         {"the CPU backend's round_to on several threads", test_round_to_threads},
+        {"the CPU backend's round_copy on several threads", test_round_copy_threads},
+        {"the CPU backend's zero and copy on several threads", test_zero_copy_threads},
         {"monotonic, idempotent, within half an ulp", test_monotonic},
         {"loss scale defaults and growth interval", test_loss_scale_defaults},
         {"loss scale scripted steps and message", test_loss_scale_script},

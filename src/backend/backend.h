@@ -147,6 +147,11 @@ typedef struct bt_backend {
     /* Rounds n f32 values in place to the precision BT_BF16 or BT_F16 (round to nearest even,
      * f16 overflow becomes infinity); the values stay f32. On the compute stream. */
     bt_status (*round_to)(bt_device *dev, bt_dtype precision, float *x, size_t n);
+    /* Optional (NULL: a copy, then round_to). dst = src rounded as round_to does, n f32 values in
+     * one pass (dst and src do not overlap): the refresh of a parameter's compute copy. On the
+     * compute stream. */
+    bt_status (*round_copy)(bt_device *dev, bt_dtype precision, float *dst, const float *src,
+                            size_t n);
     /* Optional (NULL: the backend keeps activations in f32 under bf16: cuda). Storage of values
      * that are bf16 already (exec/bf16_store.c): store_bf16 writes the upper 16 bits of n f32
      * values into dst, and fails with BT_ERR_INTERNAL when a dropped lower half is not zero (the

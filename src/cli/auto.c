@@ -75,7 +75,7 @@ void bt_cli_auto_params(const bt_model *m, const char *devices, int threads, bt_
     sp->training = m->train.enabled && bt_graph_is_trainable(m->graph);
     sp->batch = m->train.batch;
     sp->dtype = m->dtype;
-    sp->precision = sp->training ? m->train.precision : BT_F32;
+    sp->precision = m->train.precision; /* forward-only serving computes at it too */
     sp->optimizer_slots = sp->training ? bt_optim_state_count(&m->train.optimizer) : 0;
     sp->cores = bt_auto_cores();
     bt_auto_devices(devices, sp->cores, list, sizeof list);
@@ -192,7 +192,8 @@ static bt_status trial(bt_model *m, const bt_search_result *r, int which, int th
     p.dtype = m->dtype;
     p.device_memory = (size_t)memory;
     p.threads = threads > 0 ? threads : t;
-    if (p.training) p.precision = m->train.precision, p.loss_scale = m->train.loss_scale;
+    p.precision = m->train.precision;
+    if (p.training) p.loss_scale = m->train.loss_scale;
     if (st == BT_OK) st = bt_engine_create(m->graph, &p, &e);
     for (int i = 0; st == BT_OK && i < warmup + steps; i++) {
         bt_step_result res;

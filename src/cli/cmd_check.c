@@ -92,7 +92,7 @@ static int print_plan(const bt_model *m, json_t *j)
     bt_schedule *sched = NULL;
     bt_parallel_config parallel = m->parallel;
     bt_profile *costs = NULL; /* partition: profile: measured here, before the plan is built */
-    bt_dtype precision = m->train.enabled && bt_graph_is_trainable(g) ? m->train.precision : BT_F32;
+    bt_dtype precision = m->train.precision; /* training or serving, the engine computes at it */
     bt_status st = bt_profile_measure_for_plan(g, &parallel, precision, &costs);
     parallel.profile = costs;
     if (st == BT_OK) st = bt_plan_build(g, &parallel, &plan);

@@ -349,7 +349,7 @@ static int plan_model(const plan_opts *o, const bt_model *m)
     lp.permute = o->permute;
     /* stage memory from the model the engine allocates by */
     lp.graph = m->graph;
-    lp.precision = training ? m->train.precision : BT_F32;
+    lp.precision = m->train.precision; /* serving computes at it too */
     lp.optimizer_slots = training ? bt_optim_state_count(&m->train.optimizer) : 0;
     if (o->ranks > 1 && lp.virtual_stages > 1) {
         fprintf(stderr, "baton plan: --ranks prices one stage per rank: it does not combine with %s's virtual chunks\n",

@@ -56,13 +56,13 @@ static int missing(const char *what, const char *path)
     return 1;
 }
 
-static void print_report(const bt_predict_report *r, const char *output, int jsonl)
+static void print_report(const bt_predict_report *r, const char *output, bt_dtype precision, int jsonl)
 {
     if (jsonl) { /* one record, built with jansson: a layer or path with '"' or '\\' stays valid */
-        json_t *rec = json_pack("{s:b, s:I, s:I, s:o, s:o, s:o, s:s}", "predict", 1, "samples", (json_int_t)r->samples,
+        json_t *rec = json_pack("{s:b, s:I, s:I, s:o, s:o, s:o, s:s, s:s}", "predict", 1, "samples", (json_int_t)r->samples,
                                 "batches", (json_int_t)r->batches, "samples_per_s", bt_cli_json_num(r->samples_per_s),
                                 "p50_ms", bt_cli_json_num(r->p50_ms), "p99_ms", bt_cli_json_num(r->p99_ms),
-                                "output_layer", r->output_layer);
+                                "output_layer", r->output_layer, "precision", bt_dtype_name(precision));
         if (rec && r->has_loss) json_object_set_new(rec, "loss", bt_cli_json_num(r->loss));
         if (rec && !isnan(r->accuracy)) json_object_set_new(rec, "accuracy", bt_cli_json_num(r->accuracy));
         if (rec && output) json_object_set_new(rec, "output", json_string(output));
@@ -74,8 +74,10 @@ static void print_report(const bt_predict_report *r, const char *output, int jso
         return;
     }
     char shape[64], name[128];
-    printf("predicted %lld samples in %lld batches: %.0f samples/s, latency p50 %.2f ms, p99 %.2f ms\n",
-           (long long)r->samples, (long long)r->batches, r->samples_per_s, r->p50_ms, r->p99_ms);
+    printf("predicted %lld samples in %lld batches: %.0f samples/s, latency p50 %.2f ms, p99 %.2f ms%s%s%s\n",
+           (long long)r->samples, (long long)r->batches, r->samples_per_s, r->p50_ms, r->p99_ms,
+           precision != BT_F32 ? " (precision " : "", precision != BT_F32 ? bt_dtype_name(precision) : "",
+           precision != BT_F32 ? ")" : "");
     if (r->has_loss) {
         printf("  ");
         if (!isnan(r->accuracy)) printf("accuracy %.2f%%  ", 100 * r->accuracy);
@@ -185,6 +187,7 @@ int bt_cmd_predict(int argc, char **argv)
     p.dtype = m->dtype;
     p.seed = seed;
     p.threads = threads;
+    p.precision = m->train.precision; /* as the run trained and evaluated it (train.precision=f32 overrides) */
     if (data) {
         po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
         po.seed = seed;
@@ -211,7 +214,7 @@ int bt_cmd_predict(int argc, char **argv)
     if (st == BT_OK) st = bt_checkpoint_load_weights(e, m->graph, weights);
     if (st == BT_OK) st = bt_predict_run(m, e, &po, NULL, NULL, &rep);
     if (st == BT_OK) {
-        print_report(&rep, po.output_path, jsonl);
+        print_report(&rep, po.output_path, p.precision, jsonl);
         rc = BT_EXIT_OK;
     } else {
         rc = bt_cli_fail("predict", st);

@@ -167,8 +167,9 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     pp.microbatches = o->microbatches > 0 ? o->microbatches : m->parallel.microbatches;
     pp.training = m->train.enabled && bt_graph_is_trainable(m->graph);
     pp.optimizer = m->train.optimizer;
-    /* the precision the model trains at (train.precision, overrides included); serving is f32 */
-    pp.precision = pp.training ? m->train.precision : BT_F32;
+    /* the precision the model computes at (train.precision, overrides included), training or
+     * serving (baton run's inference, predict and generate compute at it too) */
+    pp.precision = m->train.precision;
     if (o->repeats > 0) pp.repeats = o->repeats;
     if (o->warmup >= 0) pp.warmup = o->warmup;
     pp.threads = o->threads;

@@ -324,10 +324,8 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads)
     long long steps = o->steps > 0 ? o->steps : (m->train.steps > 0 ? m->train.steps : 10);
     p.total_steps = steps; /* the trainer replaces it with the horizon of its epochs */
     p.transfer = (bt_transfer_mode)o->transfer;
-    if (training) {
-        p.precision = m->train.precision;
-        p.loss_scale = m->train.loss_scale;
-    }
+    p.precision = m->train.precision; /* inference too: the precision the model trains and evaluates at */
+    if (training) p.loss_scale = m->train.loss_scale;
     if (training && o->resume) { /* conv2d's recorded paths, before anything is measured (run_conv_record.c) */
         int crc = bt_cli_conv_record_load(o->resume, m->graph, o->jsonl);
         if (crc != BT_EXIT_OK) return crc;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "core/util.h"
 
 #if defined(__FAST_MATH__)
 #error "core/half.c needs IEEE float arithmetic: (x + 0.5f) - 0.5f must not be simplified"
@@ -75,7 +76,7 @@ float bt_round_f16(float x) { return u2f(round_f16_u(f2u(x))); }
  * -O2 (whose cost model refuses loops that would need a scalar epilogue), then the tail. */
 #define BLOCK 16
 #define ROUND_LOOP(name, round_u)                                      \
-    static void name(float *restrict x, size_t n)                     \
+    BT_VCLONES static void name(float *restrict x, size_t n)          \
     {                                                                  \
         size_t i = 0;                                                  \
         for (; i + BLOCK <= n; i += BLOCK)                             \
@@ -95,6 +96,21 @@ float bt_round_f16(float x) { return u2f(round_f16_u(f2u(x))); }
 
 ROUND_LOOP(round_bf16_loop, round_bf16_u)
 ROUND_LOOP(round_f16_loop, round_f16_u)
+
+/* dst = x rounded, one pass (the loops above, reading x and writing dst). */
+#define ROUND_COPY_LOOP(name, round_u)                                                   \
+    BT_VCLONES static void name(float *restrict dst, const float *restrict x, size_t n) \
+    {                                                                                    \
+        for (size_t i = 0; i < n; i++) {                                                 \
+            uint32_t u;                                                                  \
+            memcpy(&u, x + i, sizeof u);                                                 \
+            u = round_u(u);                                                              \
+            memcpy(dst + i, &u, sizeof u);                                               \
+        }                                                                                \
+    }
+
+ROUND_COPY_LOOP(round_bf16_copy, round_bf16_u)
+ROUND_COPY_LOOP(round_f16_copy, round_f16_u)
 
 #ifdef BT_HALF_F16C
 /* vcvtps2ph with an explicit round-to-nearest-even immediate, then back: 8 floats at a time. */
@@ -159,11 +175,21 @@ void bt_round_array(bt_dtype precision, float *x, size_t n)
     bt_round_array_portable(precision, x, n);
 }
 
+void bt_round_copy(bt_dtype precision, float *restrict dst, const float *restrict x, size_t n)
+{
+    if (precision == BT_BF16)
+        round_bf16_copy(dst, x, n);
+    else if (precision == BT_F16)
+        round_f16_copy(dst, x, n);
+    else if (n)
+        memcpy(dst, x, n * sizeof *x);
+}
+
 uint16_t bt_f32_to_bf16_bits(float x) { return (uint16_t)(round_bf16_u(f2u(x)) >> 16); }
 
 float bt_bf16_bits_to_f32(uint16_t bits) { return u2f((uint32_t)bits << 16); }
 
-uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n)
+BT_VCLONES uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n)
 {
     uint32_t low = 0;
     for (size_t i = 0; i < n; i++) {
@@ -174,7 +200,7 @@ uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n)
     return low;
 }
 
-void bt_bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n)
+BT_VCLONES void bt_bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) dst[i] = u2f((uint32_t)src[i] << 16);
 }

@@ -36,6 +36,10 @@ float bt_round_f16(float x);
  * vectorises. */
 void bt_round_array(bt_dtype precision, float *x, size_t n);
 
+/* dst[0..n) = x[0..n) rounded to precision as bt_round_array does (BT_F32: copied), in one pass;
+ * dst and x do not overlap. */
+void bt_round_copy(bt_dtype precision, float *restrict dst, const float *restrict x, size_t n);
+
 /* bt_round_array without the F16C path (the fallback, kept callable so tests check it too). */
 void bt_round_array_portable(bt_dtype precision, float *x, size_t n);
 

@@ -38,11 +38,31 @@ double bt_median(double *v, int n);
  * OpenMP (configure's AC_OPENMP), and under ThreadSanitizer (libgomp is not instrumented: its
  * barriers would read as races). */
 #define BT_PRAGMA(x) _Pragma(#x)
+/* BT_PARALLEL_FOR_EACH(threads): the same for a few iterations of unequal cost (a stage's
+ * tensors), handed out one at a time (schedule(dynamic, 1)); each still writes only its own
+ * outputs, so the results do not depend on which thread ran which. */
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
 #define BT_PARALLEL_FOR(threads) \
     BT_PRAGMA(omp parallel for num_threads(threads) if ((threads) > 1) schedule(static))
+#define BT_PARALLEL_FOR_EACH(threads) \
+    BT_PRAGMA(omp parallel for num_threads(threads) if ((threads) > 1) schedule(dynamic, 1))
 #else
 #define BT_PARALLEL_FOR(threads)
+#define BT_PARALLEL_FOR_EACH(threads)
+#endif
+
+/* BT_VCLONES before a loop function compiles it also for AVX2+FMA and AVX-512 (x86-64-v3, -v4),
+ * the copy chosen once at load time by the CPU (GCC's target_clones, an ifunc): the build's
+ * baseline is SSE2, 4 floats a vector. The build is ISO C (-std=c11), where GCC does not contract
+ * a * b + c into an FMA, so a loop of IEEE operations (+ - * / sqrt, integer bit work) gives the
+ * same bits in every copy; only code calling FMA itself would differ between machines. Not under
+ * the sanitizers: a ThreadSanitizer program with an ifunc crashes at start (its resolver runs
+ * before TSan is set up; seen with GCC 12), so sanitizer builds run the SSE2 copy. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && defined(__linux__)
+#define BT_VCLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define BT_VCLONES
 #endif
 
 #endif

@@ -7,6 +7,7 @@
  * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
 #include <malloc.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/util.h"
+#include "cpu/bf16_params.h"
 #include "cpu/blas.h"
 #include "cpu/conv_onednn.h"
 #include "optim/optim.h"
@@ -79,21 +81,48 @@ static bt_status cpu_alloc(bt_device *dev, size_t bytes, void **out)
  * parameters until their memory changes (bt_gemm_bf16_forget). */
 static void cpu_free(bt_device *dev, void *ptr)
 {
-    if (ptr) bt_gemm_bf16_forget(ptr, malloc_usable_size(ptr));
+    if (ptr) bt_gemm_bf16_release(ptr, malloc_usable_size(ptr));
     free(ptr);
+}
+
+/* Passes over memory run on the device's threads (BT_PARALLEL_FOR) in blocks of whole cache lines,
+ * one block a thread, when there are at least PAR_MIN_BYTES (below that a parallel region costs
+ * more than it saves). Each block does what the one-thread loop does to its elements, so the
+ * results are the same bits whatever the thread count. cpu_blocks gives the block size in
+ * elements of elem bytes and returns the block count. */
+#define PAR_MIN_BYTES ((size_t)256 << 10)
+static int64_t cpu_blocks(const bt_device *dev, size_t n, size_t elem, size_t *per)
+{
+    const int nt = dev->threads;
+    const size_t line = 64 / elem;
+    *per = nt > 1 && n * elem >= PAR_MIN_BYTES ? (n / (size_t)nt + line) / line * line : n;
+    return *per ? (int64_t)((n + *per - 1) / *per) : 0;
 }
 
 static bt_status cpu_zero(bt_device *dev, void *ptr, size_t bytes)
 {
     bt_gemm_bf16_forget(ptr, bytes);
-    if (bytes) memset(ptr, 0, bytes);
+    size_t per;
+    const int64_t blocks = cpu_blocks(dev, bytes, 1, &per);
+    BT_PARALLEL_FOR(blocks > 1 ? dev->threads : 1)
+    for (int64_t b = 0; b < blocks; b++) {
+        const size_t at = (size_t)b * per;
+        memset((char *)ptr + at, 0, bytes - at < per ? bytes - at : per);
+    }
     return BT_OK;
 }
 
 static bt_status cpu_copy(bt_device *dev, void *dst, const void *src, size_t bytes)
 {
     bt_gemm_bf16_forget(dst, bytes);
-    if (bytes && dst != src) memcpy(dst, src, bytes);
+    if (dst == src) return BT_OK;
+    size_t per;
+    const int64_t blocks = cpu_blocks(dev, bytes, 1, &per);
+    BT_PARALLEL_FOR(blocks > 1 ? dev->threads : 1)
+    for (int64_t b = 0; b < blocks; b++) {
+        const size_t at = (size_t)b * per;
+        memcpy((char *)dst + at, (const char *)src + at, bytes - at < per ? bytes - at : per);
+    }
     return BT_OK;
 }
 
@@ -144,12 +173,22 @@ static int cpu_runs_decode(const bt_op_def *op)
 static bt_status cpu_sum_squares(bt_device *dev, bt_dtype dtype, const void *const *x, const size_t *n,
                                  int count, double *out)
 {
+    if (dtype != BT_F32 && dtype != BT_F64)
+        return bt_error(BT_ERR_INTERNAL, "sum_squares: dtype %s", bt_dtype_name(dtype));
+    /* each tensor's sum on one of the device's threads, then added in order: the same bits as
+     * one thread's loop over the tensors */
+    double one[16], *part = count <= 16 ? one : malloc((size_t)count * sizeof *part);
+    if (!part) return bt_error(BT_ERR_NOMEM, "sum_squares: out of memory");
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += n[i];
+    const int nt = count > 1 && total * bt_dtype_size(dtype) >= PAR_MIN_BYTES ? dev->threads : 1;
+    BT_PARALLEL_FOR_EACH(nt)
+    for (int i = 0; i < count; i++)
+        part[i] = dtype == BT_F32 ? bt_optim_sumsq_f32(x[i], (int64_t)n[i])
+                                  : bt_optim_sumsq_f64(x[i], (int64_t)n[i]);
     double sum = 0;
-    for (int i = 0; i < count; i++) {
-        if (dtype == BT_F32) sum += bt_optim_sumsq_f32(x[i], (int64_t)n[i]);
-        else if (dtype == BT_F64) sum += bt_optim_sumsq_f64(x[i], (int64_t)n[i]);
-        else return bt_error(BT_ERR_INTERNAL, "sum_squares: dtype %s", bt_dtype_name(dtype));
-    }
+    for (int i = 0; i < count; i++) sum += part[i];
+    if (part != one) free(part);
     *out = sum;
     return BT_OK;
 }
@@ -158,8 +197,30 @@ static bt_status cpu_optimizer_update(bt_device *dev, const bt_optimizer_config 
                                       bt_dtype dtype, void *w, const void *g, void *const *state,
                                       size_t n, double lr, int64_t step, double grad_scale)
 {
-    bt_gemm_bf16_forget(w, n * bt_dtype_size(dtype));
-    return bt_optim_update(cfg, dtype, w, g, state, n, lr, step, grad_scale);
+    const size_t elem = bt_dtype_size(dtype);
+    bt_gemm_bf16_forget(w, n * elem);
+    size_t per;
+    const int64_t blocks = elem ? cpu_blocks(dev, n, elem, &per) : 0;
+    if (blocks <= 1) return bt_optim_update(cfg, dtype, w, g, state, n, lr, step, grad_scale);
+    /* the arguments checked here, on the calling thread (an error's message is per thread), so
+     * the blocks, the same update on their own elements, cannot fail */
+    BT_TRY(bt_optim_update(cfg, dtype, w, g, state, 0, lr, step, grad_scale));
+    if (!w || !g) return bt_error(BT_ERR_INVALID_ARG, "optimizer step: NULL weights or gradients");
+    const int k = bt_optim_state_count(cfg);
+    for (int i = 0; i < k; i++)
+        if (!state[i]) return bt_error(BT_ERR_INVALID_ARG, "optimizer step: state array %d missing", i);
+    atomic_int failed = 0;
+    BT_PARALLEL_FOR(dev->threads)
+    for (int64_t b = 0; b < blocks; b++) {
+        const size_t at = (size_t)b * per, len = n - at < per ? n - at : per;
+        void *sb[2] = {NULL, NULL};
+        for (int i = 0; i < k && i < 2; i++) sb[i] = (char *)state[i] + at * elem;
+        if (bt_optim_update(cfg, dtype, (char *)w + at * elem, (const char *)g + at * elem, sb, len,
+                            lr, step, grad_scale) != BT_OK)
+            atomic_store(&failed, 1);
+    }
+    if (atomic_load(&failed)) return bt_error(BT_ERR_INTERNAL, "optimizer step: a block of %zu values failed", per);
+    return BT_OK;
 }
 
 static bt_status cpu_memory_info(bt_device *dev, size_t *free_bytes, size_t *total_bytes)
@@ -224,15 +285,38 @@ static bt_status cpu_round_to(bt_device *dev, bt_dtype precision, float *x, size
     if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
         return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
     bt_gemm_bf16_forget(x, n * sizeof *x);
-    /* on the device's threads, in blocks of whole cache lines */
-    const int nt = dev->threads;
-    const size_t per = nt > 1 ? (n / (size_t)nt + 16) / 16 * 16 : n;
-    const int64_t blocks = per ? (int64_t)((n + per - 1) / per) : 0;
-    BT_PARALLEL_FOR(nt)
+    size_t per;
+    const int64_t blocks = cpu_blocks(dev, n, sizeof *x, &per);
+    BT_PARALLEL_FOR(blocks > 1 ? dev->threads : 1)
     for (int64_t b = 0; b < blocks; b++) {
         const size_t at = (size_t)b * per;
         bt_round_array(precision, x + at, n - at < per ? n - at : per);
     }
+    return BT_OK;
+}
+
+#define CHUNK ((size_t)4096) /* floats: 16 KiB */
+static bt_status cpu_round_copy(bt_device *dev, bt_dtype precision, float *dst, const float *src,
+                                size_t n)
+{
+    if (precision != BT_BF16 && precision != BT_F16 && precision != BT_F32)
+        return bt_error(BT_ERR_INVALID_ARG, "cpu:%d: cannot round to %s", dev->index, bt_dtype_name(precision));
+    /* the bf16 copies the GEMMs keep of these parameters are rewritten block by block as the
+     * values are written (cpu/bf16_params.h), instead of converted again at their next GEMM */
+    bt_bf16_refresh r;
+    bt_bf16_refresh_begin(&r, dst, n);
+    size_t per;
+    const int64_t blocks = cpu_blocks(dev, n, sizeof *dst, &per);
+    BT_PARALLEL_FOR(blocks > 1 ? dev->threads : 1)
+    for (int64_t b = 0; b < blocks; b++) {
+        const size_t at = (size_t)b * per, end = at + (n - at < per ? n - at : per);
+        for (size_t c = at; c < end; c += CHUNK) { /* converted while the chunk is in L1 */
+            const size_t len = end - c < CHUNK ? end - c : CHUNK;
+            bt_round_copy(precision, dst + c, src + c, len);
+            if (r.n) bt_bf16_refresh_block(&r, dst + c, len);
+        }
+    }
+    bt_bf16_refresh_end(&r);
     return BT_OK;
 }
 
@@ -285,6 +369,7 @@ static const bt_backend cpu_backend = {
     .copy_peer = cpu_copy_peer,
     .peer_access = cpu_peer_access,
     .round_to = cpu_round_to,
+    .round_copy = cpu_round_copy,
     .store_bf16 = cpu_store_bf16,
     .load_bf16 = cpu_load_bf16,
 };

@@ -81,11 +81,17 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
 void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int trans_b, int m,
                   int n, int k, const float *a, int lda, const float *b, int ldb, const float *bias,
                   int relu, float *c, int ldc);
-/* Drops the kept bf16 conversions of parameters overlapping [ptr, ptr + bytes): every CPU backend
- * call that writes or frees memory calls it. Cheap when nothing is kept. Thread-safe. */
+/* Marks the kept bf16 conversions of parameters overlapping [ptr, ptr + bytes) out of date (the
+ * next GEMM reading one converts it again, into the buffer it keeps): every CPU backend call that
+ * writes memory calls it (round_copy refreshes them as it writes instead: cpu/bf16_params.h).
+ * Cheap when nothing up to date is kept. Thread-safe. */
 void bt_gemm_bf16_forget(const void *ptr, size_t bytes);
-/* Parameter conversions made so far (tests: a weight is converted once per refresh). */
+/* Drops them, buffers and all: the backend's free calls it. Thread-safe. */
+void bt_gemm_bf16_release(const void *ptr, size_t bytes);
+/* Parameter conversions made by GEMMs so far, and kept copies rewritten in place by round_copy
+ * (tests: a weight is converted once per write, by one or the other). */
 long long bt_gemm_bf16_conversions(void);
+long long bt_gemm_bf16_refreshes(void);
 /* 0: convert parameters on every call like other operands (tests compare the two); 1: keep them. */
 void bt_gemm_bf16_param_cache(int enable);
 /* The calling thread's first bt_gemm_at failure since the last call (a status with its message),

@@ -16,18 +16,15 @@
  * exact for the values it is given), then runs a cached matmul primitive writing C in f32 (beta
  * through a sum post-op, alpha through an output scale). An operand the caller marks as a
  * parameter (bt_gemm_param: a layer's weight compute copy, which changes only when the engine
- * refreshes it after an update) is converted once and kept in a process-wide cache until any
- * backend write to its memory (round_to, copy, zero, free, ...: bt_gemm_bf16_forget) drops it:
- * with 8 micro-batches the weights would otherwise be converted 16 times a step. bt_gemm_bias
+ * refreshes it after an update) is converted once and kept in a process-wide cache
+ * (cpu/bf16_params.c) until its memory is written. bt_gemm_bias
  * adds a bias in the matmul's epilogue (linear's forward) instead of a pass that writes it first,
  * and a fused relu after it.
  *
  * oneDNN threads through OpenMP, whose thread count is per calling thread: each call sets it to
  * the device's count, so `--threads` is honoured per device here (OpenBLAS has one count per process, see blas.c). A oneDNN failure is
  * kept per thread and returned by bt_gemm_take_error (the backend's run_op checks it after every
- * op); C is then computed by sgemm so it is never left undefined. (About 590 lines: the path
- * choice, the primitive cache and the parameter cache share the oneDNN state and one lock-free
- * fast path; split them if it grows.) */
+ * op); C is then computed by sgemm so it is never left undefined. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,6 +36,8 @@
 #include "config.h"
 #endif
 #include "core/error.h"
+#include "core/util.h"
+#include "cpu/bf16_params.h"
 #include "cpu/blas.h"
 
 #ifdef BATON_HAVE_DNNL
@@ -240,21 +239,6 @@ static gemm_tls *tls_get(void)
     return t;
 }
 
-/* dst (rows, cols) = src (rows, cols; row stride ld) in bf16, rounded to nearest even (NaN kept) */
-static void to_bf16(const float *restrict src, int rows, int cols, int ld, uint16_t *restrict dst)
-{
-    for (int r = 0; r < rows; r++) {
-        const uint32_t *restrict s = (const uint32_t *)(src + (size_t)r * ld);
-        uint16_t *restrict d = dst + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) {
-            const uint32_t u = s[c];
-            const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-            const uint32_t nan = (u >> 16) | 0x40u;
-            d[c] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-        }
-    }
-}
-
 static int key_equal(const gemm_key *a, const gemm_key *b)
 {
     return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k &&
@@ -329,119 +313,8 @@ fail:
     return NULL;
 }
 
-/* ---- converted parameters, kept until their memory is written -------------------------------- */
-
-#define PARAM_CACHE 128
-#define PARAM_CACHE_BYTES ((size_t)1 << 30)
-
-typedef struct param_entry {
-    const float *src;   /* first element */
-    const float *end;   /* one past the last element read */
-    int rows, cols, ld; /* as stored */
-    uint16_t *bf16;     /* (rows, cols) */
-    size_t bytes;
-    uint64_t used;
-    int users; /* GEMMs reading bf16 now */
-    int stale; /* dropped while in use: the last user frees it */
-} param_entry;
-
-static pthread_mutex_t param_mu = PTHREAD_MUTEX_INITIALIZER;
-static param_entry *param_cache[PARAM_CACHE];
-static int param_n;
-static size_t param_bytes;
-static uint64_t param_clock;
-static atomic_int param_live; /* entries, read without the lock to skip forget when empty */
-static atomic_llong param_conversions;
-
-static void param_free(param_entry *e)
-{
-    free(e->bf16);
-    free(e);
-}
-
-/* Removes entry i (the lock held); frees it unless it is in use. */
-static void param_drop(int i)
-{
-    param_entry *e = param_cache[i];
-    param_bytes -= e->bytes;
-    param_cache[i] = param_cache[--param_n];
-    atomic_store(&param_live, param_n);
-    if (e->users) e->stale = 1;
-    else param_free(e);
-}
-
-void bt_gemm_bf16_forget(const void *ptr, size_t bytes)
-{
-    if (!ptr || atomic_load(&param_live) == 0) return;
-    const char *lo = ptr, *hi = lo + bytes;
-    pthread_mutex_lock(&param_mu);
-    for (int i = param_n - 1; i >= 0; i--)
-        if ((const char *)param_cache[i]->src < hi && (const char *)param_cache[i]->end > lo)
-            param_drop(i);
-    pthread_mutex_unlock(&param_mu);
-}
-
-long long bt_gemm_bf16_conversions(void) { return atomic_load(&param_conversions); }
-
-static atomic_int param_cache_off;
-
-void bt_gemm_bf16_param_cache(int enable) { atomic_store(&param_cache_off, !enable); }
-
-/* The bf16 copy of a parameter operand (rows, cols; stride ld), converted now if not cached; NULL
- * when it cannot be kept (the caller converts it itself). Release with param_release. */
-static param_entry *param_acquire(const float *src, int rows, int cols, int ld)
-{
-    param_entry *e = NULL;
-    if (atomic_load(&param_cache_off)) return NULL;
-    pthread_mutex_lock(&param_mu);
-    for (int i = 0; i < param_n && !e; i++) {
-        param_entry *c = param_cache[i];
-        if (c->src == src && c->rows == rows && c->cols == cols && c->ld == ld) e = c;
-    }
-    if (!e) {
-        const size_t bytes = (size_t)rows * cols * sizeof(uint16_t);
-        while (param_n > 0 && (param_n == PARAM_CACHE || param_bytes + bytes > PARAM_CACHE_BYTES)) {
-            int lru = -1;
-            for (int i = 0; i < param_n; i++)
-                if (!param_cache[i]->users && (lru < 0 || param_cache[i]->used < param_cache[lru]->used))
-                    lru = i;
-            if (lru < 0) break;
-            param_drop(lru);
-        }
-        if (param_n < PARAM_CACHE && param_bytes + bytes <= PARAM_CACHE_BYTES &&
-            (e = calloc(1, sizeof *e)) && (e->bf16 = malloc(bytes))) {
-            e->src = src;
-            e->end = src + (size_t)(rows - 1) * ld + cols;
-            e->rows = rows, e->cols = cols, e->ld = ld;
-            e->bytes = bytes;
-            to_bf16(src, rows, cols, ld, e->bf16);
-            atomic_fetch_add(&param_conversions, 1);
-            param_cache[param_n++] = e;
-            param_bytes += bytes;
-            atomic_store(&param_live, param_n);
-        } else if (e) {
-            free(e);
-            e = NULL;
-        }
-    }
-    if (e) {
-        e->users++;
-        e->used = ++param_clock;
-    }
-    pthread_mutex_unlock(&param_mu);
-    return e;
-}
-
-static void param_release(param_entry *e)
-{
-    if (!e) return;
-    pthread_mutex_lock(&param_mu);
-    if (--e->users == 0 && e->stale) param_free(e);
-    pthread_mutex_unlock(&param_mu);
-}
-
-static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_entry *pa,
-                         param_entry *pb, const float *a, int lda, const float *b, int ldb,
+static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, bt_bf16_param *pa,
+                         bt_bf16_param *pb, const float *a, int lda, const float *b, int ldb,
                          const float *bias, float *c);
 
 /* 0 on success; else the error is in t->error and C is untouched. param: BT_GEMM_PARAM_A/B. */
@@ -455,16 +328,16 @@ static int gemm_dnnl(gemm_tls *t, const gemm_key *key, int param, const float *a
     e->used = ++t->clock;
     const int rows_a = key->ta ? key->k : key->m, cols_a = key->ta ? key->m : key->k;
     const int rows_b = key->tb ? key->n : key->k, cols_b = key->tb ? key->k : key->n;
-    param_entry *pa = param & BT_GEMM_PARAM_A ? param_acquire(a, rows_a, cols_a, lda) : NULL;
-    param_entry *pb = param & BT_GEMM_PARAM_B ? param_acquire(b, rows_b, cols_b, ldb) : NULL;
+    bt_bf16_param *pa = param & BT_GEMM_PARAM_A ? bt_bf16_param_acquire(a, rows_a, cols_a, lda, key->threads) : NULL;
+    bt_bf16_param *pb = param & BT_GEMM_PARAM_B ? bt_bf16_param_acquire(b, rows_b, cols_b, ldb, key->threads) : NULL;
     const int rc = gemm_dnnl_run(t, key, e, pa, pb, a, lda, b, ldb, bias, c);
-    param_release(pa);
-    param_release(pb);
+    bt_bf16_param_release(pa);
+    bt_bf16_param_release(pb);
     return rc;
 }
 
-static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_entry *pa,
-                         param_entry *pb, const float *a, int lda, const float *b, int ldb,
+static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, bt_bf16_param *pa,
+                         bt_bf16_param *pb, const float *a, int lda, const float *b, int ldb,
                          const float *bias, float *c)
 {
     const size_t na = pa ? 0 : (size_t)key->m * key->k, nb = pb ? 0 : (size_t)key->k * key->n;
@@ -478,9 +351,10 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, param_
         t->buf = grown;
         t->cap = na + nb;
     }
-    uint16_t *a16 = pa ? pa->bf16 : t->buf, *b16 = pb ? pb->bf16 : t->buf + na;
-    if (!pa) to_bf16(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16);
-    if (!pb) to_bf16(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16);
+    uint16_t *a16 = pa ? (uint16_t *)bt_bf16_param_data(pa) : t->buf;
+    uint16_t *b16 = pb ? (uint16_t *)bt_bf16_param_data(pb) : t->buf + na;
+    if (!pa) bt_bf16_convert(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16, key->threads);
+    if (!pb) bt_bf16_convert(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16, key->threads);
     if (dnnl_memory_set_data_handle(e->a, a16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->b, b16) != dnnl_success ||
         dnnl_memory_set_data_handle(e->c, c) != dnnl_success ||
@@ -570,18 +444,6 @@ void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int t
             *v = *v > 0 ? *v : 0;
         }
 }
-
-#ifndef BATON_HAVE_DNNL
-void bt_gemm_bf16_forget(const void *ptr, size_t bytes)
-{
-    (void)ptr;
-    (void)bytes;
-}
-
-long long bt_gemm_bf16_conversions(void) { return 0; }
-
-void bt_gemm_bf16_param_cache(int enable) { (void)enable; }
-#endif
 
 bt_status bt_gemm_take_error(void)
 {

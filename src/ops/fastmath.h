@@ -17,19 +17,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* BT_OPS_VCLONES before a loop function compiles it also for AVX2+FMA and AVX-512 (x86-64-v3,
- * -v4), the copy chosen once at load time by the CPU (GCC's target_clones, an ifunc): the build's
- * baseline is SSE2, 4 floats a vector. One machine always runs the same copy, so results stay
- * deterministic there; two machines of different levels may differ in the last bits (FMA). Not
- * under the sanitizers: a ThreadSanitizer program with an ifunc crashes at start (its resolver
- * runs before TSan is set up; seen with GCC 12), so sanitizer builds run the SSE2 copy. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \
-    defined(__linux__)
-#define BT_OPS_VCLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define BT_OPS_VCLONES
-#endif
+#include "core/util.h"
+
+/* BT_OPS_VCLONES: the kernels' loops compiled for AVX2 and AVX-512 as well (core/util.h's
+ * BT_VCLONES). */
+#define BT_OPS_VCLONES BT_VCLONES
 
 static inline float bt_fast_expf(float x)
 {

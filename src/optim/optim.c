@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "core/error.h"
+#include "core/util.h"
 #include "optim/optim.h"
 
 bt_status bt_optim_validate(const bt_optimizer_config *cfg)
@@ -63,10 +64,11 @@ static bt_status check_args(const bt_optimizer_config *cfg, const bt_optim_step_
     return BT_OK;
 }
 
-/* T is float or double; SQRT the matching square root. */
+/* T is float or double; SQRT the matching square root. Compiled for AVX2 and AVX-512 too
+ * (BT_VCLONES): elementwise IEEE arithmetic, so every copy gives the same bits. */
 #define BT_DEFINE_OPTIM_STEP(NAME, T, SQRT)                                                       \
-    bt_status NAME(const bt_optimizer_config *cfg, const bt_optim_step_args *args, int64_t n,    \
-                   T *w, const T *g, T *const *state)                                            \
+    BT_VCLONES bt_status NAME(const bt_optimizer_config *cfg, const bt_optim_step_args *args,    \
+                              int64_t n, T *w, const T *g, T *const *state)                      \
     {                                                                                            \
         BT_TRY(check_args(cfg, args, n, w, g, (const void *const *)state));                      \
         const T lr = (T)args->lr, scale = (T)args->grad_scale, wd = (T)cfg->weight_decay;        \
@@ -131,7 +133,7 @@ bt_status bt_optim_update(const bt_optimizer_config *cfg, bt_dtype dtype, void *
  * ones vectorise and leave the loop bound by memory. The grouping is fixed, so the result is the
  * same on every call and every rank (it differs in the last bits from the single chain's). */
 #define BT_SUMSQ_LANES 16
-double bt_optim_sumsq_f32(const float *x, int64_t n)
+BT_VCLONES double bt_optim_sumsq_f32(const float *x, int64_t n)
 {
     double lane[BT_SUMSQ_LANES] = {0};
     int64_t i = 0;
