@@ -189,7 +189,8 @@ uint16_t bt_f32_to_bf16_bits(float x) { return (uint16_t)(round_bf16_u(f2u(x)) >
 
 float bt_bf16_bits_to_f32(uint16_t bits) { return u2f((uint32_t)bits << 16); }
 
-BT_VCLONES uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n)
+/* static: GCC 12 exports a non-static function's clone dispatcher whatever its visibility */
+BT_VCLONES static uint32_t bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n)
 {
     uint32_t low = 0;
     for (size_t i = 0; i < n; i++) {
@@ -200,10 +201,14 @@ BT_VCLONES uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x
     return low;
 }
 
-BT_VCLONES void bt_bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n)
+BT_VCLONES static void bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++) dst[i] = u2f((uint32_t)src[i] << 16);
 }
+
+uint32_t bt_bf16_pack(uint16_t *restrict dst, const float *restrict x, size_t n) { return bf16_pack(dst, x, n); }
+
+void bt_bf16_unpack(float *restrict dst, const uint16_t *restrict src, size_t n) { bf16_unpack(dst, src, n); }
 
 uint16_t bt_f32_to_f16_bits(float x)
 {

@@ -55,7 +55,9 @@ double bt_median(double *v, int n);
  * the copy chosen once at load time by the CPU (GCC's target_clones, an ifunc): the build's
  * baseline is SSE2, 4 floats a vector. The build is ISO C (-std=c11), where GCC does not contract
  * a * b + c into an FMA, so a loop of IEEE operations (+ - * / sqrt, integer bit work) gives the
- * same bits in every copy; only code calling FMA itself would differ between machines. Not under
+ * same bits in every copy; only code calling FMA itself would differ between machines. Only on
+ * static functions: GCC 12 exports a non-static one's dispatcher (an ifunc) whatever its
+ * visibility, so an extern entry calls a static cloned loop. Not under
  * the sanitizers: a ThreadSanitizer program with an ifunc crashes at start (its resolver runs
  * before TSan is set up; seen with GCC 12), so sanitizer builds run the SSE2 copy. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \

@@ -64,19 +64,20 @@ static bt_status check_args(const bt_optimizer_config *cfg, const bt_optim_step_
     return BT_OK;
 }
 
-/* T is float or double; SQRT the matching square root. Compiled for AVX2 and AVX-512 too
- * (BT_VCLONES): elementwise IEEE arithmetic, so every copy gives the same bits. */
+/* T is float or double; SQRT the matching square root. The loops are compiled for AVX2 and
+ * AVX-512 too (BT_VCLONES; static: GCC 12 exports a non-static function's clone dispatcher
+ * whatever its visibility): elementwise IEEE arithmetic, so every copy gives the same bits. */
 #define BT_DEFINE_OPTIM_STEP(NAME, T, SQRT)                                                       \
-    BT_VCLONES bt_status NAME(const bt_optimizer_config *cfg, const bt_optim_step_args *args,    \
-                              int64_t n, T *w, const T *g, T *const *state)                      \
+    BT_VCLONES static void NAME##_loop(const bt_optimizer_config *cfg,                           \
+                                       const bt_optim_step_args *args, int64_t n, T *w,          \
+                                       const T *g, T *const *state)                              \
     {                                                                                            \
-        BT_TRY(check_args(cfg, args, n, w, g, (const void *const *)state));                      \
         const T lr = (T)args->lr, scale = (T)args->grad_scale, wd = (T)cfg->weight_decay;        \
         if (cfg->kind == BT_OPT_SGD) {                                                           \
             const T mom = (T)cfg->momentum;                                                      \
             if (!(cfg->momentum > 0)) {                                                          \
                 for (int64_t i = 0; i < n; i++) w[i] -= lr * (g[i] * scale + wd * w[i]);         \
-                return BT_OK;                                                                    \
+                return;                                                                          \
             }                                                                                    \
             T *buf = state[0];                                                                   \
             const int first = args->t == 1, nesterov = cfg->nesterov;                            \
@@ -86,7 +87,7 @@ static bt_status check_args(const bt_optimizer_config *cfg, const bt_optim_step_
                 buf[i] = b;                                                                      \
                 w[i] -= lr * (nesterov ? gi + mom * b : b);                                      \
             }                                                                                    \
-            return BT_OK;                                                                        \
+            return;                                                                              \
         }                                                                                        \
         /* AdamW, in PyTorch's order of operations. */                                           \
         T *m = state[0], *v = state[1];                                                          \
@@ -105,6 +106,12 @@ static bt_status check_args(const bt_optimizer_config *cfg, const bt_optim_step_
             v[i] = vi;                                                                           \
             w[i] = wi - step_size * mi / (SQRT(vi) / bc2_sqrt + eps);                            \
         }                                                                                        \
+    }                                                                                            \
+    bt_status NAME(const bt_optimizer_config *cfg, const bt_optim_step_args *args, int64_t n,    \
+                   T *w, const T *g, T *const *state)                                            \
+    {                                                                                            \
+        BT_TRY(check_args(cfg, args, n, w, g, (const void *const *)state));                      \
+        NAME##_loop(cfg, args, n, w, g, state);                                                  \
         return BT_OK;                                                                            \
     }
 
@@ -133,7 +140,7 @@ bt_status bt_optim_update(const bt_optimizer_config *cfg, bt_dtype dtype, void *
  * ones vectorise and leave the loop bound by memory. The grouping is fixed, so the result is the
  * same on every call and every rank (it differs in the last bits from the single chain's). */
 #define BT_SUMSQ_LANES 16
-BT_VCLONES double bt_optim_sumsq_f32(const float *x, int64_t n)
+BT_VCLONES static double sumsq_f32(const float *x, int64_t n)
 {
     double lane[BT_SUMSQ_LANES] = {0};
     int64_t i = 0;
@@ -144,6 +151,8 @@ BT_VCLONES double bt_optim_sumsq_f32(const float *x, int64_t n)
         for (int k = 0; k < w; k++) lane[k] += lane[k + w];
     return lane[0];
 }
+
+double bt_optim_sumsq_f32(const float *x, int64_t n) { return sumsq_f32(x, n); }
 
 double bt_optim_sumsq_f64(const double *x, int64_t n)
 {
