@@ -14,8 +14,8 @@
  * those rows are then left out of the input descriptor (a strided view), and their gradient is 0.
  *
  * Under mixed precision (bf16, f16) the forward rounds its output itself, as the executor would
- * (dst_round_out: fused with the output reorder where the primitive's layout is blocked on
- * channels), so the executor skips that pass (ops/conv.c's lowp_exact). The primitive cannot write
+ * (dst_round_out, after the output reorder), so the executor skips that pass (ops/conv.c's
+ * lowp_exact). The primitive cannot write
  * bf16 for it: oneDNN converts with VCVTNEPS2BF16, which flushes subnormal results to zero where
  * baton's rounding (core/half.c) keeps them.
  *
@@ -63,10 +63,6 @@ typedef struct conv_arg {
     dnnl_memory_t prim;        /* what the primitive reads or writes: user itself, or buf */
     dnnl_primitive_t reorder;  /* user -> buf (inputs), buf -> user (outputs, gradients added) */
     void *buf;
-    /* the forward's dst when the primitive's layout is (N, C, H, W) with at most one inner block,
-     * on C: element (n, c, h, w) at n s[0] + (c / blk) s[1] + h s[2] + w s[3] + c % blk (plain
-     * NCHW: blk 1); 0: another layout (dst_round_out then reorders with oneDNN and rounds after) */
-    int64_t blk, s[4];
 } conv_arg;
 
 typedef struct conv_entry {
@@ -192,60 +188,25 @@ fail:
     return st;
 }
 
-/* Records the forward dst's layout in a (conv_arg.blk) where dst_round_out can read it. */
-static void dst_layout(conv_arg *a, const dnnl_memory_desc_t *md)
-{
-    a->blk = 0;
-    if (md->format_kind != dnnl_blocked || md->ndims != 4 || md->data_type != dnnl_f32 ||
-        md->offset0 != 0)
-        return;
-    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
-    if (bd->inner_nblks > 1 || (bd->inner_nblks == 1 && bd->inner_idxs[0] != 1)) return;
-    for (int d = 0; d < 4; d++) a->s[d] = bd->strides[d];
-    a->blk = bd->inner_nblks ? bd->inner_blks[0] : 1;
-}
-
-/* Mixed precision (bf16, f16): the forward's output y (N, C, H, W) rounded as the executor's
- * round_to would round it (bt_round_array), so conv2d's forward declares its output exact
- * (ops/conv.c, lowp_exact) and the worker skips that pass. Where dst_layout read the primitive's
- * layout (blocked on channels, as oneDNN's convolutions choose, or plain), each block of channels
- * of a sample is copied out of the buffer a row at a time (the row in L1) and its planes rounded
- * while they are still in cache (the output reorder and the rounding in one pass over memory);
- * for any other layout oneDNN's reorder runs and the planes are rounded after it
- * (not met by the shapes the tests run). The call's threads share the planes (by channel block
- * of a sample). */
+/* Mixed precision (bf16, f16): the forward's output y (N, C, H, W), copied out of the primitive's
+ * buffer by its reorder, rounded as the executor's round_to would round it (bt_round_array), so
+ * conv2d's forward declares its output exact (ops/conv.c, lowp_exact) and the worker skips that
+ * pass: the same pass, here. The call's threads share the planes. Fusing the rounding into the
+ * reorder would save the pass, but a plain C copy out of the blocked layout (nChw16c) measured
+ * slower than oneDNN's JIT reorder and the pass together (bench/round_skip.sh; an AVX-512
+ * transposing copy is what it would take). */
 static bt_status dst_round_out(conv_tls *t, const conv_entry *e, const conv_arg *a, bt_dtype precision,
                                float *y)
 {
-    const int64_t n = e->key.n, c = e->key.out, hw = e->key.ho * e->key.wo, wo = e->key.wo;
-    const int nt = e->key.threads;
-    if (!a->blk) {
-        if (a->reorder) {
-            dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
-            if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success ||
-                dnnl_stream_wait(t->stream) != dnnl_success)
-                return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d output reorder failed to run");
-        }
-        BT_PARALLEL_FOR(nt)
-        for (int64_t p = 0; p < n * c; p++) bt_round_array(precision, y + p * hw, (size_t)hw);
-        return BT_OK;
+    const int64_t planes = e->key.n * e->key.out, hw = e->key.ho * e->key.wo;
+    if (a->reorder) {
+        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
+        if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success ||
+            dnnl_stream_wait(t->stream) != dnnl_success)
+            return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d output reorder failed to run");
     }
-    const int64_t blk = a->blk, cb = (c + blk - 1) / blk, ho = e->key.ho;
-    /* the primitive wrote its buffer, or y itself (its layout is then plain NCHW: each plane is
-     * copied onto itself, then rounded) */
-    const float *buf = a->reorder ? a->buf : y;
-    BT_PARALLEL_FOR(nt)
-    for (int64_t q = 0; q < n * cb; q++) {
-        const int64_t in = q / cb, ib = q % cb, nj = c - ib * blk < blk ? c - ib * blk : blk;
-        const float *src = buf + in * a->s[0] + ib * a->s[1];
-        float *dst = y + (in * c + ib * blk) * hw; /* nj planes, one after another */
-        for (int64_t h = 0; h < ho; h++) {
-            const float *row = src + h * a->s[2]; /* one row of the block: wo x blk, in L1 */
-            for (int64_t j = 0; j < nj; j++)
-                for (int64_t w = 0; w < wo; w++) dst[j * hw + h * wo + w] = row[w * a->s[3] + j];
-        }
-        bt_round_array(precision, dst, (size_t)(nj * hw)); /* the block's planes, still in cache */
-    }
+    BT_PARALLEL_FOR(e->key.threads)
+    for (int64_t p = 0; p < planes; p++) bt_round_array(precision, y + p * hw, (size_t)hw);
     return BT_OK;
 }
 
@@ -320,7 +281,6 @@ static bt_status entry_build(conv_tls *t, const conv_key *k, conv_entry **out)
             (k->bias && (st = arg_build(t, e, DNNL_ARG_BIAS, &u_bias, dnnl_primitive_desc_query_md(fpd, dnnl_query_weights_md, 1), 0, 0, shape)) != BT_OK) ||
             (st = arg_build(t, e, DNNL_ARG_DST, &u_dst, dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0), 1, 0, shape)) != BT_OK)
             goto fail;
-        dst_layout(&e->arg[e->n_arg - 1], dnnl_primitive_desc_query_md(fpd, dnnl_query_dst_md, 0));
     } else if (k->kind == KIND_BWD_DATA) {
         TRY(dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &f32_src, &wei,
                                                      &dst, strides, pad_l, pad_r),
