@@ -94,18 +94,6 @@ static bt_status round_value(bt_engine *e, bt_stage *st, void *data, const bt_va
     return st->be->round_to(st->dev, e->params.precision, data, n);
 }
 
-/* Whether BATON_ROUND_SKIP allows skipping exact roundings: unset, empty or 1 yes, 0 no. */
-static bt_status round_skip_allowed(int *on)
-{
-    const char *v = getenv("BATON_ROUND_SKIP");
-    if (!v || !*v || strcmp(v, "1") == 0) *on = 1;
-    else if (strcmp(v, "0") == 0) *on = 0;
-    else
-        return bt_error(BT_ERR_INVALID_ARG, "BATON_ROUND_SKIP=%s: expected 1 (skip the mixed-precision "
-                        "roundings that cannot change a bit, the default) or 0 (round every value)", v);
-    return BT_OK;
-}
-
 /* BT_EXACT_GRAD beyond the graph's rule (bt_lowp_grad_writer): the one node that writes value v's
  * gradient is on this stage (and takes it: the stage keeps that gradient), and no channel adds
  * into it (v crosses to no stage). Its zeroed buffer then holds exactly what that node wrote. */
@@ -122,7 +110,7 @@ static int grad_exact(const bt_engine *e, const bt_stage *st, int v)
 bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st)
 {
     int on = 0;
-    BT_TRY(round_skip_allowed(&on));
+    BT_TRY(bt_lowp_skip_enabled(&on));
     for (int k = 0; k < st->n_nodes; k++) {
         st->exact[k] = 0;
         if (!on || e->params.precision == BT_F32) continue;

@@ -1,6 +1,21 @@
 /* graph/lowp_exact.c: the mixed-precision roundings an op's lowp_exact makes unnecessary (see
  * lowp_exact.h). Pure functions of the graph; nothing is cached. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
 #include "graph/lowp_exact.h"
+
+bt_status bt_lowp_skip_enabled(int *on)
+{
+    const char *v = getenv("BATON_ROUND_SKIP");
+    if (!v || !*v || strcmp(v, "1") == 0) *on = 1;
+    else if (strcmp(v, "0") == 0) *on = 0;
+    else
+        return bt_error(BT_ERR_INVALID_ARG, "BATON_ROUND_SKIP=%s: expected 1 (skip the mixed-precision "
+                        "roundings that cannot change a bit, the default) or 0 (round every value)", v);
+    return BT_OK;
+}
 
 static int op_says(const bt_graph *g, int node, bt_dtype precision, int pass, const char *backend)
 {

@@ -7,8 +7,13 @@
 #ifndef BT_GRAPH_LOWP_EXACT_H
 #define BT_GRAPH_LOWP_EXACT_H
 
+#include "baton/status.h"
 #include "baton/tensor.h"
 #include "graph/graph_internal.h"
+
+/* BATON_ROUND_SKIP: *on = 1 (unset, empty or "1": skip what these functions say is exact) or 0
+ * ("0": round every value, the reference); another value is BT_ERR_INVALID_ARG naming it. */
+bt_status bt_lowp_skip_enabled(int *on);
 
 /* 1 when node `node`'s output, as its op writes it from inputs that are values of precision
  * (BT_BF16, BT_F16), is one too: its op says so for the forward, and it neither reads nor

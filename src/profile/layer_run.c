@@ -23,8 +23,9 @@
  * as bt_worker_refresh_lowp does; the engine refreshes a stage's flat arrays at once, the profile
  * each layer's tensors). Values arriving from other layers are rounded once before timing (the
  * engine's arrive rounded). W rounds nothing, as in the worker. The roundings the worker skips as
- * exact (graph/lowp_exact.h) are skipped here too, a value's only consumer taken to be on its
- * stage (where a plan cuts between them, the engine rounds that gradient after all).
+ * exact (graph/lowp_exact.h) are skipped here too (unless BATON_ROUND_SKIP=0), a value's only
+ * consumer taken to be on its stage (where a plan cuts between them, the engine rounds that
+ * gradient after all).
  * Not reproduced: the bf16 activation store of a CPU stage under bf16 (exec/bf16_store.c: a
  * store after each forward write and loads before later reads, whose number depends on the
  * schedule's slot reuse); and the once-a-step conversion of a refreshed weight copy to bf16 in the
@@ -55,6 +56,7 @@ typedef struct layer_run {
     const bt_optimizer_config *opt;
     bt_dtype precision;        /* the compute precision (worker_nodes.c: e->params.precision) */
     int out_value;             /* the graph's output (the loss): never rounded */
+    int skip_exact;            /* BATON_ROUND_SKIP: skip the roundings the worker skips */
     int n_state;
     int n_vals;
     int *val;                  /* [n_vals] graph value ids */
@@ -288,11 +290,13 @@ static bt_status run_node_split(layer_run *r, int k, int backward, int split)
     /* worker_nodes.c: an output gradient is rounded once complete, as its producer's backward
      * reads it, unless one exact consumer alone wrote it (taken to be on the same stage) */
     const int node = r->layer->first_node + k;
-    if (backward == 1 && value_rounds(r, o) && bt_lowp_grad_writer(g, n->out, r->precision, r->be->name) < 0)
+    if (backward == 1 && value_rounds(r, o) &&
+        !(r->skip_exact && bt_lowp_grad_writer(g, n->out, r->precision, r->be->name) >= 0))
         st = round_data(r, r->grad[o], value_elements(r, o));
     if (st == BT_OK) st = r->be->run_op(r->dev, n->op, backward, &call);
     /* and an activation once its op wrote it, unless the op writes it exact */
-    if (st == BT_OK && backward == 0 && value_rounds(r, o) && !bt_lowp_output_exact(g, node, r->precision, r->be->name))
+    if (st == BT_OK && backward == 0 && value_rounds(r, o) &&
+        !(r->skip_exact && bt_lowp_output_exact(g, node, r->precision, r->be->name)))
         st = round_data(r, r->data[o], value_elements(r, o));
     if (st != BT_OK)
         return bt_error_context(st, "profiling the %s of layer '%s'",
@@ -392,6 +396,7 @@ bt_status bt_profile_measure_layer(const bt_graph *g, int l, const bt_backend *b
     r.opt = &pp->optimizer;
     r.precision = pp->precision;
     r.out_value = bt_graph_output_value(g);
+    BT_TRY(bt_lowp_skip_enabled(&r.skip_exact));
     r.n_state = pp->training ? bt_optim_state_count(&pp->optimizer) : 0;
     r.rng = bt_mix64(pp->seed ^ (uint64_t)(l + 1));
     memset(out, 0, sizeof *out);
