@@ -75,42 +75,32 @@ float bt_round_f16(float x) { return u2f(round_f16_u(f2u(x))); }
 /* The array loops work in blocks of BLOCK with a fixed trip count, which GCC vectorises even at
  * -O2 (whose cost model refuses loops that would need a scalar epilogue), then the tail. */
 #define BLOCK 16
-#define ROUND_LOOP(name, round_u)                                      \
-    BT_VCLONES static void name(float *restrict x, size_t n)          \
-    {                                                                  \
-        size_t i = 0;                                                  \
-        for (; i + BLOCK <= n; i += BLOCK)                             \
-            for (size_t j = 0; j < BLOCK; j++) {                       \
-                uint32_t u;                                            \
-                memcpy(&u, x + i + j, sizeof u);                       \
-                u = round_u(u);                                        \
-                memcpy(x + i + j, &u, sizeof u);                       \
-            }                                                          \
-        for (; i < n; i++) {                                           \
-            uint32_t u;                                                \
-            memcpy(&u, x + i, sizeof u);                               \
-            u = round_u(u);                                            \
-            memcpy(x + i, &u, sizeof u);                               \
-        }                                                              \
+#define ROUND_BODY(dst, x, n, round_u)                 \
+    size_t i = 0;                                      \
+    for (; i + BLOCK <= n; i += BLOCK)                 \
+        for (size_t j = 0; j < BLOCK; j++) {           \
+            uint32_t u;                                \
+            memcpy(&u, x + i + j, sizeof u);           \
+            u = round_u(u);                            \
+            memcpy(dst + i + j, &u, sizeof u);         \
+        }                                              \
+    for (; i < n; i++) {                               \
+        uint32_t u;                                    \
+        memcpy(&u, x + i, sizeof u);                   \
+        u = round_u(u);                                \
+        memcpy(dst + i, &u, sizeof u);                 \
     }
 
-ROUND_LOOP(round_bf16_loop, round_bf16_u)
-ROUND_LOOP(round_f16_loop, round_f16_u)
-
-/* dst = x rounded, one pass (the loops above, reading x and writing dst). */
-#define ROUND_COPY_LOOP(name, round_u)                                                   \
-    BT_VCLONES static void name(float *restrict dst, const float *restrict x, size_t n) \
-    {                                                                                    \
-        for (size_t i = 0; i < n; i++) {                                                 \
-            uint32_t u;                                                                  \
-            memcpy(&u, x + i, sizeof u);                                                 \
-            u = round_u(u);                                                              \
-            memcpy(dst + i, &u, sizeof u);                                               \
-        }                                                                                \
+/* name_loop rounds x in place; name_copy writes x rounded to dst in one pass */
+#define ROUND_LOOPS(name, round_u)                                                          \
+    BT_VCLONES static void name##_loop(float *restrict x, size_t n) { ROUND_BODY(x, x, n, round_u) } \
+    BT_VCLONES static void name##_copy(float *restrict dst, const float *restrict x, size_t n) \
+    {                                                                                       \
+        ROUND_BODY(dst, x, n, round_u)                                                      \
     }
 
-ROUND_COPY_LOOP(round_bf16_copy, round_bf16_u)
-ROUND_COPY_LOOP(round_f16_copy, round_f16_u)
+ROUND_LOOPS(round_bf16, round_bf16_u)
+ROUND_LOOPS(round_f16, round_f16_u)
 
 #ifdef BT_HALF_F16C
 /* vcvtps2ph with an explicit round-to-nearest-even immediate, then back: 8 floats at a time. */
