@@ -109,8 +109,8 @@ job_tests() {
 EMU_RUNS="sync:tests/test_cuda_emu sync:tests/test_cuda_emu_rt sync:tests/test_cuda sync:tests/test_cuda_engine
 async:tests/test_cuda_engine reverse:tests/test_cuda random:tests/test_cuda async:tests/dist_gpu.sh
 sync:tests/test_round_skip"
-EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build
-tests/test_round_skip"
+# one line: it is passed whole as make's check_PROGRAMS, where a newline breaks the target list
+EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build tests/test_round_skip"
 
 job_emu() {
   configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return
