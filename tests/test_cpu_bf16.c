@@ -96,7 +96,10 @@ static void test_path_is_the_cpus(void)
 static float rand_bf16(void) { return bt_round_bf16((float)rand() / RAND_MAX * 4 - 2); }
 
 /* One bf16 GEMM against the double reference, with leading dimensions larger than needed. */
-static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float beta)
+/* prec BT_BF16 (bf16 operands) or BT_F32 (any f32 values: the f32 path, oneDNN's matmul or
+ * OpenBLAS), on `threads` threads; with bias, through bt_gemm_bias (alpha 1, beta 0, relu). */
+static void check_gemm_at(bt_dtype prec, int threads, int ta, int tb, int m, int n, int k, float alpha,
+                          float beta, int with_bias)
 {
     const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
     const int rows_a = ta ? k : m, rows_b = tb ? n : k;
@@ -105,12 +108,20 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float b
     float *c = malloc(sizeof(float) * (size_t)m * ldc);
     float *c0 = malloc(sizeof(float) * (size_t)m * ldc);
     float *c_ref = malloc(sizeof(float) * (size_t)m * ldc);
-    for (int i = 0; i < rows_a * lda; i++) a[i] = rand_bf16();
-    for (int i = 0; i < rows_b * ldb; i++) b[i] = rand_bf16();
+    float *bias = malloc(sizeof(float) * (size_t)n);
+    const float f32_bits = prec == BT_F32 ? 1.0f / 3 : 1.0f; /* f32 operands: not bf16 values */
+    for (int i = 0; i < rows_a * lda; i++) a[i] = rand_bf16() * f32_bits;
+    for (int i = 0; i < rows_b * ldb; i++) b[i] = rand_bf16() * f32_bits;
+    for (int j = 0; j < n; j++) bias[j] = (float)rand() / RAND_MAX - 0.5f;
     for (int i = 0; i < m * ldc; i++) c0[i] = (float)rand() / RAND_MAX - 0.5f;
     memcpy(c, c0, sizeof(float) * (size_t)m * ldc);
     memcpy(c_ref, c0, sizeof(float) * (size_t)m * ldc);
-    bt_gemm_at(BT_BF16, 1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (with_bias) {
+        alpha = 1, beta = 0;
+        bt_gemm_bias(prec, threads, 0, ta, tb, m, n, k, a, lda, b, ldb, bias, 1, c, ldc);
+    } else {
+        bt_gemm_at(prec, threads, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
     CU_ASSERT(bt_gemm_take_error() == BT_OK);
     int bad = 0, pad_touched = 0;
     for (int i = 0; i < m; i++) {
@@ -122,14 +133,16 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float b
                 sum += x * y;
                 abs_sum += fabs(alpha * x * y);
             }
-            const double c_in = c0[(size_t)i * ldc + j];
-            const double ref = alpha * sum + beta * c_in;
-            const double tol = (k + 2) * ldexp(abs_sum, -23) + ldexp(fabs(beta * c_in), -23) + 1e-30;
+            const double c_in = with_bias ? bias[j] : c0[(size_t)i * ldc + j];
+            double ref = alpha * sum + (with_bias ? c_in : beta * c_in);
+            if (with_bias && ref < 0) ref = 0;
+            const double tol = (k + 2) * ldexp(abs_sum, -23) + ldexp(fabs(c_in), -23) + 1e-30;
             if (fabs(c[(size_t)i * ldc + j] - ref) > tol) {
                 if (bad < 3)
-                    printf("\n  ta %d tb %d %dx%dx%d alpha %g beta %g: C[%d,%d] = %.9g, reference %.9g "
-                           "(tolerance %.3g)",
-                           ta, tb, m, n, k, alpha, beta, i, j, c[(size_t)i * ldc + j], ref, tol);
+                    printf("\n  %s, %d thread(s), ta %d tb %d %dx%dx%d alpha %g beta %g%s: C[%d,%d] = %.9g, "
+                           "reference %.9g (tolerance %.3g)", bt_dtype_name(prec), threads, ta, tb, m, n,
+                           k, alpha, beta, with_bias ? " bias relu" : "", i, j, c[(size_t)i * ldc + j],
+                           ref, tol);
                 bad++;
             }
         }
@@ -137,7 +150,7 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float b
     }
     CU_ASSERT(bad == 0);
     CU_ASSERT(!pad_touched);
-    if (!bt_cpu_bf16_native()) { /* the f32 path is sgemm itself */
+    if (prec == BT_BF16 && !with_bias && !bt_cpu_bf16_native()) { /* the f32 path is sgemm itself */
         bt_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c_ref, ldc);
         CU_ASSERT(memcmp(c, c_ref, sizeof(float) * (size_t)m * ldc) == 0);
     }
@@ -146,6 +159,12 @@ static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float b
     free(c);
     free(c0);
     free(c_ref);
+    free(bias);
+}
+
+static void check_gemm(int ta, int tb, int m, int n, int k, float alpha, float beta)
+{
+    check_gemm_at(BT_BF16, 1, ta, tb, m, n, k, alpha, beta, 0);
 }
 
 static void test_gemm_against_reference(void)
@@ -158,6 +177,25 @@ static void test_gemm_against_reference(void)
         for (int t = 0; t < 4; t++)
             for (int x = 0; x < 3; x++)
                 check_gemm(t & 1, t >> 1, sizes[s][0], sizes[s][1], sizes[s][2], ab[x][0], ab[x][1]);
+}
+
+/* f32 GEMMs (oneDNN's matmul primitive on the default path, OpenBLAS under
+ * BATON_CPU_F32=openblas) against a double reference: every transpose, strides wider than the
+ * rows, alpha and beta, the bias and relu epilogue, on 1 and 2 threads. */
+static void test_f32_gemm_against_reference(void)
+{
+    if (bt_cpu_f32_init() != BT_OK) return; /* a forced path the build lacks: devices refuse */
+    srand(11);
+    const int sizes[][3] = {{1, 1, 1}, {37, 53, 61}, {256, 96, 300}, {5, 700, 33}};
+    const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, 0.25f}};
+    for (int threads = 1; threads <= 2; threads++)
+        for (int s = 0; s < 4; s++)
+            for (int t = 0; t < 4; t++) {
+                for (int x = 0; x < 3; x++)
+                    check_gemm_at(BT_F32, threads, t & 1, t >> 1, sizes[s][0], sizes[s][1], sizes[s][2],
+                                  ab[x][0], ab[x][1], 0);
+                check_gemm_at(BT_F32, threads, t & 1, t >> 1, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, 1);
+            }
 }
 
 /* The bias added in the GEMM's epilogue (bt_gemm_bias) against the unfused pair: rows set to
@@ -372,6 +410,7 @@ int main(void)
     const bt_test_case cases[] = {
         {"the bf16 path is the CPU's (or the forced one)", test_path_is_the_cpus},
         {"bf16 GEMM = double reference within f32 accumulation", test_gemm_against_reference},
+        {"f32 GEMM = double reference, bias and relu in the epilogue", test_f32_gemm_against_reference},
         {"bias in the epilogue = bias then GEMM", test_fused_bias_equals_unfused},
         {"bf16 GEMMs use each device's thread count", test_threads_per_device},
         {"f32 GEMMs use each device's thread count (oneDNN)", test_f32_threads_per_device},

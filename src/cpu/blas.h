@@ -39,8 +39,17 @@ void bt_blas_bind_threads(int threads);
  * the caller then uses OpenBLAS). */
 int bt_gemm_f32_onednn(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                        int lda, const float *b, int ldb, float beta, float *c, int ldc);
-/* The largest thread count an f32 GEMM on oneDNN has run with since the last reset (tests). */
+/* The largest thread count an f32 GEMM on oneDNN has run with since the last reset (tests), and
+ * how a GEMM on that path records its count. */
 int bt_gemm_f32_threads_seen(int reset);
+void bt_gemm_f32_note_threads(int used);
+/* C = alpha op(A) op(B) + beta C (+ bias in every row, then max(C, 0) if relu) with f32 operands
+ * read in place, on `threads` OpenMP threads, by a oneDNN matmul primitive cached per shape and
+ * thread (gemm_bf16.c): 0, or -1 when it cannot (no oneDNN, an empty product, a oneDNN failure;
+ * the caller then computes C another way). */
+int bt_gemm_dnnl_f32(int threads, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                     const float *a, int lda, const float *b, int ldb, float beta, const float *bias,
+                     int relu, float *c, int ldc);
 
 /* C = alpha * op(A) * op(B) + beta * C, row-major. op(A) is M x K, op(B) is K x N, C is M x N.
  * lda, ldb, ldc are row strides of A, B, C as stored. */

@@ -1,4 +1,6 @@
-/* cpu/gemm_bf16.c: the matrix products of `precision: bf16` on the CPU. Under mixed precision
+/* cpu/gemm_bf16.c: the matrix products of `precision: bf16` on the CPU, and the oneDNN matmul
+ * primitives (cached per shape and thread) that also run the f32 path's GEMMs (bt_gemm_dnnl_f32,
+ * f32 operands read in place; gemm_f32.c chooses that path). Under mixed precision
  * every operand a GEMM reads is already a bf16 value held in f32 (worker.c rounds activations,
  * gradients and the parameters' compute copies), so the products can run in bf16 with f32
  * accumulation without changing what is computed, only the order of the f32 sums.
@@ -177,8 +179,10 @@ int bt_gemm_bf16_threads_seen(int reset)
 typedef struct gemm_key {
     int ta, tb, m, n, k, ldc, threads;
     float alpha, beta;
-    int bias; /* 1: C = op(A) op(B) + bias, the bias (n) added in the epilogue */
-    int relu; /* 1: then relu, in the epilogue too */
+    int bias;     /* 1: C = op(A) op(B) + bias, the bias (n) added in the epilogue */
+    int relu;     /* 1: then relu, in the epilogue too */
+    int f32;      /* 1: f32 operands read in place (strides lda, ldb); 0: bf16, converted, packed */
+    int lda, ldb; /* f32 keys only */
 } gemm_key;
 
 typedef struct gemm_entry {
@@ -243,14 +247,15 @@ static int key_equal(const gemm_key *a, const gemm_key *b)
 {
     return a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->ldc == b->ldc && a->threads == b->threads && a->alpha == b->alpha &&
-           a->beta == b->beta && a->bias == b->bias && a->relu == b->relu;
+           a->beta == b->beta && a->bias == b->bias && a->relu == b->relu && a->f32 == b->f32 &&
+           a->lda == b->lda && a->ldb == b->ldb;
 }
 
 #define DNNL_TRY(call, what)                                                                     \
     do {                                                                                         \
         if ((call) != dnnl_success) {                                                            \
-            snprintf(t->error, sizeof t->error, "oneDNN: %s failed for a bf16 GEMM %dx%dx%d",   \
-                     what, key->m, key->n, key->k);                                              \
+            snprintf(t->error, sizeof t->error, "oneDNN: %s failed for %s GEMM %dx%dx%d",       \
+                     what, key->f32 ? "an f32" : "a bf16", key->m, key->n, key->k);              \
             goto fail;                                                                           \
         }                                                                                        \
     } while (0)
@@ -271,15 +276,19 @@ static gemm_entry *entry_build(gemm_tls *t, const gemm_key *key)
     dnnl_memory_desc_t a, b, c, bias;
     dnnl_dims_t da = {key->m, key->k}, db = {key->k, key->n}, dc = {key->m, key->n};
     dnnl_dims_t dbias = {1, key->n}, sbias = {key->n, 1};
-    dnnl_dims_t sa = {key->ta ? 1 : key->k, key->ta ? key->m : 1};
-    dnnl_dims_t sb = {key->tb ? 1 : key->n, key->tb ? key->k : 1};
+    /* bf16 operands are converted into packed buffers; f32 ones are read where they are */
+    const int lda = key->f32 ? key->lda : key->ta ? key->m : key->k;
+    const int ldb = key->f32 ? key->ldb : key->tb ? key->k : key->n;
+    const dnnl_data_type_t ab = key->f32 ? dnnl_f32 : dnnl_bf16;
+    dnnl_dims_t sa = {key->ta ? 1 : lda, key->ta ? lda : 1};
+    dnnl_dims_t sb = {key->tb ? 1 : ldb, key->tb ? ldb : 1};
     dnnl_dims_t sc = {key->ldc, 1};
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_matmul_desc_t md;
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa), "memory_desc_init(A)");
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb), "memory_desc_init(B)");
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&a, 2, da, ab, sa), "memory_desc_init(A)");
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&b, 2, db, ab, sb), "memory_desc_init(B)");
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&c, 2, dc, dnnl_f32, sc), "memory_desc_init(C)");
     if (key->bias)
         DNNL_TRY(dnnl_memory_desc_init_by_strides(&bias, 2, dbias, dnnl_f32, sbias), "memory_desc_init(bias)");
@@ -326,6 +335,7 @@ static int gemm_dnnl(gemm_tls *t, const gemm_key *key, int param, const float *a
         if (key_equal(&t->entry[i].key, key)) e = &t->entry[i];
     if (!e && !(e = entry_build(t, key))) return -1;
     e->used = ++t->clock;
+    if (key->f32) param = 0; /* read in place: nothing to keep */
     const int rows_a = key->ta ? key->k : key->m, cols_a = key->ta ? key->m : key->k;
     const int rows_b = key->tb ? key->n : key->k, cols_b = key->tb ? key->k : key->n;
     bt_bf16_param *pa = param & BT_GEMM_PARAM_A ? bt_bf16_param_acquire(a, rows_a, cols_a, lda, key->threads) : NULL;
@@ -340,23 +350,27 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, bt_bf1
                          bt_bf16_param *pb, const float *a, int lda, const float *b, int ldb,
                          const float *bias, float *c)
 {
-    const size_t na = pa ? 0 : (size_t)key->m * key->k, nb = pb ? 0 : (size_t)key->k * key->n;
-    if (na + nb > t->cap) {
-        uint16_t *grown = realloc(t->buf, (na + nb) * sizeof *grown);
-        if (!grown) {
-            snprintf(t->error, sizeof t->error, "out of memory for a bf16 GEMM's operands (%zu bytes)",
-                     (na + nb) * sizeof *grown);
-            return -1;
-        }
-        t->buf = grown;
-        t->cap = na + nb;
+    const void *ha = a, *hb = b; /* f32: the operands themselves */
+    if (!key->f32) {
+        const size_t na = pa ? 0 : (size_t)key->m * key->k, nb = pb ? 0 : (size_t)key->k * key->n;
+        if (na + nb > t->cap) {
+            uint16_t *grown = realloc(t->buf, (na + nb) * sizeof *grown);
+            if (!grown) {
+                snprintf(t->error, sizeof t->error, "out of memory for a bf16 GEMM's operands (%zu bytes)",
+                         (na + nb) * sizeof *grown);
+                return -1;
+            }
+            t->buf = grown;
+            t->cap = na + nb;
     }
-    uint16_t *a16 = pa ? (uint16_t *)bt_bf16_param_data(pa) : t->buf;
-    uint16_t *b16 = pb ? (uint16_t *)bt_bf16_param_data(pb) : t->buf + na;
-    if (!pa) bt_bf16_convert(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16, key->threads);
-    if (!pb) bt_bf16_convert(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16, key->threads);
-    if (dnnl_memory_set_data_handle(e->a, a16) != dnnl_success ||
-        dnnl_memory_set_data_handle(e->b, b16) != dnnl_success ||
+        uint16_t *a16 = pa ? (uint16_t *)bt_bf16_param_data(pa) : t->buf;
+        uint16_t *b16 = pb ? (uint16_t *)bt_bf16_param_data(pb) : t->buf + na;
+        if (!pa) bt_bf16_convert(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16, key->threads);
+        if (!pb) bt_bf16_convert(b, key->tb ? key->n : key->k, key->tb ? key->k : key->n, ldb, b16, key->threads);
+        ha = a16, hb = b16;
+    }
+    if (dnnl_memory_set_data_handle(e->a, (void *)ha) != dnnl_success ||
+        dnnl_memory_set_data_handle(e->b, (void *)hb) != dnnl_success ||
         dnnl_memory_set_data_handle(e->c, c) != dnnl_success ||
         (key->bias && dnnl_memory_set_data_handle(e->bias, (void *)bias) != dnnl_success)) {
         snprintf(t->error, sizeof t->error, "oneDNN: memory_set_data_handle failed");
@@ -368,8 +382,8 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, bt_bf1
                                {DNNL_ARG_BIAS, e->bias}};
     if (dnnl_primitive_execute(e->prim, t->stream, key->bias ? 4 : 3, args) != dnnl_success ||
         dnnl_stream_wait(t->stream) != dnnl_success) {
-        snprintf(t->error, sizeof t->error, "oneDNN: a bf16 GEMM %dx%dx%d failed to run", key->m,
-                 key->n, key->k);
+        snprintf(t->error, sizeof t->error, "oneDNN: %s GEMM %dx%dx%d failed to run",
+                 key->f32 ? "an f32" : "a bf16", key->m, key->n, key->k);
         return -1;
     }
     return 0;
@@ -396,6 +410,28 @@ static gemm_tls *tls_for_call(int threads)
 }
 #endif
 
+int bt_gemm_dnnl_f32(int threads, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                     const float *a, int lda, const float *b, int ldb, float beta, const float *bias,
+                     int relu, float *c, int ldc)
+{
+#ifdef BATON_HAVE_DNNL
+    if (m <= 0 || n <= 0 || k <= 0) return -1;
+    gemm_tls *t = tls_get();
+    if (!t) return -1;
+    if (threads < 1) threads = 1;
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, bias != NULL,
+                          relu != 0, 1, lda, ldb};
+    if (gemm_dnnl(t, &key, 0, a, lda, b, ldb, bias, c) == 0) return 0;
+    t->error[0] = 0; /* the caller computes it another way */
+    return -1;
+#else
+    (void)threads, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a;
+    (void)lda, (void)b, (void)ldb, (void)beta, (void)bias, (void)relu, (void)c, (void)ldc;
+    return -1;
+#endif
+}
+
 void bt_gemm_at(bt_dtype precision, int threads, int trans_a, int trans_b, int m, int n, int k,
                 float alpha, const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc)
@@ -412,7 +448,7 @@ void bt_gemm_param(bt_dtype precision, int threads, int param, int trans_a, int 
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
         if (threads < 1) threads = 1;
         gemm_tls *t = tls_for_call(threads);
-        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, 0, 0};
+        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, alpha, beta, 0, 0, 0, 0, 0};
         if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, NULL, c) == 0) return;
     }
 #else
@@ -431,8 +467,14 @@ void bt_gemm_bias(bt_dtype precision, int threads, int param, int trans_a, int t
     if (precision == BT_BF16 && m > 0 && n > 0 && k > 0 && bt_cpu_bf16_native()) {
         if (threads < 1) threads = 1;
         gemm_tls *t = tls_for_call(threads);
-        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1, relu != 0};
+        const gemm_key key = {trans_a != 0, trans_b != 0, m, n, k, ldc, threads, 1, 0, 1, relu != 0, 0, 0, 0};
         if (t && gemm_dnnl(t, &key, param, a, lda, b, ldb, bias, c) == 0) return;
+    }
+    /* f32 on oneDNN: the bias and the relu in the matmul's epilogue too */
+    if (precision == BT_F32 && bt_cpu_f32_onednn() &&
+        bt_gemm_dnnl_f32(threads, trans_a, trans_b, m, n, k, 1, a, lda, b, ldb, 0, bias, relu, c, ldc) == 0) {
+        bt_gemm_f32_note_threads(threads < 1 ? 1 : threads);
+        return;
     }
 #endif
     for (int r = 0; r < m; r++) memcpy(c + (size_t)r * ldc, bias, (size_t)n * sizeof *c);

@@ -6,8 +6,9 @@
  * device" cannot be true through it. oneDNN's sgemm threads through OpenMP, whose count belongs
  * to the calling thread: each stage worker runs its GEMMs on a team of its own device's size.
  * Paths, chosen once per process when the first CPU device opens:
- *   - "onednn": bt_sgemm calls dnnl_sgemm with the calling thread's count (bt_blas_bind_threads;
- *     the CPU backend binds each op call to its device's count);
+ *   - "onednn": bt_sgemm runs a oneDNN matmul primitive (bt_gemm_dnnl_f32, cached per shape in
+ *     gemm_bf16.c; dnnl_sgemm if one cannot be built) with the calling thread's count
+ *     (bt_blas_bind_threads; the CPU backend binds each op call to its device's count);
  *   - "openblas": OpenBLAS's cblas_sgemm with its one process-wide count (blas.c), as before.
  * BATON_CPU_F32 = auto | onednn | openblas chooses; auto is onednn where the build has oneDNN.
  * On 1 thread oneDNN's sgemm ran the MLP's shapes at 26-53 GFLOP/s against OpenBLAS SkylakeX's
@@ -81,6 +82,12 @@ const char *bt_cpu_f32_describe(void)
 
 void bt_blas_bind_threads(int threads) { bound_threads = threads > 0 ? threads : 0; }
 
+void bt_gemm_f32_note_threads(int used)
+{
+    int seen = atomic_load(&f32_threads_seen);
+    while (used > seen && !atomic_compare_exchange_weak(&f32_threads_seen, &seen, used)) {}
+}
+
 int bt_gemm_f32_threads_seen(int reset)
 {
     return reset ? atomic_exchange(&f32_threads_seen, 0) : atomic_load(&f32_threads_seen);
@@ -94,8 +101,12 @@ int bt_gemm_f32_onednn(int trans_a, int trans_b, int m, int n, int k, float alph
     if (bound_threads > 0 && omp_get_max_threads() != bound_threads)
         omp_set_num_threads(bound_threads);
     const int used = omp_get_max_threads();
-    int seen = atomic_load(&f32_threads_seen);
-    while (used > seen && !atomic_compare_exchange_weak(&f32_threads_seen, &seen, used)) {}
+    bt_gemm_f32_note_threads(used);
+    /* oneDNN's matmul primitive (brgemm kernels, cached per shape in gemm_bf16.c) beat its
+     * dnnl_sgemm by up to 1.5x on the MLP's shapes with 2 threads (256x1024x1024 with B
+     * transposed: 209 against 137 GFLOP/s); dnnl_sgemm stays for a primitive that fails */
+    if (bt_gemm_dnnl_f32(used, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, NULL, 0, c, ldc) == 0)
+        return 0;
     return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                       beta, c, ldc) == dnnl_success ? 0 : -1;
 #else
