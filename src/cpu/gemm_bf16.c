@@ -174,7 +174,10 @@ int bt_gemm_bf16_threads_seen(int reset)
 
 #ifdef BATON_HAVE_DNNL
 
-#define GEMM_CACHE 24
+/* Primitives kept per thread: every shape, transpose and epilogue of a stage's GEMMs (three a
+ * linear layer and micro-batch size, f32 and bf16 alike since the f32 path runs here too); a
+ * miss rebuilds one from oneDNN's own primitive cache (20-90 us). */
+#define GEMM_CACHE 64
 
 typedef struct gemm_key {
     int ta, tb, m, n, k, ldc, threads;
