@@ -120,14 +120,7 @@ static inline void run_three_steps(const bt_graph *g, const bt_engine_params *p,
         CU_ASSERT_FATAL(st == BT_OK);
         r->loss[step] = res.loss;
     }
-    r->n = bt_graph_num_params(g);
-    for (int i = 0; i < r->n; i++) {
-        bt_param_info info;
-        bt_graph_param(g, i, &info);
-        r->sizes[i] = (size_t)bt_shape_numel(&info.shape) * sizeof(float);
-        r->params[i] = malloc(r->sizes[i]);
-        CU_ASSERT_FATAL(bt_engine_read_param(e, info.name, r->params[i], r->sizes[i]) == BT_OK);
-    }
+    r->n = bt_test_read_params(e, g, r->params, r->sizes, (int)(sizeof r->params / sizeof r->params[0]));
     bt_engine_destroy(e);
 }
 

@@ -175,14 +175,7 @@ static void run_fed(const bt_graph *g, const bt_engine_params *p, int pre_round,
         r->loss[step] = res.loss;
     }
     CU_ASSERT_FATAL(bt_engine_forward_layer(e, b.feeds, 2, "head", logits, NULL) == BT_OK);
-    r->n = bt_graph_num_params(g);
-    for (int i = 0; i < r->n; i++) {
-        bt_param_info info;
-        bt_graph_param(g, i, &info);
-        r->sizes[i] = (size_t)bt_shape_numel(&info.shape) * sizeof(float);
-        r->params[i] = malloc(r->sizes[i]);
-        CU_ASSERT_FATAL(bt_engine_read_param(e, info.name, r->params[i], r->sizes[i]) == BT_OK);
-    }
+    r->n = bt_test_read_params(e, g, r->params, r->sizes, (int)(sizeof r->params / sizeof r->params[0]));
     bt_engine_destroy(e);
 }
 

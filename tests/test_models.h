@@ -1,4 +1,5 @@
-/* tests/test_models.h: graphs several test programs build through the C API. */
+/* tests/test_models.h: graphs several test programs build through the C API, and reading a
+ * trained engine's parameters back to compare runs. */
 #ifndef BT_TEST_MODELS_H
 #define BT_TEST_MODELS_H
 
@@ -64,5 +65,21 @@ static const char bt_test_decode_mix_yaml[] =
     "  - {name: n2, op: rmsnorm}\n"
     "  - {name: head, op: linear, args: {out: 13}}\n"
     "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
+
+/* Reads every parameter of g from e into params[i] (malloc'ed, sizes[i] bytes; f32), at most
+ * max of them; returns how many (the caller frees them). */
+static inline int bt_test_read_params(bt_engine *e, const bt_graph *g, float **params, size_t *sizes, int max)
+{
+    const int n = bt_graph_num_params(g);
+    CU_ASSERT_FATAL(n <= max);
+    for (int i = 0; i < n; i++) {
+        bt_param_info info;
+        bt_graph_param(g, i, &info);
+        sizes[i] = (size_t)bt_shape_numel(&info.shape) * sizeof(float);
+        params[i] = malloc(sizes[i]);
+        CU_ASSERT_FATAL(bt_engine_read_param(e, info.name, params[i], sizes[i]) == BT_OK);
+    }
+    return n;
+}
 
 #endif
