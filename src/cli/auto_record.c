@@ -47,12 +47,8 @@ int bt_cli_auto_record(const char *dir, const bt_parallel_config *cfg, int threa
                            cfg->stages, cfg->microbatches, bt_schedule_name(cfg->schedule),
                            cfg->virtual_stages > 1 ? cfg->virtual_stages : 1, threads, recompute,
                            cfg->devices ? cfg->devices : "-", cfg->layout ? cfg->layout : "-");
-    bt_atomic_file *f = NULL;
     if (!path || !text) st = bt_error(BT_ERR_NOMEM, "out of memory");
-    if (st == BT_OK) st = bt_atomic_file_open(path, &f);
-    if (st == BT_OK) st = bt_atomic_file_write(f, text, strlen(text));
-    if (st == BT_OK) st = bt_atomic_file_commit(f);
-    else if (f) bt_atomic_file_abort(f);
+    else st = bt_atomic_file_write_all(path, text, strlen(text));
     free(path);
     free(text);
     return st == BT_OK ? BT_EXIT_OK : bt_cli_fail("run", st);

@@ -136,13 +136,8 @@ int bt_cli_conv_record_write(const char *dir, int always)
     if (ok) snprintf(text + used, cap - used, "\n]}\n");
     else free(text), text = NULL;
     char *name = own_name(), *path = name ? bt_strfmt("%s/%s", dir, name) : NULL;
-    bt_status st = BT_OK;
-    bt_atomic_file *f = NULL;
-    if (!text || !path) st = bt_error(BT_ERR_NOMEM, "out of memory");
-    if (st == BT_OK) st = bt_atomic_file_open(path, &f);
-    if (st == BT_OK) st = bt_atomic_file_write(f, text, strlen(text));
-    if (st == BT_OK) st = bt_atomic_file_commit(f);
-    else if (f) bt_atomic_file_abort(f);
+    bt_status st = !text || !path ? bt_error(BT_ERR_NOMEM, "out of memory")
+                                  : bt_atomic_file_write_all(path, text, strlen(text));
     if (st != BT_OK) st = bt_error_context(st, "writing the conv2d path record %s", path ? path : dir);
     free(text), free(name), free(path);
     if (st != BT_OK) return bt_cli_fail("run", st);

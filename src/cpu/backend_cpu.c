@@ -7,7 +7,6 @@
  * what timing needs, and waiting for one is a no-op. Every cpu:N shares the machine's memory. */
 #include <malloc.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,24 +201,18 @@ static bt_status cpu_optimizer_update(bt_device *dev, const bt_optimizer_config 
     size_t per;
     const int64_t blocks = elem ? cpu_blocks(dev, n, elem, &per) : 0;
     if (blocks <= 1) return bt_optim_update(cfg, dtype, w, g, state, n, lr, step, grad_scale);
-    /* the arguments checked here, on the calling thread (an error's message is per thread), so
-     * the blocks, the same update on their own elements, cannot fail */
-    BT_TRY(bt_optim_update(cfg, dtype, w, g, state, 0, lr, step, grad_scale));
-    if (!w || !g) return bt_error(BT_ERR_INVALID_ARG, "optimizer step: NULL weights or gradients");
+    /* the arguments checked here, on the calling thread (an error's message is per thread): the
+     * blocks, the same update on their own elements, then cannot fail */
+    BT_TRY(bt_optim_check(cfg, dtype, w, g, state, n, step));
     const int k = bt_optim_state_count(cfg);
-    for (int i = 0; i < k; i++)
-        if (!state[i]) return bt_error(BT_ERR_INVALID_ARG, "optimizer step: state array %d missing", i);
-    atomic_int failed = 0;
     BT_PARALLEL_FOR(dev->threads)
     for (int64_t b = 0; b < blocks; b++) {
         const size_t at = (size_t)b * per, len = n - at < per ? n - at : per;
         void *sb[2] = {NULL, NULL};
-        for (int i = 0; i < k && i < 2; i++) sb[i] = (char *)state[i] + at * elem;
-        if (bt_optim_update(cfg, dtype, (char *)w + at * elem, (const char *)g + at * elem, sb, len,
-                            lr, step, grad_scale) != BT_OK)
-            atomic_store(&failed, 1);
+        for (int i = 0; i < k; i++) sb[i] = (char *)state[i] + at * elem;
+        (void)bt_optim_update(cfg, dtype, (char *)w + at * elem, (const char *)g + at * elem, sb, len,
+                              lr, step, grad_scale);
     }
-    if (atomic_load(&failed)) return bt_error(BT_ERR_INTERNAL, "optimizer step: a block of %zu values failed", per);
     return BT_OK;
 }
 

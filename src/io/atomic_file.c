@@ -254,6 +254,16 @@ done:
     return st;
 }
 
+bt_status bt_atomic_file_write_all(const char *path, const void *data, size_t size)
+{
+    bt_atomic_file *f = NULL;
+    bt_status st = bt_atomic_file_open(path, &f);
+    if (st == BT_OK) st = bt_atomic_file_write(f, data, size);
+    if (st == BT_OK) return bt_atomic_file_commit(f);
+    bt_atomic_file_abort(f);
+    return st;
+}
+
 void bt_atomic_file_abort(bt_atomic_file *f)
 {
     if (!f) return;

@@ -58,5 +58,8 @@ bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
 bt_status bt_atomic_file_commit(bt_atomic_file *f);
 /* Closes and removes the temporary file and frees f; accepts NULL. */
 void bt_atomic_file_abort(bt_atomic_file *f);
+/* path's whole contents replaced by data[0..size) atomically: open, write, commit (abort on a
+ * failure, the target keeping its old contents). */
+bt_status bt_atomic_file_write_all(const char *path, const void *data, size_t size);
 
 #endif

@@ -118,6 +118,16 @@ static bt_status check_args(const bt_optimizer_config *cfg, const bt_optim_step_
 BT_DEFINE_OPTIM_STEP(bt_optim_step_f32, float, sqrtf)
 BT_DEFINE_OPTIM_STEP(bt_optim_step_f64, double, sqrt)
 
+bt_status bt_optim_check(const bt_optimizer_config *cfg, bt_dtype dtype, const void *w, const void *g,
+                         void *const *state, size_t n, int64_t step)
+{
+    if (dtype != BT_F32 && dtype != BT_F64)
+        return bt_error(BT_ERR_UNSUPPORTED, "optimizer: parameters of dtype %s are not supported "
+                        "(f32 or f64 master weights)", bt_dtype_name(dtype));
+    const bt_optim_step_args args = {0, step, 1};
+    return check_args(cfg, &args, (int64_t)n, w, g, (const void *const *)state);
+}
+
 bt_status bt_optim_update(const bt_optimizer_config *cfg, bt_dtype dtype, void *w, const void *g,
                           void *const *state, size_t n, double lr, int64_t step,
                           double grad_scale)

@@ -68,6 +68,13 @@ bt_status bt_optim_update(const bt_optimizer_config *cfg, bt_dtype dtype, void *
                           void *const *state, size_t n, double lr, int64_t step,
                           double grad_scale);
 
+/* The checks bt_optim_update makes before it writes anything: BT_OK when an update of n values
+ * of dtype with these arguments can run (then it cannot fail), else the error it would return.
+ * For a caller that runs the update in pieces on other threads (an error's message is per
+ * thread). */
+bt_status bt_optim_check(const bt_optimizer_config *cfg, bt_dtype dtype, const void *w, const void *g,
+                         void *const *state, size_t n, int64_t step);
+
 /* Sum of squares of x[0..n), accumulated in double. */
 double bt_optim_sumsq_f32(const float *x, int64_t n);
 double bt_optim_sumsq_f64(const double *x, int64_t n);

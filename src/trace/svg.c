@@ -79,11 +79,7 @@ bt_status bt_svg_write(bt_svg *b, const char *what, const char *path)
         b->s = NULL;
         return bt_error(BT_ERR_NOMEM, "%s: out of memory", what);
     }
-    bt_atomic_file *f = NULL;
-    bt_status st = bt_atomic_file_open(path, &f);
-    if (st == BT_OK) st = bt_atomic_file_write(f, b->s, b->len);
-    if (st == BT_OK) st = bt_atomic_file_commit(f);
-    else bt_atomic_file_abort(f);
+    bt_status st = bt_atomic_file_write_all(path, b->s, b->len);
     free(b->s);
     b->s = NULL;
     return st;
