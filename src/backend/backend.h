@@ -173,4 +173,15 @@ bt_status bt_device_parse(const char *spec, char *kind, size_t kind_size, int *i
 
 const bt_backend *bt_cpu_backend(void);
 
+/* A parameter's rounded compute copy refreshed from its f32 master weights: the backend's
+ * round_copy where it has one, else a copy and round_to. The engine's refresh and the
+ * profiler's use it, so both time and run the same passes. */
+static inline bt_status bt_backend_refresh_copy(const bt_backend *be, bt_device *dev, bt_dtype precision,
+                                                float *w_lp, const float *w, size_t n)
+{
+    if (be->round_copy) return be->round_copy(dev, precision, w_lp, w, n);
+    bt_status st = be->copy_async(dev, BT_STREAM_COMPUTE, BT_COPY_D2D, w_lp, w, n * sizeof *w);
+    return st != BT_OK ? st : be->round_to(dev, precision, w_lp, n);
+}
+
 #endif

@@ -36,12 +36,8 @@ static bt_status stage_barrier(bt_engine *e, bt_worker *w)
 /* Refreshes the rounded compute copy of a parameter after its master weights changed. */
 bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p)
 {
-    if (!p->w_lp) return BT_OK;
-    if (st->be->round_copy) /* a compute copy exists only with f32 master weights (engine.c) */
-        return st->be->round_copy(st->dev, e->params.precision, p->w_lp, p->w, p->numel);
-    BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, p->w_lp, p->w,
-                              p->numel * bt_dtype_size(e->dtype)));
-    return st->be->round_to(st->dev, e->params.precision, p->w_lp, p->numel);
+    if (!p->w_lp) return BT_OK; /* exists only with f32 master weights (engine.c) */
+    return bt_backend_refresh_copy(st->be, st->dev, e->params.precision, p->w_lp, p->w, p->numel);
 }
 
 /* The first of st's parameters whose gradient is not finite, or -1 when each is but their sum of

@@ -123,14 +123,12 @@ static int value_rounds(const layer_run *r, int i)
     return r->g->values[r->val[i]].dtype != BT_I32 && r->val[i] != r->out_value;
 }
 
-/* The rounded compute copy of a parameter: its master weights, copied and rounded
- * (bt_worker_refresh_lowp). */
+/* The rounded compute copy of a parameter refreshed from its master weights, as the engine's
+ * bt_worker_refresh_lowp does it. */
 static bt_status refresh_lowp(layer_run *r, size_t slot)
 {
     if (!r->w_lp[slot]) return BT_OK;
-    BT_TRY(r->be->copy_async(r->dev, BT_STREAM_COMPUTE, BT_COPY_D2D, r->w_lp[slot], r->w[slot],
-                             r->numel[slot] * sizeof(float)));
-    return r->be->round_to(r->dev, r->precision, r->w_lp[slot], r->numel[slot]);
+    return bt_backend_refresh_copy(r->be, r->dev, r->precision, r->w_lp[slot], r->w[slot], r->numel[slot]);
 }
 
 size_t bt_profile_value_row_bytes(const bt_value *v)
