@@ -30,7 +30,7 @@ void bt_bf16_param_release(bt_bf16_param *p);
  * Every element of [dst, dst + n) must be written and passed to block exactly once between begin
  * and end; blocks may run on several threads at once. The copies are bit for bit what acquire
  * would convert. */
-#define BT_BF16_REFRESH 16
+#define BT_BF16_REFRESH 128 /* the cache holds at most 128 copies (bf16_params.c) */
 typedef struct bt_bf16_refresh {
     int n;
     bt_bf16_param *p[BT_BF16_REFRESH];
