@@ -40,7 +40,7 @@ img = bytes((i * 37) % 256 for i in range(784))
 for name, n in (("big", 32768), ("small", 64)):
     npy("%s/%s_x.npy" % (t, name), "<f4", (n, 1024), row * n)
     npy("%s/%s_y.npy" % (t, name), "<i4", (n,), array.array("i", [i % 10 for i in range(n)]).tobytes())
-for name, n in (("big", 20000), ("small", 64)):
+for name, n in (("big", 60000), ("small", 64)):
     idx("%s/%s-images.gz" % (t, name), (n, 28, 28), img * n)
     idx("%s/%s-labels.gz" % (t, name), (n,), bytes(i % 10 for i in range(n)))
 PY
@@ -89,8 +89,10 @@ for kind in npy idx; do
   for r in 0 1 2 3; do # rank = replica x 2 + stage
     d=$(($(rss "$kind-big" $r) - $(rss "$kind-small" $r)))
     line="$line rank $r: +$d KiB;"
-    if [ $kind = idx ] && [ $((r % 2)) = 0 ]; then [ $d -ge 12288 ] || fine=0
-    else [ $d -le 12288 ] || fine=0; fi
+    # idx: the 60000 images add about 170 MB to stage 0's peak here; a run's peak also varies by
+    # up to about 14 MB on its own (seen in CI: +13.6 MB on a stage-1 rank), so the line is at 32 MB
+    if [ $kind = idx ] && [ $((r % 2)) = 0 ]; then [ $d -ge 32768 ] || fine=0
+    else [ $d -le 32768 ] || fine=0; fi
   done
   if [ $fine = 1 ]; then ok "$kind: peak resident memory with the large set against the tiny one:$line"
   else bad "$kind: peak resident memory with the large set against the tiny one:$line"; fi
