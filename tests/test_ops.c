@@ -1187,6 +1187,61 @@ static void test_maxpool2d_argmax(void)
         }
 }
 
+/* maxpool2d's 2x2 stride-2 windows, the path with its own rows (ops/pool_tmpl.h) and, in f32 on
+ * an AVX-512 CPU, 16 windows a vector (ops/pool.c): every output and the element its gradient goes
+ * to against a plain scan, on row widths across the vector's edges (odd ones leave a column
+ * unread), with values drawn from a few, so ties are common, among them -0, +0, infinities of
+ * both signs (a NaN sum without a NaN) and NaN. */
+static void test_maxpool2d_2x2_rows(void)
+{
+    static const double pick[] = {1, 2, 2, -1, 0, -0.0, 3, 3, INFINITY, -INFINITY, NAN};
+    const bt_dtype reals[] = {BT_F32, BT_F64};
+    uint32_t seed = 12345;
+    int bad = 0;
+    for (int64_t w = 2; w <= 69 && !bad; w += (w < 36 ? 1 : 11))
+        for (int r = 0; r < 2; r++) {
+            const int64_t c = 2, h = 5, ho = h / 2, wo = w / 2;
+            oc_layer L;
+            bt_dtype d = F;
+            const bt_shape shape = SH(c, h, w);
+            CU_ASSERT_FATAL(oc_setup(&L, "maxpool2d", "kernel=2", 1, &shape, &d, 3, reals[r]) == BT_OK);
+            const int64_t n = bt_tensor_numel(&L.in[0]), n_out = bt_tensor_numel(&L.out);
+            CU_ASSERT_FATAL(n_out == L.batch * c * ho * wo);
+            for (int64_t e = 0; e < n; e++) {
+                seed = seed * 1664525u + 1013904223u;
+                /* NaN and infinities in about 1 of 8 elements, so most windows are finite */
+                const unsigned k = (seed >> 8) % 64;
+                oc_set(&L.in[0], e, pick[k < 56 ? k % 8 : 8 + k % 3]);
+            }
+            for (int64_t o = 0; o < n_out; o++) oc_set(&L.out_grad, o, (double)(o + 1));
+            CU_ASSERT_FATAL(oc_forward(&L) == BT_OK && oc_backward(&L) == BT_OK);
+            for (int64_t pl = 0; pl < L.batch * c && !bad; pl++)
+                for (int64_t oh = 0; oh < ho; oh++)
+                    for (int64_t ow = 0; ow < wo; ow++) {
+                        const int64_t o = (pl * ho + oh) * wo + ow;
+                        double best = -INFINITY;
+                        int64_t at = pl * h * w + 2 * oh * w + 2 * ow;
+                        for (int64_t i = 0; i < 4; i++) {
+                            const int64_t e = pl * h * w + (2 * oh + i / 2) * w + 2 * ow + i % 2;
+                            const double v = oc_get(&L.in[0], e);
+                            if (v > best || v != v) best = v, at = e;
+                        }
+                        const double got = oc_get(&L.out, o);
+                        const int same = got == best ? signbit(got) == signbit(best) : isnan(got) && isnan(best);
+                        if (!same || oc_get(&L.in_grad[0], at) != (double)(o + 1)) {
+                            printf("\n  maxpool2d 2x2 W=%lld (%s): output %lld is %g (gradient to %lld: %g), "
+                                   "expected %g from element %lld\n",
+                                   (long long)w, bt_dtype_name(reals[r]), (long long)o, got, (long long)at,
+                                   oc_get(&L.in_grad[0], at), best, (long long)at);
+                            bad = 1;
+                            break;
+                        }
+                    }
+            CU_ASSERT(!bad);
+            oc_free(&L);
+        }
+}
+
 /* The kernels whose own loops run on the call's threads (BT_PARALLEL_FOR: pools over planes, a
  * fused relu's backward mask in blocks) give, on 2 and 3 threads, the 1-thread results bit for
  * bit: sizes that the blocks do not divide evenly, f32 and f64. linear's fused relu stands for the
@@ -1253,6 +1308,7 @@ int main(void)
         {"larger GEMM paths", test_larger_gemm_paths},
         {"conv2d across chunks", test_conv2d_chunks},
         {"maxpool2d argmax: ties, NaN", test_maxpool2d_argmax},
+        {"maxpool2d 2x2 rows: every width", test_maxpool2d_2x2_rows},
         {"threads: the same bits as one thread", test_threads_same_bits},
         {NULL, NULL},
     };

@@ -18,6 +18,17 @@ static inline void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t k, 
     *i1 = start + k > in ? in : start + k;
 }
 
+/* maxpool's 2x2 stride-2 windows in f32 with AVX-512, below: whether this CPU has it. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define POOL_AVX512 1
+static void maxpool_row_2x2_avx512(const float *restrict xp, int64_t w, int64_t wo, int64_t oh,
+                                   float *restrict y, int32_t *restrict arg);
+static int pool_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#else
+#define maxpool_row_2x2_avx512 maxpool_row_2x2_f32
+static int pool_avx512(void) { return 0; }
+#endif
+
 #define BT_REAL_BITS 32
 #include "ops/real.h"
 #include "ops/pool_tmpl.h"
@@ -25,6 +36,61 @@ static inline void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t k, 
 #define BT_REAL_BITS 64
 #include "ops/real.h"
 #include "ops/pool_tmpl.h"
+
+#ifdef POOL_AVX512
+#include <immintrin.h>
+
+/* maxpool_row_2x2_f32 (ops/pool_tmpl.h) 16 windows at a time: the two input rows' 32 elements
+ * under 16 windows are loaded (masked at the row's end, so nothing past it is read) and split into
+ * the windows' four corners a, b (row 2 oh) and c, d (row 2 oh + 1); the comparison tree is
+ * argmax_2x2's, in masks: b wins its pair only if b > a, d only if d > c, the bottom pair only if
+ * its winner exceeds the top's. So ties go to the first element, and the output is the chosen
+ * element itself. Windows whose sum is NaN (a NaN, or infinities of both signs) are redone by the
+ * scalar window_argmax_nan, as the scalar row does; the results are its, bit for bit. */
+__attribute__((target("avx512f"))) static void maxpool_row_2x2_avx512(const float *restrict xp, int64_t w,
+                                                                      int64_t wo, int64_t oh,
+                                                                      float *restrict y,
+                                                                      int32_t *restrict arg)
+{
+    const int64_t row = 2 * oh * w;
+    const float *r0 = xp + row, *r1 = r0 + w;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1)), one = _mm512_set1_epi32(1);
+    const __m512i below = _mm512_set1_epi32((int32_t)w);
+    for (int64_t ow = 0; ow < wo; ow += 16) {
+        const unsigned n = (unsigned)(wo - ow < 16 ? wo - ow : 16); /* windows in this vector */
+        const __mmask16 lo = (__mmask16)(n >= 8 ? 0xffffu : (1u << 2 * n) - 1);
+        const __mmask16 hi = (__mmask16)(n > 8 ? (1u << (2 * n - 16)) - 1 : 0);
+        const __mmask16 out = (__mmask16)((1u << n) - 1);
+        const float *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
+        const __m512 top_lo = _mm512_maskz_loadu_ps(lo, p0), top_hi = _mm512_maskz_loadu_ps(hi, p0 + 16);
+        const __m512 bot_lo = _mm512_maskz_loadu_ps(lo, p1), bot_hi = _mm512_maskz_loadu_ps(hi, p1 + 16);
+        const __m512 a = _mm512_permutex2var_ps(top_lo, even, top_hi);
+        const __m512 b = _mm512_permutex2var_ps(top_lo, odd, top_hi);
+        const __m512 c = _mm512_permutex2var_ps(bot_lo, even, bot_hi);
+        const __m512 d = _mm512_permutex2var_ps(bot_lo, odd, bot_hi);
+        const __mmask16 b_wins = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ);
+        const __mmask16 d_wins = _mm512_cmp_ps_mask(d, c, _CMP_GT_OQ);
+        const __m512 top = _mm512_mask_blend_ps(b_wins, a, b), bottom = _mm512_mask_blend_ps(d_wins, c, d);
+        const __mmask16 bottom_wins = _mm512_cmp_ps_mask(bottom, top, _CMP_GT_OQ);
+        _mm512_mask_storeu_ps(y + ow, out, _mm512_mask_blend_ps(bottom_wins, top, bottom));
+        if (arg) {
+            const __m512i at_top = _mm512_maskz_mov_epi32(b_wins, one);
+            const __m512i at_bottom = _mm512_mask_add_epi32(below, d_wins, below, one);
+            const __m512i base = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(row + 2 * ow)), even);
+            const __m512i at = _mm512_add_epi32(base, _mm512_mask_blend_epi32(bottom_wins, at_top, at_bottom));
+            _mm512_mask_storeu_epi32(arg + ow, out, at);
+        }
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d));
+        for (unsigned nan = _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) & out; nan; nan &= nan - 1) {
+            const int64_t o = ow + __builtin_ctz(nan);
+            const int64_t at = window_argmax_nan_f32(xp, w, 2 * oh, 2 * oh + 2, 2 * o, 2 * o + 2);
+            y[o] = xp[at];
+            if (arg) arg[o] = (int32_t)at;
+        }
+    }
+}
+#endif
 
 BT_OPS_DISPATCH("maxpool2d", maxpool2d_forward, call->out->dtype)
 BT_OPS_DISPATCH("maxpool2d", maxpool2d_backward, call->out_grad->dtype)
