@@ -32,8 +32,13 @@
 #include "bt_test.h"
 #include "core/half.h"
 #include "cpu/blas.h"
+#include "cpu/blocked16.h"
 #include "cpu/conv_onednn.h"
 #include "op_check.h"
+
+#ifdef BATON_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 typedef struct conv_case {
     const char *label, *args;
@@ -359,6 +364,119 @@ static void test_threads(void)
     oc_free(&L);
 }
 
+/* cpu/blocked16.c's copies between NCHW f32 and nChw16c: into the blocked layout as f32 and as
+ * bf16 (rounded as core/half.c rounds), out of it as a copy, rounded to bf16 and added, each
+ * against the layout's index formula element by element, and the f32 copies against oneDNN's own
+ * reorders byte for byte (padding channels zero); on the AVX-512 loops and the scalar ones, 1 and
+ * 3 threads, channels that fill no block or part of one, pixel counts off the vector's 16, and
+ * values that test the rounding: NaN, infinities, subnormals, -0, ties. */
+static float special(uint32_t *seed, int64_t i)
+{
+    static const uint32_t bits[] = {0x7fc00001u, 0xff800000u, 0x7f800000u, 0x00000123u, 0x807fffffu,
+                                    0x80000000u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7fa00000u};
+    *seed = *seed * 1664525u + 1013904223u;
+    uint32_t u = *seed;
+    if (i % 7 == 3) u = bits[(*seed >> 20) % 10];
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int64_t blk_at(int64_t c, int64_t hw, int64_t s, int64_t ch, int64_t p)
+{
+    return ((s * ((c + 15) / 16) + ch / 16) * hw + p) * 16 + ch % 16;
+}
+
+static void test_blocked16(void)
+{
+    static const int64_t shapes[][4] = {{3, 20, 7, 7}, {2, 32, 28, 28}, {1, 16, 1, 13}, {2, 5, 3, 3}, {1, 48, 4, 5}};
+    uint32_t seed = 7;
+    for (int scalar = 0; scalar < 2; scalar++) {
+        bt_blocked16_force_scalar(scalar);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            const int64_t n = shapes[k][0], c = shapes[k][1], hw = shapes[k][2] * shapes[k][3];
+            const int64_t cb = (c + 15) / 16, nb = n * cb * hw * 16, nx = n * c * hw;
+            const int threads = 1 + 2 * (int)(k % 2);
+            float *x = malloc(sizeof(float) * (size_t)nx), *y = malloc(sizeof(float) * (size_t)nx);
+            float *y0 = malloc(sizeof(float) * (size_t)nx), *b = malloc(sizeof(float) * (size_t)nb);
+            uint16_t *h = malloc(sizeof(uint16_t) * (size_t)nb);
+            for (int64_t i = 0; i < nx; i++) x[i] = special(&seed, i), y0[i] = special(&seed, i + 1);
+            for (int64_t i = 0; i < nb; i++) b[i] = special(&seed, i), h[i] = 0xabcd;
+            /* into nChw16c, f32 then bf16 (b and h hold garbage before: padding must be zeroed) */
+            bt_blocked16_from_nchw(x, b, 0, n, c, hw, threads);
+            bt_blocked16_from_nchw(x, h, 1, n, c, hw, threads);
+            int bad_f = 0, bad_h = 0;
+            for (int64_t s = 0; s < n; s++)
+                for (int64_t ch = 0; ch < cb * 16; ch++)
+                    for (int64_t p = 0; p < hw; p++) {
+                        const float want = ch < c ? x[(s * c + ch) * hw + p] : 0.0f;
+                        const int64_t at = blk_at(c, hw, s, ch, p);
+                        bad_f += memcmp(&b[at], &want, sizeof want) != 0;
+                        bad_h += h[at] != bt_f32_to_bf16_bits(want);
+                    }
+            /* out of it: a copy, rounded to bf16, added */
+            int bad_copy = 0, bad_round = 0, bad_add = 0;
+            for (int mode = 0; mode < 3; mode++) {
+                memcpy(y, y0, sizeof(float) * (size_t)nx);
+                bt_blocked16_to_nchw(b, y, mode, n, c, hw, threads);
+                for (int64_t s = 0; s < n; s++)
+                    for (int64_t ch = 0; ch < c; ch++)
+                        for (int64_t p = 0; p < hw; p++) {
+                            const int64_t i = (s * c + ch) * hw + p;
+                            const float v = b[blk_at(c, hw, s, ch, p)];
+                            const float want = mode == BT_BLOCKED16_COPY ? v
+                                               : mode == BT_BLOCKED16_ROUND_BF16 ? bt_round_bf16(v) : y0[i] + v;
+                            const int same = memcmp(&y[i], &want, sizeof want) == 0 || (isnan(y[i]) && isnan(want));
+                            if (!same) *(mode == 0 ? &bad_copy : mode == 1 ? &bad_round : &bad_add) += 1;
+                        }
+            }
+            if (bad_f || bad_h || bad_copy || bad_round || bad_add)
+                printf("\n  blocked16 [%lld, %lld, %lld] (%s): wrong elements: to f32 %d, to bf16 %d, "
+                       "copy %d, rounded %d, added %d\n",
+                       (long long)n, (long long)c, (long long)hw, scalar ? "scalar" : "AVX-512", bad_f, bad_h,
+                       bad_copy, bad_round, bad_add);
+            CU_ASSERT(!bad_f && !bad_h && !bad_copy && !bad_round && !bad_add);
+#ifdef BATON_HAVE_DNNL
+            /* oneDNN's reorders between nchw and nChw16c (f32) give the same bytes */
+            dnnl_engine_t eng;
+            dnnl_stream_t st;
+            CU_ASSERT_FATAL(dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success);
+            CU_ASSERT_FATAL(dnnl_stream_create(&st, eng, dnnl_stream_default_flags) == dnnl_success);
+            dnnl_dims_t dims = {n, c, shapes[k][2], shapes[k][3]};
+            dnnl_memory_desc_t plain, blocked;
+            dnnl_memory_desc_init_by_tag(&plain, 4, dims, dnnl_f32, dnnl_nchw);
+            dnnl_memory_desc_init_by_tag(&blocked, 4, dims, dnnl_f32, dnnl_nChw16c);
+            float *ref = malloc(sizeof(float) * (size_t)nb);
+            for (int dir = 0; dir < 2; dir++) {
+                const dnnl_memory_desc_t *from = dir ? &blocked : &plain, *to = dir ? &plain : &blocked;
+                dnnl_primitive_desc_t pd;
+                dnnl_primitive_t r;
+                dnnl_memory_t mf, mt;
+                CU_ASSERT_FATAL(dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, NULL) == dnnl_success);
+                CU_ASSERT_FATAL(dnnl_primitive_create(&r, pd) == dnnl_success);
+                memset(ref, 0x5a, sizeof(float) * (size_t)nb);
+                dnnl_memory_create(&mf, from, eng, dir ? (void *)b : (void *)x);
+                dnnl_memory_create(&mt, to, eng, ref);
+                dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, mf}, {DNNL_ARG_TO, mt}};
+                CU_ASSERT_FATAL(dnnl_primitive_execute(r, st, 2, a) == dnnl_success && dnnl_stream_wait(st) == dnnl_success);
+                if (dir == 0) {
+                    CU_ASSERT(memcmp(ref, b, sizeof(float) * (size_t)nb) == 0);
+                } else {
+                    bt_blocked16_to_nchw(b, y, BT_BLOCKED16_COPY, n, c, hw, threads);
+                    CU_ASSERT(memcmp(ref, y, sizeof(float) * (size_t)nx) == 0);
+                }
+                dnnl_memory_destroy(mf), dnnl_memory_destroy(mt), dnnl_primitive_destroy(r);
+                dnnl_primitive_desc_destroy(pd);
+            }
+            free(ref);
+            dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
+#endif
+            free(x), free(y), free(y0), free(b), free(h);
+        }
+    }
+    bt_blocked16_force_scalar(0);
+}
+
 int main(void)
 {
     static const bt_test_case tests[] = {
@@ -368,6 +486,7 @@ int main(void)
         {"the choice: forced, timed once per shape, kept", test_choice},
         {"the choice: preloaded from a record, taken untimed", test_preload},
         {"each call on the threads it is given", test_threads},
+        {"blocked16 copies: the layout, the rounding, oneDNN's reorders", test_blocked16},
         {NULL, NULL},
     };
     if (bt_cpu_bf16_init() != BT_OK || bt_cpu_f32_init() != BT_OK || bt_cpu_conv_init() != BT_OK) {

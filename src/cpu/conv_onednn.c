@@ -3,21 +3,26 @@
  *
  * Each primitive (forward with bias and relu as post-op; backward data; backward weights with the
  * bias gradient) is built with "any" layouts, so oneDNN picks its preferred (blocked) layout, and
- * every argument whose layout or type differs from baton's NCHW f32 gets a reorder: inputs into a
+ * every argument whose layout or type differs from baton's NCHW f32 is copied: inputs into a
  * buffer before the primitive, outputs out of one after it. A gradient output is always written to
- * a buffer and added to the caller's gradient by a reorder with a sum post-op (the kernel contract:
- * backward adds). Under bf16 the input reorders convert f32 to bf16 (round to nearest even, exact
- * for the bf16 values mixed precision hands over: what the bf16 GEMM path does).
+ * a buffer and added to the caller's gradient (the kernel contract: backward adds). Under bf16 the
+ * input copies convert f32 to bf16 (round to nearest even, exact for the bf16 values mixed
+ * precision hands over: what the bf16 GEMM path does). Activations and their gradients in
+ * nChw16c, the layout oneDNN picks for them on AVX-512, are copied by cpu/blocked16.c, which
+ * fuses the forward output's rounding (below) and the gradient's addition into the copy; the rest
+ * (weights, biases, other layouts, CPUs without AVX-512) by oneDNN reorders, a gradient's with a
+ * sum post-op. The backward's output gradient dy is copied once: the backward-weights primitive
+ * reads the backward-data primitive's copy where their layouts agree.
  *
  * baton's output size rounds down (Ho = (H + 2p - k) / s + 1); oneDNN wants the right padding
  * that makes the sizes agree, which is negative when the last rows of the input are never read:
  * those rows are then left out of the input descriptor (a strided view), and their gradient is 0.
  *
  * Under mixed precision (bf16, f16) the forward rounds its output itself, as the executor would
- * (dst_round_out, after the output reorder), so the executor skips that pass (ops/conv.c's
- * lowp_exact). The primitive cannot write
- * bf16 for it: oneDNN converts with VCVTNEPS2BF16, which flushes subnormal results to zero where
- * baton's rounding (core/half.c) keeps them.
+ * (arg_out: in the copy out of nChw16c for bf16, a pass after it otherwise), so the executor skips
+ * that pass (ops/conv.c's lowp_exact). The primitive cannot write bf16 for it: oneDNN converts
+ * with VCVTNEPS2BF16, which flushes subnormal results to zero where baton's rounding
+ * (core/half.c) keeps them.
  *
  * Primitives, their buffers and the stream are per calling thread (a stage's worker), cached by
  * shape (LRU, CONV_CACHE entries); building one costs a millisecond or more, running it does not
@@ -35,6 +40,7 @@
 #include "core/half.h"
 #include "core/util.h"
 #include "cpu/blas.h"
+#include "cpu/blocked16.h"
 #include "cpu/conv_onednn.h"
 
 #ifdef BATON_HAVE_DNNL
@@ -59,10 +65,15 @@ typedef struct conv_key {
 typedef struct conv_arg {
     int arg;                   /* DNNL_ARG_* of the primitive */
     int out;                   /* written by the primitive */
+    int add;                   /* an output added to the caller's (a gradient) */
     dnnl_memory_t user;        /* the caller's f32 NCHW memory; handle set per call */
     dnnl_memory_t prim;        /* what the primitive reads or writes: user itself, or buf */
     dnnl_primitive_t reorder;  /* user -> buf (inputs), buf -> user (outputs, gradients added) */
     void *buf;
+    /* buf is nChw16c and user dense NCHW: copied by cpu/blocked16.c instead of a reorder
+     * (blocked16 = 1; then reorder is NULL): [n, c, hw], bf16 1 where buf holds bf16 */
+    int blocked16, bf16;
+    int64_t n, c, hw;
 } conv_arg;
 
 typedef struct conv_entry {
@@ -148,8 +159,32 @@ static dnnl_status_t user_md4(dnnl_memory_desc_t *md, int64_t n, int64_t c, int6
     return dnnl_memory_desc_init_by_strides(md, 4, dims, dnnl_f32, strides);
 }
 
-/* One argument: the caller's memory (user_md) and the primitive's (prim_md); a reorder between
- * them where they differ or where the output is added to the caller's. */
+/* Whether a copy between user_md (f32) and prim_md is one of cpu/blocked16.c's: user dense NCHW,
+ * prim nChw16c (one inner block of 16 channels, the channels padded to a multiple of 16, nothing
+ * else padded or offset) in f32 or bf16, and the CPU runs those copies with AVX-512. */
+static int blocked16_pair(const dnnl_memory_desc_t *u, const dnnl_memory_desc_t *p)
+{
+    if (!bt_blocked16_available() || u->ndims != 4 || p->ndims != 4 || u->data_type != dnnl_f32 ||
+        (p->data_type != dnnl_f32 && p->data_type != dnnl_bf16) || u->format_kind != dnnl_blocked ||
+        p->format_kind != dnnl_blocked || u->offset0 != 0 || p->offset0 != 0 ||
+        p->extra.flags != 0 || u->extra.flags != 0)
+        return 0;
+    const dnnl_dim_t n = u->dims[0], c = u->dims[1], h = u->dims[2], w = u->dims[3], cb = (c + 15) / 16;
+    const dnnl_blocking_desc_t *ub = &u->format_desc.blocking, *pb = &p->format_desc.blocking;
+    for (int i = 0; i < 4; i++)
+        if (p->dims[i] != u->dims[i] || p->padded_offsets[i] != 0 || u->padded_offsets[i] != 0 ||
+            u->padded_dims[i] != u->dims[i] || (i != 1 && p->padded_dims[i] != p->dims[i]))
+            return 0;
+    return ub->inner_nblks == 0 && ub->strides[0] == c * h * w && ub->strides[1] == h * w &&
+           ub->strides[2] == w && ub->strides[3] == 1 && pb->inner_nblks == 1 &&
+           pb->inner_blks[0] == 16 && pb->inner_idxs[0] == 1 && p->padded_dims[1] == cb * 16 &&
+           pb->strides[3] == 16 && pb->strides[2] == 16 * w && pb->strides[1] == 16 * h * w &&
+           pb->strides[0] == 16 * h * w * cb && n > 0;
+}
+
+/* One argument: the caller's memory (user_md) and the primitive's (prim_md); a copy between
+ * them where they differ or where the output is added to the caller's: cpu/blocked16.c's where
+ * it applies (blocked16_pair), a reorder otherwise. */
 static bt_status arg_build(conv_tls *t, conv_entry *e, int which, const dnnl_memory_desc_t *user_md,
                            const dnnl_memory_desc_t *prim_md, int out, int add, const char *shape)
 {
@@ -158,7 +193,7 @@ static bt_status arg_build(conv_tls *t, conv_entry *e, int which, const dnnl_mem
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t rpd = NULL;
-    a->arg = which, a->out = out;
+    a->arg = which, a->out = out, a->add = add;
     TRY(dnnl_memory_create(&a->user, user_md, t->eng, DNNL_MEMORY_NONE), "memory_create");
     if (!add && dnnl_memory_desc_equal(user_md, prim_md)) {
         a->prim = a->user;
@@ -168,6 +203,11 @@ static bt_status arg_build(conv_tls *t, conv_entry *e, int which, const dnnl_mem
     if (!(a->buf = aligned_alloc(64, bytes ? bytes : 64)))
         return bt_error(BT_ERR_NOMEM, "conv2d on oneDNN: out of memory (%zu bytes)", bytes);
     TRY(dnnl_memory_create(&a->prim, prim_md, t->eng, a->buf), "memory_create");
+    if (blocked16_pair(user_md, prim_md)) {
+        a->blocked16 = 1, a->bf16 = prim_md->data_type == dnnl_bf16;
+        a->n = user_md->dims[0], a->c = user_md->dims[1], a->hw = user_md->dims[2] * user_md->dims[3];
+        return BT_OK;
+    }
     TRY(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     if (add) {
         TRY(dnnl_post_ops_create(&po), "post_ops_create");
@@ -188,25 +228,46 @@ fail:
     return st;
 }
 
-/* Mixed precision (bf16, f16): the forward's output y (N, C, H, W), copied out of the primitive's
- * buffer by its reorder, rounded as the executor's round_to would round it (bt_round_array), so
- * conv2d's forward declares its output exact (ops/conv.c, lowp_exact) and the worker skips that
- * pass: the same pass, here. The call's threads share the planes. Fusing the rounding into the
- * reorder would save the pass, but a plain C copy out of the blocked layout (nChw16c) measured
- * slower than oneDNN's JIT reorder and the pass together (bench/round_skip.sh; an AVX-512
- * transposing copy is what it would take). */
-static bt_status dst_round_out(conv_tls *t, const conv_entry *e, const conv_arg *a, bt_dtype precision,
-                               float *y)
+/* An input argument's copy into the primitive's buffer, from the caller's memory ptr. */
+static bt_status arg_in(conv_tls *t, const conv_entry *e, const conv_arg *a, const void *ptr)
 {
-    const int64_t planes = e->key.n * e->key.out, hw = e->key.ho * e->key.wo;
-    if (a->reorder) {
+    if (a->blocked16) {
+        bt_blocked16_from_nchw(ptr, a->buf, a->bf16, a->n, a->c, a->hw, e->key.threads);
+        return BT_OK;
+    }
+    dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->prim}};
+    if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success)
+        return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d input reorder failed to run");
+    return BT_OK;
+}
+
+/* An output argument's copy out of the primitive's buffer into the caller's memory y (added
+ * where a->add), after the primitive finished. round BT_BF16 or BT_F16 (the forward's output
+ * under mixed precision): y rounded as the executor's round_to would round it (bt_round_array), so
+ * conv2d's forward declares its output exact (ops/conv.c, lowp_exact) and the worker skips that
+ * pass: for bf16 fused into the copy out of nChw16c (blocked16.c), otherwise a pass after it. */
+static bt_status arg_out(conv_tls *t, const conv_entry *e, const conv_arg *a, bt_dtype round, float *y)
+{
+    if (dnnl_stream_wait(t->stream) != dnnl_success)
+        return bt_error(BT_ERR_BACKEND, "oneDNN: waiting for a conv2d failed");
+    if (a->blocked16 && (round == BT_F32 || round == BT_BF16)) {
+        const int mode = a->add ? BT_BLOCKED16_ADD : round == BT_BF16 ? BT_BLOCKED16_ROUND_BF16 : BT_BLOCKED16_COPY;
+        bt_blocked16_to_nchw(a->buf, y, mode, a->n, a->c, a->hw, e->key.threads);
+        return BT_OK;
+    }
+    if (a->blocked16) {
+        bt_blocked16_to_nchw(a->buf, y, BT_BLOCKED16_COPY, a->n, a->c, a->hw, e->key.threads);
+    } else if (a->reorder) {
         dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
         if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success ||
             dnnl_stream_wait(t->stream) != dnnl_success)
             return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d output reorder failed to run");
     }
-    BT_PARALLEL_FOR(e->key.threads)
-    for (int64_t p = 0; p < planes; p++) bt_round_array(precision, y + p * hw, (size_t)hw);
+    if (round != BT_F32) {
+        const int64_t planes = e->key.n * e->key.out, hw = e->key.ho * e->key.wo;
+        BT_PARALLEL_FOR(e->key.threads)
+        for (int64_t p = 0; p < planes; p++) bt_round_array(round, y + p * hw, (size_t)hw);
+    }
     return BT_OK;
 }
 
@@ -320,37 +381,34 @@ fail:
 }
 
 /* Runs the entry on the caller's pointers (one per argument, in the order built; NULL for an
- * output: not wanted, its reorder is skipped); round BT_BF16 or BT_F16: the forward's output is
- * rounded to it (dst_round_out), BT_F32: not. */
-static bt_status entry_run(conv_tls *t, conv_entry *e, void *const *ptr, bt_dtype round)
+ * output: not wanted, its copy out is skipped); round BT_BF16 or BT_F16: the forward's output is
+ * rounded to it (arg_out), BT_F32: not. given (NULL, or one per argument): an input's memory in
+ * the primitive's own layout already (another entry's copy of the same tensor), used as it is. */
+static bt_status entry_run(conv_tls *t, conv_entry *e, void *const *ptr, bt_dtype round,
+                           const dnnl_memory_t *given)
 {
     dnnl_exec_arg_t args[MAX_ARGS];
     for (int i = 0; i < e->n_arg; i++) {
         conv_arg *a = &e->arg[i];
+        args[i].arg = a->arg, args[i].memory = a->prim;
+        if (given && given[i]) {
+            args[i].memory = given[i];
+            continue;
+        }
         if (ptr[i] && dnnl_memory_set_data_handle(a->user, ptr[i]) != dnnl_success)
             return bt_error(BT_ERR_BACKEND, "oneDNN: memory_set_data_handle failed (conv2d)");
-        if (!a->out && a->reorder) {
-            dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->user}, {DNNL_ARG_TO, a->prim}};
-            if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success)
-                return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d input reorder failed to run");
-        }
-        args[i].arg = a->arg, args[i].memory = a->prim;
+        bt_status st = !a->out && a->prim != a->user ? arg_in(t, e, a, ptr[i]) : BT_OK;
+        if (st != BT_OK) return st;
     }
     if (dnnl_primitive_execute(e->prim, t->stream, e->n_arg, args) != dnnl_success)
         return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d primitive failed to run");
     for (int i = 0; i < e->n_arg; i++) {
         conv_arg *a = &e->arg[i];
-        if (a->out && ptr[i] && a->arg == DNNL_ARG_DST && round != BT_F32) {
-            if (dnnl_stream_wait(t->stream) != dnnl_success)
-                return bt_error(BT_ERR_BACKEND, "oneDNN: waiting for a conv2d failed");
-            bt_status st = dst_round_out(t, e, a, round, ptr[i]);
-            if (st != BT_OK) return st;
-            continue;
-        }
-        if (!a->out || !a->reorder || !ptr[i]) continue;
-        dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
-        if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success)
-            return bt_error(BT_ERR_BACKEND, "oneDNN: a conv2d output reorder failed to run");
+        if (!a->out || !ptr[i]) continue;
+        const bt_dtype r = a->arg == DNNL_ARG_DST ? round : BT_F32;
+        if (a->prim == a->user && r == BT_F32) continue;
+        bt_status st = arg_out(t, e, a, r, ptr[i]);
+        if (st != BT_OK) return st;
     }
     if (dnnl_stream_wait(t->stream) != dnnl_success)
         return bt_error(BT_ERR_BACKEND, "oneDNN: waiting for a conv2d failed");
@@ -401,7 +459,7 @@ bt_status bt_conv_onednn_forward(const bt_conv_config *cf, int64_t batch, bt_dty
     int i = 2;
     if (e->key.bias) ptr[i++] = (void *)b;
     ptr[i] = y;
-    return entry_run(t, e, ptr, precision == BT_BF16 || precision == BT_F16 ? precision : BT_F32);
+    return entry_run(t, e, ptr, precision == BT_BF16 || precision == BT_F16 ? precision : BT_F32, NULL);
 }
 
 bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dtype precision,
@@ -409,20 +467,29 @@ bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dt
                                   float *dx, float *dw, float *db)
 {
     conv_tls *t = NULL;
-    conv_entry *e = NULL;
+    conv_entry *e = NULL, *data = NULL;
     bt_status st = BT_OK;
     if (dx) {
-        if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_DATA, 0, &t, &e)) != BT_OK)
+        if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_DATA, 0, &t, &data)) != BT_OK)
             return st;
         void *ptr[MAX_ARGS] = {(void *)dy, (void *)w, dx};
-        if ((st = entry_run(t, e, ptr, BT_F32)) != BT_OK) return st;
+        if ((st = entry_run(t, data, ptr, BT_F32, NULL)) != BT_OK) return st;
     }
     if (dw || db) {
+        /* the newest entry (data) is never the one a new entry replaces: its copy of dy stays */
         if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_WEIGHTS, db != NULL, &t, &e)) !=
             BT_OK)
             return st;
         void *ptr[MAX_ARGS] = {(void *)x, (void *)dy, dw, db};
-        st = entry_run(t, e, ptr, BT_F32);
+        /* dy in the layout both primitives read: copied once, by the backward data's entry */
+        dnnl_memory_t given[MAX_ARGS] = {NULL};
+        const conv_arg *ddy = data ? &data->arg[0] : NULL, *wdy = &e->arg[1];
+        const dnnl_memory_desc_t *dmd = NULL, *wmd = NULL;
+        if (ddy && ddy->prim != ddy->user && wdy->prim != wdy->user &&
+            dnnl_memory_get_memory_desc(ddy->prim, &dmd) == dnnl_success &&
+            dnnl_memory_get_memory_desc(wdy->prim, &wmd) == dnnl_success && dnnl_memory_desc_equal(dmd, wmd))
+            given[1] = ddy->prim;
+        st = entry_run(t, e, ptr, BT_F32, given);
     }
     return st;
 }

@@ -13,8 +13,9 @@
  * reruns; `baton run --resume` preloads the choices the checkpoint's run made, written beside it
  * by cli/run_conv_record.c, through bt_conv_choices_preload). f64 always uses im2col.
  *
- * The oneDNN path (conv_onednn.c): NCHW f32 tensors as baton lays them out, reordered to and from
- * the layouts oneDNN's primitives prefer (blocked nChw16c and the like); under `precision: bf16`
+ * The oneDNN path (conv_onednn.c): NCHW f32 tensors as baton lays them out, copied to and from
+ * the layouts oneDNN's primitives prefer (blocked nChw16c, by cpu/blocked16.c on AVX-512, and the
+ * like, by oneDNN's reorders); under `precision: bf16`
  * with a native bf16 path (bt_cpu_bf16_native) the operands are bf16 (the f32 values mixed
  * precision already rounded, converted exactly) with f32 accumulation and f32 outputs, which the
  * forward rounds to the precision (bf16 and f16) as it copies them out. Backward
