@@ -1191,7 +1191,9 @@ static void test_maxpool2d_argmax(void)
  * an AVX-512 CPU, 16 windows a vector (ops/pool.c): every output and the element its gradient goes
  * to against a plain scan, on row widths across the vector's edges (odd ones leave a column
  * unread), with values drawn from a few, so ties are common, among them -0, +0, infinities of
- * both signs (a NaN sum without a NaN) and NaN. */
+ * both signs (a NaN sum without a NaN) and NaN. The input gradient starts from values of its own
+ * (-0 among them; the backward adds): each chosen element gains its window's gradient, every
+ * other element keeps its bits. */
 static void test_maxpool2d_2x2_rows(void)
 {
     static const double pick[] = {1, 2, 2, -1, 0, -0.0, 3, 3, INFINITY, -INFINITY, NAN};
@@ -1214,7 +1216,11 @@ static void test_maxpool2d_2x2_rows(void)
                 oc_set(&L.in[0], e, pick[k < 56 ? k % 8 : 8 + k % 3]);
             }
             for (int64_t o = 0; o < n_out; o++) oc_set(&L.out_grad, o, (double)(o + 1));
+            double *dx0 = malloc(sizeof(double) * (size_t)n);
+            for (int64_t e = 0; e < n; e++) oc_set(&L.in_grad[0], e, e % 3 ? 1000.0 * (double)e : -0.0);
+            for (int64_t e = 0; e < n; e++) dx0[e] = oc_get(&L.in_grad[0], e);
             CU_ASSERT_FATAL(oc_forward(&L) == BT_OK && oc_backward(&L) == BT_OK);
+            int64_t touched = 0;
             for (int64_t pl = 0; pl < L.batch * c && !bad; pl++)
                 for (int64_t oh = 0; oh < ho; oh++)
                     for (int64_t ow = 0; ow < wo; ow++) {
@@ -1228,7 +1234,9 @@ static void test_maxpool2d_2x2_rows(void)
                         }
                         const double got = oc_get(&L.out, o);
                         const int same = got == best ? signbit(got) == signbit(best) : isnan(got) && isnan(best);
-                        if (!same || oc_get(&L.in_grad[0], at) != (double)(o + 1)) {
+                        dx0[at] += (double)(o + 1);
+                        touched++;
+                        if (!same || oc_get(&L.in_grad[0], at) != dx0[at]) {
                             printf("\n  maxpool2d 2x2 W=%lld (%s): output %lld is %g (gradient to %lld: %g), "
                                    "expected %g from element %lld\n",
                                    (long long)w, bt_dtype_name(reals[r]), (long long)o, got, (long long)at,
@@ -1237,7 +1245,17 @@ static void test_maxpool2d_2x2_rows(void)
                             break;
                         }
                     }
-            CU_ASSERT(!bad);
+            /* and nothing else: every element's bits (-0 stays -0) */
+            for (int64_t e = 0; e < n && !bad; e++) {
+                const double g = oc_get(&L.in_grad[0], e);
+                if (g != dx0[e] || signbit(g) != signbit(dx0[e])) {
+                    printf("\n  maxpool2d 2x2 W=%lld (%s): input gradient %lld is %g, expected %g\n",
+                           (long long)w, bt_dtype_name(reals[r]), (long long)e, g, dx0[e]);
+                    bad = 1;
+                }
+            }
+            CU_ASSERT(!bad && touched == n_out);
+            free(dx0);
             oc_free(&L);
         }
 }

@@ -23,9 +23,12 @@ static inline void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t k, 
 #define POOL_AVX512 1
 static void maxpool_row_2x2_avx512(const float *restrict xp, int64_t w, int64_t wo, int64_t oh,
                                    float *restrict y, int32_t *restrict arg);
+static void maxpool_back_2x2_avx512(const float *restrict dy, const int32_t *restrict arg, int64_t w,
+                                    int64_t wo, int64_t oh, float *restrict dxp);
 static int pool_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 #else
 #define maxpool_row_2x2_avx512 maxpool_row_2x2_f32
+#define maxpool_back_2x2_avx512 maxpool_back_2x2_f32
 static int pool_avx512(void) { return 0; }
 #endif
 
@@ -87,6 +90,43 @@ __attribute__((target("avx512f"))) static void maxpool_row_2x2_avx512(const floa
             const int64_t at = window_argmax_nan_f32(xp, w, 2 * oh, 2 * oh + 2, 2 * o, 2 * o + 2);
             y[o] = xp[at];
             if (arg) arg[o] = (int32_t)at;
+        }
+    }
+}
+
+/* maxpool_back_2x2_f32 (ops/pool_tmpl.h) 16 windows at a time: each window's output gradient and
+ * argmax are spread over the two lanes of its columns (2 ow and 2 ow + 1) in both of its rows,
+ * and a lane adds the gradient only where the argmax is its own element (a masked add: the other
+ * elements keep their bits, -0 included), as the scalar loop's one addition per window does. */
+__attribute__((target("avx512f"))) static void maxpool_back_2x2_avx512(const float *restrict dy,
+                                                                       const int32_t *restrict arg,
+                                                                       int64_t w, int64_t wo, int64_t oh,
+                                                                       float *restrict dxp)
+{
+    const int64_t row = 2 * oh * w;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i first = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+    const __m512i below = _mm512_set1_epi32((int32_t)w);
+    for (int64_t ow = 0; ow < wo; ow += 16) {
+        const unsigned n = (unsigned)(wo - ow < 16 ? wo - ow : 16);
+        const __mmask16 in = (__mmask16)((1u << n) - 1);
+        const __mmask16 lo = (__mmask16)(n >= 8 ? 0xffffu : (1u << 2 * n) - 1);
+        const __mmask16 hi = (__mmask16)(n > 8 ? (1u << (2 * n - 16)) - 1 : 0);
+        const __m512 g = _mm512_maskz_loadu_ps(in, dy + ow);
+        const __m512i a = _mm512_maskz_loadu_epi32(in, arg + ow);
+        const __m512 g_lo = _mm512_permutexvar_ps(first, g), g_hi = _mm512_permutexvar_ps(second, g);
+        const __m512i a_lo = _mm512_permutexvar_epi32(first, a), a_hi = _mm512_permutexvar_epi32(second, a);
+        const __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(row + 2 * ow)), lane);
+        const __m512i at_hi = _mm512_add_epi32(at, _mm512_set1_epi32(16));
+        for (int r = 0; r < 2; r++) { /* rows 2 oh and 2 oh + 1 */
+            const __m512i off = r ? below : _mm512_setzero_si512();
+            float *d = dxp + row + r * w + 2 * ow;
+            const __mmask16 k_lo = lo & _mm512_cmpeq_epi32_mask(a_lo, _mm512_add_epi32(at, off));
+            const __mmask16 k_hi = hi & _mm512_cmpeq_epi32_mask(a_hi, _mm512_add_epi32(at_hi, off));
+            const __m512 d_lo = _mm512_maskz_loadu_ps(lo, d), d_hi = _mm512_maskz_loadu_ps(hi, d + 16);
+            _mm512_mask_storeu_ps(d, k_lo, _mm512_add_ps(d_lo, g_lo));
+            _mm512_mask_storeu_ps(d + 16, k_hi, _mm512_add_ps(d_hi, g_hi));
         }
     }
 }
