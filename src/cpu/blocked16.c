@@ -34,8 +34,8 @@ static void from_nchw_scalar(const float *src, void *dst, int bf16, int64_t n, i
     }
 }
 
-static void to_nchw_scalar(const float *src, float *dst, int mode, int64_t n, int64_t c, int64_t hw,
-                           int threads)
+static void to_nchw_scalar(const void *src, int bf16, float *dst, int mode, int64_t n, int64_t c,
+                           int64_t hw, int threads)
 {
     const int64_t cb = (c + 15) / 16;
     BT_PARALLEL_FOR(threads)
@@ -43,7 +43,8 @@ static void to_nchw_scalar(const float *src, float *dst, int mode, int64_t n, in
         const int64_t s = b / cb, c0 = b % cb * 16, cn = c - c0 < 16 ? c - c0 : 16;
         for (int64_t j = 0; j < cn; j++)
             for (int64_t p = 0; p < hw; p++) {
-                const float v = src[(b * hw + p) * 16 + j];
+                const int64_t at = (b * hw + p) * 16 + j;
+                const float v = bf16 ? bt_bf16_bits_to_f32(((const uint16_t *)src)[at]) : ((const float *)src)[at];
                 float *d = &dst[(s * c + c0 + j) * hw + p];
                 *d = mode == BT_BLOCKED16_ADD ? *d + v : mode == BT_BLOCKED16_ROUND_BF16 ? bt_round_bf16(v) : v;
             }
@@ -120,7 +121,7 @@ AVX512 static void from_nchw_avx512(const float *src, void *dst, int bf16, int64
     }
 }
 
-AVX512 static void to_nchw_avx512(const float *src, float *dst, int mode, int64_t n, int64_t c,
+AVX512 static void to_nchw_avx512(const void *src, int bf16, float *dst, int mode, int64_t n, int64_t c,
                                   int64_t hw, int threads)
 {
     const int64_t cb = (c + 15) / 16;
@@ -132,8 +133,15 @@ AVX512 static void to_nchw_avx512(const float *src, float *dst, int mode, int64_
             const int64_t np = hw - p < 16 ? hw - p : 16;
             const __mmask16 m = (__mmask16)((1u << np) - 1);
             __m512 r[16];
+            const int64_t at = (b * hw + p) * 16;
             for (int64_t i = 0; i < 16; i++)
-                r[i] = i < np ? _mm512_loadu_ps(src + (b * hw + p + i) * 16) : _mm512_setzero_ps();
+                if (i >= np)
+                    r[i] = _mm512_setzero_ps();
+                else if (bf16) /* bf16 bits widened: the upper half of an f32 */
+                    r[i] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + at + i * 16))), 16));
+                else
+                    r[i] = _mm512_loadu_ps((const float *)src + at + i * 16);
             transpose16(r);
             for (int64_t j = 0; j < cn; j++) {
                 float *d = out + j * hw + p;
@@ -155,13 +163,13 @@ void bt_blocked16_from_nchw(const float *src, void *dst, int bf16, int64_t n, in
         from_nchw_scalar(src, dst, bf16, n, c, hw, threads);
 }
 
-void bt_blocked16_to_nchw(const float *src, float *dst, int mode, int64_t n, int64_t c, int64_t hw,
-                          int threads)
+void bt_blocked16_to_nchw(const void *src, int bf16, float *dst, int mode, int64_t n, int64_t c,
+                          int64_t hw, int threads)
 {
     if (bt_blocked16_available() && !atomic_load(&force_scalar))
-        to_nchw_avx512(src, dst, mode, n, c, hw, threads);
+        to_nchw_avx512(src, bf16, dst, mode, n, c, hw, threads);
     else
-        to_nchw_scalar(src, dst, mode, n, c, hw, threads);
+        to_nchw_scalar(src, bf16, dst, mode, n, c, hw, threads);
 }
 
 #else
@@ -174,10 +182,10 @@ void bt_blocked16_from_nchw(const float *src, void *dst, int bf16, int64_t n, in
     from_nchw_scalar(src, dst, bf16, n, c, hw, threads);
 }
 
-void bt_blocked16_to_nchw(const float *src, float *dst, int mode, int64_t n, int64_t c, int64_t hw,
-                          int threads)
+void bt_blocked16_to_nchw(const void *src, int bf16, float *dst, int mode, int64_t n, int64_t c,
+                          int64_t hw, int threads)
 {
-    to_nchw_scalar(src, dst, mode, n, c, hw, threads);
+    to_nchw_scalar(src, bf16, dst, mode, n, c, hw, threads);
 }
 
 #endif

@@ -12,17 +12,22 @@
  * fuses the forward output's rounding (below) and the gradient's addition into the copy; the rest
  * (weights, biases, other layouts, CPUs without AVX-512) by oneDNN reorders, a gradient's with a
  * sum post-op. The backward's output gradient dy is copied once: the backward-weights primitive
- * reads the backward-data primitive's copy where their layouts agree.
+ * reads the backward-data primitive's copy where their layouts agree. (A fused relu's backward
+ * mask folded into dy's copy measured no faster than ops/conv.c's pass in place before it: the
+ * copy then reads two tensors and does more work per element, and the pass runs in cache.)
  *
  * baton's output size rounds down (Ho = (H + 2p - k) / s + 1); oneDNN wants the right padding
  * that makes the sizes agree, which is negative when the last rows of the input are never read:
  * those rows are then left out of the input descriptor (a strided view), and their gradient is 0.
  *
- * Under mixed precision (bf16, f16) the forward rounds its output itself, as the executor would
- * (arg_out: in the copy out of nChw16c for bf16, a pass after it otherwise), so the executor skips
- * that pass (ops/conv.c's lowp_exact). The primitive cannot write bf16 for it: oneDNN converts
- * with VCVTNEPS2BF16, which flushes subnormal results to zero where baton's rounding
- * (core/half.c) keeps them.
+ * Under mixed precision (bf16, f16) the forward's output holds values of the precision, so the
+ * executor skips its rounding pass (ops/conv.c's lowp_exact). A bf16 forward with native bf16
+ * writes bf16 itself (half the bytes to write and to copy out): oneDNN rounds its f32 sums to
+ * nearest even with VCVTNEPS2BF16, which flushes subnormal results to zero where baton's rounding
+ * (core/half.c) keeps them; its bf16 dot products already read subnormal operands as zero, so
+ * the path was never exact in that range, and its results agree with im2col's within rounding,
+ * not bit for bit, as before. Otherwise the copy out rounds (arg_out: fused into the copy out of
+ * nChw16c for bf16, a pass after it for f16).
  *
  * Primitives, their buffers and the stream are per calling thread (a stage's worker), cached by
  * shape (LRU, CONV_CACHE entries); building one costs a millisecond or more, running it does not
@@ -245,18 +250,21 @@ static bt_status arg_in(conv_tls *t, const conv_entry *e, const conv_arg *a, con
  * where a->add), after the primitive finished. round BT_BF16 or BT_F16 (the forward's output
  * under mixed precision): y rounded as the executor's round_to would round it (bt_round_array), so
  * conv2d's forward declares its output exact (ops/conv.c, lowp_exact) and the worker skips that
- * pass: for bf16 fused into the copy out of nChw16c (blocked16.c), otherwise a pass after it. */
+ * pass: nothing to do where the primitive wrote bf16 (a->bf16), fused into the copy out of
+ * nChw16c for bf16 otherwise (blocked16.c), a pass after the copy where neither applies. */
 static bt_status arg_out(conv_tls *t, const conv_entry *e, const conv_arg *a, bt_dtype round, float *y)
 {
     if (dnnl_stream_wait(t->stream) != dnnl_success)
         return bt_error(BT_ERR_BACKEND, "oneDNN: waiting for a conv2d failed");
     if (a->blocked16 && (round == BT_F32 || round == BT_BF16)) {
-        const int mode = a->add ? BT_BLOCKED16_ADD : round == BT_BF16 ? BT_BLOCKED16_ROUND_BF16 : BT_BLOCKED16_COPY;
-        bt_blocked16_to_nchw(a->buf, y, mode, a->n, a->c, a->hw, e->key.threads);
+        const int mode = a->add                      ? BT_BLOCKED16_ADD
+                         : round == BT_BF16 && !a->bf16 ? BT_BLOCKED16_ROUND_BF16
+                                                      : BT_BLOCKED16_COPY;
+        bt_blocked16_to_nchw(a->buf, a->bf16, y, mode, a->n, a->c, a->hw, e->key.threads);
         return BT_OK;
     }
     if (a->blocked16) {
-        bt_blocked16_to_nchw(a->buf, y, BT_BLOCKED16_COPY, a->n, a->c, a->hw, e->key.threads);
+        bt_blocked16_to_nchw(a->buf, a->bf16, y, BT_BLOCKED16_COPY, a->n, a->c, a->hw, e->key.threads);
     } else if (a->reorder) {
         dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, a->prim}, {DNNL_ARG_TO, a->user}};
         if (dnnl_primitive_execute(a->reorder, t->stream, 2, r) != dnnl_success ||
@@ -322,11 +330,12 @@ static bt_status entry_build(conv_tls *t, const conv_key *k, conv_entry **out)
     TRY(dnnl_memory_desc_init_by_tag(&u_wei, 4, wei_d, dnnl_f32, dnnl_oihw), "memory_desc(w)");
     TRY(dnnl_memory_desc_init_by_tag(&u_dst, 4, dst_d, dnnl_f32, dnnl_nchw), "memory_desc(y)");
     u_bias = bias;
-    /* the forward (the backward's hint): dst f32 */
+    /* the forward (the backward's hint): dst f32, but bf16 for a bf16 forward (see the header) */
     const int fwd_bias = k->kind == KIND_BWD_DATA ? 0 : k->bias;
     TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &src,
-                                           &wei, fwd_bias ? &bias : NULL, &f32_dst, strides, pad_l,
-                                           pad_r),
+                                           &wei, fwd_bias ? &bias : NULL,
+                                           k->kind == KIND_FWD && k->bf16 ? &dst : &f32_dst, strides,
+                                           pad_l, pad_r),
         "convolution_forward_desc_init");
     TRY(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     if (k->kind == KIND_FWD && k->relu) {
@@ -462,34 +471,40 @@ bt_status bt_conv_onednn_forward(const bt_conv_config *cf, int64_t batch, bt_dty
     return entry_run(t, e, ptr, precision == BT_BF16 || precision == BT_F16 ? precision : BT_F32, NULL);
 }
 
+/* Whether the backward-weights entry w can read the backward-data entry d's copy of dy: both
+ * copy it, into the same layout. */
+static int dy_shared(const conv_entry *d, const conv_entry *w)
+{
+    const conv_arg *ddy = &d->arg[0], *wdy = &w->arg[1];
+    const dnnl_memory_desc_t *dmd = NULL, *wmd = NULL;
+    return ddy->prim != ddy->user && wdy->prim != wdy->user &&
+           dnnl_memory_get_memory_desc(ddy->prim, &dmd) == dnnl_success &&
+           dnnl_memory_get_memory_desc(wdy->prim, &wmd) == dnnl_success && dnnl_memory_desc_equal(dmd, wmd);
+}
+
 bt_status bt_conv_onednn_backward(const bt_conv_config *cf, int64_t batch, bt_dtype precision,
                                   int threads, const float *x, const float *w, const float *dy,
                                   float *dx, float *dw, float *db)
 {
     conv_tls *t = NULL;
-    conv_entry *e = NULL, *data = NULL;
+    conv_entry *data = NULL, *wts = NULL;
     bt_status st = BT_OK;
-    if (dx) {
-        if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_DATA, 0, &t, &data)) != BT_OK)
-            return st;
+    /* both entries first (the newest entry is never the one a new entry replaces, so data stays) */
+    if (dx && (st = entry_for(cf, batch, precision, threads, KIND_BWD_DATA, 0, &t, &data)) != BT_OK)
+        return st;
+    if ((dw || db) &&
+        (st = entry_for(cf, batch, precision, threads, KIND_BWD_WEIGHTS, db != NULL, &t, &wts)) != BT_OK)
+        return st;
+    if (data) {
         void *ptr[MAX_ARGS] = {(void *)dy, (void *)w, dx};
         if ((st = entry_run(t, data, ptr, BT_F32, NULL)) != BT_OK) return st;
     }
-    if (dw || db) {
-        /* the newest entry (data) is never the one a new entry replaces: its copy of dy stays */
-        if ((st = entry_for(cf, batch, precision, threads, KIND_BWD_WEIGHTS, db != NULL, &t, &e)) !=
-            BT_OK)
-            return st;
+    if (wts) {
         void *ptr[MAX_ARGS] = {(void *)x, (void *)dy, dw, db};
         /* dy in the layout both primitives read: copied once, by the backward data's entry */
         dnnl_memory_t given[MAX_ARGS] = {NULL};
-        const conv_arg *ddy = data ? &data->arg[0] : NULL, *wdy = &e->arg[1];
-        const dnnl_memory_desc_t *dmd = NULL, *wmd = NULL;
-        if (ddy && ddy->prim != ddy->user && wdy->prim != wdy->user &&
-            dnnl_memory_get_memory_desc(ddy->prim, &dmd) == dnnl_success &&
-            dnnl_memory_get_memory_desc(wdy->prim, &wmd) == dnnl_success && dnnl_memory_desc_equal(dmd, wmd))
-            given[1] = ddy->prim;
-        st = entry_run(t, e, ptr, BT_F32, given);
+        if (data && dy_shared(data, wts)) given[1] = data->arg[0].prim;
+        st = entry_run(t, wts, ptr, BT_F32, given);
     }
     return st;
 }

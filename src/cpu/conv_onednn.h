@@ -90,8 +90,11 @@ void bt_conv_choices_reset(void);
 void bt_conv_choice_format(const bt_conv_choice *c, char *buf, size_t size);
 
 /* y (B, out, Ho, Wo) = conv(x (B, C, H, W), w (out, C, kh, kw)) + b (out; NULL: none), then relu
- * where cf->act says so. precision BT_BF16 with a native bf16 path: bf16 operands. Under BT_BF16
- * and BT_F16 y is then rounded to that precision (bt_round_array), as the executor would. */
+ * where cf->act says so. precision BT_BF16 with a native bf16 path: bf16 operands, and y is
+ * written by the primitive as bf16 (rounded to nearest even from the f32 sums, subnormal results
+ * flushed to zero, as oneDNN's bf16 kernels read subnormal operands as zero) then widened. Under
+ * BT_BF16 (without it) and BT_F16 y is rounded to that precision (bt_round_array), as the
+ * executor would: y holds values of the precision either way. */
 bt_status bt_conv_onednn_forward(const bt_conv_config *cf, int64_t batch, bt_dtype precision,
                                  int threads, const float *x, const float *w, const float *b,
                                  float *y);
