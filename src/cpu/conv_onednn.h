@@ -17,9 +17,9 @@
  * the layouts oneDNN's primitives prefer (blocked nChw16c, by cpu/blocked16.c on AVX-512, and the
  * like, by oneDNN's reorders); under `precision: bf16`
  * with a native bf16 path (bt_cpu_bf16_native) the operands are bf16 (the f32 values mixed
- * precision already rounded, converted exactly) with f32 accumulation and f32 outputs, which the
- * forward rounds to the precision (bf16 and f16) as it copies them out. Backward
- * adds into the gradients (through a reorder with a sum post-op). Primitives are cached per
+ * precision already rounded, converted exactly) with f32 accumulation, f32 gradients and a bf16
+ * forward output (see bt_conv_onednn_forward); otherwise the forward rounds its f32 output to the
+ * precision (bf16 and f16) as it copies it out. Backward adds into the gradients. Primitives are cached per
  * thread by shape; every call runs on `threads` OpenMP threads of the calling thread. Data flow:
  * ops/conv.c -> here -> oneDNN. */
 #ifndef BT_CPU_CONV_ONEDNN_H
