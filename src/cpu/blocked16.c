@@ -94,62 +94,58 @@ AVX512 static inline __m512i round_bf16_v(__m512 x)
     return _mm512_and_si512(_mm512_mask_blend_epi32(nan, r, q), _mm512_set1_epi32((int)0xffff0000u));
 }
 
-AVX512 static void from_nchw_avx512(const float *src, void *dst, int bf16, int64_t n, int64_t c,
-                                    int64_t hw, int threads)
+/* The (sample, channel block) pair b of a copy (the blocks are what the threads share: the
+ * OpenMP loops call these, since Clang does not give an outlined parallel region its function's
+ * target). */
+AVX512 static void from_nchw_block(const float *src, void *dst, int bf16, int64_t b, int64_t c, int64_t hw)
 {
     const int64_t cb = (c + 15) / 16;
-    BT_PARALLEL_FOR(threads)
-    for (int64_t b = 0; b < n * cb; b++) {
-        const int64_t s = b / cb, c0 = b % cb * 16, cn = c - c0 < 16 ? c - c0 : 16;
-        const float *in = src + (s * c + c0) * hw; /* channel c0 + j at in + j hw */
-        for (int64_t p = 0; p < hw; p += 16) {
-            const int64_t np = hw - p < 16 ? hw - p : 16;
-            const __mmask16 m = (__mmask16)((1u << np) - 1);
-            __m512 r[16];
-            for (int64_t j = 0; j < 16; j++)
-                r[j] = j < cn ? _mm512_maskz_loadu_ps(m, in + j * hw + p) : _mm512_setzero_ps();
-            transpose16(r);
-            const int64_t at = (b * hw + p) * 16;
-            for (int64_t i = 0; i < np; i++) {
-                if (bf16)
-                    _mm256_storeu_si256((__m256i *)((uint16_t *)dst + at + i * 16),
-                                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_bf16_v(r[i]), 16)));
-                else
-                    _mm512_storeu_ps((float *)dst + at + i * 16, r[i]);
-            }
+    const int64_t s = b / cb, c0 = b % cb * 16, cn = c - c0 < 16 ? c - c0 : 16;
+    const float *in = src + (s * c + c0) * hw; /* channel c0 + j at in + j hw */
+    for (int64_t p = 0; p < hw; p += 16) {
+        const int64_t np = hw - p < 16 ? hw - p : 16;
+        const __mmask16 m = (__mmask16)((1u << np) - 1);
+        __m512 r[16];
+        for (int64_t j = 0; j < 16; j++)
+            r[j] = j < cn ? _mm512_maskz_loadu_ps(m, in + j * hw + p) : _mm512_setzero_ps();
+        transpose16(r);
+        const int64_t at = (b * hw + p) * 16;
+        for (int64_t i = 0; i < np; i++) {
+            if (bf16)
+                _mm256_storeu_si256((__m256i *)((uint16_t *)dst + at + i * 16),
+                                    _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_bf16_v(r[i]), 16)));
+            else
+                _mm512_storeu_ps((float *)dst + at + i * 16, r[i]);
         }
     }
 }
 
-AVX512 static void to_nchw_avx512(const void *src, int bf16, float *dst, int mode, int64_t n, int64_t c,
-                                  int64_t hw, int threads)
+AVX512 static void to_nchw_block(const void *src, int bf16, float *dst, int mode, int64_t b, int64_t c,
+                                 int64_t hw)
 {
     const int64_t cb = (c + 15) / 16;
-    BT_PARALLEL_FOR(threads)
-    for (int64_t b = 0; b < n * cb; b++) {
-        const int64_t s = b / cb, c0 = b % cb * 16, cn = c - c0 < 16 ? c - c0 : 16;
-        float *out = dst + (s * c + c0) * hw;
-        for (int64_t p = 0; p < hw; p += 16) {
-            const int64_t np = hw - p < 16 ? hw - p : 16;
-            const __mmask16 m = (__mmask16)((1u << np) - 1);
-            __m512 r[16];
-            const int64_t at = (b * hw + p) * 16;
-            for (int64_t i = 0; i < 16; i++)
-                if (i >= np)
-                    r[i] = _mm512_setzero_ps();
-                else if (bf16) /* bf16 bits widened: the upper half of an f32 */
-                    r[i] = _mm512_castsi512_ps(_mm512_slli_epi32(
-                        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + at + i * 16))), 16));
-                else
-                    r[i] = _mm512_loadu_ps((const float *)src + at + i * 16);
-            transpose16(r);
-            for (int64_t j = 0; j < cn; j++) {
-                float *d = out + j * hw + p;
-                __m512 v = r[j];
-                if (mode == BT_BLOCKED16_ROUND_BF16) v = _mm512_castsi512_ps(round_bf16_v(v));
-                else if (mode == BT_BLOCKED16_ADD) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), v);
-                _mm512_mask_storeu_ps(d, m, v);
-            }
+    const int64_t s = b / cb, c0 = b % cb * 16, cn = c - c0 < 16 ? c - c0 : 16;
+    float *out = dst + (s * c + c0) * hw;
+    for (int64_t p = 0; p < hw; p += 16) {
+        const int64_t np = hw - p < 16 ? hw - p : 16;
+        const __mmask16 m = (__mmask16)((1u << np) - 1);
+        __m512 r[16];
+        const int64_t at = (b * hw + p) * 16;
+        for (int64_t i = 0; i < 16; i++)
+            if (i >= np)
+                r[i] = _mm512_setzero_ps();
+            else if (bf16) /* bf16 bits widened: the upper half of an f32 */
+                r[i] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)src + at + i * 16))), 16));
+            else
+                r[i] = _mm512_loadu_ps((const float *)src + at + i * 16);
+        transpose16(r);
+        for (int64_t j = 0; j < cn; j++) {
+            float *d = out + j * hw + p;
+            __m512 v = r[j];
+            if (mode == BT_BLOCKED16_ROUND_BF16) v = _mm512_castsi512_ps(round_bf16_v(v));
+            else if (mode == BT_BLOCKED16_ADD) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, d), v);
+            _mm512_mask_storeu_ps(d, m, v);
         }
     }
 }
@@ -157,19 +153,25 @@ AVX512 static void to_nchw_avx512(const void *src, int bf16, float *dst, int mod
 void bt_blocked16_from_nchw(const float *src, void *dst, int bf16, int64_t n, int64_t c, int64_t hw,
                             int threads)
 {
-    if (bt_blocked16_available() && !atomic_load(&force_scalar))
-        from_nchw_avx512(src, dst, bf16, n, c, hw, threads);
-    else
+    if (!bt_blocked16_available() || atomic_load(&force_scalar)) {
         from_nchw_scalar(src, dst, bf16, n, c, hw, threads);
+        return;
+    }
+    const int64_t blocks = n * ((c + 15) / 16);
+    BT_PARALLEL_FOR(threads)
+    for (int64_t b = 0; b < blocks; b++) from_nchw_block(src, dst, bf16, b, c, hw);
 }
 
 void bt_blocked16_to_nchw(const void *src, int bf16, float *dst, int mode, int64_t n, int64_t c,
                           int64_t hw, int threads)
 {
-    if (bt_blocked16_available() && !atomic_load(&force_scalar))
-        to_nchw_avx512(src, bf16, dst, mode, n, c, hw, threads);
-    else
+    if (!bt_blocked16_available() || atomic_load(&force_scalar)) {
         to_nchw_scalar(src, bf16, dst, mode, n, c, hw, threads);
+        return;
+    }
+    const int64_t blocks = n * ((c + 15) / 16);
+    BT_PARALLEL_FOR(threads)
+    for (int64_t b = 0; b < blocks; b++) to_nchw_block(src, bf16, dst, mode, b, c, hw);
 }
 
 #else
