@@ -301,8 +301,11 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     BT_TRY(bt_dist_job_start(e, st, e->job != BT_JOB_FORWARD));
     BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
-    for (int i = 0; i < st->n_params; i++)
-        BT_TRY(st->be->zero(st->dev, st->params[i].g, st->params[i].numel * bt_dtype_size(e->dtype)));
+    if (st->flat_g) /* every gradient, back to back (layout.c): one pass */
+        BT_TRY(st->be->zero(st->dev, st->flat_g, st->flat_numel * bt_dtype_size(e->dtype)));
+    else
+        for (int i = 0; i < st->n_params; i++)
+            BT_TRY(st->be->zero(st->dev, st->params[i].g, st->params[i].numel * bt_dtype_size(e->dtype)));
     if (st->index == e->stages - 1) BT_TRY(set_seed(e, st));
     return BT_OK;
 }
