@@ -4,8 +4,8 @@
  * each copy moves 16 pixels of 16 channels at a time, 16 vectors transposed in registers (three
  * rounds of in-lane unpacks and shuffles, one across lanes), with masked loads and stores for the
  * last pixels of a row and for channels past C. The scalar loops below are the same copies one
- * element at a time: they run where the CPU has no AVX-512 (conv_onednn.c then prefers oneDNN's
- * reorders, so they serve other callers and the tests). */
+ * element at a time, what the functions do on a CPU without AVX-512; conv_onednn.c keeps oneDNN's
+ * reorders there, so only the tests run them (bt_blocked16_force_scalar). */
 #include <stdatomic.h>
 #include <string.h>
 

@@ -24,7 +24,8 @@
  * executor skips its rounding pass (ops/conv.c's lowp_exact). A bf16 forward with native bf16
  * writes bf16 itself (half the bytes to write and to copy out): oneDNN rounds its f32 sums to
  * nearest even with VCVTNEPS2BF16, which flushes subnormal results to zero where baton's rounding
- * (core/half.c) keeps them; its bf16 dot products already read subnormal operands as zero, so
+ * (core/half.c) keeps them; its bf16 dot products (VDPBF16PS) already read subnormal operands as
+ * zero (checked on the development CPU: the smallest bf16 subnormal times 2^100 gives 0), so
  * the path was never exact in that range, and its results agree with im2col's within rounding,
  * not bit for bit, as before. Otherwise the copy out rounds (arg_out: fused into the copy out of
  * nChw16c for bf16, a pass after it for f16).

@@ -365,7 +365,7 @@ static int gemm_dnnl_run(gemm_tls *t, const gemm_key *key, gemm_entry *e, bt_bf1
             }
             t->buf = grown;
             t->cap = na + nb;
-    }
+        }
         uint16_t *a16 = pa ? (uint16_t *)bt_bf16_param_data(pa) : t->buf;
         uint16_t *b16 = pb ? (uint16_t *)bt_bf16_param_data(pb) : t->buf + na;
         if (!pa) bt_bf16_convert(a, key->ta ? key->k : key->m, key->ta ? key->m : key->k, lda, a16, key->threads);

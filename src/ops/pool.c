@@ -28,7 +28,6 @@ static void maxpool_back_2x2_avx512(const float *restrict dy, const int32_t *res
 static int pool_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 #else
 #define maxpool_row_2x2_avx512 maxpool_row_2x2_f32
-#define maxpool_back_2x2_avx512 maxpool_back_2x2_f32
 static int pool_avx512(void) { return 0; }
 #endif
 
@@ -94,7 +93,8 @@ __attribute__((target("avx512f"))) static void maxpool_row_2x2_avx512(const floa
     }
 }
 
-/* maxpool_back_2x2_f32 (ops/pool_tmpl.h) 16 windows at a time: each window's output gradient and
+/* maxpool2d_backward_f32's loop (ops/pool_tmpl.h) over output row oh of a plane with 2x2
+ * stride-2 windows, 16 windows at a time: each window's output gradient and
  * argmax are spread over the two lanes of its columns (2 ow and 2 ow + 1) in both of its rows,
  * and a lane adds the gradient only where the argmax is its own element (a masked add: the other
  * elements keep their bits, -0 included), as the scalar loop's one addition per window does. */

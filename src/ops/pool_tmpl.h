@@ -88,16 +88,6 @@ static void R(maxpool_row_2x2)(const REAL *restrict xp, int64_t w, int64_t wo, i
     }
 }
 
-/* The backward of output row oh of a plane with 2x2 stride-2 windows: each window's gradient dy
- * (Wo) added to the element arg (Wo) chose within the plane dxp; f32 on a CPU with AVX-512 takes
- * maxpool_back_2x2_avx512 (ops/pool.c), with the same results bit for bit. */
-static void R(maxpool_back_2x2)(const REAL *restrict dy, const int32_t *restrict arg, int64_t w,
-                                int64_t wo, int64_t oh, REAL *restrict dxp)
-{
-    (void)w, (void)oh;
-    for (int64_t ow = 0; ow < wo; ow++) dxp[arg[ow]] += dy[ow];
-}
-
 static bt_status R(maxpool2d_forward)(const bt_op_call *call)
 {
     const bt_pool_config *cf = call->config;
@@ -141,21 +131,20 @@ static bt_status R(maxpool2d_backward)(const bt_op_call *call)
     const int32_t *arg = call->saved;      /* (B C, Ho, Wo) */
     REAL *dx = call->in_grad[0].data;      /* (B C, H, W) */
     const int nt = call->threads;
-    if (cf->kh == 2 && cf->kw == 2 && cf->sh == 2 && cf->sw == 2 && cf->ph == 0 && cf->pw == 0) {
-#if BT_REAL_BITS == 32
-        void (*const row)(const REAL *, const int32_t *, int64_t, int64_t, int64_t, REAL *) =
-            pool_avx512() ? maxpool_back_2x2_avx512 : R(maxpool_back_2x2);
-#else
-        void (*const row)(const REAL *, const int32_t *, int64_t, int64_t, int64_t, REAL *) = R(maxpool_back_2x2);
-#endif
+#if BT_REAL_BITS == 32 && defined(POOL_AVX512)
+    /* 2x2 stride-2 windows in f32 on AVX-512: 16 windows a vector (ops/pool.c), the same bits as
+     * the loop below */
+    if (cf->kh == 2 && cf->kw == 2 && cf->sh == 2 && cf->sw == 2 && cf->ph == 0 && cf->pw == 0 &&
+        pool_avx512()) {
         BT_PARALLEL_FOR(nt)
         for (int64_t pl = 0; pl < planes; pl++)
             for (int64_t oh = 0; oh < cf->ho; oh++) {
                 const int64_t oi = pl * howo + oh * cf->wo;
-                row(dy + oi, arg + oi, cf->w, cf->wo, oh, dx + pl * hw);
+                maxpool_back_2x2_avx512(dy + oi, arg + oi, cf->w, cf->wo, oh, dx + pl * hw);
             }
         return BT_OK;
     }
+#endif
     BT_PARALLEL_FOR(nt)
     for (int64_t pl = 0; pl < planes; pl++) {
         REAL *dxp = dx + pl * hw;
