@@ -4,7 +4,11 @@
 #   tests  build/ (configure, make, make check: CUnit programs and scripts; GPU tests skip with
 #          exit 77 where no GPU exists)
 #   asan   build-asan/: the whole `make check` again under AddressSanitizer + UndefinedBehavior-
-#          Sanitizer (CPU only, -O1; every sanitizer report fails the job)
+#          Sanitizer (CPU only, -O1; every sanitizer report fails the job), with BATON_CPU_ISA=avx2
+#          where the CPU has AVX2 and FMA: every run-time dispatch (oneDNN, OpenBLAS, baton's own
+#          kernels) on an AVX2-only CPU's paths, so an AVX-512 machine's CI runs what an AVX2 one
+#          would (the tests job runs the CPU's own paths; the sanitizer builds also run the
+#          compiler clones' baseline copies)
 #   tsan   build-tsan/: the executor tests under ThreadSanitizer (any report fails the job)
 #   fuzz   `make -C build fuzz`: each libFuzzer harness for BATON_FUZZ_TIME seconds (default 15)
 #   emu    build-emu/ (--enable-cuda-emulator, docs/gpu.md): the emulator's self-tests, test_cuda
@@ -181,7 +185,11 @@ job_asan() {
   make -C build-asan -j"$jobs" >build-asan/make.out 2>&1 ||
     { tail -50 build-asan/make.out; failed=$((failed + 1)); return; }
   rm -f build-asan/tests/*.trs build-asan/tests/*.log
-  (san_env "$root/build-asan/sanitizer-reports" && timeout "$check_limit" make -C build-asan -j"$jobs" check >build-asan/check.out 2>&1)
+  local isa=auto
+  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then isa=avx2; fi
+  echo "asan: BATON_CPU_ISA=$isa ($(grep -qw avx512f /proc/cpuinfo && echo "this CPU has AVX-512" || echo "this CPU has no AVX-512"))"
+  (san_env "$root/build-asan/sanitizer-reports" && export BATON_CPU_ISA=$isa &&
+    timeout "$check_limit" make -C build-asan -j"$jobs" check >build-asan/check.out 2>&1)
   local rc=$? f0=$failed
   grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):' build-asan/check.out || true
   count_tests build-asan
@@ -222,6 +230,13 @@ if [ "${BATON_SKIP_DEPS:-0}" != 1 ]; then
   bash scripts/install-deps.sh || { echo "dependency installation failed"; failed=1; finish; }
 fi
 ./autogen.sh >/dev/null 2>&1 || { echo "autogen failed"; autoreconf -fi; failed=1; finish; }
+# Every job builds out of tree, which configure refuses while the source tree itself is configured
+# (someone ran ./configure at the top): clean that build first, saying so, instead of failing
+# every job with "source directory already configured".
+if [ -f config.status ]; then
+  echo "check.sh: the source tree was configured in place; cleaning it (make distclean) to build out of tree"
+  make distclean >/dev/null 2>&1 || rm -f config.status config.h config.log
+fi
 
 if [ "${BATON_CHECK_QUICK:-0}" = 1 ]; then selected=tests; else selected=${BATON_CHECK_JOBS:-tests emu asan tsan fuzz}; fi
 for job in $selected; do

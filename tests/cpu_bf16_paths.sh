@@ -29,3 +29,24 @@ out=$(BATON_CPU_BF16=f32 "$builddir/baton" run "$srcdir/models/fashion-mlp.yaml"
 echo "$out" | grep -q '^  bf16 on cpu .*forced by BATON_CPU_BF16=f32' ||
   { echo "baton run does not say which bf16 path its CPU stages use:"; echo "$out"; exit 1; }
 echo "baton devices and baton run name the path"
+# BATON_CPU_ISA=avx2 (core/cpu_isa.c): the paths of an AVX2-only CPU on any CPU that has AVX2. The
+# bf16 test again under it (oneDNN limited to AVX2: bf16 on the f32 path, as on such a CPU), with
+# OpenBLAS's Haswell kernels too (pipelined = one stage at equal threads per stage; 1 thread and 2
+# within rounding there); `baton devices` says the kernels are capped; an unknown value is refused.
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  echo "== BATON_CPU_ISA=avx2"
+  BATON_CPU_ISA=avx2 "$builddir/tests/test_cpu_bf16"
+  echo "== BATON_CPU_ISA=avx2 BATON_CPU_F32=openblas"
+  BATON_CPU_ISA=avx2 BATON_CPU_F32=openblas "$builddir/tests/test_cpu_bf16"
+  out=$(BATON_CPU_ISA=avx2 "$builddir/baton" devices 2>&1) || { echo "$out"; exit 1; }
+  if grep -qw avx512f /proc/cpuinfo; then
+    echo "$out" | grep -q 'kernels: AVX2+FMA (capped by BATON_CPU_ISA=avx2' ||
+      { echo "baton devices does not show the cap:"; echo "$out"; exit 1; }
+    echo "$out" | grep -q 'BLAS: OpenBLAS (Haswell' ||
+      { echo "the cap did not reach OpenBLAS:"; echo "$out"; exit 1; }
+  fi
+fi
+out=$(BATON_CPU_ISA=bogus "$builddir/baton" run "$srcdir/models/fashion-mlp.yaml" --synthetic \
+  --steps 1 2>&1) && { echo "BATON_CPU_ISA=bogus was accepted:"; echo "$out"; exit 1; }
+echo "$out" | grep -q 'BATON_CPU_ISA=bogus' || { echo "the refusal does not name BATON_CPU_ISA:"; echo "$out"; exit 1; }
+echo "BATON_CPU_ISA=bogus refused: $out"

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "core/cpu_isa.h"
 #include "cli/cli.h"
 #include "cpu/blas.h"
 #include "cpu/conv_onednn.h"
@@ -29,12 +30,13 @@ static json_t *cpu_info(int json)
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const bt_status st = bt_blas_init();
     if (json)
-        return json_pack("{s:I, s:s, s:b, s:s, s:s, s:s}", "cores", (json_int_t)cores, "blas",
-                         bt_blas_describe(), "blas_loaded", st == BT_OK, "f32",
-                         bt_cpu_f32_describe(), "bf16", bt_cpu_bf16_describe(), "conv2d",
-                         bt_cpu_conv_describe());
+        return json_pack("{s:I, s:s, s:s, s:b, s:s, s:s, s:s}", "cores", (json_int_t)cores,
+                         "kernels", bt_cpu_isa_describe(), "blas", bt_blas_describe(),
+                         "blas_loaded", st == BT_OK, "f32", bt_cpu_f32_describe(), "bf16",
+                         bt_cpu_bf16_describe(), "conv2d", bt_cpu_conv_describe());
     printf("cpu      %ld core%s, BLAS: %s%s\n", cores, cores == 1 ? "" : "s", bt_blas_describe(),
            st == BT_OK ? "" : " (OpenBLAS failed to load)");
+    printf("         kernels: %s\n", bt_cpu_isa_describe());
     printf("         precision f32: %s\n", bt_cpu_f32_describe());
     printf("         precision bf16: %s\n", bt_cpu_bf16_describe());
     printf("         conv2d: %s\n", bt_cpu_conv_describe());

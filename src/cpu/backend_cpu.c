@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/util.h"
@@ -46,13 +47,12 @@ static bt_status cpu_open(int index, int threads, bt_device **out)
         free(d);
         return bt_error_context(st, "cpu:%d", index);
     }
-    if (bt_cpu_f32_onednn())
-        snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index,
-                 bt_cpu_f32_describe(), d->threads, d->threads == 1 ? "" : "s",
-                 bt_cpu_bf16_describe());
-    else
-        snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s)", index, bt_blas_describe(),
-                 d->threads, d->threads == 1 ? "" : "s", bt_cpu_bf16_describe());
+    /* the instruction sets only where BATON_CPU_ISA capped them: then every line says so */
+    char isa[160] = "";
+    if (bt_cpu_isa_capped()) snprintf(isa, sizeof isa, "; kernels %s", bt_cpu_isa_describe());
+    snprintf(d->desc, sizeof d->desc, "cpu:%d (%s, %d thread%s; %s%s)", index,
+             bt_cpu_f32_onednn() ? bt_cpu_f32_describe() : bt_blas_describe(), d->threads,
+             d->threads == 1 ? "" : "s", bt_cpu_bf16_describe(), isa);
     *out = d;
     return BT_OK;
 }

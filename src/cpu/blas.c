@@ -2,7 +2,9 @@
  * baton can pick its kernels before OpenBLAS initialises: Debian's OpenBLAS 0.3.21 does not
  * recognise recent Xeons and falls back to SSE kernels about 5x slower. When the user has not set
  * OPENBLAS_CORETYPE (or BATON_BLAS_CORETYPE, which wins), baton sets it from the CPU's features
- * (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2+FMA: Haswell) just before the dlopen. If OpenBLAS is missing
+ * (AVX-512 F/BW/DQ/VL: SkylakeX; AVX2+FMA: Haswell; core/cpu_isa.c) just before the dlopen. Under
+ * BATON_CPU_ISA=avx2 it is Haswell whatever OPENBLAS_CORETYPE says (BATON_BLAS_CORETYPE still
+ * wins), so the cap reaches OpenBLAS too. If OpenBLAS is missing
  * a plain C GEMM keeps everything correct, only slower; bt_blas_describe says which is in use.
  * bt_sgemm goes to oneDNN's sgemm first where gemm_f32.c chose that path (threads per device). */
 #include <dlfcn.h>
@@ -14,6 +16,7 @@
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
+#include "core/cpu_isa.h"
 #include "core/error.h"
 #include "cpu/blas.h"
 
@@ -41,14 +44,11 @@ static int threads_users; /* open devices relying on it */
 
 static const char *coretype_for_cpu(void)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-#endif
-    return NULL;
+    switch (bt_cpu_isa_level()) {
+    case BT_ISA_AVX512: return "SkylakeX";
+    case BT_ISA_AVX2: return "Haswell";
+    default: return NULL;
+    }
 }
 
 static void blas_load(void)
@@ -58,7 +58,8 @@ static void blas_load(void)
     void *already = dlopen(BATON_OPENBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD);
     if (!already) {
         if (chosen && *chosen) setenv("OPENBLAS_CORETYPE", chosen, 1);
-        else if (!user && (chosen = coretype_for_cpu())) setenv("OPENBLAS_CORETYPE", chosen, 0);
+        else if ((!user || bt_cpu_isa_capped()) && (chosen = coretype_for_cpu()))
+            setenv("OPENBLAS_CORETYPE", chosen, 1);
     } else {
         dlclose(already);
     }

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "core/cpu_isa.h"
 #include "core/half.h"
 #include "core/util.h"
 #include "cpu/blocked16.h"
@@ -55,7 +56,7 @@ static void to_nchw_scalar(const void *src, int bf16, float *dst, int mode, int6
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f")))
 
-int bt_blocked16_available(void) { return __builtin_cpu_supports("avx512f"); }
+int bt_blocked16_available(void) { return bt_cpu_isa_level() >= BT_ISA_AVX512; }
 
 /* r[0..15] transposed: element j of r[i] becomes element i of r[j]. */
 AVX512 static inline void transpose16(__m512 r[16])

@@ -136,6 +136,13 @@ static bt_status tls_get(conv_tls **out)
         return BT_OK;
     }
     if (!(t = calloc(1, sizeof *t))) return bt_error(BT_ERR_NOMEM, "conv2d on oneDNN: out of memory");
+    /* oneDNN's ISA limits (BATON_CPU_ISA, BATON_CPU_BF16) are set there, before any engine exists;
+     * its error is the device open's to report, which always runs it first */
+    const bt_status chosen = bt_cpu_bf16_init();
+    if (chosen != BT_OK) {
+        free(t);
+        return chosen;
+    }
     if (dnnl_engine_create(&t->eng, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&t->stream, t->eng, dnnl_stream_default_flags) != dnnl_success ||
         pthread_setspecific(tls_key, t) != 0) {

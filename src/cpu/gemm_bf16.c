@@ -12,7 +12,10 @@
  *     two bf16 values is exact in f32), on CPUs with neither, or in a build without oneDNN.
  * BATON_CPU_BF16 = auto (default) | amx | avx512_bf16 | f32 forces one (tests run the f32 and
  * AVX512-BF16 paths on an AMX machine this way); a forced path the CPU or build cannot give is an
- * error when the first CPU device opens, never a silent fallback.
+ * error when the first CPU device opens, never a silent fallback. BATON_CPU_ISA=avx2
+ * (core/cpu_isa.c) limits oneDNN to AVX2 here, before its first use, for the whole process (conv2d
+ * included: conv_onednn.c creates its engines after this choice), so bf16 runs the "f32" path as
+ * on an AVX2-only CPU.
  *
  * The oneDNN path converts A and B to bf16 in a per-thread buffer (rounding to nearest even,
  * exact for the values it is given), then runs a cached matmul primitive writing C in f32 (beta
@@ -37,6 +40,7 @@
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
+#include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/util.h"
 #include "cpu/bf16_params.h"
@@ -94,6 +98,24 @@ static void bf16_choose(void)
                  "BATON_CPU_BF16=%s: expected auto, amx, avx512_bf16 or f32", want);
         return;
     }
+    if (bt_cpu_isa_check() != BT_OK) {
+        snprintf(bf16_error, sizeof bf16_error, "%s", bt_last_error());
+        return;
+    }
+#ifdef BATON_HAVE_DNNL /* the cap first: it binds the f32 GEMMs on oneDNN too */
+    if (bt_cpu_isa_capped() && (strcmp(want, "amx") == 0 || strcmp(want, "avx512_bf16") == 0)) {
+        snprintf(bf16_error, sizeof bf16_error,
+                 "BATON_CPU_BF16=%s: BATON_CPU_ISA=avx2 limits oneDNN to AVX2, which has no bf16 "
+                 "matmul (use BATON_CPU_BF16=auto or f32)",
+                 want);
+        return;
+    }
+    if (bt_cpu_isa_capped() && dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2) != dnnl_success) {
+        snprintf(bf16_error, sizeof bf16_error,
+                 "BATON_CPU_ISA=avx2: oneDNN was already in use and cannot be limited");
+        return;
+    }
+#endif
     if (strcmp(want, "f32") == 0) {
         snprintf(bf16_desc, sizeof bf16_desc,
                  "bf16 operands multiplied in f32 (OpenBLAS; forced by BATON_CPU_BF16=f32)");
@@ -132,8 +154,9 @@ static void bf16_choose(void)
         snprintf(bf16_desc, sizeof bf16_desc, "bf16 on AVX512-BF16 (oneDNN %s)", impl);
     else
         snprintf(bf16_desc, sizeof bf16_desc,
-                 "bf16 operands multiplied in f32 (OpenBLAS): no AMX or AVX512-BF16 on this CPU "
+                 "bf16 operands multiplied in f32 (OpenBLAS): no AMX or AVX512-BF16 %s "
                  "(oneDNN offers %s)",
+                 bt_cpu_isa_capped() ? "under BATON_CPU_ISA=avx2" : "on this CPU",
                  impl ? impl : "no bf16 matmul");
 #else
     if (strcmp(want, "auto") != 0) {

@@ -5,6 +5,7 @@
  * the argmax of every output (int32, index ih W + iw within its channel) for the backward. */
 #include <math.h>
 
+#include "core/cpu_isa.h"
 #include "core/util.h"
 #include "ops/op_configs.h"
 #include "ops/ops.h"
@@ -25,7 +26,7 @@ static void maxpool_row_2x2_avx512(const float *restrict xp, int64_t w, int64_t 
                                    float *restrict y, int32_t *restrict arg);
 static void maxpool_back_2x2_avx512(const float *restrict dy, const int32_t *restrict arg, int64_t w,
                                     int64_t wo, int64_t oh, float *restrict dxp);
-static int pool_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static int pool_avx512(void) { return bt_cpu_isa_level() >= BT_ISA_AVX512; }
 #else
 #define maxpool_row_2x2_avx512 maxpool_row_2x2_f32
 static int pool_avx512(void) { return 0; }
