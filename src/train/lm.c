@@ -88,6 +88,22 @@ static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build
     return st;
 }
 
+/* The fewest token ids an integer input of the model takes (embedding's num: int_hi), and the
+ * layer that takes them; 0 when no input declares a range. */
+static int64_t token_limit(const bt_graph *g, const char **layer)
+{
+    int64_t limit = 0;
+    for (int n = 0; n < g->n_nodes; n++)
+        for (int k = 0; k < g->nodes[n].n_in; k++) {
+            const int64_t hi = g->nodes[n].int_hi[k];
+            if (g->values[g->nodes[n].in[k]].dtype == BT_I32 && hi > 0 && (limit == 0 || hi < limit)) {
+                limit = hi;
+                *layer = g->layers[g->nodes[n].layer].name;
+            }
+        }
+    return limit;
+}
+
 /* The token input, the label input and T, from the graph: two i32 inputs shaped [T], the label
  * the loss's second input. */
 static bt_status inspect(bt_lm *t)
@@ -113,14 +129,27 @@ static bt_status inspect(bt_lm *t)
     if (!t->idx_name || !t->label_name)
         return bt_error(BT_ERR_MODEL, "%s: the loss's second input must be a model input (the labels)", t->model->path);
     /* the vocabulary must fit every consumer's declared range (embedding's num) */
-    for (int n = 0; n < g->n_nodes; n++)
-        for (int k = 0; k < g->nodes[n].n_in; k++) {
-            const bt_value *v = &g->values[g->nodes[n].in[k]];
-            if (v->dtype == BT_I32 && g->nodes[n].int_hi[k] > 0 && t->vocab.size > g->nodes[n].int_hi[k])
-                return bt_error(BT_ERR_MODEL, "%s: the text has %d distinct tokens but '%s' takes %lld (raise its num or "
-                                "out to at least %d)", t->model->path, t->vocab.size, g->layers[g->nodes[n].layer].name,
-                                (long long)g->nodes[n].int_hi[k], t->vocab.size);
-        }
+    const char *layer = NULL;
+    const int64_t limit = token_limit(g, &layer);
+    if (limit > 0 && t->vocab.size > limit)
+        return bt_error(BT_ERR_MODEL, "%s: the text has %d distinct tokens but '%s' takes %lld (raise its num or "
+                        "out to at least %d)", t->model->path, t->vocab.size, layer, (long long)limit, t->vocab.size);
+    return BT_OK;
+}
+
+bt_status bt_lm_check_vocab_file(const bt_model *m, const bt_vocab *v, const char *path)
+{
+    const bt_graph *g = m->graph;
+    const char *layer = NULL;
+    const int64_t limit = token_limit(g, &layer);
+    if (limit > 0 && v->size > limit)
+        return bt_error(BT_ERR_INVALID_ARG, "%s:1: %d entries, more than the %lld token ids the model's '%s' takes "
+                        "(a vocabulary of another model?)", path, v->size, (long long)limit, layer);
+    const bt_node *loss = g->n_nodes ? &g->nodes[g->n_nodes - 1] : NULL;
+    const bt_value *logits = loss && loss->n_in == 2 ? &g->values[loss->in[0]] : NULL;
+    if (logits && logits->shape.ndim >= 1 && v->size > logits->shape.dim[logits->shape.ndim - 1])
+        return bt_error(BT_ERR_INVALID_ARG, "%s:1: %d entries, more than the %lld logits of the model's '%s'", path,
+                        v->size, (long long)logits->shape.dim[logits->shape.ndim - 1], logits->name);
     return BT_OK;
 }
 

@@ -36,6 +36,10 @@ int64_t bt_lm_stopped_at(const bt_lm *t);
 int64_t bt_lm_first_step(const bt_lm *t);
 /* What an opts->init_partial load loaded and skipped, or NULL. */
 const bt_weights_report *bt_lm_init_report(const bt_lm *t);
+/* A vocabulary read from path (vocab.txt) against the model: more entries than the token ids an
+ * input of the model takes (embedding's num), or than its logits, is BT_ERR_INVALID_ARG naming
+ * path:1 and both numbers. */
+bt_status bt_lm_check_vocab_file(const bt_model *model, const bt_vocab *vocab, const char *path);
 /* Tokens in the training and validation splits, and the vocabulary size. */
 void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab);
 /* Mean per-token loss over the evaluation windows and how many windows (of T tokens) it took. */
