@@ -120,19 +120,6 @@ static int read_prompts(const char *path, prompt_list *l)
     return rc;
 }
 
-/* vocab.txt in the directory CKPT, or beside the file CKPT (a .safetensors file or a sharded
- * checkpoint's .index.json). */
-static char *vocab_path(const char *weights)
-{
-    size_t n = strlen(weights);
-    if ((n > 12 && strcmp(weights + n - 12, ".safetensors") == 0) ||
-        (n > 11 && strcmp(weights + n - 11, ".index.json") == 0)) {
-        const char *slash = strrchr(weights, '/');
-        return slash ? bt_strfmt("%.*s/vocab.txt", (int)(slash - weights), weights) : bt_strdup("vocab.txt");
-    }
-    return bt_strfmt("%s/vocab.txt", weights);
-}
-
 /* --score N: N windows spread over the validation split, scored by the decoder and the forward. */
 static int score_windows(const bt_model *m, bt_engine *e, const bt_vocab *vocab, long long n_windows)
 {
@@ -396,7 +383,7 @@ int bt_cmd_generate(int argc, char **argv)
     int64_t *lens = calloc((size_t)k, sizeof *lens);
     bt_generate_stats *per = calloc((size_t)k, sizeof *per), total;
     bt_vocab vocab;
-    char *vp = vocab_path(weights);
+    char *vp = bt_lm_vocab_path(weights);
     bt_status st = vp ? bt_vocab_load(vp, &vocab) : bt_error(BT_ERR_NOMEM, "out of memory");
     if (st == BT_OK) st = bt_lm_check_vocab_file(m, &vocab, vp);
     free(vp);
