@@ -1,9 +1,9 @@
 /* graph/describe.h: the model graph as canonical text: its inputs, then each layer's ops (the
  * `act:` node included), their inputs, arguments, output shapes and dtypes, and parameters (ties
- * included), one line each (format in describe.c). Two graphs compute the same function of the
- * same parameters exactly when their descriptions are equal; a checkpoint records it (metadata
- * "graph") and a resume compares it, naming the first line that differs. Placement, recomputation
- * and file positions are not part of it. */
+ * included), one line each (format in describe.c). Graphs with equal descriptions compute the same
+ * function of the same parameters (the converse can fail: an argument spelled out at its default
+ * reads as a change); a checkpoint records it (metadata "graph") and a resume compares it, naming
+ * the first line that differs. Placement, recomputation and file positions are not part of it. */
 #ifndef BT_GRAPH_DESCRIBE_H
 #define BT_GRAPH_DESCRIBE_H
 
