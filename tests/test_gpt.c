@@ -464,9 +464,86 @@ static void test_generate(void)
     gp.kv_cache = 1;
     CU_ASSERT(bt_generate(e, m->graph, bad, 2, &gp, a, &st) == BT_ERR_INVALID_ARG);
     CU_ASSERT(strstr(bt_last_error(), "prompt token 13 at 1 is outside the vocabulary of 13") != NULL);
-    gp.temperature = 0;
+    gp.temperature = -1;
     CU_ASSERT(bt_generate(e, m->graph, prompt, 3, &gp, a, &st) == BT_ERR_INVALID_ARG);
+    gp.temperature = 1;
+    gp.vocab = V + 1; /* a tokenizer larger than the logits */
+    CU_ASSERT(bt_generate(e, m->graph, prompt, 3, &gp, a, &st) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(strstr(bt_last_error(), "a vocabulary of 14 tokens is larger than the model's 13 logits") != NULL);
     bt_engine_destroy(e1);
+    bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
+/* The index of the largest of row[0..n), the lowest among equals. */
+static int32_t argmax_of(const double *row, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (row[i] > row[best]) best = i;
+    return best;
+}
+
+/* Temperature 0 is greedy: every token is the argmax of the forward's last logits row for the
+ * tokens so far (the window, batch 1), with and without the KV cache, whatever the seed and top_k;
+ * equal logits give the lowest id (an lm_head of zeros: every token 0). vocab restricts sampling
+ * to the ids below it: at a temperature that makes every id likely, 200 tokens stay below 5 (and
+ * without the restriction they do not), and a prompt token at or above it is refused. */
+static void test_generate_greedy_and_vocab(void)
+{
+    bt_model *m = load_gpt(0);
+    bt_engine_params p;
+    bt_engine_params_init(&p);
+    p.batch = 1;
+    p.dtype = BT_F64;
+    p.threads = 1;
+    p.training = 0;
+    bt_engine *e = NULL;
+    CU_ASSERT_FATAL(bt_engine_create(m->graph, &p, &e) == BT_OK);
+    bt_generate_params gp;
+    bt_generate_params_init(&gp);
+    gp.tokens = 5;
+    gp.temperature = 0;
+    const int32_t prompt[] = {4, 7, 1};
+    int32_t a[5], b[5], c[5];
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, a, NULL) == BT_OK);
+    gp.seed = 77;
+    gp.top_k = 2;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, b, NULL) == BT_OK);
+    gp.kv_cache = 0;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, c, NULL) == BT_OK);
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0 && memcmp(a, c, sizeof a) == 0);
+    int32_t seq[T] = {4, 7, 1}, label[T] = {0};
+    double logits[T * V];
+    bt_feed feeds[] = {{"idx", seq, BT_I32}, {"label", label, BT_I32}};
+    for (int k = 0; k < 5; k++) {
+        CU_ASSERT_FATAL(bt_engine_forward_layer(e, feeds, 2, "lm_head", logits, NULL) == BT_OK);
+        const int32_t want = argmax_of(logits + (3 + k - 1) * V, V);
+        if (a[k] != want) printf("\n  greedy token %d: %d, the forward's argmax %d\n", k, a[k], want);
+        CU_ASSERT_EQUAL(a[k], want);
+        seq[3 + k] = want;
+    }
+    double zeros[V * C] = {0};
+    CU_ASSERT_FATAL(bt_engine_write_param(e, "lm_head.weight", zeros, sizeof zeros) == BT_OK);
+    gp.kv_cache = 1;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, a, NULL) == BT_OK);
+    for (int k = 0; k < 5; k++) CU_ASSERT_EQUAL(a[k], 0);
+    /* vocab: at temperature 1e6 every one of the 13 ids is about equally likely */
+    int32_t many[200];
+    gp.temperature = 1e6;
+    gp.top_k = 0;
+    gp.tokens = 200;
+    int above = 0;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, prompt, 3, &gp, many, NULL) == BT_OK);
+    for (int k = 0; k < 200; k++) above += many[k] >= 5;
+    CU_ASSERT(above > 0);
+    gp.vocab = 5;
+    CU_ASSERT_FATAL(bt_generate(e, m->graph, (const int32_t[]){4, 1, 2}, 3, &gp, many, NULL) == BT_OK);
+    above = 0;
+    for (int k = 0; k < 200; k++) above += many[k] >= 5 || many[k] < 0;
+    CU_ASSERT_EQUAL(above, 0);
+    CU_ASSERT(bt_generate(e, m->graph, prompt, 3, &gp, many, NULL) == BT_ERR_INVALID_ARG); /* 7 >= 5 */
+    CU_ASSERT(strstr(bt_last_error(), "prompt token 7 at 1 is outside the vocabulary of 5") != NULL);
     bt_engine_destroy(e);
     bt_model_destroy(m);
 }
@@ -829,6 +906,38 @@ static void test_text_data(void)
     CU_ASSERT_FATAL(bt_vocab_save(&v, path) == BT_OK);
     CU_ASSERT_FATAL(bt_vocab_load(path, &w) == BT_OK);
     CU_ASSERT(w.size == v.size && memcmp(w.byte, v.byte, 256) == 0 && memcmp(w.token, v.token, sizeof w.token) == 0);
+    /* vocab.txt is read strictly: anything but the count, its entries and a newline is refused
+     * naming line and column */
+    static const struct {
+        const char *text, *error;
+    } bad_vocabs[] = {
+        {"3 616263\nxyz", "vocab.txt:2:1: text after the 3 entries the count announces (byte 0x78)"},
+        {"3 61626364\n", "vocab.txt:1:9: text after the 3 entries the count announces (byte 0x36)"},
+        {"3 616263 \n", "vocab.txt:1:9: text after the 3 entries"},
+        {"3 616261\n", "vocab.txt:1:7: entry 2 (byte 0x61) repeats entry 0"},
+        {"3 616362\n", "vocab.txt:1:7: entry 2 (byte 0x62) is below entry 1 (0x63)"},
+        {"3 6162\n", "vocab.txt:1:7: entry 2 of 3 is not two hex digits (the line ends early)"},
+        {"3 61+2\n", "vocab.txt:1:5: entry 1 of 3 is not two hex digits"},
+        {"+3 616263\n", "vocab.txt:1:1: not a vocabulary file"},
+        {"03 616263\n", "vocab.txt:1:1: not a vocabulary file"},
+        {"257 00\n", "vocab.txt:1:1: not a vocabulary file"},
+        {"3\t616263\n", "vocab.txt:1:2: a space must follow the count 3"},
+    };
+    for (size_t i = 0; i < sizeof bad_vocabs / sizeof *bad_vocabs; i++) {
+        FILE *vf = fopen(path, "w");
+        CU_ASSERT_FATAL(vf != NULL);
+        fputs(bad_vocabs[i].text, vf);
+        fclose(vf);
+        const bt_status vst = bt_vocab_load(path, &w);
+        if (vst != BT_ERR_IO || !strstr(bt_last_error(), bad_vocabs[i].error))
+            printf("\n  vocab '%s': %d, %s\n", bad_vocabs[i].text, vst, bt_last_error());
+        CU_ASSERT(vst == BT_ERR_IO && strstr(bt_last_error(), bad_vocabs[i].error) != NULL);
+    }
+    FILE *vf = fopen(path, "w"); /* without the final newline, and in upper case: the same vocabulary */
+    CU_ASSERT_FATAL(vf != NULL);
+    fputs("3 2C6F74", vf);
+    fclose(vf);
+    CU_ASSERT(bt_vocab_load(path, &w) == BT_OK && w.size == 3 && w.byte[0] == ',' && w.token['t'] == 2);
     bt_vocab all;
     bt_vocab_build(text, n, 1, &all);
     CU_ASSERT_EQUAL(all.size, 256);
@@ -876,6 +985,7 @@ int main(void)
         {"GPT on 1-4 stages, GPipe and 1F1B: same losses and weights", test_pipelines_agree},
         {"generate: KV-cache decoder = forward; with = without the cache", test_generate},
         {"generate through 1-4 stages, prompts in flight = one stage = alone", test_generate_pipelined},
+        {"generate: temperature 0 is greedy (lowest id on ties); vocab bounds the ids", test_generate_greedy_and_vocab},
         {"generate in bf16: score = bf16 forward, tokens = bf16 window", test_generate_bf16},
         {"generate through rmsnorm, split, concat, matmul, transpose, silu", test_generate_every_op},
         {"tie: checkpoints store the tensor once; resume elsewhere", test_tied_checkpoint},

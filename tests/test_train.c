@@ -78,6 +78,8 @@ static bt_engine *make_engine(const bt_model *m, int stages, int microbatches)
     p.parallel.partition = BT_PARTITION_UNIFORM;
     p.optimizer = m->train.optimizer;
     p.batch = m->train.batch;
+    p.precision = m->train.precision;
+    p.loss_scale = m->train.loss_scale;
     p.seed = 9;
     bt_engine *e = NULL;
     bt_status st = bt_engine_create(m->graph, &p, &e);
@@ -729,6 +731,32 @@ static void test_resume_checks_the_run(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "was saved by a run of batch 16, but this run has batch 8"));
     bt_engine_destroy(o);
     bt_model_destroy(other);
+    /* the same parameter names and shapes, another computation: fc2's activation (a node of its
+     * own), relu fused into fc1's linear removed, dropout's p: each refused naming the line */
+    static const struct {
+        const char *override, *theirs, *ours;
+    } graphs[] = {
+        {"layers.fc2.act=relu", "fc2: linear(drop){out=24} -> [24] f32; tanh(fc2:pre) -> [24] f32",
+         "fc2: linear(drop){act=\"relu\", out=24} -> [24] f32"},
+        {"layers.drop.args.p=0.5", "drop: dropout(fc1){p=0.2} -> [24] f32", "drop: dropout(fc1){p=0.5} -> [24] f32"},
+    };
+    for (size_t i = 0; i < sizeof graphs / sizeof *graphs; i++) {
+        CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", &graphs[i].override, 1,
+                                             &other) == BT_OK);
+        o = make_engine(other, 1, 1);
+        float before[24 * 12], after[24 * 12];
+        CU_ASSERT(bt_engine_read_param(o, "fc1.weight", before, sizeof before) == BT_OK);
+        CU_ASSERT_EQUAL(create_trainer(other, o, 6, NULL, dir, &t), BT_ERR_INVALID_ARG);
+        const char *msg = bt_last_error();
+        int named = strstr(msg, "was saved by another model graph (parameter names and shapes alone agree)") &&
+                    strstr(msg, graphs[i].theirs) && strstr(msg, graphs[i].ours);
+        if (!named) printf("\n  %s: %s\n", graphs[i].override, msg);
+        CU_ASSERT(named);
+        CU_ASSERT(bt_engine_read_param(o, "fc1.weight", after, sizeof after) == BT_OK);
+        CU_ASSERT(memcmp(before, after, sizeof before) == 0); /* nothing was loaded */
+        bt_engine_destroy(o);
+        bt_model_destroy(other);
+    }
     /* the same batch over other data: another epoch length */
     const char *data[] = {"data.train.samples=400"};
     CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", data, 1, &other) == BT_OK);
@@ -738,6 +766,52 @@ static void test_resume_checks_the_run(void)
     bt_engine_destroy(o);
     bt_model_destroy(other);
     bt_engine_destroy(e);
+    bt_model_destroy(m);
+}
+
+/* precision f16 resumes bit for bit: the loss scaler's scale and clean-step count are in the
+ * checkpoint. The run starts at a scale of 2^22, which overflows f16's gradients: the first steps
+ * (two) are skipped, halving it, and the later ones applied; a resume from step 10 must take up
+ * that scale and count (from 2^22 again it would skip steps the straight run applied). */
+static void test_f16_resume_is_bit_identical(void)
+{
+    const char *f16[] = {"train.precision=f16", "train.loss_scale=4194304"};
+    bt_model *m = NULL;
+    CU_ASSERT_FATAL(bt_model_load_string(model_yaml, sizeof model_yaml - 1, "small.yaml", f16, 2, &m) == BT_OK);
+    char dir[300];
+    tmp_path("f16-resume", dir, sizeof dir);
+    bt_engine *straight = make_engine(m, 2, 2);
+    train(m, straight, 20, NULL, NULL);
+    bt_engine *first = make_engine(m, 2, 2);
+    train(m, first, 10, dir, NULL);
+    double scale10, scale20, scale;
+    int64_t clean10, clean20, clean;
+    CU_ASSERT(bt_engine_loss_scale(first, &scale10, &clean10) == 1);
+    CU_ASSERT(scale10 < 4194304.0 && clean10 > 0); /* it skipped, then applied steps */
+    bt_engine *second = make_engine(m, 2, 2);
+    bt_trainer *t = NULL;
+    CU_ASSERT_FATAL(create_trainer(m, second, 20, NULL, dir, &t) == BT_OK);
+    CU_ASSERT(bt_engine_loss_scale(second, &scale, &clean) == 1);
+    CU_ASSERT(scale == scale10 && clean == clean10);
+    CU_ASSERT_FATAL(bt_trainer_run(t, NULL, NULL) == BT_OK);
+    bt_trainer_destroy(t);
+    CU_ASSERT(bt_engine_step(second) == bt_engine_step(straight));
+    CU_ASSERT(same_params(m, straight, second));
+    bt_engine_loss_scale(straight, &scale20, &clean20);
+    bt_engine_loss_scale(second, &scale, &clean);
+    CU_ASSERT(scale == scale20 && clean == clean20);
+    /* the setter's range; f32 has no scale to set */
+    CU_ASSERT(bt_engine_set_loss_scale(second, 0.5, 0) == BT_ERR_INVALID_ARG);
+    CU_ASSERT(bt_engine_set_loss_scale(second, 1024, 2000) == BT_ERR_INVALID_ARG);
+    bt_model *f32 = load_model(NULL);
+    bt_engine *e32 = make_engine(f32, 1, 1);
+    CU_ASSERT(bt_engine_loss_scale(e32, &scale, &clean) == 0 && scale == 1 && clean == 0);
+    CU_ASSERT(bt_engine_set_loss_scale(e32, 1024, 0) == BT_ERR_INVALID_ARG);
+    bt_engine_destroy(e32);
+    bt_model_destroy(f32);
+    bt_engine_destroy(straight);
+    bt_engine_destroy(first);
+    bt_engine_destroy(second);
     bt_model_destroy(m);
 }
 
@@ -853,6 +927,7 @@ int main(void)
         {"resume with fewer steps leaves the checkpoint", test_resume_with_fewer_steps_leaves_the_checkpoint},
         {"corrupt checkpoints are refused", test_corrupt_checkpoints_refused},
         {"resume checks the run", test_resume_checks_the_run},
+        {"f16 resume is bit-identical (the loss scaler's state)", test_f16_resume_is_bit_identical},
         {"crc32c", test_crc32c},
         {"mismatched checkpoints are rejected", test_mismatched_checkpoint_rejected},
         {"init from a weights file", test_init_from_weights_file},

@@ -151,6 +151,14 @@ BT_API bt_status bt_engine_write_state(bt_engine *engine, const char *name, int 
 /* Sets the optimizer step counter (resuming: bias correction, lr schedule and dropout seeds all
  * depend on it). */
 BT_API bt_status bt_engine_set_step(bt_engine *engine, int64_t step);
+/* precision f16's dynamic loss scale (docs/model-format.md, train.loss_scale): *scale, what the
+ * next step seeds the loss gradient with, and *clean_steps, the steps applied since it last
+ * changed (it doubles when they reach 2000); returns 1, or 0 (scale 1, clean_steps 0) when the
+ * engine does not scale (f32, bf16). A checkpoint records both, so a resumed f16 run continues bit
+ * for bit. Setting them is refused outside f16, for a scale outside [1, 2^64] and for clean_steps
+ * outside [0, 2000). */
+BT_API int bt_engine_loss_scale(const bt_engine *engine, double *scale, int64_t *clean_steps);
+BT_API bt_status bt_engine_set_loss_scale(bt_engine *engine, double scale, int64_t clean_steps);
 /* Sets the number of steps the run will take (the horizon of a cosine schedule). */
 BT_API bt_status bt_engine_set_total_steps(bt_engine *engine, int64_t total_steps);
 /* The engine's compute dtype and samples per step. */

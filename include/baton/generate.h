@@ -34,10 +34,13 @@ extern "C" {
 
 typedef struct bt_generate_params {
     int64_t tokens;         /* tokens to generate after the prompt (>= 0) */
-    double temperature;     /* > 0; 1: the model's distribution */
+    double temperature;     /* > 0; 1: the model's distribution; 0: greedy (the most likely token,
+                               the lowest id among equal logits; top_k and seed do not matter) */
     int top_k;              /* sample among the k most likely tokens; 0: all */
     uint64_t seed;
     int kv_cache;           /* 1: decode with caches; 0: recompute the window every token */
+    int64_t vocab;          /* sample only ids below this (a tokenizer smaller than the model's V
+                               logits: the ids above it name no token); 0: all V */
 } bt_generate_params;
 
 typedef struct bt_generate_stats {
@@ -50,12 +53,13 @@ typedef struct bt_generate_stats {
                                computing (1: no bubble); 0 without the KV cache */
 } bt_generate_stats;
 
-/* Defaults: 100 tokens, temperature 1, top_k 0, seed 0, kv_cache 1. */
+/* Defaults: 100 tokens, temperature 1, top_k 0, seed 0, kv_cache 1, vocab 0. */
 BT_API void bt_generate_params_init(bt_generate_params *params);
 
 /* Samples params->tokens tokens after prompt[0..n_prompt) (n_prompt >= 1) into out (caller's
  * array of params->tokens entries) with the weights of engine (built from graph; without the
- * cache its batch must be 1). Tokens outside the model's vocabulary are refused. */
+ * cache its batch must be 1). Tokens outside the model's vocabulary (params->vocab, when set) are
+ * refused. */
 BT_API bt_status bt_generate(bt_engine *engine, const bt_graph *graph, const int32_t *prompt, int64_t n_prompt,
                              const bt_generate_params *params, int32_t *out, bt_generate_stats *stats);
 

@@ -30,6 +30,11 @@
 #include "io/text.h"
 #include "plan/plan.h"
 #include "train/checkpoint.h"
+#include "train/lm.h"
+
+/* --temperature's range (0: greedy), named in the message when a value is outside it. */
+#define MAX_TEMPERATURE 1e6
+#define MAX_TEMPERATURE_TEXT "1e6"
 
 static void usage(FILE *f)
 {
@@ -43,7 +48,7 @@ static void usage(FILE *f)
                "vocab.txt), or a .safetensors file or a sharded checkpoint's .index.json with vocab.txt beside it.\n"
                "  --prompt TEXT     a prompt; repeat it for several, all in flight through the stages at once\n"
                "  --prompts FILE    one prompt per line (after those of --prompt); prompt i samples with seed S + i\n"
-               "  --temperature T   > 0 (default 1)      --top-k K   sample among the K most likely (0: all)\n"
+               "  --temperature T   0 (greedy) to 1e6 (default 1)   --top-k K   sample among the K most likely (0: all)\n"
                "  --no-kv-cache     recompute the whole context for every token (slower; for comparison)\n"
                "  --score N         instead: the mean per-token loss of N validation windows, by the\n"
                "                    decoder and by the engine's forward\n"
@@ -93,8 +98,14 @@ static int read_prompts(const char *path, prompt_list *l)
         const unsigned char *nl = memchr(text + at, '\n', n - at);
         size_t end = nl ? (size_t)(nl - text) : n;
         line++;
+        const unsigned char *nul = memchr(text + at, '\0', end - at);
         if (end == at) {
             fprintf(stderr, "baton generate: --prompts %s: line %d is empty (every line is a prompt)\n", path, line);
+            rc = BT_EXIT_USAGE;
+        } else if (nul) {
+            fprintf(stderr, "baton generate: --prompts %s: line %d (prompt %d) has a NUL byte at offset %zu of the "
+                    "line (byte %zu of the file): a prompt is text\n", path, line, l->n + 1, (size_t)(nul - text) - at,
+                    (size_t)(nul - text));
             rc = BT_EXIT_USAGE;
         } else if (!add_prompt(l, (const char *)text + at, end - at)) {
             rc = bt_cli_fail("generate", bt_error(BT_ERR_NOMEM, "out of memory"));
@@ -107,19 +118,6 @@ static int read_prompts(const char *path, prompt_list *l)
     }
     free(text);
     return rc;
-}
-
-/* vocab.txt in the directory CKPT, or beside the file CKPT (a .safetensors file or a sharded
- * checkpoint's .index.json). */
-static char *vocab_path(const char *weights)
-{
-    size_t n = strlen(weights);
-    if ((n > 12 && strcmp(weights + n - 12, ".safetensors") == 0) ||
-        (n > 11 && strcmp(weights + n - 11, ".index.json") == 0)) {
-        const char *slash = strrchr(weights, '/');
-        return slash ? bt_strfmt("%.*s/vocab.txt", (int)(slash - weights), weights) : bt_strdup("vocab.txt");
-    }
-    return bt_strfmt("%s/vocab.txt", weights);
 }
 
 /* --score N: N windows spread over the validation split, scored by the decoder and the forward. */
@@ -152,6 +150,13 @@ static int score_windows(const bt_model *m, bt_engine *e, const bt_vocab *vocab,
         goto done;
     }
     const size_t n_val = (size_t)((double)n * src->val_fraction), first = n - n_val;
+    if (n_val < (size_t)T + 1) {
+        fprintf(stderr, "baton generate: --score: the validation split of %s has %zu tokens (val_fraction %g of %zu), "
+                "fewer than the T + 1 = %lld a window needs\n", src->path, n_val, src->val_fraction, n,
+                (long long)T + 1);
+        rc = BT_EXIT_USAGE;
+        goto done;
+    }
     const size_t starts = n_val - (size_t)T - 1;
     double sum_dec = 0, sum_fwd = 0;
     bt_input_info in1;
@@ -314,9 +319,9 @@ int bt_cmd_generate(int argc, char **argv)
         case 't': {
             char *end;
             gp.temperature = strtod(optarg, &end);
-            if (*optarg == '\0' || *end != '\0' || !(gp.temperature > 0) || gp.temperature > 1e6) {
-                fprintf(stderr, "baton generate: --temperature wants a number above 0, not '%s'\n", optarg);
-                rc = BT_EXIT_USAGE;
+            if (*optarg == '\0' || *end != '\0' || !(gp.temperature >= 0) || gp.temperature > MAX_TEMPERATURE) {
+                rc = bt_cli_bad_value("generate", "--temperature", "a number from 0 (greedy) to " MAX_TEMPERATURE_TEXT,
+                                      optarg);
                 goto parse_fail;
             }
             break;
@@ -378,14 +383,16 @@ int bt_cmd_generate(int argc, char **argv)
     int64_t *lens = calloc((size_t)k, sizeof *lens);
     bt_generate_stats *per = calloc((size_t)k, sizeof *per), total;
     bt_vocab vocab;
-    char *vp = vocab_path(weights);
+    char *vp = bt_lm_vocab_path(weights);
     bt_status st = vp ? bt_vocab_load(vp, &vocab) : bt_error(BT_ERR_NOMEM, "out of memory");
+    if (st == BT_OK) st = bt_lm_check_vocab_file(m, &vocab, vp);
     free(vp);
     if (st != BT_OK) {
         rc = BT_EXIT_USAGE;
         bt_cli_print_error("generate");
         goto done;
     }
+    gp.vocab = vocab.size; /* the model's logits may be wider: their other ids name no byte */
     bt_engine_params p;
     bt_engine_params_init(&p);
     p.parallel = m->parallel;

@@ -140,6 +140,34 @@ bt_status bt_engine_set_step(bt_engine *e, int64_t step)
     return BT_OK;
 }
 
+int bt_engine_loss_scale(const bt_engine *e, double *scale, int64_t *clean_steps)
+{
+    const int scaled = e && e->params.precision == BT_F16;
+    *scale = scaled ? e->scaler.scale : 1.0;
+    *clean_steps = scaled ? e->scaler.clean : 0;
+    return scaled;
+}
+
+bt_status bt_engine_set_loss_scale(bt_engine *e, double scale, int64_t clean_steps)
+{
+    if (!e) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_loss_scale: NULL engine");
+    const bt_loss_scale *s = &e->scaler;
+    if (e->params.precision != BT_F16)
+        return bt_error(BT_ERR_INVALID_ARG, "a loss scale was given to an engine of precision %s; only f16 scales",
+                        bt_dtype_name(e->params.precision));
+    if (!(scale >= s->min_scale && scale <= s->max_scale))
+        return bt_error(BT_ERR_INVALID_ARG, "loss scale %.17g is outside [%.17g, %.17g]", scale, s->min_scale,
+                        s->max_scale);
+    if (clean_steps < 0 || clean_steps >= s->growth_interval)
+        return bt_error(BT_ERR_INVALID_ARG, "%lld steps since the loss scale last changed: it grows after %lld, so "
+                        "the count is 0 to %lld", (long long)clean_steps, (long long)s->growth_interval,
+                        (long long)s->growth_interval - 1);
+    e->scaler.scale = scale;
+    e->scaler.used = scale;
+    e->scaler.clean = clean_steps;
+    return BT_OK;
+}
+
 bt_status bt_engine_set_total_steps(bt_engine *e, int64_t total_steps)
 {
     if (!e || total_steps < 0) return bt_error(BT_ERR_INVALID_ARG, "bt_engine_set_total_steps: bad arguments");

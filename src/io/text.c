@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/util.h"
+#include "io/atomic_file.h"
 #include "io/text.h"
 
 void bt_vocab_build(const unsigned char *text, size_t n, int bytes, bt_vocab *out)
@@ -35,40 +36,68 @@ bt_status bt_vocab_encode(const bt_vocab *v, const unsigned char *text, size_t n
 
 bt_status bt_vocab_save(const bt_vocab *v, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return bt_error(BT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "%d ", v->size);
-    for (int k = 0; k < v->size; k++) fprintf(f, "%02x", v->byte[k]);
-    fputc('\n', f);
-    if (fclose(f) != 0) return bt_error(BT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    return BT_OK;
+    char line[8 + 2 * 256 + 2];
+    int len = snprintf(line, sizeof line, "%d ", v->size);
+    for (int k = 0; k < v->size; k++) len += snprintf(line + len, sizeof line - (size_t)len, "%02x", v->byte[k]);
+    line[len++] = '\n';
+    return bt_atomic_file_write_all(path, line, (size_t)len);
 }
 
+static int hex_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The strict form of vocab.txt (text.h): "<count> <count x 2 hex digits>" and one newline (or
+ * none), nothing else; errors name path:1:column (the file is one line). */
 bt_status bt_vocab_load(const char *path, bt_vocab *out)
 {
     unsigned char *text = NULL;
     size_t n = 0;
     BT_TRY(bt_text_read(path, &text, &n));
-    int size = 0, used = 0;
     bt_status st = BT_OK;
     memset(out, 0, sizeof *out);
     for (int b = 0; b < 256; b++) out->token[b] = -1;
-    if (sscanf((const char *)text, "%d %n", &size, &used) != 1 || size < 1 || size > 256 ||
-        n < (size_t)used + 2 * (size_t)size) {
-        st = bt_error(BT_ERR_IO, "%s: not a vocabulary file (a count from 1 to 256, then two hex digits per byte)", path);
+    size_t at = 0;
+    int size = 0;
+    while (at < n && text[at] >= '0' && text[at] <= '9' && size <= 256) size = size * 10 + (text[at++] - '0');
+    if (at == 0 || size < 1 || size > 256 || (at > 1 && text[0] == '0')) {
+        st = bt_error(BT_ERR_IO, "%s:1:1: not a vocabulary file: it starts with the count of its entries, a number "
+                      "from 1 to 256", path);
         goto done;
     }
-    for (int k = 0; k < size; k++) {
-        unsigned b;
-        char hex[3] = {(char)text[used + 2 * k], (char)text[used + 2 * k + 1], 0};
-        char *end;
-        b = (unsigned)strtoul(hex, &end, 16);
-        if (*end != 0 || out->token[b] >= 0 || (k > 0 && b <= out->byte[k - 1])) {
-            st = bt_error(BT_ERR_IO, "%s: byte %d of the vocabulary ('%s') is not a new byte in increasing order", path, k, hex);
+    if (at >= n || text[at] != ' ') {
+        st = bt_error(BT_ERR_IO, "%s:1:%zu: a space must follow the count %d", path, at + 1, size);
+        goto done;
+    }
+    at++;
+    for (int k = 0; k < size; k++, at += 2) {
+        const int hi = at < n ? hex_digit(text[at]) : -1, lo = at + 1 < n ? hex_digit(text[at + 1]) : -1;
+        if (hi < 0 || lo < 0) {
+            st = bt_error(BT_ERR_IO, "%s:1:%zu: entry %d of %d is not two hex digits%s", path, at + 1 + (hi >= 0), k,
+                          size, at + (hi >= 0) >= n || text[at + (hi >= 0)] == '\n' ? " (the line ends early)" : "");
+            goto done;
+        }
+        const int b = hi << 4 | lo;
+        if (out->token[b] >= 0) {
+            st = bt_error(BT_ERR_IO, "%s:1:%zu: entry %d (byte 0x%02x) repeats entry %d", path, at + 1, k, b,
+                          out->token[b]);
+            goto done;
+        }
+        if (k > 0 && b < out->byte[k - 1]) {
+            st = bt_error(BT_ERR_IO, "%s:1:%zu: entry %d (byte 0x%02x) is below entry %d (0x%02x): the bytes are in "
+                          "increasing order", path, at + 1, k, b, k - 1, out->byte[k - 1]);
             goto done;
         }
         out->byte[k] = (unsigned char)b;
         out->token[b] = (int16_t)k;
+    }
+    if (at < n && text[at] == '\n') at++;
+    if (at < n) {
+        st = bt_error(BT_ERR_IO, "%s:%d:%zu: text after the %d entries the count announces (byte 0x%02x)", path,
+                      at > 0 && text[at - 1] == '\n' ? 2 : 1, at > 0 && text[at - 1] == '\n' ? (size_t)1 : at + 1,
+                      size, text[at]);
+        goto done;
     }
     out->size = size;
 done:

@@ -2,8 +2,9 @@
  * stage's shard (a file in the same form, holding that stage's tensors; the sharded writer around
  * it is checkpoint_shards.c), and the checks of the metadata and checksums every reader makes
  * (the loading itself is checkpoint_load.c). The format tag stays "baton-checkpoint-1": the
- * checksum, batches_per_epoch and sharded layout are additions that older readers ignore or
- * cannot open (an index is not safetensors). */
+ * checksum, batches_per_epoch, the records a resume checks (graph, loss_scale: checkpoint.h) and
+ * the sharded layout are additions that older readers ignore or cannot open (an index is not
+ * safetensors). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/strutil.h"
+#include "graph/describe.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -23,6 +25,9 @@
 #define CRC_PREFIX "crc32c."
 #define META_CRC_KEY CRC_PREFIX "__metadata__"
 #define MAX_OPTIMIZER_SLOTS 64
+#define GRAPH_KEY "graph"
+#define LOSS_SCALE_KEY "loss_scale"
+#define LOSS_SCALE_CLEAN_KEY "loss_scale_clean_steps"
 
 static size_t param_bytes(const bt_engine *e, const bt_param_info *p)
 {
@@ -78,9 +83,25 @@ static uint32_t crc_pair(uint32_t crc, const char *key, const char *value)
 
 static char *crc_text(uint32_t crc) { return bt_strfmt("%08" PRIx32, crc); }
 
-/* The training state's metadata pairs (format, model, step, ...), appended to ml. */
-static bt_status add_state_pairs(meta_list *ml, const bt_checkpoint_meta *meta, int slots)
+/* What a resume must match beyond the training state (checkpoint.h, bt_checkpoint_records):
+ * the graph's description and f16's loss scale, appended to ml. */
+static bt_status add_record_pairs(meta_list *ml, const bt_engine *e, const bt_graph *g)
 {
+    char *graph = NULL;
+    BT_TRY(bt_graph_describe(g, &graph));
+    BT_TRY(meta_add(ml, bt_strdup(GRAPH_KEY), graph));
+    double scale;
+    int64_t clean;
+    if (!bt_engine_loss_scale(e, &scale, &clean)) return BT_OK;
+    BT_TRY(meta_add(ml, bt_strdup(LOSS_SCALE_KEY), bt_strfmt("%.17g", scale)));
+    return meta_add(ml, bt_strdup(LOSS_SCALE_CLEAN_KEY), bt_strfmt("%" PRId64, clean));
+}
+
+/* The training state's metadata pairs (format, model, step, ...) and the records, appended to ml. */
+static bt_status add_state_pairs(meta_list *ml, const bt_engine *e, const bt_graph *g, const bt_checkpoint_meta *meta,
+                                 int slots)
+{
+    BT_TRY(add_record_pairs(ml, e, g));
     BT_TRY(meta_add(ml, bt_strdup("format"), bt_strdup(FORMAT_TAG)));
     BT_TRY(meta_add(ml, bt_strdup("model"), bt_strdup(meta->model)));
     BT_TRY(meta_add(ml, bt_strdup("step"), bt_strfmt("%" PRId64, meta->step)));
@@ -102,13 +123,13 @@ static bt_status seal_pairs(meta_list *ml)
     return meta_add(ml, bt_strdup(META_CRC_KEY), crc_text(crc));
 }
 
-bt_status bt_checkpoint_index_pairs(const bt_engine *e, const bt_checkpoint_meta *meta, int *n, char ***keys,
-                                    char ***values)
+bt_status bt_checkpoint_index_pairs(const bt_engine *e, const bt_graph *g, const bt_checkpoint_meta *meta, int *n,
+                                    char ***keys, char ***values)
 {
     meta_list ml = {0};
     *n = 0;
     *keys = *values = NULL;
-    bt_status st = add_state_pairs(&ml, meta, bt_engine_optimizer_slots(e));
+    bt_status st = add_state_pairs(&ml, e, g, meta, bt_engine_optimizer_slots(e));
     if (st == BT_OK) st = seal_pairs(&ml);
     if (st == BT_OK) {
         *keys = calloc((size_t)ml.n + 1, sizeof **keys);
@@ -178,7 +199,7 @@ static bt_status write_tensors(const bt_engine *e, const bt_graph *g, const char
                         done);
         }
     }
-    BT_TRY_GOTO(st, add_state_pairs(&ml, meta, slots), done);
+    BT_TRY_GOTO(st, add_state_pairs(&ml, e, g, meta, slots), done);
     BT_TRY_GOTO(st, seal_pairs(&ml), done);
     for (int i = 0; i < ml.n; i++)
         BT_TRY_GOTO(st, bt_st_writer_add_metadata(w, ml.pairs[i].key, ml.pairs[i].value), done);
@@ -318,6 +339,36 @@ bt_status bt_checkpoint_verify_tensors(const bt_st_file *f)
     return BT_OK;
 }
 
+/* The records (checkpoint.h): the graph's description as it is; the loss scale a number in
+ * [1, 2^64] written as %.17g writes it, with its clean-step count, both or neither. */
+static bt_status parse_records(const meta_view *f, bt_checkpoint_records *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->graph = mv_get(f, GRAPH_KEY);
+    const char *scale = mv_get(f, LOSS_SCALE_KEY), *clean = mv_get(f, LOSS_SCALE_CLEAN_KEY);
+    if (!scale && !clean) return BT_OK;
+    if (!scale || !clean)
+        return bt_error(BT_ERR_IO, "%s: metadata '%s' is missing beside '%s'", mv_path(f),
+                        scale ? LOSS_SCALE_CLEAN_KEY : LOSS_SCALE_KEY, scale ? LOSS_SCALE_KEY : LOSS_SCALE_CLEAN_KEY);
+    char *end = NULL;
+    const double x = strtod(scale, &end);
+    if (end == scale || *end || !(x >= 1 && x <= 0x1p64) || scale[0] == ' ' || scale[0] == '+')
+        return bt_error(BT_ERR_IO, "%s: metadata '%s' = '%.40s' is not a loss scale (a number from 1 to 2^64)",
+                        mv_path(f), LOSS_SCALE_KEY, scale);
+    uint64_t steps;
+    BT_TRY(meta_count(f, LOSS_SCALE_CLEAN_KEY, 0, INT64_MAX, &steps));
+    rec->has_loss_scale = 1;
+    rec->loss_scale = x;
+    rec->loss_scale_clean_steps = (int64_t)steps;
+    return BT_OK;
+}
+
+bt_status bt_checkpoint_parse_records(const bt_ckpt_source *src, bt_checkpoint_records *rec)
+{
+    meta_view v = {.src = src};
+    return parse_records(&v, rec);
+}
+
 static bt_status parse_meta(const meta_view *f, bt_checkpoint_meta *meta)
 {
     const char *tag = mv_get(f, "format"), *model = mv_get(f, "model");
@@ -353,6 +404,8 @@ static bt_status parse_meta(const meta_view *f, bt_checkpoint_meta *meta)
                             mv_path(f), (unsigned long long)step, (unsigned long long)epoch,
                             (unsigned long long)index, (unsigned long long)per_epoch);
     }
+    bt_checkpoint_records rec;
+    BT_TRY(parse_records(f, &rec));
     meta->step = (int64_t)step;
     meta->epoch = (int64_t)epoch;
     meta->batch_index = (int64_t)index;
@@ -381,7 +434,8 @@ bt_status bt_checkpoint_verify_source(const bt_ckpt_source *src, bt_checkpoint_m
         BT_TRY(bt_checkpoint_verify_tensors(f));
         if (src->single) continue;
         static const char *const same[] = {"format", "model", "step", "epoch", "batch_index", "batches_per_epoch",
-                                           "batch", "seed", "optimizer_slots"};
+                                           "batch", "seed", "optimizer_slots", GRAPH_KEY, LOSS_SCALE_KEY,
+                                           LOSS_SCALE_CLEAN_KEY};
         for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
             const char *a = bt_ckpt_source_meta(src, same[k]), *b = bt_st_metadata(f, same[k]);
             if ((a || b) && (!a || !b || strcmp(a, b) != 0))

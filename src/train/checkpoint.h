@@ -79,10 +79,11 @@ bt_status bt_checkpoint_point_latest(const char *dir, const char *file, const ch
 enum { BT_CKPT_REMOVE_SINGLE = 1, BT_CKPT_REMOVE_SHARDED = 2 };
 /* Removes the checkpoint at position: its single file, and/or its index and then its shards. */
 bt_status bt_checkpoint_remove_position(const char *dir, int64_t position, int what);
-/* The metadata pairs of a checkpoint's index: the training state and its crc32c.__metadata__,
- * sorted by key (the checksum last). The caller frees each string and both arrays. */
-bt_status bt_checkpoint_index_pairs(const bt_engine *engine, const bt_checkpoint_meta *meta, int *n, char ***keys,
-                                    char ***values);
+/* The metadata pairs of a checkpoint's index: the training state, the records and its
+ * crc32c.__metadata__, sorted by key (the checksum last). The caller frees each string and both
+ * arrays. */
+bt_status bt_checkpoint_index_pairs(const bt_engine *engine, const bt_graph *graph, const bt_checkpoint_meta *meta,
+                                    int *n, char ***keys, char ***values);
 /* 1 when parameter p is stored in stage's shard (stage -1: in any; a tied copy in none). */
 int bt_checkpoint_param_in_shard(const bt_engine *engine, const bt_param_info *p, int stage);
 /* Writes stage's tensors (parameters and optimizer state) as one safetensors file at path,
@@ -101,6 +102,22 @@ bt_status bt_checkpoint_write_file(const bt_engine *engine, const bt_graph *grap
  * the metadata values, their consistency and the metadata checksum; then every tensor's checksum. */
 bt_status bt_checkpoint_parse_meta(const bt_st_file *f, bt_checkpoint_meta *meta);
 bt_status bt_checkpoint_verify_tensors(const bt_st_file *f);
+/* What a resume must match beyond bt_checkpoint_meta, recorded by every checkpoint written since
+ * issue 29 (metadata "graph", "loss_scale", "loss_scale_clean_steps"; older ones have none): the
+ * model graph's description (graph/describe.h), which bt_checkpoint_resume compares with the
+ * graph resuming it, naming the first line that differs (BT_ERR_INVALID_ARG); and under
+ * precision f16 the loss scaler's scale and clean-step count, which it restores. Without the
+ * graph record the tensors' names and shapes are all that is checked, as before; without the
+ * loss scale an f16 run starts again from train.loss_scale (it adapts, but the continuation is
+ * not bit-exact); a non-f16 run resuming an f16 checkpoint has no scale to restore. */
+typedef struct bt_checkpoint_records {
+    const char *graph;              /* borrowed from the source, or NULL */
+    int has_loss_scale;
+    double loss_scale;              /* [1, 2^64] */
+    int64_t loss_scale_clean_steps; /* >= 0 */
+} bt_checkpoint_records;
+/* The records of an opened checkpoint (validated as parse_meta validates them; BT_ERR_IO). */
+bt_status bt_checkpoint_parse_records(const bt_ckpt_source *src, bt_checkpoint_records *rec);
 /* The same on an opened checkpoint of either layout: its metadata (the file's or the index's)... */
 bt_status bt_checkpoint_parse_source_meta(const bt_ckpt_source *src, bt_checkpoint_meta *meta);
 /* ... and all of it: the metadata, every file's checksums, and for a sharded checkpoint each

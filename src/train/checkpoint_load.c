@@ -2,8 +2,10 @@
  * (weights, optimizer state, step) and weights alone (--init, predict, generate), from one file or
  * a sharded checkpoint alike (train/ckpt_source.h). Loading checks the whole checkpoint (checksums,
  * metadata, then the tensors against the graph) first and only then writes into the engine, so a
- * rejected checkpoint leaves the engine as it was; it writes only the stages this process runs
- * (across processes, its own stage), so no rank needs memory for the others. */
+ * rejected checkpoint leaves the engine as it was (a resume also compares the model graph the
+ * checkpoint recorded, and restores f16's loss scale, before any tensor is written); it writes
+ * only the stages this process runs (across processes, its own stage), so no rank needs memory
+ * for the others. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/strutil.h"
+#include "graph/describe.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_source.h"
 
@@ -114,11 +117,12 @@ static int is_model_tensor(const bt_graph *g, const char *name, int slots, const
     return 0;
 }
 
-static bt_status restore(bt_engine *e, const bt_graph *g, const bt_ckpt_source *src, int slots, int halves)
+/* Every tensor the model needs is there with its shape and a readable dtype, and the source holds
+ * no other (optimizer state aside when slots is 0). */
+static bt_status check_tensors(const bt_engine *e, const bt_graph *g, const bt_ckpt_source *src, int slots, int halves)
 {
     int n = bt_graph_num_params(g);
     char full[512];
-    /* check everything first */
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
@@ -135,7 +139,14 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_ckpt_source *
         if (!is_model_tensor(g, name, slots, e) && (slots > 0 || strncmp(name, "optimizer.", 10) != 0))
             return bt_error(BT_ERR_IO, "%s: tensor '%s' matches no parameter of the model", bt_st_path(f), name);
     }
-    /* then write, into the stages this process runs */
+    return BT_OK;
+}
+
+/* Writes the checked tensors into the stages this process runs. */
+static bt_status write_tensors(bt_engine *e, const bt_graph *g, const bt_ckpt_source *src, int slots)
+{
+    int n = bt_graph_num_params(g);
+    char full[512];
     for (int i = 0; i < n; i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
@@ -157,6 +168,47 @@ static bt_status restore(bt_engine *e, const bt_graph *g, const bt_ckpt_source *
     return BT_OK;
 }
 
+static bt_status restore(bt_engine *e, const bt_graph *g, const bt_ckpt_source *src, int slots, int halves)
+{
+    BT_TRY(check_tensors(e, g, src, slots, halves));
+    return write_tensors(e, g, src, slots);
+}
+
+/* Longest stretch of a description line quoted in a message. */
+#define QUOTE_MAX 400
+
+/* The graph the checkpoint recorded equals this one (when it recorded one), or the first line that
+ * differs is named. */
+static bt_status check_graph(const bt_ckpt_source *src, const bt_graph *g, const char *recorded)
+{
+    if (!recorded) return BT_OK; /* written before the record existed: names and shapes were checked */
+    char *ours = NULL;
+    BT_TRY(bt_graph_describe(g, &ours));
+    const char *a, *b;
+    size_t na, nb;
+    const int line = bt_graph_describe_diff(recorded, ours, &a, &na, &b, &nb);
+    bt_status st = BT_OK;
+    if (line)
+        st = bt_error(BT_ERR_INVALID_ARG,
+                      "%s was saved by another model graph (parameter names and shapes alone agree): line %d of its "
+                      "description is '%.*s', this model's is '%.*s'; a resumed run continues the same model (to "
+                      "start another from these weights, load them with --init)",
+                      src->path, line, a ? (int)(na < QUOTE_MAX ? na : QUOTE_MAX) : 11, a ? a : "(no line)",
+                      b ? (int)(nb < QUOTE_MAX ? nb : QUOTE_MAX) : 9, b ? b : "(no line)");
+    free(ours);
+    return st;
+}
+
+/* f16's loss scaler as the checkpoint left it; nothing to restore in another precision, or from a
+ * checkpoint without the record (the scaler starts from train.loss_scale). */
+static bt_status restore_loss_scale(bt_engine *e, const bt_checkpoint_records *rec)
+{
+    double scale;
+    int64_t clean;
+    if (!rec->has_loss_scale || !bt_engine_loss_scale(e, &scale, &clean)) return BT_OK;
+    return bt_engine_set_loss_scale(e, rec->loss_scale, rec->loss_scale_clean_steps);
+}
+
 bt_status bt_checkpoint_resume(bt_engine *e, const bt_graph *g, const char *path, bt_checkpoint_meta *meta)
 {
     bt_ckpt_source *src = NULL;
@@ -172,7 +224,12 @@ bt_status bt_checkpoint_resume(bt_engine *e, const bt_graph *g, const char *path
                       src->path, slots, bt_engine_optimizer_slots(e));
         goto done;
     }
-    BT_TRY_GOTO(st, restore(e, g, src, slots, 0), done);
+    bt_checkpoint_records rec;
+    BT_TRY_GOTO(st, bt_checkpoint_parse_records(src, &rec), done);
+    BT_TRY_GOTO(st, check_tensors(e, g, src, slots, 0), done);
+    BT_TRY_GOTO(st, check_graph(src, g, rec.graph), done);
+    BT_TRY_GOTO(st, restore_loss_scale(e, &rec), done); /* refused before anything else changes */
+    BT_TRY_GOTO(st, write_tensors(e, g, src, slots), done);
     BT_TRY_GOTO(st, bt_engine_set_step(e, m.step), done);
     *meta = m;
 done:

@@ -94,7 +94,7 @@ static bt_status write_index(const bt_engine *e, const bt_graph *g, const char *
             total += bt_shape_numel(&p.shape) * (int64_t)bt_dtype_size(bt_engine_dtype(e));
         }
     }
-    BT_TRY_GOTO(st, bt_checkpoint_index_pairs(e, meta, &n_meta, &keys, &values), done);
+    BT_TRY_GOTO(st, bt_checkpoint_index_pairs(e, g, meta, &n_meta, &keys, &values), done);
     st = bt_ckpt_index_write(path, total, n_meta, (const char *const *)keys, (const char *const *)values, count,
                              (const char *const *)tensors, files);
 done:

@@ -76,13 +76,29 @@ static int by_value_descending(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Samples from logits row (vocab entries) at temperature and top_k; w: scratch of 2 x vocab
- * doubles. top_k keeps the logits at or above the k-th largest (ties included). */
+/* The ids sampling draws from: [0, V), or [0, p->vocab) when the tokenizer is smaller. */
+static int64_t sample_ids(const lm_shape *d, const bt_generate_params *p)
+{
+    return p->vocab > 0 && p->vocab < d->vocab ? p->vocab : d->vocab;
+}
+
+/* Temperature 0: the largest logit, the lowest id among equals. */
+static int32_t argmax(const lm_shape *d, const void *row, int64_t V)
+{
+    int32_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+        if (logit_at(d, row, i) > logit_at(d, row, best)) best = (int32_t)i;
+    return best;
+}
+
+/* Samples from logits row (its first sample_ids entries) at temperature and top_k; w: scratch of
+ * 2 x vocab doubles. top_k keeps the logits at or above the k-th largest (ties included). */
 static int32_t sample(const lm_shape *d, const void *row, const bt_generate_params *p, uint64_t *rng, double *w)
 {
-    const int64_t V = d->vocab;
-    double mx = -INFINITY;
-    for (int64_t i = 0; i < V; i++) mx = fmax(mx, logit_at(d, row, i) / p->temperature);
+    const int64_t V = sample_ids(d, p);
+    if (p->temperature == 0) return argmax(d, row, V);
+    double mx = -INFINITY; /* exp((l - max) / temperature) <= 1: finite at any temperature above 0 */
+    for (int64_t i = 0; i < V; i++) mx = fmax(mx, logit_at(d, row, i));
     double cut = -INFINITY;
     if (p->top_k > 0 && p->top_k < V) { /* the k-th largest logit */
         double *sorted = w + V;
@@ -93,7 +109,7 @@ static int32_t sample(const lm_shape *d, const void *row, const bt_generate_para
     double z = 0;
     for (int64_t i = 0; i < V; i++) {
         const double l = logit_at(d, row, i);
-        w[i] = l < cut ? 0 : exp(l / p->temperature - mx);
+        w[i] = l < cut ? 0 : exp((l - mx) / p->temperature);
         z += w[i];
     }
     double u = (double)(bt_rng_next(rng) >> 11) * 0x1.0p-53 * z, acc = 0;
@@ -128,9 +144,11 @@ static bt_status check_args(const bt_generate_params *p, int n_prompts, const in
     for (int i = 0; i < n_prompts; i++)
         if (!prompts[i] || n_prompt[i] < 1 || (p->tokens > 0 && !out[i]))
             return bt_error(BT_ERR_INVALID_ARG, "bt_generate: prompt %d needs at least one token and an output array", i);
-    if (!(p->temperature > 0) || !isfinite(p->temperature))
-        return bt_error(BT_ERR_INVALID_ARG, "generate: temperature must be > 0, got %g", p->temperature);
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return bt_error(BT_ERR_INVALID_ARG, "generate: temperature must be a finite number >= 0 (0: greedy), got %g",
+                        p->temperature);
     if (p->top_k < 0) return bt_error(BT_ERR_INVALID_ARG, "generate: top_k must be >= 0, got %d", p->top_k);
+    if (p->vocab < 0) return bt_error(BT_ERR_INVALID_ARG, "generate: vocab must be >= 0, got %lld", (long long)p->vocab);
     return BT_OK;
 }
 
@@ -316,13 +334,17 @@ bt_status bt_generate_batch(bt_engine *e, const bt_graph *g, int n_prompts, cons
     BT_TRY(check_args(p, n_prompts, prompts, n_prompt, out));
     lm_shape m;
     BT_TRY(lm_shape_init(&m, e, g));
+    if (p->vocab > m.vocab)
+        return bt_error(BT_ERR_INVALID_ARG, "generate: a vocabulary of %lld tokens is larger than the model's %lld logits",
+                        (long long)p->vocab, (long long)m.vocab);
+    const int64_t ids = sample_ids(&m, p);
     for (int q = 0; q < n_prompts; q++)
         for (int64_t i = 0; i < n_prompt[q]; i++)
-            if (prompts[q][i] < 0 || prompts[q][i] >= m.vocab) {
+            if (prompts[q][i] < 0 || prompts[q][i] >= ids) {
                 char which[32] = "";
                 if (n_prompts > 1) snprintf(which, sizeof which, "prompt %d: ", q);
                 return bt_error(BT_ERR_INVALID_ARG, "generate: %sprompt token %d at %lld is outside the vocabulary of %lld",
-                                which, (int)prompts[q][i], (long long)i, (long long)m.vocab);
+                                which, (int)prompts[q][i], (long long)i, (long long)ids);
             }
     if (p->kv_cache) return generate_pipelined(e, &m, n_prompts, prompts, n_prompt, p, out, per_prompt, total);
     double t0 = bt_now_ms();

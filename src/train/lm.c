@@ -88,6 +88,22 @@ static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build
     return st;
 }
 
+/* The fewest token ids an integer input of the model takes (embedding's num: int_hi), and the
+ * layer that takes them; 0 when no input declares a range. */
+static int64_t token_limit(const bt_graph *g, const char **layer)
+{
+    int64_t limit = 0;
+    for (int n = 0; n < g->n_nodes; n++)
+        for (int k = 0; k < g->nodes[n].n_in; k++) {
+            const int64_t hi = g->nodes[n].int_hi[k];
+            if (g->values[g->nodes[n].in[k]].dtype == BT_I32 && hi > 0 && (limit == 0 || hi < limit)) {
+                limit = hi;
+                *layer = g->layers[g->nodes[n].layer].name;
+            }
+        }
+    return limit;
+}
+
 /* The token input, the label input and T, from the graph: two i32 inputs shaped [T], the label
  * the loss's second input. */
 static bt_status inspect(bt_lm *t)
@@ -113,14 +129,27 @@ static bt_status inspect(bt_lm *t)
     if (!t->idx_name || !t->label_name)
         return bt_error(BT_ERR_MODEL, "%s: the loss's second input must be a model input (the labels)", t->model->path);
     /* the vocabulary must fit every consumer's declared range (embedding's num) */
-    for (int n = 0; n < g->n_nodes; n++)
-        for (int k = 0; k < g->nodes[n].n_in; k++) {
-            const bt_value *v = &g->values[g->nodes[n].in[k]];
-            if (v->dtype == BT_I32 && g->nodes[n].int_hi[k] > 0 && t->vocab.size > g->nodes[n].int_hi[k])
-                return bt_error(BT_ERR_MODEL, "%s: the text has %d distinct tokens but '%s' takes %lld (raise its num or "
-                                "out to at least %d)", t->model->path, t->vocab.size, g->layers[g->nodes[n].layer].name,
-                                (long long)g->nodes[n].int_hi[k], t->vocab.size);
-        }
+    const char *layer = NULL;
+    const int64_t limit = token_limit(g, &layer);
+    if (limit > 0 && t->vocab.size > limit)
+        return bt_error(BT_ERR_MODEL, "%s: the text has %d distinct tokens but '%s' takes %lld (raise its num or "
+                        "out to at least %d)", t->model->path, t->vocab.size, layer, (long long)limit, t->vocab.size);
+    return BT_OK;
+}
+
+bt_status bt_lm_check_vocab_file(const bt_model *m, const bt_vocab *v, const char *path)
+{
+    const bt_graph *g = m->graph;
+    const char *layer = NULL;
+    const int64_t limit = token_limit(g, &layer);
+    if (limit > 0 && v->size > limit)
+        return bt_error(BT_ERR_INVALID_ARG, "%s:1: %d entries, more than the %lld token ids the model's '%s' takes "
+                        "(a vocabulary of another model?)", path, v->size, (long long)limit, layer);
+    const bt_node *loss = g->n_nodes ? &g->nodes[g->n_nodes - 1] : NULL;
+    const bt_value *logits = loss && loss->n_in == 2 ? &g->values[loss->in[0]] : NULL;
+    if (logits && logits->shape.ndim >= 1 && v->size > logits->shape.dim[logits->shape.ndim - 1])
+        return bt_error(BT_ERR_INVALID_ARG, "%s:1: %d entries, more than the %lld logits of the model's '%s'", path,
+                        v->size, (long long)logits->shape.dim[logits->shape.ndim - 1], logits->name);
     return BT_OK;
 }
 
@@ -154,10 +183,93 @@ static bt_status load_data(bt_lm *t)
     return BT_OK;
 }
 
+char *bt_lm_vocab_path(const char *checkpoint)
+{
+    size_t n = strlen(checkpoint);
+    if ((n > 12 && strcmp(checkpoint + n - 12, ".safetensors") == 0) ||
+        (n > 11 && strcmp(checkpoint + n - 11, ".index.json") == 0)) {
+        const char *slash = strrchr(checkpoint, '/');
+        return slash ? bt_strfmt("%.*s/vocab.txt", (int)(slash - checkpoint), checkpoint) : bt_strdup("vocab.txt");
+    }
+    return bt_strfmt("%s/vocab.txt", checkpoint);
+}
+
+/* " ('c')" for a printable byte, "" otherwise: into buf. */
+static const char *show_byte(int b, char *buf, size_t size)
+{
+    if (b > 0x20 && b < 0x7f && b != '\'') snprintf(buf, size, " ('%c')", b);
+    else buf[0] = '\0';
+    return buf;
+}
+
+/* The vocabulary recorded at path (read strictly) is the text's, or the first entry that differs
+ * is named: BT_ERR_INVALID_ARG, prefixed by what (which record, and why it must match). */
+static bt_status same_vocab(const bt_lm *t, const char *path, const char *what)
+{
+    bt_vocab rec;
+    bt_status st = bt_vocab_load(path, &rec);
+    if (st != BT_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bt_last_error());
+        return bt_error(BT_ERR_INVALID_ARG, "%s: %s", what, msg);
+    }
+    const bt_vocab *v = &t->vocab;
+    int k = 0;
+    while (k < rec.size && k < v->size && rec.byte[k] == v->byte[k]) k++;
+    if (k == rec.size && k == v->size) return BT_OK;
+    char a[16], b[16];
+    const char *text = t->model->data.train.path;
+    if (k < rec.size && k < v->size)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: %s differs from the vocabulary of %s: entry %d is byte 0x%02x%s there, "
+                        "0x%02x%s in the text", what, path, text, k, rec.byte[k], show_byte(rec.byte[k], a, sizeof a),
+                        v->byte[k], show_byte(v->byte[k], b, sizeof b));
+    if (k < rec.size)
+        return bt_error(BT_ERR_INVALID_ARG, "%s: %s differs from the vocabulary of %s: entry %d is byte 0x%02x%s there, "
+                        "and the text has only %d entries", what, path, text, k, rec.byte[k],
+                        show_byte(rec.byte[k], a, sizeof a), v->size);
+    return bt_error(BT_ERR_INVALID_ARG, "%s: %s differs from the vocabulary of %s: the text's entry %d (byte 0x%02x%s) "
+                    "is not there (it has %d entries)", what, path, text, k, v->byte[k],
+                    show_byte(v->byte[k], b, sizeof b), rec.size);
+}
+
+/* The resumed checkpoint's vocabulary (vocab.txt beside it, which its run wrote before step 1) is
+ * the text's: the same ids must name the same bytes, or the weights would read another text. */
+static bt_status resume_vocab(const bt_lm *t)
+{
+    char *path = bt_lm_vocab_path(t->opts.resume);
+    if (!path) return bt_error(BT_ERR_NOMEM, "out of memory");
+    struct stat sb;
+    bt_status st = BT_OK;
+    if (stat(path, &sb) != 0)
+        st = bt_error(BT_ERR_INVALID_ARG, "%s has no vocab.txt beside it (%s: %s): the vocabulary its run trained with "
+                      "is unknown, so the text's cannot be checked against it; copy that run's vocab.txt there",
+                      t->opts.resume, path, strerror(errno));
+    else
+        st = same_vocab(t, path, "the text's vocabulary must be the one the resumed run trained with");
+    free(path);
+    return st;
+}
+
+/* Rank 0, checkpoint_dir given: DIR/vocab.txt is the text's vocabulary. Written (atomically) when
+ * missing, before step 1, so every checkpoint in DIR has it beside it; never overwritten when it
+ * holds another (the checkpoints already there were trained with that one). */
+static bt_status claim_vocab(const bt_lm *t)
+{
+    if (!t->have_vocab || !t->opts.checkpoint_dir || bt_engine_rank(t->engine) != 0) return BT_OK;
+    char *path = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
+    if (!path) return bt_error(BT_ERR_NOMEM, "out of memory");
+    struct stat sb;
+    bt_status st = stat(path, &sb) != 0 ? bt_vocab_save(&t->vocab, path)
+                                        : same_vocab(t, path, "the checkpoint directory's vocab.txt is never "
+                                                     "overwritten (give another --checkpoint-dir, or remove it)");
+    free(path);
+    return st;
+}
+
 /* Continues exactly from a checkpoint: a step's windows depend only on the seed and the step, so
  * the data position is the step count; the weights, optimizer state and step counter come from
- * the checkpoint. What would change the windows (seed, batch, the training split's size) or the
- * model is refused, naming it. */
+ * the checkpoint. What would change the windows (seed, batch, the training split's size), the
+ * ids' bytes (the vocabulary) or the model is refused, naming it. */
 static bt_status resume(bt_lm *t)
 {
     const char *path = t->opts.resume;
@@ -174,6 +286,7 @@ static bt_status resume(bt_lm *t)
                         "%s was saved by a run of %lld steps per pass over its training split, but this run has %lld "
                         "(was the text changed?): it cannot continue exactly",
                         path, (long long)meta.batches_per_epoch, (long long)t->per_epoch);
+    if (t->have_vocab) BT_TRY(resume_vocab(t));
     t->first_step = meta.epoch * meta.batches_per_epoch + meta.batch_index;
     return bt_checkpoint_resume(t->engine, t->model->graph, path, &meta);
 }
@@ -214,6 +327,7 @@ bt_status bt_lm_create(const bt_model *m, bt_engine *e, const bt_trainer_opts *o
     if (opts->checkpoint_dir && bt_engine_rank(e) == 0)
         BT_TRY_GOTO(st, bt_checkpoint_dir_open(opts->checkpoint_dir, &t->ckpt_lock), fail);
     if (opts->resume) BT_TRY_GOTO(st, resume(t), fail);
+    BT_TRY_GOTO(st, claim_vocab(t), fail);
     *out = t;
     return BT_OK;
 fail:
@@ -365,17 +479,12 @@ static bt_status loop_evaluate(void *src, bt_train_event *ev)
     return bt_lm_evaluate(t, &ev->loss, &ev->samples);
 }
 
-/* vocab.txt beside the checkpoint (rank 0), for `baton generate`. */
+/* vocab.txt beside the checkpoint (rank 0), for `baton generate` and --resume: claimed before step
+ * 1; written again if it went missing since, never replaced. */
 static bt_status loop_saved(void *src, int64_t step)
 {
-    bt_lm *t = src;
     (void)step;
-    if (bt_engine_rank(t->engine) != 0 || !t->have_vocab) return BT_OK;
-    char *vp = bt_strfmt("%s/vocab.txt", t->opts.checkpoint_dir);
-    if (!vp) return bt_error(BT_ERR_NOMEM, "out of memory");
-    bt_status st = bt_vocab_save(&t->vocab, vp);
-    free(vp);
-    return st;
+    return claim_vocab(src);
 }
 
 bt_status bt_lm_run(bt_lm *t, bt_train_callback cb, void *user)

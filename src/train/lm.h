@@ -9,8 +9,10 @@
  * `baton generate`); opts->stop ends the run after the current step with a checkpoint. A step's
  * windows depend only on the seed and the step, so opts->resume continues exactly: the data
  * position is the step, the weights, optimizer state and step counter come from the checkpoint
- * (a different seed, batch or training split is refused). Reports through
- * the trainer's callback (train/trainer.h) and never prints. */
+ * (a different seed, batch or training split is refused, and so is a text whose vocabulary is not
+ * the vocab.txt beside the checkpoint, naming the first entry that differs). The checkpoint
+ * directory's vocab.txt is written before step 1 and never replaced by another vocabulary.
+ * Reports through the trainer's callback (train/trainer.h) and never prints. */
 #ifndef BT_TRAIN_LM_H
 #define BT_TRAIN_LM_H
 
@@ -36,6 +38,13 @@ int64_t bt_lm_stopped_at(const bt_lm *t);
 int64_t bt_lm_first_step(const bt_lm *t);
 /* What an opts->init_partial load loaded and skipped, or NULL. */
 const bt_weights_report *bt_lm_init_report(const bt_lm *t);
+/* vocab.txt for a checkpoint: inside a directory, beside a .safetensors file or an index
+ * (malloc'ed; NULL: out of memory). */
+char *bt_lm_vocab_path(const char *checkpoint);
+/* A vocabulary read from path (vocab.txt) against the model: more entries than the token ids an
+ * input of the model takes (embedding's num), or than its logits, is BT_ERR_INVALID_ARG naming
+ * path:1 and both numbers. */
+bt_status bt_lm_check_vocab_file(const bt_model *model, const bt_vocab *vocab, const char *path);
 /* Tokens in the training and validation splits, and the vocabulary size. */
 void bt_lm_sizes(const bt_lm *t, int64_t *train_tokens, int64_t *val_tokens, int *vocab);
 /* Mean per-token loss over the evaluation windows and how many windows (of T tokens) it took. */
