@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/util.h"
+#include "io/atomic_file.h"
 #include "io/text.h"
 
 void bt_vocab_build(const unsigned char *text, size_t n, int bytes, bt_vocab *out)
@@ -35,13 +36,11 @@ bt_status bt_vocab_encode(const bt_vocab *v, const unsigned char *text, size_t n
 
 bt_status bt_vocab_save(const bt_vocab *v, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return bt_error(BT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "%d ", v->size);
-    for (int k = 0; k < v->size; k++) fprintf(f, "%02x", v->byte[k]);
-    fputc('\n', f);
-    if (fclose(f) != 0) return bt_error(BT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    return BT_OK;
+    char line[4 + 1 + 2 * 256 + 2]; /* "256 " and two hex digits per byte, then '\n' */
+    int n = snprintf(line, sizeof line, "%d ", v->size);
+    for (int k = 0; k < v->size; k++) n += snprintf(line + n, sizeof line - (size_t)n, "%02x", v->byte[k]);
+    line[n++] = '\n';
+    return bt_atomic_file_write_all(path, line, (size_t)n);
 }
 
 bt_status bt_vocab_load(const char *path, bt_vocab *out)

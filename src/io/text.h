@@ -28,7 +28,7 @@ void bt_vocab_build(const unsigned char *text, size_t n, int bytes, bt_vocab *ou
 /* tokens[i] = vocab token of text[i]; a byte outside the vocabulary is BT_ERR_INVALID_ARG naming
  * its offset. */
 bt_status bt_vocab_encode(const bt_vocab *v, const unsigned char *text, size_t n, uint16_t *tokens);
-/* Writes / reads vocab.txt (see above); reading checks it completely. */
+/* Writes (atomically: io/atomic_file.h) / reads vocab.txt (see above); reading checks it completely. */
 bt_status bt_vocab_save(const bt_vocab *v, const char *path);
 bt_status bt_vocab_load(const char *path, bt_vocab *out);
 
