@@ -1,9 +1,15 @@
 #!/bin/sh
-# tests/cli_outputs.sh: outputs are written as the user named them (issue 29). The atomic writer
-# (io/atomic_file.h): an output that is a FIFO (with a reader), /dev/stdout on a pipe or /dev/null
-# is written through and stays what it was; a symbolic link (to an existing file in another
-# directory, or dangling) stays a link and its target gets the contents, with no temporary file
-# left beside either. Prints "cli_outputs: N tests, N failed".
+# tests/cli_outputs.sh: no output may destroy an input, and outputs are written as the user named
+# them (issue 29). Every command that writes files (run, predict, profile, plot) is given each of
+# its outputs (--log-file, --trace, --timeline, --checkpoint-dir, --output, -o, the default profile
+# name) naming each kind of input it reads (the model file and a symbolic link to it, npy data of
+# the model's data: section, the text of a language model, a checkpoint under either of its hard-
+# linked names, a shard of a sharded checkpoint, --input, --labels, --weights, a run file): each
+# must exit 2 with a message naming both paths, and the input must be byte for byte unchanged.
+# Then the atomic writer (io/atomic_file.h): an output that is a FIFO (with a reader), /dev/stdout
+# on a pipe or /dev/null is written through and stays what it was; a symbolic link (to an existing
+# file in another directory, or dangling) stays a link and its target gets the contents, with no
+# temporary file left beside either. Prints "cli_outputs: N tests, N failed".
 . "$(dirname "$0")/cli_lib.sh"
 
 if ! command -v python3 >/dev/null 2>&1; then
@@ -75,6 +81,84 @@ for f in m.yaml x.npy y.npy ex.npy ey.npy text.txt ck/checkpoint.safetensors ck/
          link.yaml "sh/$shard" r.jsonl; do
   cp "$f" "keep/$(echo "$f" | tr / _)"
 done
+
+# refused OUTPUT-OPTION OUTPUT INPUT WHAT COMMAND...: exit 2, the message names the option, the
+# output and the input (and says which input it is), and INPUT keeps its bytes
+refused() {
+  r_opt=$1; r_out=$2; r_in=$3; r_what=$4; shift 4
+  if expect_rc 2 "$r_opt $r_out over $r_in ($r_what)" "$@"; then
+    check "$r_opt $r_out over $r_in: the message" "$r_opt $r_out is the same file as the input $r_in ($r_what)" "$tmp/err"
+  fi
+  tests=$((tests + 1))
+  cmp -s "$r_in" "keep/$(echo "$r_in" | tr / _)" || fail "$r_opt $r_out changed the input $r_in"
+}
+
+# 1. baton run
+refused --log-file m.yaml m.yaml "the model file" "$baton" run m.yaml --steps 1 --log-file m.yaml
+refused --trace m.yaml m.yaml "the model file" "$baton" run m.yaml --steps 1 --trace m.yaml
+refused --timeline link.yaml m.yaml "the model file" "$baton" run m.yaml --steps 1 --timeline link.yaml
+refused --log-file link.yaml link.yaml "the model file" "$baton" run link.yaml --steps 1 --log-file link.yaml
+refused --log-file x.npy x.npy "data.train.images" "$baton" run m.yaml --steps 1 --log-file x.npy
+refused --trace y.npy y.npy "data.train.labels" "$baton" run m.yaml --steps 1 --trace y.npy
+refused --timeline ey.npy ey.npy "data.eval.labels" "$baton" run m.yaml --steps 1 --timeline ey.npy
+refused --log-file text.txt text.txt "data.train.path" "$baton" run lm.yaml --steps 1 --log-file text.txt
+plugin="$builddir/tests/.libs/libmyops.so"   # tests/plugin_myops.c, built by make check
+if [ -f "$plugin" ]; then
+  cp "$plugin" libmyops.so && cp libmyops.so keep/._libmyops.so
+  refused --trace ./libmyops.so ./libmyops.so "--plugin" "$baton" run m.yaml --steps 1 --plugin ./libmyops.so --trace ./libmyops.so
+fi
+# the checkpoint being resumed, under its numbered name (the hard link) and its pointer name
+refused --log-file ck/checkpoint-00000002.safetensors ck/checkpoint.safetensors "--resume ck" \
+  "$baton" run m.yaml --steps 3 --resume ck --log-file ck/checkpoint-00000002.safetensors
+tests=$((tests + 1))
+cmp -s ck/checkpoint-00000002.safetensors keep/ck_checkpoint-00000002.safetensors ||
+  fail "--log-file over the resumed checkpoint: its numbered name changed"
+refused --trace ck/checkpoint.safetensors ck/checkpoint-00000002.safetensors "--resume ck/checkpoint-00000002.safetensors" \
+  "$baton" run m.yaml --steps 3 --resume ck/checkpoint-00000002.safetensors --trace ck/checkpoint.safetensors
+refused --log-file "sh/$shard" "sh/$shard" "--resume sh" "$baton" run m.yaml --steps 3 --resume sh --log-file "sh/$shard"
+refused --timeline ck/checkpoint.safetensors ck/checkpoint.safetensors "--init ck" \
+  "$baton" run m.yaml --steps 1 --init ck --timeline ck/checkpoint.safetensors
+# a checkpoint directory replaces and prunes checkpoint files and writes vocab.txt: never over an
+# input (--init from the directory itself, the training text as DIR/vocab.txt)
+if expect_rc 2 "--checkpoint-dir holding the --init checkpoint" "$baton" run m.yaml --steps 1 --init ck --checkpoint-dir ck
+then
+  check "--checkpoint-dir over --init: the message" \
+    "--checkpoint-dir ck: the run replaces or removes ck/checkpoint.*safetensors there, which is the same file as the input ck/checkpoint.safetensors (--init ck)" "$tmp/err"
+fi
+tests=$((tests + 1))
+cmp -s ck/checkpoint.safetensors keep/ck_checkpoint.safetensors || fail "--checkpoint-dir over --init changed it"
+mkdir lmck && ln text.txt lmck/vocab.txt
+if expect_rc 2 "train.checkpoint_dir holding the training text as vocab.txt" "$baton" run lm.yaml --steps 1 \
+     train.checkpoint_dir=lmck; then
+  check "checkpoint dir over the text: the message" \
+    "train.checkpoint_dir lmck: the run replaces or removes lmck/vocab.txt there, which is the same file as the input text.txt (data.train.path)" "$tmp/err"
+fi
+tests=$((tests + 1))
+cmp -s text.txt keep/text.txt || fail "the checkpoint directory changed the training text"
+# what still works: resuming into the directory it continues; a log and a trace beside the inputs
+expect_rc 0 "--resume ck --checkpoint-dir ck (the run continues it)" "$baton" run m.yaml --steps 3 --resume ck \
+  --checkpoint-dir ck --log-file ck/log.jsonl --trace t.json
+check "the resumed run's log" '"step": 3' ck/log.jsonl
+cp ck/checkpoint.safetensors keep/ck_checkpoint.safetensors
+
+# 2. baton predict
+refused --output x.npy x.npy "--input" "$baton" predict m.yaml --weights ck --input x.npy --output x.npy
+refused --output y.npy y.npy "--labels" "$baton" predict m.yaml --weights ck --input x.npy --labels y.npy --output y.npy
+refused --output ck/checkpoint-00000003.safetensors ck/checkpoint.safetensors "--weights ck" \
+  "$baton" predict m.yaml --weights ck --input x.npy --output ck/checkpoint-00000003.safetensors
+refused --output link.yaml m.yaml "the model file" "$baton" predict m.yaml --weights ck --input x.npy --output link.yaml
+refused --output ex.npy ex.npy "data.eval.images" "$baton" predict m.yaml --weights ck --data eval --output ex.npy
+
+# 3. baton profile: --output, and the default name <name>.profile.json
+refused --output m.yaml m.yaml "the model file" "$baton" profile m.yaml --repeats 1 --warmup 0 --output m.yaml
+cp m.yaml outs.profile.json && cp m.yaml keep/outs.profile.json
+refused "the profile file" outs.profile.json outs.profile.json "the model file" \
+  "$baton" profile outs.profile.json --repeats 1 --warmup 0
+
+# 4. baton plot
+refused -o r.jsonl r.jsonl "a run to draw" "$baton" plot r.jsonl -o r.jsonl
+ln -s r.jsonl r-link.svg
+refused -o r-link.svg r.jsonl "a run to draw" "$baton" plot r.jsonl -o r-link.svg
 
 # 5. the atomic writer: FIFOs and devices are written through, symbolic links followed. The
 # machine's own /dev/stdout (a link) and /dev/null come last, and only when the FIFO and the links
