@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/outputs.h"
 #include "core/error.h"
 #include "core/strutil.h"
 #include "trace/report.h"
@@ -194,6 +195,12 @@ int bt_cmd_plot(int argc, char **argv)
         fprintf(stderr, "baton plot: no run given (baton plot RUN.jsonl [-o report.svg])\n");
         return BT_EXIT_USAGE;
     }
+    bt_cli_inputs in; /* the report may not replace a run file it draws (cli/outputs.h) */
+    bt_cli_inputs_init(&in, "plot");
+    for (int i = 0; i < n; i++) bt_cli_inputs_add(&in, "a run to draw", argv[optind + i]);
+    int crc = bt_cli_outputs_check(&in, "-o", out);
+    bt_cli_inputs_free(&in);
+    if (crc != BT_EXIT_OK) return crc;
     bt_report_run *runs = calloc((size_t)n, sizeof *runs);
     if (!runs) {
         fprintf(stderr, "baton plot: out of memory\n");

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/outputs.h"
 #include "cli/run.h"
 #include "core/strutil.h"
 #include "train/checkpoint.h"
@@ -88,6 +89,23 @@ static void print_report(const bt_predict_report *r, const char *output, bt_dtyp
                bt_shape_format(&r->output_shape, shape, sizeof shape), output);
 }
 
+/* --output may not be a file predict reads (cli/outputs.h): the model, the weights, --input,
+ * --labels, or the data files of --data (section: "data.eval" or "data.train"; NULL without). */
+static int check_output(const bt_cli_model_opts *mo, const char *weights, const bt_predict_opts *po,
+                        const char *section)
+{
+    bt_cli_inputs in;
+    bt_cli_inputs_init(&in, "predict");
+    bt_cli_inputs_add_model(&in, mo);
+    bt_cli_inputs_add_checkpoint(&in, "--weights", weights, 0);
+    for (int i = 0; i < po->n_inputs; i++) bt_cli_inputs_add(&in, "--input", po->input_files[i]);
+    bt_cli_inputs_add(&in, "--labels", po->labels);
+    if (po->source) bt_cli_inputs_add_data(&in, section, po->source);
+    int rc = bt_cli_outputs_check(&in, "--output", po->output_path);
+    bt_cli_inputs_free(&in);
+    return rc;
+}
+
 int bt_cmd_predict(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -101,7 +119,7 @@ int bt_cmd_predict(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     bt_predict_opts po;
-    const char *weights = NULL, *data = NULL;
+    const char *weights = NULL, *data = NULL, *section = NULL;
     long long batch = 0;
     int threads = 0, jsonl = 0, rc, c;
     unsigned long long seed = 0;
@@ -171,6 +189,32 @@ int bt_cmd_predict(int argc, char **argv)
         if (missing("--input", po.input_files[i])) return BT_EXIT_USAGE;
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("predict", &mo, &m)) != BT_EXIT_OK) return rc;
+    if (data) {
+        po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
+        section = strcmp(data, "eval") == 0 ? "data.eval" : "data.train";
+        po.seed = seed;
+        if (bt_lm_wanted(m)) { /* text data: the validation windows the run evaluated (train/lm.h) */
+            if (strcmp(data, "eval") != 0) {
+                fprintf(stderr, "baton predict: --data train: a language model's text data is predicted on its "
+                        "validation windows, as the run evaluated them: --data eval\n");
+                bt_model_destroy(m);
+                return BT_EXIT_USAGE;
+            }
+            po.source = &m->data.train;
+            section = "data.train";
+        }
+        if (po.source->kind == BT_DATA_NONE) {
+            char path[512];
+            fprintf(stderr, "baton predict: --data %s: %s has no data.%s\n", data,
+                    bt_cli_escape(m->path, path, sizeof path), data);
+            bt_model_destroy(m);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if ((rc = check_output(&mo, weights, &po, section)) != BT_EXIT_OK) {
+        bt_model_destroy(m);
+        return rc;
+    }
     bt_cli_auto au; /* parallel: auto: chosen for forward-only serving of this batch, measured now */
     rc = bt_cli_resolve_auto_for("predict", m, threads, !jsonl, 0, 1, batch > 0 ? batch : m->train.batch, 0, &au);
     if (rc != BT_EXIT_OK) {
@@ -188,26 +232,6 @@ int bt_cmd_predict(int argc, char **argv)
     p.seed = seed;
     p.threads = threads;
     p.precision = m->train.precision; /* as the run trained and evaluated it (train.precision=f32 overrides) */
-    if (data) {
-        po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
-        po.seed = seed;
-        if (bt_lm_wanted(m)) { /* text data: the validation windows the run evaluated (train/lm.h) */
-            if (strcmp(data, "eval") != 0) {
-                fprintf(stderr, "baton predict: --data train: a language model's text data is predicted on its "
-                        "validation windows, as the run evaluated them: --data eval\n");
-                bt_model_destroy(m);
-                return BT_EXIT_USAGE;
-            }
-            po.source = &m->data.train;
-        }
-        if (po.source->kind == BT_DATA_NONE) {
-            char path[512];
-            fprintf(stderr, "baton predict: --data %s: %s has no data.%s\n", data,
-                    bt_cli_escape(m->path, path, sizeof path), data);
-            bt_model_destroy(m);
-            return BT_EXIT_USAGE;
-        }
-    }
     bt_engine *e = NULL;
     bt_predict_report rep;
     bt_status st = bt_engine_create(m->graph, &p, &e);

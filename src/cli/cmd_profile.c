@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/outputs.h"
 #include "cli/run.h"
 #include "core/error.h"
 #include "dist/dist.h"
@@ -160,6 +161,12 @@ static int profile_model(const profile_opts *o, const bt_model *m)
     } else {
         snprintf(path, sizeof path, "%s.profile.json", m->name);
     }
+    bt_cli_inputs in; /* the profile may not replace the model file (cli/outputs.h) */
+    bt_cli_inputs_init(&in, "profile");
+    bt_cli_inputs_add_model(&in, &o->model);
+    int crc = bt_cli_outputs_check(&in, o->output ? "--output" : "the profile file", path);
+    bt_cli_inputs_free(&in);
+    if (crc != BT_EXIT_OK) return crc;
     bt_profile_params pp;
     bt_profile_params_init(&pp);
     pp.devices = default_devices(o, m);

@@ -16,6 +16,7 @@
 #include "core/strutil.h"
 #include "core/util.h"
 #include "cli/run.h"
+#include "cli/outputs.h"
 #include "cli/run_dist.h"
 #include "optim/loss_scale.h"
 #include "graph/graph_internal.h"
@@ -416,6 +417,31 @@ static int run_steps(const run_opts *o, bt_model *m, bt_engine *e, const bt_engi
     return rc;
 }
 
+/* Before any output is opened: no file the run writes (--log-file, --trace, --timeline, the
+ * checkpoint directory's files) may be one it reads (cli/outputs.h). The event files of
+ * --tensorboard are new files (created exclusively, never over an existing one). */
+static int check_outputs(const run_opts *o, const bt_model *m)
+{
+    bt_cli_inputs in;
+    bt_cli_inputs_init(&in, "run");
+    bt_cli_inputs_add_model(&in, &o->model);
+    if (!o->synthetic) { /* --synthetic reads no data file */
+        bt_cli_inputs_add_data(&in, "data.train", &m->data.train);
+        bt_cli_inputs_add_data(&in, "data.eval", &m->data.eval);
+    }
+    if (o->resume) bt_cli_inputs_add_checkpoint(&in, "--resume", o->resume, 1);
+    if (o->init) bt_cli_inputs_add_checkpoint(&in, o->init_partial ? "--init-partial" : "--init", o->init, 0);
+    const char *dir = o->checkpoint_dir ? o->checkpoint_dir : m->train.checkpoint_dir;
+    int rc = bt_cli_outputs_check(&in, "--log-file", o->log_file);
+    if (rc == BT_EXIT_OK) rc = bt_cli_outputs_check(&in, "--trace", o->trace_path);
+    if (rc == BT_EXIT_OK) rc = bt_cli_outputs_check(&in, "--timeline", o->timeline_path);
+    if (rc == BT_EXIT_OK && m->train.enabled)
+        rc = bt_cli_outputs_check_checkpoint_dir(&in, o->checkpoint_dir ? "--checkpoint-dir" : "train.checkpoint_dir",
+                                                 dir);
+    bt_cli_inputs_free(&in);
+    return rc;
+}
+
 int bt_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -520,6 +546,7 @@ int bt_cmd_run(int argc, char **argv)
         rc = bt_cli_tensorboard_check(&o, m);
     }
     if (rc == BT_EXIT_OK) rc = bt_cli_infer_check(&o, m);
+    if (rc == BT_EXIT_OK) rc = check_outputs(&o, m);
     if (rc == BT_EXIT_OK) rc = bt_cli_log_open(&o);
     if (rc == BT_EXIT_OK) {
         rc = run_model(&o, m);

@@ -1,8 +1,9 @@
 /* io/atomic_file.c: temporary file + fsync + rename + directory fsync (see atomic_file.h).
- * Invariant: while a bt_atomic_file is open, fd refers to tmp_path, which exists; the target path
- * is touched only by the rename in commit. While it is open its tmp_path is also in pending[] (a
- * slot is FREE, CLAIMED while its path is copied in, or READY), which a signal handler reads with
- * atomics only. */
+ * Invariant: while a bt_atomic_file is open, either fd refers to tmp_path, which exists, and the
+ * target path (the name a symbolic link finally points at) is touched only by the rename in
+ * commit; or the target is a FIFO or device, tmp_path is NULL and fd is the target itself (direct
+ * writing). While a temporary file is open its tmp_path is also in pending[] (a slot is FREE,
+ * CLAIMED while its path is copied in, or READY), which a signal handler reads with atomics only. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -21,8 +22,8 @@
 #include "io/atomic_file.h"
 
 struct bt_atomic_file {
-    char *path;
-    char *tmp_path;
+    char *path;     /* what is replaced: the caller's path, or the name its symbolic links lead to */
+    char *tmp_path; /* NULL when writing directly to a FIFO or device */
     int fd;
     int slot;  /* index in pending[], or -1 */
     uint64_t written;
@@ -153,6 +154,67 @@ done:
     return st;
 }
 
+/* ---- where the bytes go ---- */
+
+#define MAX_LINK_HOPS 40 /* as the kernel's own limit on following symbolic links */
+
+/* The name path's symbolic links finally lead to, hop by hop (a relative link is read from the
+ * link's directory); path itself when it is no link. The name need not exist: a dangling link
+ * leads to the file it names, which the rename then creates. *out is malloc'ed. */
+static bt_status follow_links(const char *path, char **out)
+{
+    char *cur = bt_strdup(path);
+    *out = NULL;
+    for (int hops = 0; cur; hops++) {
+        struct stat sb;
+        char target[PATH_MAX];
+        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) {
+            *out = cur;
+            return BT_OK;
+        }
+        if (hops == MAX_LINK_HOPS) {
+            free(cur);
+            return bt_error(BT_ERR_IO, "%s: more than %d symbolic links to follow", path, MAX_LINK_HOPS);
+        }
+        ssize_t n = readlink(cur, target, sizeof target - 1);
+        if (n < 0) {
+            bt_status st = bt_error(BT_ERR_IO, "%s: cannot read the symbolic link %s: %s", path, cur, strerror(errno));
+            free(cur);
+            return st;
+        }
+        target[n] = '\0';
+        char *next = NULL;
+        if (target[0] == '/') {
+            next = bt_strdup(target);
+        } else {
+            char *dir = dir_of(cur);
+            next = dir ? bt_strfmt("%s/%s", dir, target) : NULL;
+            free(dir);
+        }
+        free(cur);
+        cur = next;
+    }
+    return bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
+}
+
+/* A FIFO or device at path (the kernel following any links, /dev/stdout's included): opened for
+ * writing through, *fd >= 0. A directory or socket: an error. Anything else (a regular file, no
+ * file yet): *fd stays -1, for the temporary file and rename. */
+static bt_status open_special(const char *path, int *fd)
+{
+    struct stat sb;
+    *fd = -1;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return BT_OK;
+    if (S_ISDIR(sb.st_mode)) return bt_error(BT_ERR_IO, "%s: is a directory, not a file to write", path);
+    if (!S_ISFIFO(sb.st_mode) && !S_ISCHR(sb.st_mode) && !S_ISBLK(sb.st_mode))
+        return bt_error(BT_ERR_IO, "%s: is a socket or other special file, which cannot be written to", path);
+    do
+        *fd = open(path, O_WRONLY | O_CLOEXEC);
+    while (*fd < 0 && errno == EINTR);
+    if (*fd < 0) return bt_error(BT_ERR_IO, "%s: cannot open it for writing: %s", path, strerror(errno));
+    return BT_OK;
+}
+
 /* ---- writing ---- */
 
 bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
@@ -165,9 +227,18 @@ bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
     if (!f) return bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
     f->fd = -1;
     f->slot = -1;
-    f->path = bt_strdup(path);
-    f->tmp_path = bt_strfmt("%s.tmp.XXXXXX", path);
-    if (!f->path || !f->tmp_path) {
+    BT_TRY_GOTO(st, open_special(path, &f->fd), fail);
+    if (f->fd >= 0) { /* written through: the node stays what it is */
+        if (!(f->path = bt_strdup(path))) {
+            st = bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
+            goto fail;
+        }
+        *out = f;
+        return BT_OK;
+    }
+    BT_TRY_GOTO(st, follow_links(path, &f->path), fail);
+    f->tmp_path = bt_strfmt("%s.tmp.XXXXXX", f->path);
+    if (!f->tmp_path) {
         st = bt_error(BT_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
@@ -197,14 +268,15 @@ bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
         if (write_hook) {
             size_t room = write_hook(f->written, size);
             if (room == 0)
-                return bt_error(BT_ERR_IO, "%s: write: %s (test hook)", f->tmp_path, strerror(EIO));
+                return bt_error(BT_ERR_IO, "%s: write: %s (test hook)", f->tmp_path ? f->tmp_path : f->path,
+                                strerror(EIO));
             if (chunk > room) chunk = room;
         }
         if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
         ssize_t n = write(f->fd, p, chunk);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return bt_error(BT_ERR_IO, "%s: write: %s", f->tmp_path, strerror(errno));
+            return bt_error(BT_ERR_IO, "%s: write: %s", f->tmp_path ? f->tmp_path : f->path, strerror(errno));
         }
         p += n;
         size -= (size_t)n;
@@ -218,6 +290,10 @@ bt_status bt_atomic_file_commit(bt_atomic_file *f)
     bt_status st = BT_OK;
     char *dir = NULL;
     int dfd = -1;
+    if (!f->tmp_path) { /* a FIFO or device: nothing to sync or rename */
+        if (close(f->fd) != 0) st = bt_error(BT_ERR_IO, "%s: close: %s", f->path, strerror(errno));
+        goto done;
+    }
     if (fsync(f->fd) != 0) {
         st = bt_error(BT_ERR_IO, "%s: fsync: %s", f->tmp_path, strerror(errno));
         goto fail;
@@ -269,7 +345,7 @@ void bt_atomic_file_abort(bt_atomic_file *f)
     if (!f) return;
     if (f->fd >= 0) {
         close(f->fd);
-        unlink(f->tmp_path);
+        if (f->tmp_path) unlink(f->tmp_path);
     }
     unregister_pending(f);
     free(f->path);

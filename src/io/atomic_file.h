@@ -12,6 +12,16 @@
  * The table holds BT_ATOMIC_MAX_PENDING files; a file opened while it is full is written all the
  * same, and only the stale clean-up removes it after a signal.
  *
+ * What PATH already is decides how it is written (docs/cli.md, "Outputs never destroy inputs"):
+ * - a symbolic link is followed, hop by hop, to the name it finally points at (which may not
+ *   exist yet), and that name is replaced atomically as above: the link stays a link, its target
+ *   gets the new contents (a temporary file beside the target, not beside the link);
+ * - a FIFO or a character or block device (/dev/stdout on a pipe or a terminal, /dev/null) is
+ *   opened and written through, directly: no temporary file and no rename, so the node is never
+ *   replaced by a regular file. Nothing is atomic there: abort cannot take back bytes already
+ *   written, and commit only closes it (no fsync);
+ * - a directory or a socket is refused at open, before anything is written.
+ *
  * Tests can install a write hook (bt_atomic_file_set_test_hook) to make writes fail part-way, as
  * a full disk would, or to end a forked child in the middle of a write, as a crash would; the
  * library itself never exits. */
@@ -48,8 +58,9 @@ bt_status bt_atomic_file_remove_stale(const char *path, int *removed);
 
 typedef struct bt_atomic_file bt_atomic_file;
 
-/* Creates the temporary file beside path. The caller owns *out: finish it with exactly one of
- * bt_atomic_file_commit or bt_atomic_file_abort. */
+/* Creates the temporary file beside path (beside the target of a symbolic link), or opens a FIFO
+ * or device path for writing through (see above; opening a FIFO waits for its reader). The caller
+ * owns *out: finish it with exactly one of bt_atomic_file_commit or bt_atomic_file_abort. */
 bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out);
 /* Appends size bytes (loops over short writes). */
 bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size);
