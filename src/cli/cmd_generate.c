@@ -191,7 +191,8 @@ done:
 }
 
 /* Under a launcher (mpirun, srun): brings MPI up, compares every rank's record a (the first
- * collective) and makes this rank's layout, one rank per stage of one pipeline. Exit code: BT_EXIT_USAGE for MPI missing from the build or a rank count that is not
+ * collective) and makes this rank's layout, one rank per stage of one pipeline. Exit code:
+ * BT_EXIT_USAGE for MPI missing from the build, ranks that differ, or a rank count that is not
  * the model's stage count (every rank finds the same; rank 0 says it). */
 static int dist_setup(const bt_model *m, const bt_engine_params *p, const bt_agree *a, bt_cli_dist *d)
 {

@@ -55,7 +55,10 @@ static void predict_usage(FILE *f)
             "  --threads N           BLAS threads of each CPU stage\n"
             "  --seed N              seed of parameter initialisation (before the weights load)\n"
             "  --log-format F        text (default) | jsonl: one JSON record at the end\n"
-            "  -h, --help            this help\n");
+            "  -h, --help            this help\n"
+            "Under mpirun -np N: one rank per stage of N / P replicas, each with its own stage's\n"
+            "weights; rank 0 prints and writes --output. Every rank must be given the same options\n"
+            "and inputs (exit 2 naming the first that differs).\n");
 }
 
 static int missing(const char *what, const char *path)

@@ -1,8 +1,8 @@
 /* cli/run_dist.c: `baton run` as one rank of a job across processes. Decides whether this run is
  * distributed (--dp D, parallel.data: D, or a launcher's environment: mpirun, srun), brings MPI up,
  * compares every rank's record of its command line and inputs as the first collective (the ranks
- * agree, or the job ends at start-up, exit 2: cli/agree.h), checks N = D x P against the model's plan (P stages) and makes this rank's layout (rank = replica
- * x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
+ * agree, or the job ends at start-up, exit 2: cli/agree.h), checks N = D x P against the model's
+ * plan (P stages) and makes this rank's layout (rank = replica x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
  * /dev/null; errors still reach stderr, naming the rank, stage and replica), as plain step lines:
  * never the progress bar, whose terminal under mpirun is a pty of Open MPI's, not the user's
  * (docs/distributed.md). A rank that fails
@@ -38,11 +38,14 @@ static void run_record(const bt_run_opts *o, const bt_model *m, const bt_engine_
     bt_agree_str(a, "command", "run");
     bt_agree_int(a, "train.steps (--steps; 0: by epochs)", o->steps > 0 ? o->steps : (long long)m->train.steps);
     bt_agree_int(a, "train.epochs (--epochs)", o->epochs > 0 ? o->epochs : m->train.epochs);
-    bt_agree_int(a, "train.eval_every (--eval-every)", o->eval_every >= 0 ? o->eval_every : (long long)m->train.eval_every);
+    bt_agree_int(a, "train.eval_every (--eval-every)",
+                 o->eval_every >= 0 ? o->eval_every : (long long)m->train.eval_every);
     bt_agree_int(a, "train.checkpoint_every (--checkpoint-every)",
                  o->checkpoint_every >= 0 ? o->checkpoint_every : (long long)m->train.checkpoint_every);
-    bt_agree_str(a, "train.checkpoint_dir (--checkpoint-dir)", o->checkpoint_dir ? o->checkpoint_dir : m->train.checkpoint_dir);
-    bt_agree_int(a, "train.checkpoint_keep_last (--keep-last)", o->keep_last >= 0 ? o->keep_last : m->train.checkpoint_keep_last);
+    bt_agree_str(a, "train.checkpoint_dir (--checkpoint-dir)",
+                 o->checkpoint_dir ? o->checkpoint_dir : m->train.checkpoint_dir);
+    bt_agree_int(a, "train.checkpoint_keep_last (--keep-last)",
+                 o->keep_last >= 0 ? o->keep_last : m->train.checkpoint_keep_last);
     bt_agree_int(a, "--checkpoint-shards", o->checkpoint_shards);
     bt_cli_agree_weights(a, "--resume", o->resume);
     bt_cli_agree_weights(a, o->init_partial ? "--init-partial" : "--init", o->init);

@@ -87,14 +87,19 @@ void bt_agree_fmt(bt_agree *a, const char *field, const char *fmt, ...)
 
 void bt_agree_int(bt_agree *a, const char *field, long long v) { bt_agree_fmt(a, field, "%lld", v); }
 
+char *bt_agree_num_text(double v, char *buf, size_t size)
+{
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break; /* NaN never reads back: it ends at 17 digits, "nan" */
+    }
+    return buf;
+}
+
 void bt_agree_num(bt_agree *a, const char *field, double v)
 {
     char text[40];
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(text, sizeof text, "%.*g", digits, v);
-        if (strtod(text, NULL) == v) break; /* NaN never reads back: it ends at 17 digits, "nan" */
-    }
-    bt_agree_str(a, field, text);
+    bt_agree_str(a, field, bt_agree_num_text(v, text, sizeof text));
 }
 
 /* CRC-32C of bytes [off, off + len) of fd, continuing crc; 0 or an errno. */

@@ -36,19 +36,22 @@ void bt_agree_fmt(bt_agree *a, const char *field, const char *fmt, ...)
 #endif
     ;
 void bt_agree_int(bt_agree *a, const char *field, long long v);
-/* The shortest %g text that reads back as v exactly (0.001, not 0.0010000000000000000208). */
+/* v as the shortest %g text that reads back as v exactly (0.001, not 0.0010000000000000000208). */
 void bt_agree_num(bt_agree *a, const char *field, double v);
+/* That text into buf (32 bytes are enough); returns buf. */
+char *bt_agree_num_text(double v, char *buf, size_t size);
 /* A file's identity by content, never its name or mtime: "N bytes, crc32c XXXXXXXX" over its
- * size, its first max(head, 64 KiB) bytes, its last 64 KiB and 32 blocks of 4 KiB evenly spread
- * between them (at most a few hundred KiB read, whatever the file's size); "(cannot be read: why)"
- * when it cannot be opened or read, so a rank missing the file disagrees instead of failing alone. */
+ * size, its first max(head, 64 KiB) bytes (at most 64 MiB), its last 64 KiB and 32 blocks of 4 KiB
+ * evenly spread between them (a few hundred KiB beyond the head, whatever the file's size);
+ * "(cannot be read: why)" when it cannot be opened or read, so a rank missing the file disagrees
+ * instead of failing alone. */
 void bt_agree_file(bt_agree *a, const char *field, const char *path, size_t head);
 
 /* Collective over c: *differ = 0 when every rank's record equals this one's. Otherwise *differ =
  * 1 and BT_ERR_INVALID_ARG with the message "ranks disagree on FIELD: rank 0 has V, ranks 1-2 have
  * W" on every rank alike: the first field where the records part, ranks with the same value
- * grouped, a long value cut (its length and CRC-32C shown). Other failures (a rank that does not answer within timeout_s:
- * BT_ERR_TIMEOUT; out of memory) leave *differ = 0. */
+ * grouped, a long value cut (its length and CRC-32C shown). Other failures (a rank that does not
+ * answer within timeout_s: BT_ERR_TIMEOUT; out of memory) leave *differ = 0. */
 bt_status bt_agree_check(const bt_comm *c, const bt_agree *a, double timeout_s, int *differ);
 
 #endif

@@ -49,15 +49,10 @@ static void add(text *t, const char *fmt, ...)
     t->failed = 1;
 }
 
-/* The shortest %g that reads back as v. */
 static void add_num(text *t, double v)
 {
     char buf[40];
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    add(t, "%s", buf);
+    add(t, "%s", bt_agree_num_text(v, buf, sizeof buf));
 }
 
 static void put_text(bt_agree *a, const char *field, text *t)
