@@ -14,13 +14,17 @@
  * Under mpirun (docs/distributed.md) it runs as one rank per stage of one pipeline (D = 1): each
  * rank builds the distributed engine, loads only its own stage's weights, and decodes its own
  * layers, the rows and tokens moving between ranks as MPI messages (exec/decode_dist.h); rank 0
- * prints, the other ranks' output goes to /dev/null. More ranks than stages (D > 1) are refused,
+ * prints, the other ranks' output goes to /dev/null. The ranks first compare what they were given
+ * (cli/agree.h: the model, the weights and vocabulary by content, --tokens, --temperature, --top-k,
+ * --seed, every prompt's text): ranks that differ are refused, exit 2, naming the first field that
+ * differs. More ranks than stages (D > 1) are refused,
  * naming N, D and P (exit 2); a failed rank ends the whole job (bt_cli_dist_finish). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/agree.h"
 #include "cli/cli.h"
 #include "cli/run_dist.h"
 #include "core/error.h"
@@ -191,10 +195,11 @@ done:
     return rc;
 }
 
-/* Under a launcher (mpirun, srun): brings MPI up and makes this rank's layout, one rank per stage of
- * one pipeline. Exit code: BT_EXIT_USAGE for MPI missing from the build or a rank count that is not
+/* Under a launcher (mpirun, srun): brings MPI up, compares every rank's record a (the first
+ * collective) and makes this rank's layout, one rank per stage of one pipeline. Exit code:
+ * BT_EXIT_USAGE for MPI missing from the build, ranks that differ, or a rank count that is not
  * the model's stage count (every rank finds the same; rank 0 says it). */
-static int dist_setup(const bt_model *m, const bt_engine_params *p, bt_cli_dist *d)
+static int dist_setup(const bt_model *m, const bt_engine_params *p, const bt_agree *a, bt_cli_dist *d)
 {
     memset(d, 0, sizeof *d);
     const char *var = NULL;
@@ -215,6 +220,8 @@ static int dist_setup(const bt_model *m, const bt_engine_params *p, bt_cli_dist 
     st = bt_dist_init(&rank, &size);
     d->mpi_up = 1;
     if (st != BT_OK) return bt_cli_fail("generate", st);
+    int rc = bt_cli_agree("generate", a, p->watchdog_s, &d->mpi_up); /* the first collective */
+    if (rc != BT_EXIT_OK) return rc;
     if (size != stages) {
         char replicas[64] = "";
         if (size % stages == 0)
@@ -235,6 +242,30 @@ static int dist_setup(const bt_model *m, const bt_engine_params *p, bt_cli_dist 
         return BT_EXIT_RUNTIME;
     }
     return BT_EXIT_OK;
+}
+
+/* What every rank of a generate job must share: the weights and vocabulary by content, the
+ * sampling options and every prompt's text, then the engine's fields. */
+static void generate_record(const bt_model *m, const bt_engine_params *p, const char *weights, const char *vocab,
+                            const bt_generate_params *gp, long long score, const prompt_list *prompts, bt_agree *a)
+{
+    bt_agree_str(a, "command", "generate");
+    bt_cli_agree_weights(a, "--weights", weights);
+    bt_agree_file(a, "vocab.txt (beside --weights)", vocab, 0);
+    bt_agree_int(a, "--tokens", (long long)gp->tokens);
+    bt_agree_num(a, "--temperature", gp->temperature);
+    bt_agree_int(a, "--top-k", gp->top_k);
+    bt_agree_int(a, "--seed (sampling)", (long long)gp->seed);
+    bt_agree_int(a, "--no-kv-cache", !gp->kv_cache);
+    bt_agree_int(a, "--score", score);
+    if (score > 0) bt_cli_agree_data(a, "data.train", &m->data.train); /* the windows it scores */
+    bt_agree_int(a, "prompts (--prompt, --prompts: how many)", prompts->n);
+    for (int q = 0; q < prompts->n; q++) {
+        char field[64];
+        snprintf(field, sizeof field, "prompt %d", q + 1);
+        bt_agree_fmt(a, field, "'%s'", prompts->text[q]);
+    }
+    bt_engine_agree_fields(a, m->graph, p);
 }
 
 /* Prints each prompt and its tokens, then the rates: overall first (the line bench/ reads). */
@@ -384,10 +415,12 @@ int bt_cmd_generate(int argc, char **argv)
     bt_generate_stats *per = calloc((size_t)k, sizeof *per), total;
     bt_vocab vocab;
     char *vp = bt_lm_vocab_path(weights);
+    bt_agree rec; /* under a launcher: what every rank must share (cli/agree.h) */
+    bt_agree_init(&rec);
     bt_status st = vp ? bt_vocab_load(vp, &vocab) : bt_error(BT_ERR_NOMEM, "out of memory");
     if (st == BT_OK) st = bt_lm_check_vocab_file(m, &vocab, vp);
-    free(vp);
     if (st != BT_OK) {
+        free(vp);
         rc = BT_EXIT_USAGE;
         bt_cli_print_error("generate");
         goto done;
@@ -401,8 +434,12 @@ int bt_cmd_generate(int argc, char **argv)
     p.training = 0;
     p.seed = 0;
     p.watchdog_s = watchdog_s;
-    if ((rc = dist_setup(m, &p, &dist)) != BT_EXIT_OK) goto done;
     p.precision = m->train.precision; /* decode and forward compute as training and its eval did */
+    if (bt_dist_launched(NULL) > 1) generate_record(m, &p, weights, vp, &gp, score, &prompts, &rec);
+    free(vp);
+    rc = dist_setup(m, &p, &rec, &dist);
+    bt_agree_free(&rec);
+    if (rc != BT_EXIT_OK) goto done;
     if (!ids || !out || !lens || !per) st = bt_error(BT_ERR_NOMEM, "out of memory");
     /* a directory, a .safetensors file or an index: the loader takes each (train/ckpt_source.h);
      * across processes each rank writes only its own stage's tensors */

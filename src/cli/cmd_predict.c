@@ -3,17 +3,28 @@
  * forward-only schedule across the model's stages and devices), streams the npy inputs through it
  * in batches (train/predict.c), writes the chosen layer's outputs, and reports accuracy and loss
  * when labels are given, throughput and per-batch latency (p50, p99). A file that does not exist
- * is a usage error (exit 2), as is data that does not fit the model. */
+ * is a usage error (exit 2), as is data that does not fit the model.
+ *
+ * Under mpirun -np N it runs as `baton run` serves (run_dist.c): one rank per stage of D = N / P
+ * replicas, each loading only its own stage's weights, each replica computing its share of every
+ * batch; the engine hands the outputs and per-sample losses to every rank, and rank 0 alone
+ * prints and writes --output (the others' output goes to /dev/null). The ranks first compare what
+ * they were given (cli/agree.h), and refuse at start-up, exit 2, naming the first field that
+ * differs; parallel: auto is refused (every rank would measure and choose its own layout). */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/agree.h"
 #include "cli/cli.h"
 #include "cli/outputs.h"
 #include "cli/run.h"
+#include "cli/run_dist.h"
 #include "core/strutil.h"
+#include "dist/dist.h"
+#include "exec/engine_dist.h"
 #include "train/checkpoint.h"
 #include "train/lm.h"
 #include "train/predict.h"
@@ -45,7 +56,10 @@ static void predict_usage(FILE *f)
             "  --threads N           BLAS threads of each CPU stage\n"
             "  --seed N              seed of parameter initialisation (before the weights load)\n"
             "  --log-format F        text (default) | jsonl: one JSON record at the end\n"
-            "  -h, --help            this help\n");
+            "  -h, --help            this help\n"
+            "Under mpirun -np N: one rank per stage of N / P replicas, each with its own stage's\n"
+            "weights; rank 0 prints and writes --output. Every rank must be given the same options\n"
+            "and inputs (exit 2 naming the first that differs).\n");
 }
 
 static int missing(const char *what, const char *path)
@@ -104,6 +118,32 @@ static int check_output(const bt_cli_model_opts *mo, const char *weights, const 
     int rc = bt_cli_outputs_check(&in, "--output", po->output_path);
     bt_cli_inputs_free(&in);
     return rc;
+}
+
+/* What every rank of a predict job must share: the weights and every input file by content, the
+ * options, then the engine's fields (the outputs are rank 0's to write, but one command line for
+ * every rank is the rule). */
+static void predict_record(const bt_model *m, const bt_engine_params *p, const char *weights, const char *data,
+                           const bt_predict_opts *po, int jsonl, bt_agree *a)
+{
+    bt_agree_str(a, "command", "predict");
+    bt_cli_agree_weights(a, "--weights", weights);
+    bt_agree_int(a, "--input (how many)", po->n_inputs);
+    for (int i = 0; i < po->n_inputs; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "--input %d (its input)", i + 1);
+        bt_agree_str(a, field, po->input_names[i] ? po->input_names[i] : "(the model's one input)");
+        snprintf(field, sizeof field, "--input %d", i + 1);
+        bt_agree_file(a, field, po->input_files[i], 0);
+    }
+    if (po->labels) bt_agree_file(a, "--labels", po->labels, 0);
+    else bt_agree_str(a, "--labels", NULL);
+    bt_agree_str(a, "--data", data);
+    if (po->source) bt_cli_agree_data(a, po->source == &m->data.eval ? "data.eval" : "data.train", po->source);
+    bt_agree_str(a, "--output-layer", po->output_layer);
+    bt_agree_str(a, "--output", po->output_path);
+    bt_agree_str(a, "--log-format", jsonl ? "jsonl" : "text");
+    bt_engine_agree_fields(a, m->graph, p);
 }
 
 int bt_cmd_predict(int argc, char **argv)
@@ -215,6 +255,10 @@ int bt_cmd_predict(int argc, char **argv)
         bt_model_destroy(m);
         return rc;
     }
+    if ((rc = bt_cli_dist_refuse_auto("predict", m, 0)) != BT_EXIT_OK) {
+        bt_model_destroy(m);
+        return rc;
+    }
     bt_cli_auto au; /* parallel: auto: chosen for forward-only serving of this batch, measured now */
     rc = bt_cli_resolve_auto_for("predict", m, threads, !jsonl, 0, 1, batch > 0 ? batch : m->train.batch, 0, &au);
     if (rc != BT_EXIT_OK) {
@@ -232,18 +276,31 @@ int bt_cmd_predict(int argc, char **argv)
     p.seed = seed;
     p.threads = threads;
     p.precision = m->train.precision; /* as the run trained and evaluated it (train.precision=f32 overrides) */
+    bt_cli_dist dist; /* under mpirun: this rank's stage of one replica (run_dist.c) */
+    bt_agree rec;
+    bt_agree_init(&rec);
+    if (bt_dist_launched(NULL) > 1) predict_record(m, &p, weights, data, &po, jsonl, &rec);
+    rc = bt_cli_dist_setup_serving("predict", m, &p, &rec, p.watchdog_s > 0 ? p.watchdog_s : 60, &dist);
+    bt_agree_free(&rec);
+    if (rc != BT_EXIT_OK) {
+        bt_model_destroy(m);
+        return bt_cli_dist_finish(&dist, rc);
+    }
+    const char *output = po.output_path;
+    if (dist.on && dist.layout.rank != 0) po.output_path = NULL; /* every rank has the outputs: rank 0 writes */
     bt_engine *e = NULL;
     bt_predict_report rep;
-    bt_status st = bt_engine_create(m->graph, &p, &e);
+    bt_status st = bt_cli_dist_create_engine(&dist, m, &p, &e);
     if (st == BT_OK) st = bt_checkpoint_load_weights(e, m->graph, weights);
     if (st == BT_OK) st = bt_predict_run(m, e, &po, NULL, NULL, &rep);
     if (st == BT_OK) {
-        print_report(&rep, po.output_path, p.precision, jsonl);
+        print_report(&rep, output, p.precision, jsonl);
         rc = BT_EXIT_OK;
     } else {
         rc = bt_cli_fail("predict", st);
     }
+    if (rc != BT_EXIT_OK) bt_cli_dist_finish(&dist, rc); /* a failed rank ends the job before anything waits */
     bt_engine_destroy(e);
     bt_model_destroy(m);
-    return rc;
+    return bt_cli_dist_finish(&dist, rc);
 }

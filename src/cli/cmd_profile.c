@@ -7,18 +7,22 @@
  * measures the layers alone (the others wait, so nothing competes for its cores), then every rank
  * r > 0 ping-pongs with rank 0 at a few message sizes (dist/clock.c), and rank 0 writes the
  * one-way times into the profile's "links"; `baton plan --ranks` prices a boundary between ranks
- * with them. Only rank 0 prints and writes; a rank that fails ends the job (MPI_Abort).
+ * with them. Only rank 0 prints and writes; a rank that fails ends the job (MPI_Abort). The ranks
+ * first compare their model and options (cli/agree.h): ranks started differently are refused at
+ * start-up, exit 2, naming the first field that differs.
  * Exit codes: 0 ok, 2 usage or model errors, 1 runtime failures (measuring, writing). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/agree.h"
 #include "cli/cli.h"
 #include "cli/outputs.h"
 #include "cli/run.h"
 #include "core/error.h"
 #include "dist/dist.h"
+#include "exec/engine_dist.h"
 #include "plan/profile.h"
 #include "profile/measure.h"
 
@@ -27,6 +31,7 @@
 static const size_t link_sizes[] = {8, 4096, 65536, (size_t)1 << 20, (size_t)8 << 20};
 #define LINK_REPS 9
 #define LINK_WAIT_S 3600.0
+#define AGREE_WAIT_S 60.0 /* the start-up comparison: every rank is about to measure or wait */
 
 typedef struct profile_opts {
     bt_cli_model_opts model;
@@ -147,6 +152,30 @@ static void print_links(const bt_profile *p)
     printf("  the planner's link: latency %.1f us, %.3f GB/s (the slowest pair)\n", lat * 1e3, bw);
 }
 
+/* What every rank of a profile job must share: rank 0 measures and writes, the others ping-pong
+ * with it, but one command line for every rank is the rule (no rank's option is ignored). */
+static void profile_record(const profile_opts *o, const bt_model *m, const bt_profile_params *pp, bt_agree *a)
+{
+    bt_engine_params ep; /* the model and its train: section, as a run of it would take them */
+    bt_engine_params_init(&ep);
+    ep.parallel = m->parallel;
+    ep.training = pp->training;
+    ep.optimizer = m->train.optimizer;
+    ep.lr_schedule = m->train.lr_schedule;
+    ep.clip_norm = m->train.clip_norm;
+    ep.batch = pp->batch;
+    ep.dtype = m->dtype;
+    ep.precision = pp->precision;
+    bt_agree_str(a, "command", "profile");
+    bt_agree_str(a, "--devices (to measure)", pp->devices);
+    bt_agree_int(a, "--microbatches", pp->microbatches);
+    bt_agree_int(a, "--repeats", pp->repeats);
+    bt_agree_int(a, "--warmup", pp->warmup);
+    bt_agree_int(a, "--threads", pp->threads);
+    bt_agree_str(a, "--output", o->output);
+    bt_engine_agree_fields(a, m->graph, &ep);
+}
+
 static int profile_model(const profile_opts *o, const bt_model *m)
 {
     char path[1024], shown[1024], model_path[1024];
@@ -193,6 +222,15 @@ static int profile_model(const profile_opts *o, const bt_model *m)
             return BT_EXIT_USAGE;
         }
         st = bt_dist_init(&rank, &size);
+        if (st == BT_OK) { /* the first collective: every rank was started alike (cli/agree.h) */
+            bt_agree agreed;
+            bt_agree_init(&agreed);
+            profile_record(o, m, &pp, &agreed);
+            int mpi_up = 1, arc = bt_cli_agree("profile", &agreed, AGREE_WAIT_S, &mpi_up);
+            bt_agree_free(&agreed);
+            if (arc != BT_EXIT_OK && !mpi_up) return arc; /* the ranks differ: MPI ended cleanly */
+            if (arc != BT_EXIT_OK) bt_dist_abort(arc);
+        }
         if (st == BT_OK) st = bt_comm_world(&world);
         if (st == BT_OK && rank != 0 && !freopen("/dev/null", "w", stdout))
             st = bt_error(BT_ERR_IO, "rank %d: cannot redirect its output to /dev/null", rank);

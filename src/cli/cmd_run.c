@@ -270,14 +270,7 @@ static int run_resolved(const run_opts *opts, bt_model *m, int auto_threads);
 static int run_model(const run_opts *opts, bt_model *m)
 {
     int was_auto = m->parallel.auto_layout, threads = 0, rec = -1, found = 0, rc = BT_EXIT_OK;
-    const char *launcher = NULL;
-    if (was_auto && (bt_dist_launched(&launcher) > 1 || opts->dp > 1 || m->parallel.data > 1)) {
-        /* every rank would measure on cores the others are measuring on, and choose on its own */
-        fprintf(stderr, "baton run: parallel: auto cannot be resolved across processes (each rank would measure "
-                        "and choose its own layout): give the layout, e.g. --stages P --microbatches M, or a "
-                        "parallel: section in the model file\n");
-        return BT_EXIT_USAGE;
-    }
+    if ((rc = bt_cli_dist_refuse_auto("run", m, opts->dp)) != BT_EXIT_OK) return rc;
     if (was_auto && opts->resume && m->train.enabled) { /* the layout the first run chose (auto_record.c) */
         rc = bt_cli_auto_recall(opts->resume, m, &threads, &rec, &found);
         if (rc != BT_EXIT_OK) return rc;

@@ -1,30 +1,99 @@
 /* cli/run_dist.c: `baton run` as one rank of a job across processes. Decides whether this run is
  * distributed (--dp D, parallel.data: D, or a launcher's environment: mpirun, srun), brings MPI up,
- * checks N = D x P against the model's plan (P stages) and makes this rank's layout (rank = replica
- * x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
+ * compares every rank's record of its command line and inputs as the first collective (the ranks
+ * agree, or the job ends at start-up, exit 2: cli/agree.h), checks N = D x P against the model's
+ * plan (P stages) and makes this rank's layout (rank = replica x P + stage). Only rank 0 prints step lines and the summary (the others' stdout goes to
  * /dev/null; errors still reach stderr, naming the rank, stage and replica), as plain step lines:
  * never the progress bar, whose terminal under mpirun is a pty of Open MPI's, not the user's
  * (docs/distributed.md). A rank that fails
  * ends the whole job (MPI_Abort), so no rank is left waiting on it. Without MPI in the build, a
- * request for more than one process is an error naming it; a plain `baton run` never touches MPI. */
+ * request for more than one process is an error naming it; a plain `baton run` never touches MPI.
+ * `baton predict` comes up the same way (bt_cli_dist_setup_serving). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/agree.h"
 #include "cli/run_dist.h"
 #include "core/error.h"
 #include "dist/dist.h"
 #include "exec/engine_dist.h"
 #include "plan/plan.h"
 
-static int plan_stages(const bt_model *m, const bt_engine_params *p, int *out)
+static int plan_stages(const char *cmd, const bt_model *m, const bt_engine_params *p, int *out)
 {
     bt_plan *plan = NULL;
     bt_status st = bt_plan_build(m->graph, &p->parallel, &plan);
-    if (st != BT_OK) return bt_cli_fail("run", st);
+    if (st != BT_OK) return bt_cli_fail(cmd, st);
     *out = plan->stages;
     bt_plan_destroy(plan);
+    return BT_EXIT_OK;
+}
+
+/* What a `baton run` rank must share with the others: run's own fields (first, so a flag that
+ * differs is named as given), then the engine's. */
+static void run_record(const bt_run_opts *o, const bt_model *m, const bt_engine_params *p, bt_agree *a)
+{
+    bt_agree_str(a, "command", "run");
+    bt_agree_int(a, "train.steps (--steps; 0: by epochs)", o->steps > 0 ? o->steps : (long long)m->train.steps);
+    bt_agree_int(a, "train.epochs (--epochs)", o->epochs > 0 ? o->epochs : m->train.epochs);
+    bt_agree_int(a, "train.eval_every (--eval-every)",
+                 o->eval_every >= 0 ? o->eval_every : (long long)m->train.eval_every);
+    bt_agree_int(a, "train.checkpoint_every (--checkpoint-every)",
+                 o->checkpoint_every >= 0 ? o->checkpoint_every : (long long)m->train.checkpoint_every);
+    bt_agree_str(a, "train.checkpoint_dir (--checkpoint-dir)",
+                 o->checkpoint_dir ? o->checkpoint_dir : m->train.checkpoint_dir);
+    bt_agree_int(a, "train.checkpoint_keep_last (--keep-last)",
+                 o->keep_last >= 0 ? o->keep_last : m->train.checkpoint_keep_last);
+    bt_agree_int(a, "--checkpoint-shards", o->checkpoint_shards);
+    bt_cli_agree_weights(a, "--resume", o->resume);
+    bt_cli_agree_weights(a, o->init_partial ? "--init-partial" : "--init", o->init);
+    bt_agree_int(a, "--synthetic", o->synthetic);
+    if (!o->synthetic) { /* --synthetic reads no data: a rank need not have the files */
+        bt_cli_agree_data(a, "data.train", &m->data.train);
+        bt_cli_agree_data(a, "data.eval", &m->data.eval);
+    }
+    /* the outputs are rank 0's to write, but every rank takes part in the trace, and one command
+     * line for every rank is the rule: no rank's flag is ignored */
+    bt_agree_str(a, "--trace", o->trace_path);
+    bt_agree_str(a, "--timeline", o->timeline_path);
+    bt_agree_str(a, "train.tensorboard (--tensorboard)", o->tensorboard ? o->tensorboard : m->train.tensorboard);
+    bt_agree_str(a, "--log-file", o->log_file);
+    bt_agree_str(a, "--log-format", o->jsonl ? "jsonl" : "text");
+    bt_agree_int(a, "--log-every", o->log_every);
+    bt_engine_agree_fields(a, m->graph, p);
+}
+
+/* After the launcher checks: MPI up, the ranks' records compared (a, and the layout: P stages of
+ * the plan, D = want, or N / P for 0), this rank's layout, the other ranks' stdout to /dev/null.
+ * Exit code. */
+static int bring_up(const char *cmd, const bt_model *m, const bt_engine_params *p, int want, bt_agree *a,
+                    double timeout_s, bt_cli_dist *d)
+{
+    int stages = 0;
+    int rc = plan_stages(cmd, m, p, &stages);
+    if (rc != BT_EXIT_OK) return rc;
+    int rank = 0, size = 1;
+    bt_status st = bt_dist_init(&rank, &size);
+    d->mpi_up = 1;
+    if (st != BT_OK) return bt_cli_fail(cmd, st);
+    bt_agree_int(a, "the plan's stages (P)", stages);
+    bt_agree_int(a, "parallel.data (--dp; D)", want > 0 ? want : size / stages);
+    /* the first collective: ranks that differ in anything the layout depends on stop here too */
+    if ((rc = bt_cli_agree(cmd, a, timeout_s, &d->mpi_up)) != BT_EXIT_OK) return rc;
+    st = bt_dist_layout_make(size, rank, want > 0 ? want : 0, stages, &d->layout);
+    if (st != BT_OK) {
+        if (rank == 0) bt_cli_fail(cmd, st); /* every rank finds the same: one message */
+        bt_dist_finalize();
+        d->mpi_up = 0;
+        return BT_EXIT_USAGE;
+    }
+    d->on = 1;
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "baton %s: rank %d: cannot redirect its output to /dev/null\n", cmd, rank);
+        return BT_EXIT_RUNTIME;
+    }
     return BT_EXIT_OK;
 }
 
@@ -47,32 +116,48 @@ int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_p
                     launched, var);
         return BT_EXIT_USAGE;
     }
-    int stages = 0;
-    int rc = plan_stages(m, p, &stages);
-    if (rc != BT_EXIT_OK) return rc;
     if (launched == 0) {
+        int stages = 0;
+        int rc = plan_stages("run", m, p, &stages);
+        if (rc != BT_EXIT_OK) return rc;
         fprintf(stderr, "baton run: %s %d asks for %d data-parallel replicas of the model's %d stages: start it as "
                 "N = D x P = %d ranks, mpirun -np %d baton run ...\n",
                 asked, want, want, stages, want * stages, want * stages);
         return BT_EXIT_USAGE;
     }
-    int rank = 0, size = 1;
-    bt_status st = bt_dist_init(&rank, &size);
-    d->mpi_up = 1;
-    if (st != BT_OK) return bt_cli_fail("run", st);
-    st = bt_dist_layout_make(size, rank, want > 0 ? want : 0, stages, &d->layout);
-    if (st != BT_OK) {
-        if (rank == 0) bt_cli_fail("run", st); /* every rank finds the same: one message */
-        bt_dist_finalize();
-        d->mpi_up = 0;
+    bt_agree a;
+    bt_agree_init(&a);
+    run_record(o, m, p, &a);
+    int rc = bring_up("run", m, p, want, &a, o->watchdog_s, d);
+    bt_agree_free(&a);
+    return rc;
+}
+
+int bt_cli_dist_setup_serving(const char *cmd, const bt_model *m, const bt_engine_params *p, bt_agree *a,
+                              double timeout_s, bt_cli_dist *d)
+{
+    memset(d, 0, sizeof *d);
+    const char *var = NULL;
+    int launched = bt_dist_launched(&var);
+    if (launched <= 1) return BT_EXIT_OK;
+    if (!bt_dist_built()) {
+        fprintf(stderr, "baton %s: started as one of %d ranks (%s), but this baton was built without MPI: "
+                "install libopenmpi-dev and openmpi-bin (scripts/install-deps.sh) and configure again\n",
+                cmd, launched, var);
         return BT_EXIT_USAGE;
     }
-    d->on = 1;
-    if (rank != 0 && !freopen("/dev/null", "w", stdout)) {
-        fprintf(stderr, "baton run: rank %d: cannot redirect its output to /dev/null\n", rank);
-        return BT_EXIT_RUNTIME;
-    }
-    return BT_EXIT_OK;
+    return bring_up(cmd, m, p, 0, a, timeout_s, d);
+}
+
+int bt_cli_dist_refuse_auto(const char *cmd, const bt_model *m, int dp)
+{
+    if (!m->parallel.auto_layout || (bt_dist_launched(NULL) <= 1 && dp <= 1 && m->parallel.data <= 1))
+        return BT_EXIT_OK;
+    /* every rank would measure on cores the others are measuring on, and choose on its own */
+    fprintf(stderr, "baton %s: parallel: auto cannot be resolved across processes (each rank would measure "
+                    "and choose its own layout): give the layout, e.g. --stages P --microbatches M, or a "
+                    "parallel: section in the model file\n", cmd);
+    return BT_EXIT_USAGE;
 }
 
 void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m)

@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "dist/agree.h"
 #include "dist/dist.h"
 
 typedef struct bt_cli_dist {
@@ -16,6 +17,14 @@ typedef struct bt_cli_dist {
 /* Decides whether the run is distributed and brings MPI up if so. Exit code (BT_EXIT_USAGE naming
  * N, D and P for a layout that does not fit, or MPI missing from the build). */
 int bt_cli_dist_setup(const bt_run_opts *o, const bt_model *m, const bt_engine_params *p, bt_cli_dist *d);
+/* The same for a command that serves (predict): under a launcher, one rank per stage of N / P
+ * replicas (parallel.data is training's), after the ranks compared the record a (cli/agree.h),
+ * to which the layout is added; nothing in one process. Exit code, as above. */
+int bt_cli_dist_setup_serving(const char *cmd, const bt_model *m, const bt_engine_params *p, bt_agree *a,
+                              double timeout_s, bt_cli_dist *d);
+/* parallel: auto under a launcher (or with dp or parallel.data above 1): BT_EXIT_USAGE with a message
+ * saying to give the layout (every rank would measure and choose its own); else BT_EXIT_OK. */
+int bt_cli_dist_refuse_auto(const char *cmd, const bt_model *m, int dp);
 /* Ranks other than 0 write no trace, timeline, log or TensorBoard files: their paths are cleared in o
  * and m; rank 0's trace and timeline show every stage of replica 0 (docs/distributed.md). */
 void bt_cli_dist_outputs(bt_cli_dist *d, bt_run_opts *o, bt_model *m);

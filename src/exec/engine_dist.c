@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/util.h"
 #include "exec/engine_dist.h"
@@ -126,52 +127,57 @@ bt_status bt_dist_setup_channels(bt_engine *e)
     return BT_OK;
 }
 
-/* FNV-1a over what every rank must agree on: the layout, the batch, the schedules, the model. */
-static uint64_t mix(uint64_t h, uint64_t v)
+/* The instruction lists of s, as a CRC-32C of (kind, micro-batch, slot) per instruction. */
+static void sched_field(bt_agree *a, const char *field, const bt_schedule *s)
 {
-    for (int i = 0; i < 8; i++) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ULL;
-    return h;
-}
-
-static uint64_t sched_hash(uint64_t h, const bt_schedule *s)
-{
-    if (!s) return mix(h, 0);
-    h = mix(h, (uint64_t)s->stages);
-    for (int st = 0; st < s->stages; st++) {
-        h = mix(h, (uint64_t)s->len[st]);
-        for (int i = 0; i < s->len[st]; i++) {
-            const bt_instr *in = &s->list[st][i];
-            h = mix(h, ((uint64_t)in->kind << 40) ^ ((uint64_t)(uint32_t)in->mb << 8) ^ (uint64_t)(in->slot + 1));
-        }
+    if (!s) {
+        bt_agree_str(a, field, "none");
+        return;
     }
-    return h;
+    uint32_t crc = 0;
+    long long n = 0;
+    for (int st = 0; st < s->stages; st++)
+        for (int i = 0; i < s->len[st]; i++, n++) {
+            const bt_instr *in = &s->list[st][i];
+            int32_t w[4] = {st, (int32_t)in->kind, (int32_t)in->mb, (int32_t)in->slot};
+            crc = bt_crc32c(crc, w, sizeof w);
+        }
+    bt_agree_fmt(a, field, "%d stages, %lld instructions, crc32c %08x", s->stages, n, crc);
 }
 
+/* What every rank must have built alike: the engine's own fields (engine_agree.c), the layout,
+ * the plan's cuts, every message between stages and the schedules. Collective over the world. */
 bt_status bt_dist_check_agreement(bt_engine *e)
 {
     if (!e->dist.on) return BT_OK;
     const bt_dist_layout *l = &e->dist.layout;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = mix(h, (uint64_t)l->data);
-    h = mix(h, (uint64_t)l->stages);
-    h = mix(h, (uint64_t)e->params.batch);
-    h = mix(h, (uint64_t)e->params.parallel.microbatches);
-    h = mix(h, e->params.seed);
-    h = mix(h, (uint64_t)e->dtype);
-    h = mix(h, (uint64_t)e->params.precision);
-    h = mix(h, (uint64_t)e->graph->n_nodes);
-    h = mix(h, (uint64_t)bt_graph_total_params(e->graph));
-    for (int s = 0; s < e->stages; s++) h = mix(h, (uint64_t)e->plan->first_node[s]);
-    h = sched_hash(h, e->train_sched);
-    h = sched_hash(h, e->infer_sched);
-    uint64_t lo = 0, hi = 0;
-    BT_TRY(bt_comm_minmax_u64(e->dist.world, h, &lo, &hi, e->params.watchdog_s));
-    if (lo != hi)
-        return bt_error(BT_ERR_INVALID_ARG,
-                        "rank %d: the ranks of this job disagree on the model, plan, batch, seed or schedule "
-                        "(start every rank with the same model file and options)",
-                        l->rank);
-    return BT_OK;
+    bt_agree a;
+    bt_agree_init(&a);
+    bt_agree_fmt(&a, "layout", "D = %d replicas x P = %d stages", l->data, l->stages);
+    bt_engine_agree_fields(&a, e->graph, &e->params);
+    for (int s = 0; s < e->stages; s++) {
+        char field[64];
+        snprintf(field, sizeof field, "plan: stage %d's first layer", s);
+        int node = e->plan->first_node[s];
+        bt_agree_str(&a, field, node < e->graph->n_nodes ? e->graph->layers[e->graph->nodes[node].layer].name : "none");
+    }
+    for (int c = 0; c < e->n_channels; c++) {
+        const bt_channel *ch = &e->channels[c];
+        char field[96];
+        snprintf(field, sizeof field, "plan: %s from stage %d to %d", ch->grad ? "gradients" : "activations",
+                 ch->from, ch->to);
+        bt_agree_fmt(&a, field, "%zu bytes a micro-batch by %s", ch->msg_bytes, bt_transfer_path_name(ch->path));
+    }
+    sched_field(&a, "schedule (training)", e->train_sched);
+    sched_field(&a, "schedule (inference)", e->infer_sched);
+    bt_agree_int(&a, "BATON_DP_BUCKET", (long long)e->dist.bucket_bytes);
+    int differ = 0;
+    bt_status st = bt_agree_check(e->dist.world, &a, e->params.watchdog_s, &differ);
+    bt_agree_free(&a);
+    if (differ)
+        return bt_error_context(st, "rank %d: the ranks of this job did not build the same engine "
+                                "(start every rank with the same model file, options and inputs)", l->rank);
+    return st;
 }
 
 static bt_status post_receives(bt_engine *e, bt_channel *const *chs, int n)

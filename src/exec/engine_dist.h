@@ -7,12 +7,20 @@
 #define BT_EXEC_ENGINE_DIST_H
 
 #include "baton/engine.h"
+#include "dist/agree.h"
 #include "dist/dist.h"
 
 /* params->batch is the global batch: each replica takes its shard (batch / D samples) of every
  * fed batch. layout->stages must equal the plan's stage count (an error naming N, D and P). */
 bt_status bt_engine_create_dist(const bt_graph *graph, const bt_engine_params *params,
                                 const bt_dist_layout *layout, bt_engine **out);
+
+/* Adds to a what every rank of a job must agree on about an engine of graph with params
+ * (exec/engine_agree.c: the graph layer by layer, the parallel section, the optimizer, lr
+ * schedule, clipping, batch, seed, precision, transfer mode; not threads, watchdog, memory limit or
+ * device indices, which are each rank's). bt_engine_create_dist compares them, with the plan and
+ * schedules, before any step; the CLI compares them first, with its own options and inputs. */
+void bt_engine_agree_fields(bt_agree *a, const bt_graph *graph, const bt_engine_params *params);
 
 /* The layout a distributed engine runs (NULL in one process). */
 const bt_dist_layout *bt_engine_dist_layout(const bt_engine *e);
