@@ -354,7 +354,7 @@ static bt_status run_node(struct bt_decode_run *r, dstage *d, int n, int seq, in
     const bt_value *ov = &g->values[node->out];
     if (s == BT_OK && call.precision != BT_F32 && ov->dtype != BT_I32)
         s = st->be->round_to(st->dev, call.precision, out.data, row_bytes(r, node->out) / sizeof(float));
-    if (s != BT_OK) return bt_error(s, "decode: layer '%s': %s", g->layers[node->layer].name, bt_last_error());
+    if (s != BT_OK) return bt_error_context(s, "decode: layer '%s'", g->layers[node->layer].name);
     return BT_OK;
 }
 
