@@ -35,7 +35,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: baton generate MODEL.yaml --weights CKPT [--prompt TEXT]... [--prompts FILE] [--tokens N]\n"
                "                      [--temperature T] [--top-k K] [--seed S] [--no-kv-cache] [--devices LIST]\n"
-               "                      [--stages N] [--score N] [--watchdog SECONDS]\n"
+               "                      [--stages N] [--score N] [--watchdog SECONDS] [--plugin LIB.so]\n"
                "\n"
                "Samples N tokens (default 200) after each prompt (default a newline) from a language model trained\n"
                "on text data, the tokens streaming through the model's pipeline stages. CKPT is the checkpoint\n"
@@ -48,6 +48,7 @@ static void usage(FILE *f)
                "  --score N         instead: the mean per-token loss of N validation windows, by the\n"
                "                    decoder and by the engine's forward\n"
                "  --watchdog S      fail when a stage waits S seconds for its next item (default 60)\n"
+               "  --plugin LIB.so   load a library of custom ops first (its baton_plugin_register registers them)\n"
                "Under mpirun -np P (P: the model's stages) each rank decodes its own stage's layers with its own\n"
                "weights; rank 0 prints. Data-parallel replicas (more ranks than stages) are refused.\n");
 }
@@ -278,7 +279,8 @@ int bt_cmd_generate(int argc, char **argv)
         {"no-kv-cache", no_argument, NULL, 'N'},   {"devices", required_argument, NULL, 'd'},
         {"stages", required_argument, NULL, 'S'},  {"help", no_argument, NULL, 'h'},
         {"score", required_argument, NULL, 'C'},   {"prompts", required_argument, NULL, 'P'},
-        {"watchdog", required_argument, NULL, 'W'}, {NULL, 0, NULL, 0}};
+        {"watchdog", required_argument, NULL, 'W'}, {"plugin", required_argument, NULL, 'U'},
+        {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     memset(&mo, 0, sizeof mo);
     const char *weights = NULL, *prompts_file = NULL, *tokens_given = NULL;
@@ -349,6 +351,9 @@ int bt_cmd_generate(int argc, char **argv)
                 goto parse_fail;
             break;
         case 'h': usage(stdout); free_prompts(&prompts); return BT_EXIT_OK;
+        case 'U':
+            if ((rc = bt_cli_add_plugin("generate", &mo, optarg)) != BT_EXIT_OK) goto parse_fail;
+            break;
         default: fprintf(stderr, "baton generate: see baton generate --help\n"); rc = BT_EXIT_USAGE; goto parse_fail;
         }
     }
