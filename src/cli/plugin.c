@@ -48,10 +48,12 @@ int bt_cli_load_plugins(const char *cmd, const bt_cli_model_opts *o)
                             " (bt_status " BT_PLUGIN_FUNCTION "(void), which registers its ops)\n", cmd, shown);
             return BT_EXIT_USAGE;
         }
+        bt_clear_error(); /* what the library says, never an older message */
         bt_status st = reg();
         if (st != BT_OK) {
             fprintf(stderr, "baton %s: --plugin %s: " BT_PLUGIN_FUNCTION " failed: ", cmd, shown);
-            bt_cli_print_escaped(stderr, bt_last_error());
+            if (*bt_last_error()) bt_cli_print_escaped(stderr, bt_last_error());
+            else fprintf(stderr, "it returned '%s' without a message", bt_status_name(st));
             fputc('\n', stderr);
             return BT_EXIT_USAGE;
         }
