@@ -316,9 +316,6 @@ const char *bt_cli_group(long long v, char *buf, size_t size)
 
 const char *bt_cli_bytes(double b, char *buf, size_t size)
 {
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) b /= 1024, u++;
-    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    snprintf(buf, size, "%s", bt_bytes_text_of(b).s);
     return buf;
 }
