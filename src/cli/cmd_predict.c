@@ -138,7 +138,7 @@ int bt_cmd_predict(int argc, char **argv)
             break;
         case 'o': po.output_path = optarg; break;
         case 'O': po.output_layer = optarg; break;
-        case 'b': rc = bt_cli_parse_int("predict", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &batch); if (rc != BT_EXIT_OK) return rc; break;
+        case 'b': rc = bt_cli_parse_int("predict", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &batch); if (rc != BT_EXIT_OK) return rc; mo.batch = batch; break;
         case 'd': mo.devices = optarg; break;
         case 's': rc = bt_cli_parse_int32("predict", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("predict", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &mo.microbatches); if (rc != BT_EXIT_OK) return rc; break;
