@@ -12,6 +12,9 @@
  * The table holds BT_ATOMIC_MAX_PENDING files; a file opened while it is full is written all the
  * same, and only the stale clean-up removes it after a signal.
  *
+ * Every failure names PATH, never the temporary (which is gone by the time anyone reads the
+ * message), and leaves PATH as it was.
+ *
  * Tests can install a write hook (bt_atomic_file_set_test_hook) to make writes fail part-way, as
  * a full disk would, or to end a forked child in the middle of a write, as a crash would; the
  * library itself never exits. */
