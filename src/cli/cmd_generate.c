@@ -293,7 +293,8 @@ int bt_cmd_generate(int argc, char **argv)
     unsigned long long seed;
     int rc, opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0; /* baton's own option messages (bt_cli_bad_option), as every command's */
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'w': weights = optarg; break;
         case 'p':
@@ -350,11 +351,11 @@ int bt_cmd_generate(int argc, char **argv)
             if ((rc = bt_cli_parse_int32("generate", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages)) != BT_EXIT_OK)
                 goto parse_fail;
             break;
-        case 'h': usage(stdout); free_prompts(&prompts); return BT_EXIT_OK;
         case 'U':
             if ((rc = bt_cli_add_plugin("generate", &mo, optarg)) != BT_EXIT_OK) goto parse_fail;
             break;
-        default: fprintf(stderr, "baton generate: see baton generate --help\n"); rc = BT_EXIT_USAGE; goto parse_fail;
+        case 'h': usage(stdout); free_prompts(&prompts); return BT_EXIT_OK;
+        default: rc = bt_cli_bad_option("generate", argc, argv, opt); goto parse_fail;
         }
     }
     if ((rc = bt_cli_take_positional("generate", argc, argv, optind, &mo)) != BT_EXIT_OK) goto parse_fail;
