@@ -65,11 +65,13 @@ tests=$((tests + 1))
 first=$(ls "$tmp/runs/mlp"/events.out.tfevents.* | head -n 1)
 check truncated "$first" "$tmp/cut" || fail "truncated event file"
 
-# a directory that cannot be created: exit 1, the path named, nothing trained silently
+# a directory that cannot be created (a parent is a file): exit 2 before the configuration table,
+# as --checkpoint-dir, the path named, nothing trained silently
 tests=$((tests + 1))
 : >"$tmp/file"
 "$baton" run "$model" --steps 1 --tensorboard "$tmp/file/x" >"$tmp/out" 2>"$tmp/err"; rc=$?
-[ "$rc" = 1 ] && grep -q "$tmp/file" "$tmp/err" || fail "unwritable directory: exit $rc: $(cat "$tmp/err")"
+[ "$rc" = 2 ] && grep -q "$tmp/file is not a directory" "$tmp/err" && [ ! -s "$tmp/out" ] ||
+  fail "unwritable directory: exit $rc: $(cat "$tmp/err")"
 
 echo "tensorboard: $tests tests, $failed failed"
 [ "$failed" = 0 ]

@@ -807,6 +807,24 @@ static void test_shape_errors(void)
     }
 }
 
+/* A message may quote the current one (core/status.c formats into a temporary first): an op's
+ * bt_op_error(st, "%s: %s", what, bt_last_error()) reads the old message whole, short or as long
+ * as the buffer holds. */
+static void test_error_quotes_itself(void)
+{
+    bt_op_error(BT_ERR_INVALID_ARG, "text: byte 0x5a at offset 1366 is not in the vocabulary of 15");
+    CU_ASSERT_EQUAL(bt_op_error(BT_ERR_INVALID_ARG, "%s: %s", "ev.txt", bt_last_error()), BT_ERR_INVALID_ARG);
+    CU_ASSERT_STRING_EQUAL(bt_last_error(), "ev.txt: text: byte 0x5a at offset 1366 is not in the vocabulary of 15");
+    char longer[1500];
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    bt_op_error(BT_ERR_IO, "%s", longer);
+    bt_op_error(BT_ERR_IO, "%s|%s", bt_last_error(), "end");
+    CU_ASSERT_EQUAL(strlen(bt_last_error()), sizeof longer - 1 + 4);
+    CU_ASSERT_EQUAL(strncmp(bt_last_error(), longer, sizeof longer - 1), 0);
+    CU_ASSERT_STRING_EQUAL(bt_last_error() + sizeof longer - 1, "|end");
+}
+
 static void test_runtime_errors(void)
 {
     oc_layer L;
@@ -1320,6 +1338,7 @@ int main(void)
         {"forward = hand-computed values", test_forward_hand_values},
         {"shape-rule errors", test_shape_errors},
         {"run-time errors", test_runtime_errors},
+        {"an error message quoting the current one", test_error_quotes_itself},
         {"declarations", test_declarations},
         {"f32 matches f64", test_f32_matches_f64},
         {"dropout", test_dropout},

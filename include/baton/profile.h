@@ -63,8 +63,11 @@ BT_API bt_status bt_profile_measure(const bt_graph *graph, const char *model_nam
 /* What a turn hand-off between two stage threads on one device costs, in ms (*ms >= 0): wake-up
  * latency and a cold cache, which interleaved 1F1B pays at nearly every instruction and which no
  * instruction's own time contains. Measured with `devices` pairs of threads passing turns the
- * way the engine does, against the same work without hand-offs, median of `repeats`
- * alternations. bt_profile_measure stores it in the profile (handoff_ms). */
+ * way the engine does (1 to BT_PROFILE_MAX_HANDOFF_DEVICES), against the same work without
+ * hand-offs, median of `repeats` alternations. bt_profile_measure stores it in the profile
+ * (handoff_ms), so it refuses a training profile of more devices than that before it measures
+ * anything (BT_ERR_INVALID_ARG). */
+#define BT_PROFILE_MAX_HANDOFF_DEVICES 16
 BT_API bt_status bt_profile_measure_handoff(int devices, int repeats, double *ms);
 
 /* The quick measurement behind `partition: profile`: graph measured briefly (micro-batches of 32

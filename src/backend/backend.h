@@ -173,6 +173,11 @@ bt_status bt_device_parse(const char *spec, char *kind, size_t kind_size, int *i
 
 const bt_backend *bt_cpu_backend(void);
 
+/* be->run_op(dev, op, mode, call), and where it fails without a message (a custom op's kernel
+ * that never called bt_op_error) a message naming the op and the status, never an empty or an
+ * older one (run_op.c). Everyone who runs an op calls this, not be->run_op. */
+bt_status bt_backend_run_op(const bt_backend *be, bt_device *dev, const bt_op_def *op, int mode, bt_op_call *call);
+
 /* A parameter's rounded compute copy refreshed from its f32 master weights: the backend's
  * round_copy where it has one, else a copy and round_to. The engine's refresh and the
  * profiler's use it, so both time and run the same passes. */

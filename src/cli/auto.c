@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "core/error.h"
+#include "core/strutil.h"
 #include "optim/optim.h"
 #include "profile/auto_layout.h"
 
@@ -103,8 +104,8 @@ int bt_cli_auto_search(const char *cmd, const bt_model *m, const bt_search_param
     int measured = 0;
     bt_status st = bt_auto_search(m->graph, m->name, sp, &pp, r, &measured);
     if (st == BT_ERR_NOMEM && sp->memory > 0)
-        st = bt_error_context(st, "parallel: auto, under the limit given for each device (--memory) of %.1f MiB",
-                              (double)sp->memory / 1048576.0);
+        st = bt_error_context(st, "parallel: auto, under the limit given for each device (--memory) of %s",
+                              bt_bytes_text_of((double)sp->memory).s);
     if (st == BT_ERR_NOMEM && strcmp(cmd, "plan") == 0) { /* plan: no placement fits is a usage error */
         bt_cli_print_error(cmd);
         return BT_EXIT_USAGE;

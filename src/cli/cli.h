@@ -98,6 +98,8 @@ typedef struct bt_cli_model_opts {
     const char *plugins[16];     /* --plugin LIB.so, loaded before the model (plugin.c) */
     int n_plugins;
     const char *recompute;       /* --recompute none | stage | LAYER,LAYER (beats train.recompute) */
+    long long batch;             /* --batch (run, predict): beats train.batch of a model that trains, so
+                                    --microbatches is checked against it; 0: the file's */
 } bt_cli_model_opts;
 
 /* --plugin (plugin.c): add remembers a library (at most 16); load dlopens each and calls its

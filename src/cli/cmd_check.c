@@ -1,7 +1,9 @@
 /* cli/cmd_check.c: `baton check MODEL.yaml`: loads and validates a model, prints its layer table
  * and totals, then the pipeline plan (stage, device, layers, parameters, bytes each stage sends per
  * micro-batch, and the activation memory the schedule makes it hold). Nothing is allocated on a
- * device and nothing runs. --json prints the same as one JSON object (jansson): "model", "layers"
+ * device and nothing runs. The activations are the memory model's (plan/memory.h), laid out with
+ * the parameters the engine takes (exec/layout.c), so they are the figure `baton run` reports for
+ * the same flags, recomputation included. --json prints the same as one JSON object (jansson): "model", "layers"
  * [{index, name, op, act, shape, params}], the totals, and "plan" {stages, microbatches,
  * microbatch_samples, schedule, "n_stages", "stages": [{stage, device, layers: [names], params,
  * send_bytes_per_microbatch, in_flight, activation_bytes}], "crossings": [...]}. */
@@ -13,8 +15,12 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "core/error.h"
 #include "graph/graph_internal.h"
+#include "optim/optim.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
+#include "plan/profile.h"
 #include "sched/sched.h"
 
 static void check_usage(FILE *f)
@@ -84,6 +90,40 @@ static void print_layers(const bt_model *m, json_t *j)
                                               : "inference only: the last layer is not a loss");
 }
 
+/* Each stage's memory as the engine lays the plan out (exec/layout.c's parameters: the schedule's
+ * slots, the model's dtype and precision, optimizer state, bf16 activations on CPU stages as
+ * BATON_BF16_STASH says, the graph's recomputation), a boundary between devices of different
+ * kinds going through host memory. out has plan->stages entries. */
+static bt_status plan_memory(const bt_model *m, const bt_plan *plan, const bt_schedule *sched, int64_t mbs,
+                             bt_stage_memory *out)
+{
+    int p = plan->stages, slots[BT_MAX_STAGES], keep_mode = BT_KEEP_F32;
+    unsigned char host[BT_MAX_STAGES * BT_MAX_STAGES], keep[BT_MAX_STAGES];
+    char kind[BT_MAX_STAGES][16];
+    BT_TRY(bt_memory_bf16_mode(&keep_mode));
+    for (int s = 0; s < p; s++) {
+        bt_profile_device_kind(plan->device[s], kind[s], sizeof kind[s]);
+        keep[s] = strcmp(kind[s], "cpu") == 0 ? (unsigned char)keep_mode : BT_KEEP_F32;
+        slots[s] = bt_schedule_max_inflight(sched, s);
+    }
+    for (int a = 0; a < p; a++)
+        for (int b = 0; b < p; b++) host[a * p + b] = strcmp(kind[a], kind[b]) != 0;
+    bt_memory_params mp;
+    bt_memory_params_init(&mp);
+    mp.microbatch_size = mbs;
+    mp.microbatches = m->parallel.microbatches;
+    mp.dtype = m->dtype;
+    mp.precision = m->train.precision;
+    mp.training = m->train.enabled;
+    mp.optimizer_slots = m->train.enabled ? bt_optim_state_count(&m->train.optimizer) : 0;
+    mp.n_slots = slots;
+    mp.host_path = host;
+    mp.split_backward = sched->split_backward;
+    mp.bf16_kept = keep;
+    for (int s = 0; s < p; s++) bt_memory_stage(m->graph, plan, &mp, s, &out[s], NULL);
+    return BT_OK;
+}
+
 /* The plan: printed, or (j not NULL) added to j as "plan". */
 static int print_plan(const bt_model *m, json_t *j)
 {
@@ -109,6 +149,12 @@ static int print_plan(const bt_model *m, json_t *j)
         return bt_cli_fail("check", st);
     }
     int64_t mbs = m->train.batch / mb > 0 ? m->train.batch / mb : 1;
+    bt_stage_memory mem[BT_MAX_STAGES];
+    if ((st = plan_memory(m, plan, sched, mbs, mem)) != BT_OK) {
+        bt_plan_destroy(plan);
+        bt_schedule_destroy(sched);
+        return bt_cli_fail("check", st);
+    }
     json_t *jstages = json_array(), *jcross = json_array();
     if (j) {
         json_object_set_new(j, "plan", json_pack("{s:i, s:i, s:I, s:s, s:o, s:o}", "n_stages", plan->stages,
@@ -146,16 +192,14 @@ static int print_plan(const bt_model *m, json_t *j)
                 jstages, json_pack("{s:i, s:s, s:o, s:I, s:I, s:i, s:I}", "stage", s, "device", plan->device[s],
                                    "layers", names, "params", (json_int_t)params, "send_bytes_per_microbatch",
                                    (json_int_t)((double)bt_plan_send_bytes(plan, s) * (double)mbs), "in_flight",
-                                   inflight, "activation_bytes",
-                                   (json_int_t)((double)bt_plan_activation_bytes(g, plan, s) * (double)mbs * inflight)));
+                                   inflight, "activation_bytes", (json_int_t)mem[s].activations));
             continue;
         }
         printf("  %-5d %-8s %-34s %12s %14s %9d %14s\n", s, plan->device[s], layers,
                bt_cli_group(params, num, sizeof num),
                bt_cli_bytes((double)bt_plan_send_bytes(plan, s) * (double)mbs, sends, sizeof sends),
                inflight,
-               bt_cli_bytes((double)bt_plan_activation_bytes(g, plan, s) * (double)mbs * inflight,
-                            acts, sizeof acts));
+               bt_cli_bytes((double)mem[s].activations, acts, sizeof acts));
     }
     int shown = 0;
     for (int c = 0; c < plan->n_crossings; c++) {

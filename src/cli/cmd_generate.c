@@ -44,7 +44,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: baton generate MODEL.yaml --weights CKPT [--prompt TEXT]... [--prompts FILE] [--tokens N]\n"
                "                      [--temperature T] [--top-k K] [--seed S] [--no-kv-cache] [--devices LIST]\n"
-               "                      [--stages N] [--score N] [--watchdog SECONDS]\n"
+               "                      [--stages N] [--score N] [--watchdog SECONDS] [--plugin LIB.so]\n"
                "\n"
                "Samples N tokens (default 200) after each prompt (default a newline) from a language model trained\n"
                "on text data, the tokens streaming through the model's pipeline stages. CKPT is the checkpoint\n"
@@ -57,6 +57,7 @@ static void usage(FILE *f)
                "  --score N         instead: the mean per-token loss of N validation windows, by the\n"
                "                    decoder and by the engine's forward\n"
                "  --watchdog S      fail when a stage waits S seconds for its next item (default 60)\n"
+               "  --plugin LIB.so   load a library of custom ops first (its baton_plugin_register registers them)\n"
                "Under mpirun -np P (P: the model's stages) each rank decodes its own stage's layers with its own\n"
                "weights; rank 0 prints. Data-parallel replicas (more ranks than stages) are refused.\n");
 }
@@ -314,7 +315,8 @@ int bt_cmd_generate(int argc, char **argv)
         {"no-kv-cache", no_argument, NULL, 'N'},   {"devices", required_argument, NULL, 'd'},
         {"stages", required_argument, NULL, 'S'},  {"help", no_argument, NULL, 'h'},
         {"score", required_argument, NULL, 'C'},   {"prompts", required_argument, NULL, 'P'},
-        {"watchdog", required_argument, NULL, 'W'}, {NULL, 0, NULL, 0}};
+        {"watchdog", required_argument, NULL, 'W'}, {"plugin", required_argument, NULL, 'U'},
+        {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     memset(&mo, 0, sizeof mo);
     const char *weights = NULL, *prompts_file = NULL, *tokens_given = NULL;
@@ -327,7 +329,8 @@ int bt_cmd_generate(int argc, char **argv)
     unsigned long long seed;
     int rc, opt;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    opterr = 0; /* baton's own option messages (bt_cli_bad_option), as every command's */
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'w': weights = optarg; break;
         case 'p':
@@ -384,8 +387,11 @@ int bt_cmd_generate(int argc, char **argv)
             if ((rc = bt_cli_parse_int32("generate", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages)) != BT_EXIT_OK)
                 goto parse_fail;
             break;
+        case 'U':
+            if ((rc = bt_cli_add_plugin("generate", &mo, optarg)) != BT_EXIT_OK) goto parse_fail;
+            break;
         case 'h': usage(stdout); free_prompts(&prompts); return BT_EXIT_OK;
-        default: fprintf(stderr, "baton generate: see baton generate --help\n"); rc = BT_EXIT_USAGE; goto parse_fail;
+        default: rc = bt_cli_bad_option("generate", argc, argv, opt); goto parse_fail;
         }
     }
     if ((rc = bt_cli_take_positional("generate", argc, argv, optind, &mo)) != BT_EXIT_OK) goto parse_fail;

@@ -150,7 +150,7 @@ static bt_status read_run(const char *path, bt_report_run *run)
         st = add_record(run, r, &sums, &n_sums, &steps, &have_summary);
         json_decref(r);
         if (st != BT_OK) {
-            st = bt_error(st, "%s:%ld: %s", path, lineno, bt_last_error());
+            st = bt_error_context(st, "%s:%ld", path, lineno);
             break;
         }
     }

@@ -56,6 +56,8 @@ static void predict_usage(FILE *f)
             "  --threads N           BLAS threads of each CPU stage\n"
             "  --seed N              seed of parameter initialisation (before the weights load)\n"
             "  --log-format F        text (default) | jsonl: one JSON record at the end\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
             "  -h, --help            this help\n"
             "Under mpirun -np N: one rank per stage of N / P replicas, each with its own stage's\n"
             "weights; rank 0 prints and writes --output. Every rank must be given the same options\n"
@@ -156,7 +158,7 @@ int bt_cmd_predict(int argc, char **argv)
         {"microbatches", required_argument, NULL, 'm'}, {"threads", required_argument, NULL, 't'},
         {"seed", required_argument, NULL, 'r'},         {"log-format", required_argument, NULL, 'l'},
         {"data", required_argument, NULL, 'D'},         {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'},       {NULL, 0, NULL, 0}};
     bt_cli_model_opts mo;
     bt_predict_opts po;
     const char *weights = NULL, *data = NULL, *section = NULL;
@@ -194,7 +196,7 @@ int bt_cmd_predict(int argc, char **argv)
             break;
         case 'o': po.output_path = optarg; break;
         case 'O': po.output_layer = optarg; break;
-        case 'b': rc = bt_cli_parse_int("predict", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &batch); if (rc != BT_EXIT_OK) return rc; break;
+        case 'b': rc = bt_cli_parse_int("predict", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &batch); if (rc != BT_EXIT_OK) return rc; mo.batch = batch; break;
         case 'd': mo.devices = optarg; break;
         case 's': rc = bt_cli_parse_int32("predict", "--stages", optarg, 1, BT_MAX_STAGES, &mo.stages); if (rc != BT_EXIT_OK) return rc; break;
         case 'm': rc = bt_cli_parse_int32("predict", "--microbatches", optarg, 1, BT_MAX_MICROBATCHES, &mo.microbatches); if (rc != BT_EXIT_OK) return rc; break;
@@ -205,6 +207,7 @@ int bt_cmd_predict(int argc, char **argv)
             else if (strcmp(optarg, "text") != 0)
                 return bt_cli_bad_value("predict", "--log-format", "text or jsonl", optarg);
             break;
+        case 'U': rc = bt_cli_add_plugin("predict", &mo, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': predict_usage(stdout); return BT_EXIT_OK;
         default: return bt_cli_bad_option("predict", argc, argv, c);
         }

@@ -60,6 +60,8 @@ static void profile_usage(FILE *f)
             "  --warmup W            untimed runs first (default 2)\n"
             "  --threads T           compute threads per device (default 1)\n"
             "  -o, --output FILE     profile file to write (default: <model-name>.profile.json)\n"
+            "  --plugin LIB.so       load a library of custom ops first (its\n"
+            "                        baton_plugin_register registers them)\n"
             "  -h, --help            this help\n"
             "KEY=VALUE overrides any field of the model file, e.g. train.optimizer.type=sgd\n");
 }
@@ -278,7 +280,7 @@ int bt_cmd_profile(int argc, char **argv)
         {"microbatches", required_argument, NULL, 'm'}, {"repeats", required_argument, NULL, 'r'},
         {"warmup", required_argument, NULL, 'w'},  {"threads", required_argument, NULL, 't'},
         {"output", required_argument, NULL, 'o'},  {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        {"plugin", required_argument, NULL, 'U'},  {NULL, 0, NULL, 0}};
     profile_opts o;
     memset(&o, 0, sizeof o);
     o.warmup = -1;
@@ -295,6 +297,7 @@ int bt_cmd_profile(int argc, char **argv)
         case 'w': rc = bt_cli_parse_int32("profile", "--warmup", optarg, 0, BT_CLI_MAX_REPEATS, &o.warmup); if (rc != BT_EXIT_OK) return rc; break;
         case 't': rc = bt_cli_parse_int32("profile", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
         case 'o': o.output = optarg; break;
+        case 'U': rc = bt_cli_add_plugin("profile", &o.model, optarg); if (rc != BT_EXIT_OK) return rc; break;
         case 'h': profile_usage(stdout); return BT_EXIT_OK;
         default: return bt_cli_bad_option("profile", argc, argv, c);
         }

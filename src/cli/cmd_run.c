@@ -482,7 +482,7 @@ int bt_cmd_run(int argc, char **argv)
         case 'n': rc = bt_cli_parse_int("run", "--steps", optarg, 1, BT_CLI_MAX_STEPS, &o.steps); if (rc != BT_EXIT_OK) return rc; break;
         case 'r': rc = bt_cli_parse_u64("run", "--seed", optarg, &o.seed); if (rc != BT_EXIT_OK) return rc; break;
         case 't': rc = bt_cli_parse_int32("run", "--threads", optarg, 1, BT_CLI_MAX_THREADS, &o.threads); if (rc != BT_EXIT_OK) return rc; break;
-        case 'b': rc = bt_cli_parse_int("run", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; break;
+        case 'b': rc = bt_cli_parse_int("run", "--batch", optarg, 1, BT_CLI_MAX_BATCH, &o.batch); if (rc != BT_EXIT_OK) return rc; o.model.batch = o.batch; break;
         case 'w':
             o.watchdog_s = strtod(optarg, &end);
             if (end == optarg || *end || !(o.watchdog_s > 0 && o.watchdog_s <= BT_WATCHDOG_MAX_S))

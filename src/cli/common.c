@@ -103,20 +103,22 @@ static bt_status apply_recompute(const bt_cli_model_opts *o, bt_model *m)
     }
 }
 
-/* Whether the file (with the KEY=VALUE overrides) says parallel: auto. */
-static int file_is_auto(const bt_cli_model_opts *o)
+/* What the file (with the KEY=VALUE overrides, before the flags) says: parallel: auto, and whether
+ * it trains (has train:). Both 0 where it does not load: the load with the flags then says why. */
+static void file_peek(const bt_cli_model_opts *o, int *is_auto, int *trains)
 {
     bt_model *m = NULL;
-    int is_auto = bt_model_load(o->path, o->overrides, o->n_overrides, &m) == BT_OK && m->parallel.auto_layout;
+    int ok = bt_model_load(o->path, o->overrides, o->n_overrides, &m) == BT_OK;
+    *is_auto = ok && m->parallel.auto_layout;
+    *trains = ok && m->train.enabled;
     bt_model_destroy(m);
-    return is_auto;
 }
 
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[100];
-    char *flags[9] = {NULL};
-    int n = 0, nf = 0;
+    char *flags[10] = {NULL};
+    int n = 0, nf = 0, is_auto = 0, trains = 0;
     *out = NULL;
     int prc = bt_cli_load_plugins(cmd, o);
     if (prc != BT_EXIT_OK) return prc;
@@ -129,10 +131,14 @@ int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **ou
     if (o->partition) flags[nf++] = bt_strfmt("parallel.pipeline.partition=%s", o->partition);
     if (o->balance) flags[nf++] = bt_strfmt("parallel.pipeline.partition={balance: [%s]}", o->balance);
     if (o->layout) flags[nf++] = bt_strfmt("parallel.pipeline.partition={layout: \"%s\"}", o->layout);
+    const int layout_flags = nf;
+    if (nf > 0 || o->batch > 0) file_peek(o, &is_auto, &trains);
+    /* --batch beats train.batch, so the loader checks --microbatches against it, not the file's */
+    if (o->batch > 0 && trains) flags[nf++] = bt_strfmt("train.batch=%lld", o->batch);
     bt_status st = BT_OK;
     for (int i = 0; i < o->n_overrides && n < 64; i++) ov[n++] = o->overrides[i];
     /* layout flags on a parallel: auto model replace auto with the layout they give (docs/cli.md) */
-    if (nf > 0 && file_is_auto(o)) ov[n++] = "parallel={}";
+    if (layout_flags > 0 && is_auto) ov[n++] = "parallel={}";
     for (int i = 0; i < nf; i++) {
         if (!flags[i]) st = bt_error(BT_ERR_NOMEM, "out of memory");
         ov[n++] = flags[i];
@@ -316,9 +322,6 @@ const char *bt_cli_group(long long v, char *buf, size_t size)
 
 const char *bt_cli_bytes(double b, char *buf, size_t size)
 {
-    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (b >= 1024 && u < 4) b /= 1024, u++;
-    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    snprintf(buf, size, "%s", bt_bytes_text_of(b).s);
     return buf;
 }

@@ -1,11 +1,12 @@
-/* cli/plugin.c: `--plugin LIB.so` of run, check and plan: loads a shared library and calls its
- * registration function, `bt_status baton_plugin_register(void)`, which registers custom ops
- * with bt_op_register (baton/op.h); the model file can then name them. The library resolves
- * bt_op_register and the other public functions against the baton command itself (linked with
- * -export-dynamic), so its ops land in the registry the model loader reads. Plugins load before
- * the model, in the order given, and stay loaded until the process ends (the ops point into
- * them). Every failure names the option and the library: a file dlopen cannot load, a library
- * without the function, a registration that fails (exit 2). */
+/* cli/plugin.c: `--plugin LIB.so` of run, check, plan, predict, generate and profile: loads a
+ * shared library and calls its registration function, `bt_status baton_plugin_register(void)`,
+ * which registers custom ops with bt_op_register (baton/op.h); the model file can then name them.
+ * The library resolves bt_op_register and the other public functions against the baton command
+ * itself (linked with -export-dynamic), so its ops land in the registry the model loader reads.
+ * Plugins load before the model, in the order given, and stay loaded until the process ends (the
+ * ops point into them). Every failure names the option and the library: a file dlopen cannot
+ * load, a library without the function, a registration that fails (exit 2), with the library's
+ * message or, where it set none, the status it returned. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,10 +48,12 @@ int bt_cli_load_plugins(const char *cmd, const bt_cli_model_opts *o)
                             " (bt_status " BT_PLUGIN_FUNCTION "(void), which registers its ops)\n", cmd, shown);
             return BT_EXIT_USAGE;
         }
+        bt_clear_error(); /* what the library says, never an older message */
         bt_status st = reg();
         if (st != BT_OK) {
             fprintf(stderr, "baton %s: --plugin %s: " BT_PLUGIN_FUNCTION " failed: ", cmd, shown);
-            bt_cli_print_escaped(stderr, bt_last_error());
+            if (*bt_last_error()) bt_cli_print_escaped(stderr, bt_last_error());
+            else fprintf(stderr, "it returned '%s' without a message", bt_status_name(st));
             fputc('\n', stderr);
             return BT_EXIT_USAGE;
         }

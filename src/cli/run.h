@@ -58,8 +58,10 @@ typedef struct bt_cli_stage_step {
 typedef struct bt_cli_metrics bt_cli_metrics;
 /* The event directory: --tensorboard, else the model's train.tensorboard, else NULL. */
 const char *bt_cli_tensorboard_dir(const bt_run_opts *o, const bt_model *m);
-/* BT_EXIT_USAGE (with a message naming protobuf-c) when an event directory is asked for and this
- * build cannot write event files; BT_EXIT_OK otherwise. Called before anything runs. */
+/* BT_EXIT_USAGE (with a message) when an event directory is asked for and this build cannot write
+ * event files (naming protobuf-c), or the path or one of its parents exists and is not a directory
+ * (naming it, as a --checkpoint-dir FILE is); BT_EXIT_OK otherwise. Called before anything runs,
+ * before the configuration table; creates nothing (the writer makes the directories). */
 int bt_cli_tensorboard_check(const bt_run_opts *o, const bt_model *m);
 /* Starts measuring (and opens the event file, writing the configuration, when asked). Exit code. */
 int bt_cli_metrics_open(const bt_run_opts *o, const bt_model *m, const bt_engine *e, const bt_engine_params *p,

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/run.h"
 #include "core/error.h"
@@ -32,11 +33,37 @@ const char *bt_cli_tensorboard_dir(const bt_run_opts *o, const bt_model *m)
     return o->tensorboard ? o->tensorboard : m->train.tensorboard;
 }
 
+/* The first part of dir (dir itself, or a parent) that exists and is not a directory, copied into
+ * bad; 0 when there is none (what does not exist yet the writer creates). */
+static int not_a_directory(const char *dir, char *bad, size_t size)
+{
+    size_t len = strlen(dir);
+    for (size_t i = 1; i <= len; i++) {
+        if (dir[i] != '/' && dir[i] != '\0') continue;
+        struct stat sb;
+        snprintf(bad, size, "%.*s", (int)i, dir);
+        if (stat(bad, &sb) != 0) return 0; /* missing from here on: made by the writer */
+        if (!S_ISDIR(sb.st_mode)) return 1;
+    }
+    return 0;
+}
+
 int bt_cli_tensorboard_check(const bt_run_opts *o, const bt_model *m)
 {
-    if (!bt_cli_tensorboard_dir(o, m) || bt_tb_available()) return BT_EXIT_OK;
-    fprintf(stderr, "baton run: %s: %s\n", o->tensorboard ? "--tensorboard" : "train.tensorboard",
-            bt_tb_unavailable_reason());
+    const char *dir = bt_cli_tensorboard_dir(o, m), *what = o->tensorboard ? "--tensorboard" : "train.tensorboard";
+    char bad[1024], shown[1024], part[1024];
+    if (!dir) return BT_EXIT_OK;
+    if (!bt_tb_available()) {
+        fprintf(stderr, "baton run: %s: %s\n", what, bt_tb_unavailable_reason());
+        return BT_EXIT_USAGE;
+    }
+    if (!not_a_directory(dir, bad, sizeof bad)) return BT_EXIT_OK;
+    bt_cli_escape(dir, shown, sizeof shown);
+    if (strcmp(bad, dir) == 0)
+        fprintf(stderr, "baton run: %s %s: not a directory (event files go into a directory)\n", what, shown);
+    else
+        fprintf(stderr, "baton run: %s %s: %s is not a directory\n", what, shown,
+                bt_cli_escape(bad, part, sizeof part));
     return BT_EXIT_USAGE;
 }
 

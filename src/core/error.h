@@ -1,7 +1,9 @@
 /* core/error.h: setting the calling thread's error message and propagating statuses.
  * bt_error() formats a message, stores it for bt_last_error() and returns the status, so a failing
  * path reads `return bt_error(BT_ERR_IO, "%s: %s", path, strerror(errno));`. BT_TRY propagates a
- * failure from a callee unchanged (its message already says what happened). Never prints. */
+ * failure from a callee unchanged (its message already says what happened); bt_error_context adds
+ * where it happened in front of it. The arguments may point into the current message itself
+ * (bt_last_error()): it is read whole before it is replaced. Never prints. */
 #ifndef BT_CORE_ERROR_H
 #define BT_CORE_ERROR_H
 

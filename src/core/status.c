@@ -1,5 +1,9 @@
 /* core/status.c: the per-thread error message behind bt_last_error() and the status names.
- * Each thread has its own fixed buffer, so a message is never shared or freed across threads. */
+ * Each thread has its own fixed buffer, so a message is never shared or freed across threads.
+ * A new message is formatted into a temporary and only then copied into the buffer, so its
+ * arguments may point into the buffer itself (bt_error(st, "%s: %s", path, bt_last_error())
+ * reads the old message whole, never one half overwritten). Adding context to the current
+ * message is bt_error_context's job; the call sites use it rather than quoting the message. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +20,9 @@ void bt_clear_error(void) { bt_error_buf[0] = '\0'; }
 
 bt_status bt_verror(bt_status status, const char *fmt, va_list ap)
 {
-    vsnprintf(bt_error_buf, sizeof bt_error_buf, fmt, ap);
+    char msg[BT_ERROR_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(bt_error_buf, msg, strlen(msg) + 1);
     return status;
 }
 

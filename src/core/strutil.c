@@ -1,4 +1,4 @@
-/* core/strutil.c: owned string copies, and numbers as JSON text. */
+/* core/strutil.c: owned string copies, numbers as JSON text, byte counts with their unit. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,5 +37,15 @@ bt_json_text bt_json_num(double v, char conv, int digits)
     if (!isfinite(v)) snprintf(t.s, sizeof t.s, "null");
     else if (conv == 'f' && fabs(v) < 1e15) snprintf(t.s, sizeof t.s, "%.*f", digits, v);
     else snprintf(t.s, sizeof t.s, "%.*g", conv == 'f' ? 17 : digits, v);
+    return t;
+}
+
+bt_bytes_text bt_bytes_text_of(double bytes)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    bt_bytes_text t;
+    int u = 0;
+    while (bytes >= 1024 && u < 5) bytes /= 1024, u++;
+    snprintf(t.s, sizeof t.s, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
     return t;
 }

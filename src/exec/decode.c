@@ -349,12 +349,12 @@ static bt_status run_node(struct bt_decode_run *r, dstage *d, int n, int seq, in
                        .param = param, .saved = d->saved[n], .workspace = d->ws[n], .config = node->config,
                        .precision = r->e->params.precision, .position = pos,
                        .cache = d->cache_bytes[n] ? (unsigned char *)d->cache[n] + (size_t)seq * d->cache_bytes[n] : NULL};
-    bt_status s = st->be->run_op(st->dev, node->op, BT_RUN_DECODE, &call);
+    bt_status s = bt_backend_run_op(st->be, st->dev, node->op, BT_RUN_DECODE, &call);
     /* mixed precision: the row rounded as the forward rounds every activation (exec/worker.c) */
     const bt_value *ov = &g->values[node->out];
     if (s == BT_OK && call.precision != BT_F32 && ov->dtype != BT_I32)
         s = st->be->round_to(st->dev, call.precision, out.data, row_bytes(r, node->out) / sizeof(float));
-    if (s != BT_OK) return bt_error(s, "decode: layer '%s': %s", g->layers[node->layer].name, bt_last_error());
+    if (s != BT_OK) return bt_error_context(s, "decode: layer '%s'", g->layers[node->layer].name);
     return BT_OK;
 }
 

@@ -265,7 +265,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
         int live = e->worker[s].peak_live;
         if (live > m->peak_microbatches) m->peak_microbatches = live;
         const bt_stage_memory *need = &e->stage[s].need; /* the shared regions: recomputation, bf16's work */
-        size_t act = (size_t)live * e->stage[s].slot_bytes + (live > 0 ? need->recompute_bytes + need->work_bytes : 0);
+        size_t act = bt_memory_activations_live(need, live);
         if (act > m->activation_peak) m->activation_peak = act;
         size_t act_f32 = (size_t)live * need->slot_bytes_f32 + (live > 0 ? need->recompute_bytes : 0);
         if (act_f32 > m->activation_peak_f32) m->activation_peak_f32 = act_f32;

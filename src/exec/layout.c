@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/strutil.h"
 #include "exec/exec_internal.h"
 #include "optim/optim.h"
 
@@ -86,7 +87,13 @@ bt_status bt_layout_stage(bt_engine *e, bt_stage *st)
 
 /* ---- admission -------------------------------------------------------------------------------- */
 
-static double mib(size_t bytes) { return (double)bytes / 1048576.0; }
+/* A figure of the messages below, in the unit that keeps it readable (a --memory of 1K is not
+ * "0.0 MiB"). */
+static const char *fig(size_t bytes, bt_bytes_text *t)
+{
+    *t = bt_bytes_text_of((double)bytes);
+    return t->s;
+}
 
 /* Whether stages a and b draw from one memory pool. */
 static int same_pool(const bt_stage *a, const bt_stage *b)
@@ -126,14 +133,14 @@ static bt_status check_each_device(bt_engine *e)
         if (seen || need <= limit) continue;
         const bt_stage_memory *w = &e->stage[s].need;
         size_t other = w->device_total - w->weights - w->gradients - w->optimizer - w->activations;
+        bt_bytes_text f[8];
         return bt_error(BT_ERR_NOMEM,
-                        "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
-                        "gradients %.1f, optimizer state %.1f, activations %.1f, buffers and workspace "
-                        "%.1f MiB) and %s holds %.1f MiB in all, but the limit given for each device "
-                        "(--memory; bt_engine_params.device_memory) is %.1f MiB",
-                        s, e->stage[s].device_name, mib(w->device_total), mib(w->weights), mib(w->gradients),
-                        mib(w->optimizer), mib(w->activations), mib(other), e->stage[s].device_name, mib(need),
-                        mib(limit));
+                        "the plan does not fit in memory: stage %d (%s) needs %s (weights %s, gradients %s, "
+                        "optimizer state %s, activations %s, buffers and workspace %s) and %s holds %s in all, "
+                        "but the limit given for each device (--memory; bt_engine_params.device_memory) is %s",
+                        s, e->stage[s].device_name, fig(w->device_total, &f[0]), fig(w->weights, &f[1]),
+                        fig(w->gradients, &f[2]), fig(w->optimizer, &f[3]), fig(w->activations, &f[4]),
+                        fig(other, &f[5]), e->stage[s].device_name, fig(need, &f[6]), fig(limit, &f[7]));
     }
     return BT_OK;
 }
@@ -159,14 +166,15 @@ bt_status bt_layout_check_memory(bt_engine *e)
         const bt_stage_memory *w = &e->stage[worst].need;
         size_t other = w->device_total - w->weights - w->gradients - w->optimizer - w->activations;
         int host = st->be->shares_host_memory;
+        bt_bytes_text f[8];
         return bt_error(BT_ERR_NOMEM,
-                        "the plan does not fit in memory: stage %d (%s) needs %.1f MiB (weights %.1f, "
-                        "gradients %.1f, optimizer state %.1f, activations %.1f, buffers and workspace "
-                        "%.1f MiB) and the stages on %s need %.1f MiB in all, but %s has %.1f MiB free (%s)",
-                        worst, e->stage[worst].device_name, mib(w->device_total), mib(w->weights),
-                        mib(w->gradients), mib(w->optimizer), mib(w->activations), mib(other),
-                        host ? "the host's memory" : st->device_name, mib(need),
-                        host ? "the machine" : st->device_name, mib(free_bytes),
+                        "the plan does not fit in memory: stage %d (%s) needs %s (weights %s, gradients %s, "
+                        "optimizer state %s, activations %s, buffers and workspace %s) and the stages on %s "
+                        "need %s in all, but %s has %s free (%s)",
+                        worst, e->stage[worst].device_name, fig(w->device_total, &f[0]), fig(w->weights, &f[1]),
+                        fig(w->gradients, &f[2]), fig(w->optimizer, &f[3]), fig(w->activations, &f[4]),
+                        fig(other, &f[5]), host ? "the host's memory" : st->device_name, fig(need, &f[6]),
+                        host ? "the machine" : st->device_name, fig(free_bytes, &f[7]),
                         e->params.device_memory ? "the limit given: bt_engine_params.device_memory, for the pool"
                                                 : "as its backend reports it now");
     }

@@ -6,7 +6,10 @@
  * recomputed nodes' forward just before a BWD (recompute), sharing forward_node with FWD. The op
  * calls are built by prepare_call from the stage's memory layout (layout.c). A rounding that
  * cannot change a bit is skipped: an output its op writes exact, a gradient exactly one exact
- * consumer wrote (bt_worker_plan_exact, op.h's lowp_exact). */
+ * consumer wrote (bt_worker_plan_exact, op.h's lowp_exact). A custom op's kernel (bt_op_register:
+ * a plugin's) is checked after each call: NaN or infinity it writes from finite operands is an
+ * error naming it there (custom_forward_finite, custom_backward_finite), not a non-finite gradient
+ * found at the step, whose message would point at the data. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "exec/exec_internal.h"
 #include "graph/lowp_exact.h"
 #include "graph/op_call.h"
+#include "graph/op_registry.h"
 #include "optim/optim.h"
 
 static bt_dtype value_dtype(const bt_engine *e, const bt_value *v)
@@ -83,6 +87,91 @@ static void prepare_call(bt_engine *e, bt_stage *st, int k, int mb, int phase, b
     call->seed = bt_mix64(e->params.seed ^ bt_mix64((uint64_t)e->step * 1000003ULL +
                                                         (uint64_t)mb * 7919ULL +
                                                         (uint64_t)(st->first_node + k)));
+}
+
+/* Whether node n's kernel is checked for NaN and infinity it makes: custom ops only (the built-ins
+ * are baton's, tested), and not under f16, where overflow to infinity is the loss scaler's to
+ * handle (the step is skipped). One reduction per tensor checked, on the node's device. */
+static int checks_finite(const bt_engine *e, const bt_node *n)
+{
+    return e->params.precision != BT_F16 && bt_op_is_custom(n->op);
+}
+
+/* *finite = 0 when floating tensor t holds NaN or infinity (an i32 or absent one is finite). */
+static bt_status tensor_finite(bt_stage *st, const bt_tensor *t, int *finite)
+{
+    *finite = 1;
+    if (!t->data || (t->dtype != BT_F32 && t->dtype != BT_F64)) return BT_OK;
+    const void *x = t->data;
+    size_t n = (size_t)bt_tensor_numel(t);
+    double sumsq = 0;
+    BT_TRY(st->be->sum_squares(st->dev, t->dtype, &x, &n, 1, &sumsq));
+    *finite = isfinite(sumsq);
+    return BT_OK;
+}
+
+/* *finite = 1 when every input of the call is finite. */
+static bt_status inputs_finite(bt_stage *st, const bt_node *n, const bt_op_call_tensors *t, int *finite)
+{
+    *finite = 1;
+    for (int i = 0; i < n->n_in && *finite; i++) BT_TRY(tensor_finite(st, &t->in[i], finite));
+    return BT_OK;
+}
+
+/* " at step N" of a training step (the engine's numeric errors name the step), else "". */
+static const char *step_text(const bt_engine *e, int training, char *buf, size_t size)
+{
+    if (!training) return "";
+    snprintf(buf, size, " at step %lld", (long long)e->step + 1);
+    return buf;
+}
+
+/* After a checked node's forward: a non-finite output from finite inputs is the op's doing. */
+static bt_status custom_forward_finite(const bt_engine *e, bt_stage *st, const bt_node *n, const bt_op_call_tensors *t,
+                                       int training)
+{
+    char at[48];
+    int out_ok, in_ok;
+    BT_TRY(tensor_finite(st, &t->out, &out_ok));
+    if (out_ok) return BT_OK;
+    BT_TRY(inputs_finite(st, n, t, &in_ok));
+    if (!in_ok) return BT_OK; /* it was handed NaN: whoever made it is named, or the step finds it */
+    return bt_error(BT_ERR_NUMERIC, "op '%s' (a custom op) wrote NaN or infinity into its output from finite inputs%s",
+                    n->op->name, step_text(e, training, at, sizeof at));
+}
+
+/* Before a checked node's backward: bit i of *mask set where input gradient i is wanted and finite
+ * (so a non-finite one afterwards is this call's doing). */
+static bt_status finite_grads(bt_stage *st, const bt_node *n, const bt_op_call_tensors *t, unsigned *mask)
+{
+    *mask = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        int ok = 0;
+        if (t->in_grad[i].data) BT_TRY(tensor_finite(st, &t->in_grad[i], &ok));
+        if (ok) *mask |= 1u << i;
+    }
+    return BT_OK;
+}
+
+/* After a checked node's backward: an input gradient finite before the call and not after, from a
+ * finite output gradient and finite inputs, is the op's doing. */
+static bt_status custom_backward_finite(const bt_engine *e, bt_stage *st, const bt_node *n, const bt_op_call_tensors *t,
+                                        unsigned before)
+{
+    char at[48];
+    for (int i = 0; i < n->n_in; i++) {
+        int ok, given;
+        if (!(before & (1u << i))) continue;
+        BT_TRY(tensor_finite(st, &t->in_grad[i], &ok));
+        if (ok) continue;
+        BT_TRY(tensor_finite(st, &t->out_grad, &given));
+        if (given) BT_TRY(inputs_finite(st, n, t, &given));
+        if (!given) return BT_OK;
+        return bt_error(BT_ERR_NUMERIC, "op '%s' (a custom op) wrote NaN or infinity into the gradient of its input %d "
+                        "from a finite output gradient and finite inputs%s", n->op->name, i,
+                        step_text(e, 1, at, sizeof at));
+    }
+    return BT_OK;
 }
 
 /* Mixed precision: rounds a float value (an activation an op just wrote, a complete gradient, or
@@ -182,8 +271,9 @@ static bt_status forward_node(bt_engine *e, bt_stage *st, int k, int mb, int tra
     prepare_call(e, st, k, mb, PHASE_FWD, &call, &t);
     call.training = training;
     bt_status s = bt_store_load_node(e, st, k, mb, 0);
-    if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 0, &call);
+    if (s == BT_OK) s = bt_backend_run_op(st->be, st->dev, n->op, 0, &call);
     if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine_job.c: leave the graph alone */
+    if (s == BT_OK && checks_finite(e, n)) s = custom_forward_finite(e, st, n, &t, training);
     if (s == BT_OK && n->out != e->loss_value && !(st->exact[k] & BT_EXACT_OUT))
         s = round_value(e, st, t.out.data, &g->values[n->out]);
     if (s == BT_OK) s = bt_store_wrote(e, st, mb, n->out);
@@ -260,7 +350,11 @@ bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last)
                           ? BT_OK
                           : round_value(e, st, t.out_grad.data, &g->values[n->out]);
         if (s == BT_OK) s = bt_store_load_node(e, st, k, mb, 1);
-        if (s == BT_OK) s = st->be->run_op(st->dev, n->op, 1, &call);
+        unsigned finite_before = 0;
+        const int checked = checks_finite(e, n);
+        if (s == BT_OK && checked) s = finite_grads(st, n, &t, &finite_before);
+        if (s == BT_OK) s = bt_backend_run_op(st->be, st->dev, n->op, 1, &call);
+        if (s == BT_OK && checked) s = custom_backward_finite(e, st, n, &t, finite_before);
         /* W reads the output gradient after the next B reused the buffer: a copy in the slot, taken
          * after B (the stash may be the node's own output, which B may still read); bf16 where the
          * output is kept so */
@@ -296,7 +390,7 @@ bt_status bt_worker_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
         call.training = 1;
         bt_status s = bt_store_load_node(e, st, k, mb, 0);
         if (s == BT_OK && bt_store_stash_kept(st, g, k)) s = bt_store_load_stash(e, st, k, mb);
-        if (s == BT_OK) s = st->be->run_op(st->dev, n->op, BT_RUN_WEIGHT, &call);
+        if (s == BT_OK) s = bt_backend_run_op(st->be, st->dev, n->op, BT_RUN_WEIGHT, &call);
         if (atomic_load(&e->abandoned)) return BT_ERR_TIMEOUT; /* engine_job.c: leave the graph alone */
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",

@@ -140,6 +140,8 @@ bt_status bt_op_register(const bt_op_def *def)
     return st;
 }
 
+int bt_op_is_custom(const bt_op_def *op) { return op && op->name && strchr(op->name, '.') != NULL; }
+
 const bt_op_def *bt_op_find(const char *name)
 {
     if (!name || bt_op_registry_init() != BT_OK) return NULL;

@@ -244,13 +244,12 @@ bt_status bt_atomic_file_open(const char *path, bt_atomic_file **out)
     }
     f->fd = mkstemp(f->tmp_path);
     if (f->fd < 0) {
-        st = bt_error(BT_ERR_IO, "%s: cannot create temporary file %s: %s", path, f->tmp_path,
-                      strerror(errno));
+        st = bt_error(BT_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
         goto fail;
     }
     f->slot = register_pending(f->tmp_path);
     if (fchmod(f->fd, 0644) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: chmod: %s", f->tmp_path, strerror(errno));
+        st = bt_error(BT_ERR_IO, "%s: chmod of its temporary file: %s", path, strerror(errno));
         goto fail;
     }
     *out = f;
@@ -268,15 +267,14 @@ bt_status bt_atomic_file_write(bt_atomic_file *f, const void *data, size_t size)
         if (write_hook) {
             size_t room = write_hook(f->written, size);
             if (room == 0)
-                return bt_error(BT_ERR_IO, "%s: write: %s (test hook)", f->tmp_path ? f->tmp_path : f->path,
-                                strerror(EIO));
+                return bt_error(BT_ERR_IO, "%s: write: %s (test hook)", f->path, strerror(EIO));
             if (chunk > room) chunk = room;
         }
         if (chunk > ((size_t)1 << 30)) chunk = (size_t)1 << 30;
         ssize_t n = write(f->fd, p, chunk);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return bt_error(BT_ERR_IO, "%s: write: %s", f->tmp_path ? f->tmp_path : f->path, strerror(errno));
+            return bt_error(BT_ERR_IO, "%s: write: %s", f->path, strerror(errno));
         }
         p += n;
         size -= (size_t)n;
@@ -295,17 +293,17 @@ bt_status bt_atomic_file_commit(bt_atomic_file *f)
         goto done;
     }
     if (fsync(f->fd) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: fsync: %s", f->tmp_path, strerror(errno));
+        st = bt_error(BT_ERR_IO, "%s: fsync: %s", f->path, strerror(errno));
         goto fail;
     }
     int fd = f->fd;
     f->fd = -1;
     if (close(fd) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: close: %s", f->tmp_path, strerror(errno));
+        st = bt_error(BT_ERR_IO, "%s: close: %s", f->path, strerror(errno));
         goto fail;
     }
     if (rename(f->tmp_path, f->path) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: rename from %s: %s", f->path, f->tmp_path, strerror(errno));
+        st = bt_error(BT_ERR_IO, "%s: cannot rename the new file into place: %s", f->path, strerror(errno));
         goto fail;
     }
     unregister_pending(f);

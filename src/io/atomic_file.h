@@ -22,6 +22,9 @@
  *   written, and commit only closes it (no fsync);
  * - a directory or a socket is refused at open, before anything is written.
  *
+ * Every failure names PATH, never the temporary (which is gone by the time anyone reads the
+ * message), and leaves PATH as it was.
+ *
  * Tests can install a write hook (bt_atomic_file_set_test_hook) to make writes fail part-way, as
  * a full disk would, or to end a forked child in the middle of a write, as a crash would; the
  * library itself never exits. */

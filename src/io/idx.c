@@ -44,8 +44,9 @@ static bt_status gz_read_full(gzFile gz, const char *path, void *buf, uint64_t s
             int errnum = 0;
             const char *msg = gzerror(gz, &errnum);
             if (errnum == Z_ERRNO) msg = strerror(errno);
-            return bt_error(BT_ERR_IO, "%s: read error after %llu bytes: %s", path,
-                            (unsigned long long)*got, msg);
+            /* a corrupt stream is a bad file (the data's fault), a failing read an I/O error */
+            return bt_error(errnum == Z_ERRNO ? BT_ERR_IO : BT_ERR_INVALID_ARG, "%s: read error after %llu bytes: %s",
+                            path, (unsigned long long)*got, msg);
         }
         if (n == 0) break;
         *got += (uint64_t)n;
@@ -124,31 +125,31 @@ static bt_status read_idx(const char *path, int header_only, bt_idx *out)
     }
     BT_TRY_GOTO(st, gz_read_full(gz, path, head, 4, &got), fail);
     if (got < 4) {
-        st = bt_error(BT_ERR_IO, "%s: truncated: %llu bytes, too short for an IDX magic", path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: truncated: %llu bytes, too short for an IDX magic", path,
                       (unsigned long long)got);
         goto fail;
     }
     uint32_t magic = be32(head);
     if ((magic >> 16) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: bad magic 0x%08x: not an IDX file", path, (unsigned)magic);
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: bad magic 0x%08x: not an IDX file", path, (unsigned)magic);
         goto fail;
     }
     unsigned type = (magic >> 8) & 0xff, ndim = magic & 0xff;
     if (type != 0x08) {
-        st = bt_error(BT_ERR_IO,
+        st = bt_error(BT_ERR_INVALID_ARG,
                       "%s: magic 0x%08x: element type 0x%02x is not supported (only unsigned "
                       "byte, 0x08)",
                       path, (unsigned)magic, type);
         goto fail;
     }
     if (ndim < 1 || ndim > BT_IDX_MAX_DIMS) {
-        st = bt_error(BT_ERR_IO, "%s: magic 0x%08x: %u dims (expected 1 to %d)", path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: magic 0x%08x: %u dims (expected 1 to %d)", path,
                       (unsigned)magic, ndim, BT_IDX_MAX_DIMS);
         goto fail;
     }
     BT_TRY_GOTO(st, gz_read_full(gz, path, head + 4, 4 * (uint64_t)ndim, &got), fail);
     if (got < 4 * (uint64_t)ndim) {
-        st = bt_error(BT_ERR_IO, "%s: truncated in the dims (%u expected)", path, ndim);
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: truncated in the dims (%u expected)", path, ndim);
         goto fail;
     }
     uint64_t numel = 1;
@@ -156,12 +157,12 @@ static bt_status read_idx(const char *path, int header_only, bt_idx *out)
     for (unsigned d = 0; d < ndim; d++) {
         out->dim[d] = be32(head + 4 + 4 * d);
         if (d > 0 && out->dim[d] == 0) {
-            st = bt_error(BT_ERR_IO, "%s: absurd dims: dim %u is 0", path, d);
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: absurd dims: dim %u is 0", path, d);
             goto fail;
         }
         numel *= (uint64_t)out->dim[d];
         if (numel > BT_IDX_MAX_ELEMENTS) {
-            st = bt_error(BT_ERR_IO, "%s: absurd dims: more than %llu elements", path,
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: absurd dims: more than %llu elements", path,
                           (unsigned long long)BT_IDX_MAX_ELEMENTS);
             goto fail;
         }
@@ -171,12 +172,12 @@ static bt_status read_idx(const char *path, int header_only, bt_idx *out)
     if (S_ISREG(sb.st_mode)) {
         uint64_t size = (uint64_t)sb.st_size;
         if (gzdirect(gz) && size - header < numel) {
-            st = bt_error(BT_ERR_IO, "%s: truncated: the dims need %llu data bytes, the file has %llu",
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: truncated: the dims need %llu data bytes, the file has %llu",
                           path, (unsigned long long)numel, (unsigned long long)(size - header));
             goto fail;
         }
         if (!gzdirect(gz) && numel / BT_GZIP_MAX_RATIO > size) {
-            st = bt_error(BT_ERR_IO,
+            st = bt_error(BT_ERR_INVALID_ARG,
                           "%s: truncated: the dims need %llu data bytes, more than %llu compressed "
                           "bytes can hold",
                           path, (unsigned long long)numel, (unsigned long long)size);
@@ -189,14 +190,14 @@ static bt_status read_idx(const char *path, int header_only, bt_idx *out)
     }
     BT_TRY_GOTO(st, read_data(gz, path, numel, &out->data, &got), fail);
     if (got < numel) {
-        st = bt_error(BT_ERR_IO, "%s: truncated: the dims need %llu data bytes, the file has %llu",
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: truncated: the dims need %llu data bytes, the file has %llu",
                       path, (unsigned long long)numel, (unsigned long long)got);
         goto fail;
     }
     unsigned char extra;
     BT_TRY_GOTO(st, gz_read_full(gz, path, &extra, 1, &got), fail);
     if (got != 0) {
-        st = bt_error(BT_ERR_IO, "%s: trailing bytes after the %llu data bytes the dims give", path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: trailing bytes after the %llu data bytes the dims give", path,
                       (unsigned long long)numel);
         goto fail;
     }
@@ -224,23 +225,23 @@ bt_status bt_idx_load_pair_part(const char *images_path, const char *labels_path
     BT_TRY_GOTO(st, inputs ? bt_idx_read(images_path, &images) : bt_idx_read_header(images_path, &images), fail);
     BT_TRY_GOTO(st, bt_idx_read(labels_path, &labels), fail);
     if (images.ndim < 2) {
-        st = bt_error(BT_ERR_IO, "%s: images need at least 2 dims (n, ...), the file has %d",
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: images need at least 2 dims (n, ...), the file has %d",
                       images_path, images.ndim);
         goto fail;
     }
     if (labels.ndim != 1) {
-        st = bt_error(BT_ERR_IO, "%s: labels need 1 dim (n), the file has %d", labels_path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: labels need 1 dim (n), the file has %d", labels_path,
                       labels.ndim);
         goto fail;
     }
     if (images.dim[0] != labels.dim[0]) {
-        st = bt_error(BT_ERR_IO, "%s has %lld images but %s has %lld labels", images_path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s has %lld images but %s has %lld labels", images_path,
                       (long long)images.dim[0], labels_path, (long long)labels.dim[0]);
         goto fail;
     }
     for (int64_t i = 0; i < labels.numel; i++)
         if (labels.data[i] >= n_classes) {
-            st = bt_error(BT_ERR_IO, "%s: label %lld is %u, not below n_classes %d", labels_path,
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: label %lld is %u, not below n_classes %d", labels_path,
                           (long long)i, (unsigned)labels.data[i], n_classes);
             goto fail;
         }

@@ -29,9 +29,11 @@ typedef struct bt_idx {
 } bt_idx;
 
 /* Reads an unsigned-byte IDX file, gzipped or plain. On success the caller owns out->data (free
- * with bt_idx_free); on failure *out is zeroed. Errors (BT_ERR_IO) name the file: missing or
- * unreadable, bad magic, unsupported element type, absurd dims (a zero dim after the first, or
- * more than BT_IDX_MAX_ELEMENTS elements), truncated data, trailing bytes, corrupt gzip stream. */
+ * with bt_idx_free); on failure *out is zeroed. Errors name the file: a file that is not an IDX
+ * file this reader takes is BT_ERR_INVALID_ARG (bad input, as a data file named by a model is an
+ * argument: bad magic, unsupported element type, absurd dims (a zero dim after the first, or more
+ * than BT_IDX_MAX_ELEMENTS elements), truncated data, trailing bytes, corrupt gzip stream);
+ * BT_ERR_IO only where opening or reading it fails. */
 bt_status bt_idx_read(const char *path, bt_idx *out);
 /* The magic and dims only (out->data NULL): what a rank that never reads the elements checks. */
 bt_status bt_idx_read_header(const char *path, bt_idx *out);

@@ -102,27 +102,27 @@ static int parse_bool(hdr_parser *h, int *out)
 static bt_status parse_shape(hdr_parser *h, bt_npy *a)
 {
     if (!accept(h, '('))
-        return bt_error(BT_ERR_IO, "%s: header: 'shape' is not a tuple", h->path);
+        return bt_error(BT_ERR_INVALID_ARG, "%s: header: 'shape' is not a tuple", h->path);
     a->ndim = 0;
     while (!accept(h, ')')) {
         skip_ws(h);
         if (h->p >= h->end || !isdigit((unsigned char)*h->p))
-            return bt_error(BT_ERR_IO, "%s: header: 'shape' holds something other than "
+            return bt_error(BT_ERR_INVALID_ARG, "%s: header: 'shape' holds something other than "
                             "non-negative integers", h->path);
         if (a->ndim == BT_NPY_MAX_DIMS)
-            return bt_error(BT_ERR_IO, "%s: more than %d dims", h->path, BT_NPY_MAX_DIMS);
+            return bt_error(BT_ERR_INVALID_ARG, "%s: more than %d dims", h->path, BT_NPY_MAX_DIMS);
         uint64_t v = 0;
         while (h->p < h->end && isdigit((unsigned char)*h->p)) {
             v = v * 10 + (uint64_t)(*h->p++ - '0');
             if (v > ((uint64_t)1 << 62))
-                return bt_error(BT_ERR_IO, "%s: header: a dim in 'shape' is absurdly large",
+                return bt_error(BT_ERR_INVALID_ARG, "%s: header: a dim in 'shape' is absurdly large",
                                 h->path);
         }
         if (h->p < h->end && *h->p == 'L') h->p++;
         a->dim[a->ndim++] = (int64_t)v;
         if (accept(h, ',')) continue;
         if (!accept(h, ')'))
-            return bt_error(BT_ERR_IO, "%s: header: 'shape' tuple is malformed", h->path);
+            return bt_error(BT_ERR_INVALID_ARG, "%s: header: 'shape' tuple is malformed", h->path);
         break;
     }
     return BT_OK;
@@ -133,44 +133,44 @@ static bt_status parse_header(const char *path, const char *text, size_t len, bt
     hdr_parser h = {text, text + len, path};
     char key[32], descr[32] = "";
     int have_descr = 0, have_fortran = 0, have_shape = 0, fortran = 0;
-    if (!accept(&h, '{')) return bt_error(BT_ERR_IO, "%s: header is not a dict", path);
+    if (!accept(&h, '{')) return bt_error(BT_ERR_INVALID_ARG, "%s: header is not a dict", path);
     while (!accept(&h, '}')) {
         if (!parse_str(&h, key, sizeof key) || !accept(&h, ':'))
-            return bt_error(BT_ERR_IO, "%s: header: malformed dict", path);
+            return bt_error(BT_ERR_INVALID_ARG, "%s: header: malformed dict", path);
         if (strcmp(key, "descr") == 0) {
             if (!parse_str(&h, descr, sizeof descr))
-                return bt_error(BT_ERR_IO, "%s: header: 'descr' is not a simple string (structured "
+                return bt_error(BT_ERR_INVALID_ARG, "%s: header: 'descr' is not a simple string (structured "
                                 "dtypes are not supported)", path);
             have_descr = 1;
         } else if (strcmp(key, "fortran_order") == 0) {
             if (!parse_bool(&h, &fortran))
-                return bt_error(BT_ERR_IO, "%s: header: 'fortran_order' is not True or False",
+                return bt_error(BT_ERR_INVALID_ARG, "%s: header: 'fortran_order' is not True or False",
                                 path);
             have_fortran = 1;
         } else if (strcmp(key, "shape") == 0) {
             BT_TRY(parse_shape(&h, a));
             have_shape = 1;
         } else {
-            return bt_error(BT_ERR_IO, "%s: header: unexpected key '%s'", path, key);
+            return bt_error(BT_ERR_INVALID_ARG, "%s: header: unexpected key '%s'", path, key);
         }
         if (accept(&h, ',')) continue;
-        if (!accept(&h, '}')) return bt_error(BT_ERR_IO, "%s: header: malformed dict", path);
+        if (!accept(&h, '}')) return bt_error(BT_ERR_INVALID_ARG, "%s: header: malformed dict", path);
         break;
     }
     skip_ws(&h);
-    if (h.p != h.end) return bt_error(BT_ERR_IO, "%s: header: text after the dict", path);
+    if (h.p != h.end) return bt_error(BT_ERR_INVALID_ARG, "%s: header: text after the dict", path);
     if (!have_descr || !have_fortran || !have_shape)
-        return bt_error(BT_ERR_IO, "%s: header lacks '%s'", path,
+        return bt_error(BT_ERR_INVALID_ARG, "%s: header lacks '%s'", path,
                         !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
     int type = -1;
     for (int i = 0; i < N_NPY_TYPES; i++)
         if (strcmp(descr, npy_types[i].descr) == 0) type = i;
     if (type < 0)
-        return bt_error(BT_ERR_IO,
+        return bt_error(BT_ERR_INVALID_ARG,
                         "%s: dtype '%s' is not supported (only '<f4', '<f8', '<i4', '<i8', '|u1')",
                         path, descr);
     if (fortran)
-        return bt_error(BT_ERR_IO,
+        return bt_error(BT_ERR_INVALID_ARG,
                         "%s: fortran_order is True; only C-order arrays are supported (save "
                         "np.ascontiguousarray(a))",
                         path);
@@ -201,24 +201,24 @@ static bt_status read_npy(const char *path, int header_only, bt_npy *out)
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (fread(pre, 1, 8, fp) != 8 || memcmp(pre, NPY_MAGIC, 6) != 0) {
-        st = bt_error(BT_ERR_IO, "%s: not a .npy file (bad magic)", path);
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: not a .npy file (bad magic)", path);
         goto fail;
     }
     unsigned major = pre[6], minor = pre[7];
     if (major < 1 || major > 3 || minor != 0) {
-        st = bt_error(BT_ERR_IO, "%s: .npy format version %u.%u is not supported (1.0, 2.0, 3.0)",
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: .npy format version %u.%u is not supported (1.0, 2.0, 3.0)",
                       path, major, minor);
         goto fail;
     }
     size_t len_bytes = major == 1 ? 2 : 4;
     if (fread(pre + 8, 1, len_bytes, fp) != len_bytes) {
-        st = bt_error(BT_ERR_IO, "%s: truncated in the header length", path);
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: truncated in the header length", path);
         goto fail;
     }
     uint32_t hlen = pre[8] | (uint32_t)pre[9] << 8;
     if (len_bytes == 4) hlen |= (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
     if (hlen > NPY_MAX_HEADER) {
-        st = bt_error(BT_ERR_IO, "%s: header length %u exceeds %u", path, (unsigned)hlen,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: header length %u exceeds %u", path, (unsigned)hlen,
                       NPY_MAX_HEADER);
         goto fail;
     }
@@ -228,12 +228,12 @@ static bt_status read_npy(const char *path, int header_only, bt_npy *out)
         goto fail;
     }
     if (fread(header, 1, hlen, fp) != hlen) {
-        st = bt_error(BT_ERR_IO, "%s: truncated in the header", path);
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: truncated in the header", path);
         goto fail;
     }
     header[hlen] = '\0';
     if (hlen == 0 || header[hlen - 1] != '\n') {
-        st = bt_error(BT_ERR_IO, "%s: header does not end with a newline", path);
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: header does not end with a newline", path);
         goto fail;
     }
     BT_TRY_GOTO(st, parse_header(path, header, hlen, out), fail);
@@ -241,14 +241,14 @@ static bt_status read_npy(const char *path, int header_only, bt_npy *out)
     for (int d = 0; d < out->ndim; d++)
         if (__builtin_mul_overflow(numel, (uint64_t)out->dim[d], &numel) ||
             numel > ((uint64_t)1 << 40)) {
-            st = bt_error(BT_ERR_IO, "%s: absurd shape (too many elements)", path);
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: absurd shape (too many elements)", path);
             goto fail;
         }
     uint64_t nbytes = numel * bt_npy_type_size(out->type);
     uint64_t start = 6 + 2 + len_bytes + hlen;
     uint64_t have = size >= start ? size - start : 0;
     if (have != nbytes) {
-        st = bt_error(BT_ERR_IO, "%s: %s: shape needs %llu data bytes, the file has %llu", path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: %s: shape needs %llu data bytes, the file has %llu", path,
                       have < nbytes ? "truncated" : "size mismatch", (unsigned long long)nbytes,
                       (unsigned long long)have);
         goto fail;
@@ -370,29 +370,29 @@ bt_status bt_npy_load_pair_part(const char *inputs_path, const char *labels_path
     BT_TRY_GOTO(st, inputs ? bt_npy_read(inputs_path, &x) : bt_npy_read_header(inputs_path, &x), fail);
     BT_TRY_GOTO(st, bt_npy_read(labels_path, &y), fail);
     if (x.ndim < 1 || x.ndim - 1 > BT_MAX_DIMS) {
-        st = bt_error(BT_ERR_IO, "%s: inputs need 1 to %d dims (n, ...), the file has %d",
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: inputs need 1 to %d dims (n, ...), the file has %d",
                       inputs_path, BT_MAX_DIMS + 1, x.ndim);
         goto fail;
     }
     if (x.type != BT_NPY_F4 && x.type != BT_NPY_F8 && x.type != BT_NPY_U1) {
-        st = bt_error(BT_ERR_IO, "%s: inputs of dtype '%s'; expected '<f4', '<f8' or '|u1'",
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: inputs of dtype '%s'; expected '<f4', '<f8' or '|u1'",
                       inputs_path, bt_npy_type_descr(x.type));
         goto fail;
     }
     if (y.ndim != 1 || (y.type != BT_NPY_I4 && y.type != BT_NPY_I8 && y.type != BT_NPY_U1)) {
-        st = bt_error(BT_ERR_IO, "%s: labels must be a 1-dim integer array, not %d dims of '%s'",
+        st = bt_error(BT_ERR_INVALID_ARG, "%s: labels must be a 1-dim integer array, not %d dims of '%s'",
                       labels_path, y.ndim, bt_npy_type_descr(y.type));
         goto fail;
     }
     if (x.dim[0] != y.dim[0]) {
-        st = bt_error(BT_ERR_IO, "%s has %lld samples but %s has %lld labels", inputs_path,
+        st = bt_error(BT_ERR_INVALID_ARG, "%s has %lld samples but %s has %lld labels", inputs_path,
                       (long long)x.dim[0], labels_path, (long long)y.dim[0]);
         goto fail;
     }
     for (int64_t i = 0; i < y.numel; i++) {
         int64_t v = int_at(&y, i);
         if (v < 0 || v >= n_classes) {
-            st = bt_error(BT_ERR_IO, "%s: label %lld is %lld, not in [0, %d)", labels_path,
+            st = bt_error(BT_ERR_INVALID_ARG, "%s: label %lld is %lld, not in [0, %d)", labels_path,
                           (long long)i, (long long)v, n_classes);
             goto fail;
         }

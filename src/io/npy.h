@@ -47,7 +47,10 @@ size_t bt_npy_type_size(bt_npy_type type);
 const char *bt_npy_type_descr(bt_npy_type type);
 
 /* Reads path. On success the caller owns out->data (free with bt_npy_free); on failure *out is
- * zeroed and the BT_ERR_IO message names the file. */
+ * zeroed and the message names the file: BT_ERR_INVALID_ARG for a file that is not a .npy this
+ * reader takes (bad input, as a data file a model names is an argument: magic, version, header,
+ * a dtype other than the five, big-endian, fortran_order True, a size that is not the shape's),
+ * BT_ERR_IO only where opening or reading it fails. */
 bt_status bt_npy_read(const char *path, bt_npy *out);
 /* The header only: type, shape, numel, nbytes and data_offset, checked against the file's size
  * as bt_npy_read does; out->data is NULL (read rows with pread at data_offset). */
@@ -64,7 +67,8 @@ bt_status bt_npy_write(const char *path, bt_dtype dtype, int ndim, const int64_t
  * are taken as they are, and must be finite in float32: NaN, infinities and '<f8' values past
  * float32's range are refused with BT_ERR_INVALID_ARG naming the file, the sample and the element)
  * and labels (n) of any integer dtype, each in [0, n_classes), into a bt_dataset (see io/idx.h).
- * Errors name the file, and for a bad label its index and value. */
+ * Errors name the file, and for a bad label its index and value; files that do not make such a
+ * pair are BT_ERR_INVALID_ARG, as bt_npy_read's bad files. */
 bt_status bt_npy_load_pair(const char *inputs_path, const char *labels_path, int n_classes,
                            bt_dataset *out);
 /* inputs = 0: the labels only (out->inputs NULL; the inputs file's header is checked, its data is

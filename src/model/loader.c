@@ -486,11 +486,7 @@ static bt_status tie_layer(const loader *L, int i, const bt_ynode *v)
     bt_status st = pa && pb ? bt_graph_tie(L->graph, pa, pb) : bt_error(BT_ERR_NOMEM, "out of memory");
     free(pa);
     free(pb);
-    if (st != BT_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", bt_last_error());
-        return bt_ld_error(&L->ld, v, st, "layer '%s': %s", L->names[i], msg);
-    }
+    if (st != BT_OK) return bt_ld_error(&L->ld, v, st, "layer '%s': %s", L->names[i], bt_last_error());
     return BT_OK;
 }
 

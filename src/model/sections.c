@@ -559,10 +559,34 @@ bt_status bt_ld_parallel(const bt_ld *ld, const bt_ynode *node, const bt_graph *
 
 /* ---- data: ----------------------------------------------------------------------------------- */
 
+/* Which source a data: entry is: its keys differ. The vocabulary is built from the training text
+ * and encodes the eval text too; val_fraction holds out the training file's tail only when there is
+ * no eval source. */
+typedef enum source_role { ROLE_TRAIN_SPLIT, ROLE_TRAIN, ROLE_EVAL } source_role;
+
+/* A key the source accepts in another role only: an error naming it, never ignored. */
+static bt_status refuse_role_keys(const bt_ld *ld, const bt_ynode *map, source_role role)
+{
+    const bt_ynode *key;
+    if (role == ROLE_EVAL && (key = bt_ymap_get_key(map, "vocab")))
+        return bt_ld_error(ld, key, BT_ERR_MODEL,
+                           "data.eval.vocab: the eval text is encoded with the vocabulary built from data.train "
+                           "(give vocab: on data.train)");
+    if (role == ROLE_EVAL && (key = bt_ymap_get_key(map, "val_fraction")))
+        return bt_ld_error(ld, key, BT_ERR_MODEL,
+                           "data.eval.val_fraction: the eval source is evaluated whole; val_fraction holds out "
+                           "the tail of data.train, and only when there is no data.eval");
+    if (role == ROLE_TRAIN && (key = bt_ymap_get_key(map, "val_fraction")))
+        return bt_ld_error(ld, key, BT_ERR_MODEL,
+                           "data.train.val_fraction: data.eval is given, so nothing of data.train is held out "
+                           "(drop val_fraction, or drop data.eval to evaluate on data.train's tail)");
+    return BT_OK;
+}
+
 /* type: text (path, vocab: char | byte, val_fraction) or tokens (path, val_fraction): the
  * language-model sources (src/train/lm.c). */
 static bt_status read_text_source(const bt_ld *ld, const bt_ynode *node, const bt_ynode *map,
-                                  const char *what, bt_data_source *src)
+                                  const char *what, source_role role, bt_data_source *src)
 {
     static const char *const text_keys[] = {"type", "path", "vocab", "val_fraction", NULL};
     static const char *const token_keys[] = {"type", "path", "val_fraction", NULL};
@@ -571,6 +595,7 @@ static bt_status read_text_source(const bt_ld *ld, const bt_ynode *node, const b
     const char *s;
     char sub[64];
     BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_TEXT ? text_keys : token_keys));
+    BT_TRY(refuse_role_keys(ld, map, role));
     snprintf(sub, sizeof sub, "%s.path", what);
     BT_TRY(bt_ld_require(ld, map, "path", what, node, &v));
     BT_TRY(bt_ld_string(ld, v, sub, &s));
@@ -629,8 +654,8 @@ static bt_status read_input_files(const bt_ld *ld, const bt_ynode *node, const c
     return BT_OK;
 }
 
-static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what, const bt_graph *graph,
-                             bt_data_source *src)
+static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *what, source_role role,
+                             const bt_graph *graph, bt_data_source *src)
 {
     static const char *const types[] = {"synthetic", "idx", "npy", "text", "tokens", NULL};
     static const char *const file_keys[] = {"type", "images", "labels", "shuffle", NULL};
@@ -645,7 +670,7 @@ static bt_status read_source(const bt_ld *ld, const bt_ynode *node, const char *
     int k;
     BT_TRY(bt_ld_enum(ld, v, sub, types, &k));
     src->kind = (bt_data_kind)(k + 1);
-    if (src->kind == BT_DATA_TEXT || src->kind == BT_DATA_TOKENS) return read_text_source(ld, node, map, what, src);
+    if (src->kind == BT_DATA_TEXT || src->kind == BT_DATA_TOKENS) return read_text_source(ld, node, map, what, role, src);
     BT_TRY(bt_ld_keys(ld, map, what, src->kind == BT_DATA_SYNTHETIC ? synthetic_keys
                                      : src->kind == BT_DATA_NPY     ? npy_keys
                                                                     : file_keys));
@@ -690,7 +715,8 @@ bt_status bt_ld_data(const bt_ld *ld, const bt_ynode *node, const bt_graph *grap
     }
     BT_TRY(bt_ld_map(ld, node, "data", &map));
     BT_TRY(bt_ld_keys(ld, map, "data", keys));
-    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", graph, &cfg->train));
-    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", graph, &cfg->eval));
+    const source_role train_role = bt_ymap_get(map, "eval") ? ROLE_TRAIN : ROLE_TRAIN_SPLIT;
+    if ((v = bt_ymap_get(map, "train"))) BT_TRY(read_source(ld, v, "data.train", train_role, graph, &cfg->train));
+    if ((v = bt_ymap_get(map, "eval"))) BT_TRY(read_source(ld, v, "data.eval", ROLE_EVAL, graph, &cfg->eval));
     return BT_OK;
 }

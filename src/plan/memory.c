@@ -321,6 +321,12 @@ static void channel_bytes(const bt_graph *g, const bt_plan *plan, const bt_memor
     }
 }
 
+size_t bt_memory_activations_live(const bt_stage_memory *m, int live)
+{
+    if (live <= 0) return 0;
+    return m->slot_bytes * (size_t)live + m->recompute_bytes + m->work_bytes;
+}
+
 void bt_memory_stage(const bt_graph *g, const bt_plan *plan, const bt_memory_params *mp, int s,
                      bt_stage_memory *out, bt_stage_layout *layout)
 {
@@ -349,7 +355,7 @@ void bt_memory_stage(const bt_graph *g, const bt_plan *plan, const bt_memory_par
     grad_layout(g, plan, mp, s, layout ? layout->grad_offset : NULL, out);
     param_bytes(g, plan, mp, s, out);
     channel_bytes(g, plan, mp, s, out);
-    out->activations = out->slot_bytes * (size_t)out->n_slots + out->recompute_bytes + out->work_bytes;
+    out->activations = bt_memory_activations_live(out, out->n_slots);
     out->activations_f32 = act_f32;
     out->slot_bytes_f32 = f32.slot_bytes;
     out->loss_seed = (size_t)mp->microbatch_size * bt_dtype_size(mp->dtype);

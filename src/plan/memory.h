@@ -142,6 +142,12 @@ size_t bt_memory_value_bytes(const bt_graph *graph, const bt_memory_params *para
 void bt_memory_stage(const bt_graph *graph, const bt_plan *plan, const bt_memory_params *params, int stage,
                      bt_stage_memory *out, bt_stage_layout *layout);
 
+/* The activation bytes of a stage laid out as m with `live` micro-batches in flight: live slots,
+ * and once any is live the shared regions (recomputation's, bf16's working copies). m->activations
+ * is this for all its slots; the engine's measured peak (bt_memory_stats.activation_peak) and
+ * `baton check`'s activations column are this too, so the two cannot disagree. */
+size_t bt_memory_activations_live(const bt_stage_memory *m, int live);
+
 /* One layer's share of a stage's memory on its own: the per-layer bytes a profile records. */
 typedef struct bt_layer_memory {
     int64_t n_params;          /* parameter elements */

@@ -500,15 +500,3 @@ size_t bt_plan_send_bytes(const bt_plan *plan, int stage)
     return bytes;
 }
 
-size_t bt_plan_activation_bytes(const bt_graph *g, const bt_plan *plan, int stage)
-{
-    size_t bytes = 0;
-    for (int k = 0; k < plan->n_stage_nodes[stage]; k++) {
-        const bt_node *n = &g->nodes[plan->first_node[stage] + k];
-        const bt_value *v = &g->values[n->out];
-        bytes += (size_t)bt_shape_numel(&v->shape) * bt_dtype_size(v->dtype) + n->saved_per_sample;
-    }
-    for (int c = 0; c < plan->n_crossings; c++)
-        if (plan->crossings[c].dst == stage) bytes += plan->crossings[c].bytes_per_sample;
-    return bytes;
-}

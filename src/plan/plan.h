@@ -57,8 +57,7 @@ void bt_plan_join_devices(const char (*device)[32], int n, char *list, size_t si
 bt_status bt_plan_from_cuts(const bt_graph *graph, int stages, const int *first_layer, bt_plan **out);
 void bt_plan_destroy(bt_plan *plan);
 
-/* Bytes per sample stage s sends to later stages, and holds as activations per micro-batch. */
+/* Bytes per sample stage s sends to later stages (what it holds: plan/memory.h). */
 size_t bt_plan_send_bytes(const bt_plan *plan, int stage);
-size_t bt_plan_activation_bytes(const bt_graph *graph, const bt_plan *plan, int stage);
 
 #endif

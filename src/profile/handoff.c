@@ -27,7 +27,7 @@
 
 #define HANDOFF_TURNS 96                 /* turns per group and run */
 #define HANDOFF_BUF (1024 * 1024 / 4)    /* floats per thread's buffer: 1 MiB */
-#define HANDOFF_MAX_DEVICES 16
+#define HANDOFF_MAX_DEVICES BT_PROFILE_MAX_HANDOFF_DEVICES
 #define HANDOFF_MAX_REPEATS 64
 
 typedef struct handoff_run {

@@ -291,7 +291,7 @@ static bt_status run_node_split(layer_run *r, int k, int backward, int split)
     if (backward == 1 && value_rounds(r, o) &&
         !(r->skip_exact && bt_lowp_grad_writer(g, n->out, r->precision, r->be->name) >= 0))
         st = round_data(r, r->grad[o], value_elements(r, o));
-    if (st == BT_OK) st = r->be->run_op(r->dev, n->op, backward, &call);
+    if (st == BT_OK) st = bt_backend_run_op(r->be, r->dev, n->op, backward, &call);
     /* and an activation once its op wrote it, unless the op writes it exact */
     if (st == BT_OK && backward == 0 && value_rounds(r, o) &&
         !(r->skip_exact && bt_lowp_output_exact(g, node, r->precision, r->be->name)))

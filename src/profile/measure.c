@@ -250,6 +250,14 @@ bt_status bt_profile_measure(const bt_graph *g, const char *model_name, const bt
     bt_profile *prof = calloc(1, sizeof *prof);
     if (!prof) return bt_error(BT_ERR_NOMEM, "profile: out of memory");
     BT_TRY_GOTO(st, bt_profile_parse_devices(pp->devices, prof->devices, BT_MAX_STAGES, &prof->n_devices), fail);
+    if (pp->training && pp->handoff_repeats > 0 && prof->n_devices > BT_PROFILE_MAX_HANDOFF_DEVICES) {
+        /* refused now, not after every layer and every pair of devices was measured */
+        st = bt_error(BT_ERR_INVALID_ARG,
+                      "%d devices (%s): a training profile measures at most %d (its turn hand-off runs two "
+                      "threads per device)",
+                      prof->n_devices, pp->devices, BT_PROFILE_MAX_HANDOFF_DEVICES);
+        goto fail;
+    }
     prof->model = bt_strdup(model_name ? model_name : "model");
     prof->layers = calloc((size_t)g->n_layers, sizeof *prof->layers);
     if (!prof->model || !prof->layers) {

@@ -5,7 +5,9 @@
  * rejected checkpoint leaves the engine as it was (a resume also compares the model graph the
  * checkpoint recorded, and restores f16's loss scale, before any tensor is written); it writes
  * only the stages this process runs (across processes, its own stage), so no rank needs memory
- * for the others. */
+ * for the others. A tied copy (bt_graph_tie) reads its source's tensor; a file that holds the
+ * copy's own tensor too (PyTorch's lm_head.weight beside the embedding) is accepted only where
+ * the two are bitwise equal, else refused naming both (BT_ERR_INVALID_ARG), never ignored. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +119,35 @@ static int is_model_tensor(const bt_graph *g, const char *name, int slots, const
     return 0;
 }
 
+/* Where the file holds tensor copy (a tied parameter's own name, or one of its optimizer state
+ * tensors) beside source's: the two must be the same bytes, the same dtype and shape. */
+static bt_status check_tied_copy(const bt_ckpt_source *src, const char *copy, const char *source)
+{
+    const bt_st_file *f = NULL;
+    const bt_st_tensor *c = bt_ckpt_source_find(src, copy, &f), *s = bt_ckpt_source_find(src, source, NULL);
+    if (!c || !s) return BT_OK;
+    int same = c->known == s->known && strcmp(c->st_dtype, s->st_dtype) == 0 && shapes_equal(&c->shape, &s->shape) &&
+               c->nbytes == s->nbytes && memcmp(c->data, s->data, c->nbytes) == 0;
+    if (same) return BT_OK;
+    return bt_error(BT_ERR_INVALID_ARG,
+                    "%s: tensor '%s' differs from '%s', to which the model ties it (one weight, stored once): "
+                    "remove '%s' from the file, or untie the layer",
+                    bt_st_path(f), copy, source, copy);
+}
+
+/* check_tied_copy for parameter p (tied) and its optimizer state tensors. */
+static bt_status check_tied_param(const bt_engine *e, const bt_ckpt_source *src, const bt_param_info *p, int slots)
+{
+    char copy[512], source[512];
+    BT_TRY(check_tied_copy(src, p->name, p->tied_to));
+    for (int s = 0; s < slots; s++) {
+        snprintf(copy, sizeof copy, "optimizer.%s.%s", p->name, bt_engine_optimizer_slot_name(e, s));
+        snprintf(source, sizeof source, "optimizer.%s.%s", p->tied_to, bt_engine_optimizer_slot_name(e, s));
+        BT_TRY(check_tied_copy(src, copy, source));
+    }
+    return BT_OK;
+}
+
 /* Every tensor the model needs is there with its shape and a readable dtype, and the source holds
  * no other (optimizer state aside when slots is 0). */
 static bt_status check_tensors(const bt_engine *e, const bt_graph *g, const bt_ckpt_source *src, int slots, int halves)
@@ -128,6 +159,7 @@ static bt_status check_tensors(const bt_engine *e, const bt_graph *g, const bt_c
         bt_graph_param(g, i, &p);
         const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy is stored under its source */
         BT_TRY(check_tensor(src, stored, &p.shape, halves));
+        if (p.tied_to) BT_TRY(check_tied_param(e, src, &p, slots));
         for (int s = 0; s < slots; s++) {
             snprintf(full, sizeof full, "optimizer.%s.%s", stored, bt_engine_optimizer_slot_name(e, s));
             BT_TRY(check_tensor(src, full, &p.shape, halves));
@@ -310,10 +342,14 @@ bt_status bt_checkpoint_load_weights_partial(bt_engine *e, const bt_graph *g, co
     for (int i = 0; i < bt_graph_num_params(g); i++) {
         bt_param_info p;
         bt_graph_param(g, i, &p);
-        const char *stored = p.name;
+        const char *stored = p.tied_to ? p.tied_to : p.name; /* a tied copy loads its source, as restore */
         const bt_st_tensor *t = bt_ckpt_source_find(src, stored, NULL);
-        if (!t && p.tied_to) t = bt_ckpt_source_find(src, stored = p.tied_to, NULL); /* a tied copy: its source */
         char a[64], b[64];
+        if (p.tied_to) BT_TRY_GOTO(st, check_tied_copy(src, p.name, p.tied_to), fail);
+        if (!t && p.tied_to && bt_ckpt_source_find(src, p.name, NULL))
+            BT_TRY_GOTO(st, report_add(&report->skipped, &report->n_skipped,
+                                       bt_strfmt("%s: tied to %s, which the file lacks (a tied pair loads from %s)",
+                                                 p.name, p.tied_to, p.tied_to)), fail);
         if (!t) {
             BT_TRY_GOTO(st, report_add(&report->missing, &report->n_missing, bt_strdup(p.name)), fail);
             continue;

@@ -62,11 +62,7 @@ static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build
 static bt_status load_tokens(bt_lm *t, const bt_data_source *src, int build, uint16_t **out, size_t *n)
 {
     bt_status st = load_tokens_from(t, src, build, out, n);
-    if (st == BT_ERR_IO) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", bt_last_error());
-        st = bt_error(BT_ERR_INVALID_ARG, "%s", msg);
-    }
+    if (st == BT_ERR_IO) st = bt_error(BT_ERR_INVALID_ARG, "%s", bt_last_error()); /* the message kept */
     return st;
 }
 
@@ -83,7 +79,7 @@ static bt_status load_tokens_from(bt_lm *t, const bt_data_source *src, int build
     }
     *out = malloc(*n * sizeof **out + 2);
     bt_status st = *out ? bt_vocab_encode(&t->vocab, text, *n, *out) : bt_error(BT_ERR_NOMEM, "out of memory");
-    if (st != BT_OK) bt_error(st, "%s: %s", src->path, bt_last_error());
+    if (st != BT_OK) bt_error_context(st, "%s", src->path);
     free(text);
     return st;
 }

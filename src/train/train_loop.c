@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/util.h"
@@ -87,6 +88,29 @@ done:
     return st;
 }
 
+/* A checkpoint save of step that failed (a full disk): the message says, with the cause, whether
+ * the step's checkpoint was lost (its file is written atomically, so it exists only when whole)
+ * and then which step the directory still holds, the last good one; or that it was written and
+ * what failed after it (pointing checkpoint.safetensors at it, pruning). */
+static bt_status lost_checkpoint(const bt_train_loop *l, bt_status st, int64_t step, int sharded)
+{
+    const char *dir = l->opts->checkpoint_dir;
+    char *file = sharded ? bt_checkpoint_index_path(dir, step) : bt_checkpoint_numbered_path(dir, step);
+    struct stat sb;
+    int written = file && stat(file, &sb) == 0;
+    free(file);
+    if (written)
+        return bt_error(st, "step %lld: the checkpoint of step %lld was written, but then: %s", (long long)step,
+                        (long long)step, bt_last_error());
+    if (l->saved_step >= 0)
+        return bt_error(st, "step %lld: the checkpoint of step %lld was not written (%s); %s keeps step %lld, the last "
+                        "good checkpoint", (long long)step, (long long)step, bt_last_error(), dir,
+                        (long long)l->saved_step);
+    return bt_error(st, "step %lld: the checkpoint of step %lld was not written (%s); this run wrote none before it, "
+                    "so %s holds only what it held before the run", (long long)step, (long long)step, bt_last_error(),
+                    dir);
+}
+
 static bt_status save(bt_train_loop *l, int64_t step, bt_train_callback cb, void *user)
 {
     /* across processes every rank takes part: each stage's owner checks and writes its own tensors
@@ -106,7 +130,8 @@ static bt_status save(bt_train_loop *l, int64_t step, bt_train_callback cb, void
     snprintf(meta.model, sizeof meta.model, "%s", l->model->name ? l->model->name : "");
     int keep = o->keep_last == 0 ? 1 : o->keep_last;
     int sharded = o->checkpoint_shards || bt_engine_ranks(l->engine) > 1;
-    BT_TRY(bt_checkpoint_save_kept(l->engine, l->model->graph, o->checkpoint_dir, &meta, keep, sharded));
+    st = bt_checkpoint_save_kept(l->engine, l->model->graph, o->checkpoint_dir, &meta, keep, sharded);
+    if (st != BT_OK) return lost_checkpoint(l, st, step, sharded);
     l->saved_step = step;
     if (l->saved) BT_TRY(l->saved(l->src, step));
     if (bt_engine_rank(l->engine) != 0) return BT_OK; /* rank 0 reports */
