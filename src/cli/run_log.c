@@ -9,12 +9,15 @@
 #include <string.h>
 
 #include "cli/run.h"
+#include "dist/dist.h"
 
 json_t *bt_cli_json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 int bt_cli_log_open(bt_run_opts *o)
 {
-    if (!o->log_file) return BT_EXIT_OK;
+    /* under a launcher rank 0 alone writes the job's log (run_dist.c); the others must not even
+     * open it, since "w" truncates and their file system may not be rank 0's */
+    if (!o->log_file || (bt_dist_launched(NULL) > 1 && bt_dist_launched_rank() != 0)) return BT_EXIT_OK;
     o->log = fopen(o->log_file, "w");
     if (!o->log) {
         char shown[1024];
