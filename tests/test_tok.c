@@ -445,7 +445,7 @@ static void test_refusals(void)
         {"\"padding\": null", "\"padding\": {}", "padding: is not supported"},
         {"\"normalizer\": null", "\"normalizer\": {\"type\": \"Lowercase\"}", "normalizer.type: the normalizer \"Lowercase\""},
         {"\"normalizer\": null",
-         "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Replace\", "
+         "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"x\"}, {\"type\": \"Replace\", "
          "\"pattern\": {\"Regex\": \"x\"}, \"content\": \"y\"}]}",
          "normalizer.normalizers[1].pattern.Regex: a regex pattern is not supported here"},
         {"\"pre_tokenizer\": null",
