@@ -106,6 +106,13 @@ static void test_merges(void)
     EXPECT(t, "aaa", 6, 0);
     bt_tokenizer_destroy(t);
     /* ignore_merges: a piece that is in the vocabulary is that token */
+    /* GPT-2's and Qwen2's files write "" for no prefix and no suffix */
+    t = load(with("\"continuing_subword_prefix\": null", "\"continuing_subword_prefix\": \"\"", "\"end_of_word_suffix\": null",
+                  "\"end_of_word_suffix\": \"\"", NULL),
+             NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    EXPECT(t, "abc", 5);
+    bt_tokenizer_destroy(t);
     t = load(with("\"ignore_merges\": false", "\"ignore_merges\": true", NULL), NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(t);
     EXPECT(t, "ca", 7);

@@ -485,12 +485,14 @@ static bt_status load_model(loader *ld, json_t *v, const char *path)
     static const char *const keys[] = {"type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
                                        "fuse_unk", "byte_fallback", "ignore_merges", "vocab", "merges", NULL};
     BT_TRY(only_keys(ld, v, path, keys));
+    /* GPT-2's and Qwen2's files write "" for the prefix and suffix: no prefix, no suffix */
     static const char *const must_be_null[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 3; k++) {
         json_t *x = json_object_get(v, must_be_null[k]);
         sub(p2, path, must_be_null[k]);
-        if (x && !json_is_null(x))
-            return bad(ld, p2, "is not supported (only null)%s", k == 0 ? ": dropout makes tokenization random" : "");
+        if (x && !json_is_null(x) && !(k > 0 && json_is_string(x) && json_string_length(x) == 0))
+            return bad(ld, p2, "is not supported (only null%s)%s", k ? " or \"\"" : "",
+                       k == 0 ? ": dropout makes tokenization random" : "");
     }
     tok_bpe *m = &ld->t->bpe;
     BT_TRY(get_bool(ld, v, "fuse_unk", path, 0, &m->fuse_unk));
