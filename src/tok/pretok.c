@@ -36,14 +36,15 @@ static bt_status spans_add(spans *l, size_t b, size_t e, int match)
 }
 
 /* Pattern::find_matches: matches and the gaps between them, covering s[0..n). */
-static bt_status find_matches(const tok_regex *re, const char *lit, size_t lit_n, const char *s, size_t n, spans *out)
+static bt_status find_matches(const tok_regex *re, tok_regex_scratch *scratch, const char *lit, size_t lit_n, const char *s,
+                              size_t n, spans *out)
 {
     out->n = 0;
     if (n == 0) return spans_add(out, 0, 0, 0);
     size_t prev = 0;
     if (re) {
         size_t *m = NULL, count = 0;
-        BT_TRY(tok_regex_matches(re, s, n, &m, &count));
+        BT_TRY(tok_regex_matches(re, scratch, s, n, &m, &count));
         bt_status st = BT_OK;
         for (size_t k = 0; k < count && st == BT_OK; k++) {
             if (prev != m[2 * k]) st = spans_add(out, prev, m[2 * k], 0);
@@ -113,10 +114,11 @@ static void fold(spans *l, tok_split_behavior how, int invert)
 }
 
 /* Splits s[0..n) by pattern and behaviour into out (pieces of s; the first keeps at_start). */
-static bt_status split_into(const tok_regex *re, const char *lit, size_t lit_n, tok_split_behavior how, int invert,
-                            const char *s, size_t n, int at_start, spans *work, tok_pieces *out)
+static bt_status split_into(const tok_regex *re, tok_regex_scratch *scratch, const char *lit, size_t lit_n,
+                            tok_split_behavior how, int invert, const char *s, size_t n, int at_start, spans *work,
+                            tok_pieces *out)
 {
-    BT_TRY(find_matches(re, lit, lit_n, s, n, work));
+    BT_TRY(find_matches(re, scratch, lit, lit_n, s, n, work));
     fold(work, how, invert);
     for (size_t k = 0; k < work->n; k++) {
         if (work->s[k].match) continue;
@@ -125,8 +127,8 @@ static bt_status split_into(const tok_regex *re, const char *lit, size_t lit_n, 
     return BT_OK;
 }
 
-static bt_status byte_level(const tok_pre *p, const char *s, size_t n, int at_start, spans *work, tok_buf *tmp,
-                            tok_pieces *split, tok_pieces *out)
+static bt_status byte_level(const tok_pre *p, tok_regex_scratch *scratch, const char *s, size_t n, int at_start,
+                            spans *work, tok_buf *tmp, tok_pieces *split, tok_pieces *out)
 {
     tmp->n = 0;
     if (p->add_prefix_space && !(n > 0 && s[0] == ' ')) BT_TRY(tok_buf_put(tmp, " ", 1));
@@ -134,7 +136,7 @@ static bt_status byte_level(const tok_pre *p, const char *s, size_t n, int at_st
     split->n = 0;
     split->buf.n = 0;
     if (p->re)
-        BT_TRY(split_into(p->re, NULL, 0, TOK_SPLIT_ISOLATED, 0, tmp->s, tmp->n, at_start, work, split));
+        BT_TRY(split_into(p->re, scratch, NULL, 0, TOK_SPLIT_ISOLATED, 0, tmp->s, tmp->n, at_start, work, split));
     else
         BT_TRY(tok_pieces_add(split, tmp->s, tmp->n, -1, at_start));
     for (size_t k = 0; k < split->n; k++) {
@@ -161,7 +163,7 @@ static bt_status metaspace(const tok_pre *p, const char *s, size_t n, int at_sta
         BT_TRY_GOTO(st, tok_buf_put(tmp, p->repl, p->repl_n), done);
     BT_TRY_GOTO(st, tok_buf_put(tmp, replaced.s, replaced.n), done);
     if (p->split)
-        st = split_into(NULL, p->repl, p->repl_n, TOK_SPLIT_MERGED_NEXT, 0, tmp->s, tmp->n, at_start, work, out);
+        st = split_into(NULL, NULL, p->repl, p->repl_n, TOK_SPLIT_MERGED_NEXT, 0, tmp->s, tmp->n, at_start, work, out);
     else
         st = tok_pieces_add(out, tmp->s, tmp->n, -1, at_start);
 done:
@@ -174,7 +176,8 @@ bt_status tok_pre_tokenize(const tok_pre *p, const tok_pieces *in, tok_pieces *o
     spans work = {0};
     tok_buf tmp = {0};
     tok_pieces split = {0};
-    bt_status st = BT_OK;
+    tok_regex_scratch *scratch = NULL;
+    bt_status st = p->re ? tok_regex_scratch_new(p->re, &scratch) : BT_OK;
     for (size_t k = 0; k < in->n && st == BT_OK; k++) {
         const tok_piece *pc = &in->p[k];
         const char *s = in->buf.s + pc->off;
@@ -184,14 +187,16 @@ bt_status tok_pre_tokenize(const tok_pre *p, const tok_pieces *in, tok_pieces *o
         }
         switch (p->kind) {
         case TOK_PRE_SPLIT:
-            st = split_into(p->re, p->literal, p->literal_n, p->behavior, p->invert, s, pc->len, pc->at_start, &work, out);
+            st = split_into(p->re, scratch, p->literal, p->literal_n, p->behavior, p->invert, s, pc->len, pc->at_start, &work,
+                            out);
             break;
-        case TOK_PRE_BYTE_LEVEL: st = byte_level(p, s, pc->len, pc->at_start, &work, &tmp, &split, out); break;
+        case TOK_PRE_BYTE_LEVEL: st = byte_level(p, scratch, s, pc->len, pc->at_start, &work, &tmp, &split, out); break;
         case TOK_PRE_METASPACE: st = metaspace(p, s, pc->len, pc->at_start, &work, &tmp, out); break;
         }
     }
     free(work.s);
     free(tmp.s);
     tok_pieces_free(&split);
+    tok_regex_scratch_free(scratch);
     return st;
 }

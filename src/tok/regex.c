@@ -158,22 +158,44 @@ void tok_regex_free(tok_regex *re)
     free(re);
 }
 
-bt_status tok_regex_matches(const tok_regex *re, const char *s, size_t n, size_t **m, size_t *count)
+struct tok_regex_scratch {
+    pcre2_match_data *md;
+    pcre2_match_context *mc;
+    pcre2_jit_stack *js;
+};
+
+void tok_regex_scratch_free(tok_regex_scratch *s)
+{
+    if (!s) return;
+    pcre2_jit_stack_free(s->js);
+    pcre2_match_context_free(s->mc);
+    pcre2_match_data_free(s->md);
+    free(s);
+}
+
+bt_status tok_regex_scratch_new(const tok_regex *re, tok_regex_scratch **out)
+{
+    tok_regex_scratch *s = calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s || !(s->md = pcre2_match_data_create_from_pattern(re->code, NULL)) || !(s->mc = pcre2_match_context_create(NULL)) ||
+        !(s->js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL))) {
+        tok_regex_scratch_free(s);
+        return bt_error(BT_ERR_NOMEM, "%s: out of memory for matching", re->path);
+    }
+    pcre2_jit_stack_assign(s->mc, NULL, s->js);
+    *out = s;
+    return BT_OK;
+}
+
+bt_status tok_regex_matches(const tok_regex *re, tok_regex_scratch *scratch, const char *s, size_t n, size_t **m,
+                            size_t *count)
 {
     *m = NULL;
     *count = 0;
     size_t cap = 0, last_end = 0, have_last = 0, last_match = 0;
     bt_status st = BT_OK;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re->code, NULL);
-    pcre2_match_context *mc = pcre2_match_context_create(NULL);
-    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    if (!md || !mc || !js) {
-        st = bt_error(BT_ERR_NOMEM, "%s: out of memory for matching", re->path);
-        goto done;
-    }
-    pcre2_jit_stack_assign(mc, NULL, js);
     while (last_end <= n) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK, md, mc);
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK, scratch->md, scratch->mc);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
@@ -182,7 +204,7 @@ bt_status tok_regex_matches(const tok_regex *re, const char *s, size_t n, size_t
                           re->path, last_end, n, (const char *)msg);
             goto done;
         }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(scratch->md);
         size_t b = ov[0], e = ov[1];
         if (b == e) {
             last_end = e < n ? e + tok_utf8_len((unsigned char)s[e]) : e + 1;
@@ -210,9 +232,6 @@ done:
         *m = NULL;
         *count = 0;
     }
-    pcre2_jit_stack_free(js);
-    pcre2_match_context_free(mc);
-    pcre2_match_data_free(md);
     return st;
 }
 
@@ -235,7 +254,20 @@ bt_status tok_regex_compile(const char *pattern, size_t n, const char *path, tok
 
 void tok_regex_free(tok_regex *re) { free(re); }
 
-bt_status tok_regex_matches(const tok_regex *re, const char *s, size_t n, size_t **m, size_t *count)
+struct tok_regex_scratch {
+    int unused;
+};
+
+bt_status tok_regex_scratch_new(const tok_regex *re, tok_regex_scratch **out)
+{
+    *out = NULL;
+    return bt_error(BT_ERR_INTERNAL, "tokenizer: no regex support in this build");
+}
+
+void tok_regex_scratch_free(tok_regex_scratch *s) { free(s); }
+
+bt_status tok_regex_matches(const tok_regex *re, tok_regex_scratch *scratch, const char *s, size_t n, size_t **m,
+                            size_t *count)
 {
     *m = NULL;
     *count = 0;

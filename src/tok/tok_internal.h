@@ -94,10 +94,16 @@ typedef struct tok_regex tok_regex;
  * build: BT_ERR_MODEL saying so, naming path. */
 bt_status tok_regex_compile(const char *pattern, size_t n, const char *path, tok_regex **out);
 void tok_regex_free(tok_regex *re);
+/* What matching needs besides the compiled pattern (match data, the JIT stack): one per thread
+ * and regex, made once for all the pieces of a call. */
+typedef struct tok_regex_scratch tok_regex_scratch;
+bt_status tok_regex_scratch_new(const tok_regex *re, tok_regex_scratch **out);
+void tok_regex_scratch_free(tok_regex_scratch *s);
 /* Every match of re in s[0..n), Rust's find_iter order (an empty match right after a match is
  * skipped; after an empty match the search goes on one character later): pairs start, end in
  * *m (malloc'ed), *count pairs. */
-bt_status tok_regex_matches(const tok_regex *re, const char *s, size_t n, size_t **m, size_t *count);
+bt_status tok_regex_matches(const tok_regex *re, tok_regex_scratch *scratch, const char *s, size_t n, size_t **m,
+                            size_t *count);
 
 /* ---- normalizers (normalize.c) ------------------------------------------------------------- */
 
