@@ -17,7 +17,7 @@
 #include "tok/tok_internal.h"
 
 #define PATH_MAX_LEN 512
-#define MAX_IDS (1 << 26)
+#define MAX_IDS (1 << 24) /* the largest real vocabularies hold about 2^18 */
 
 typedef struct loader {
     bt_tokenizer *t;
