@@ -6,8 +6,9 @@
 # recommends) build the fuzz harnesses (`make fuzz`, docs/testing.md). Open MPI runs the multi-rank
 # jobs and tests (iproute2's `ip netns` and veth pairs put two ranks in two network namespaces:
 # tests/dist_netns.sh); qemu-user runs the CPU tests on an emulated AVX2-only CPU
-# (tests/cpu_isa_qemu.sh); oneDNN (libdnnl-dev) gives the CPU its bf16/AMX kernels. BATON_BENCH_DEPS=1 also
-# installs Debian's CPU PyTorch (python3-torch), the peer the benchmarks in bench/ measure against.
+# (tests/cpu_isa_qemu.sh); oneDNN (libdnnl-dev) gives the CPU its bf16/AMX kernels; PCRE2 and libunistring
+# (libpcre2-dev, libunistring-dev) run Hugging Face tokenizers' regexes and NFC normalizer (src/tok).
+# BATON_BENCH_DEPS=1 also installs Debian's CPU PyTorch (python3-torch), the peer the benchmarks in bench/ measure against.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -17,8 +18,8 @@ $SUDO apt-get install -y -q --no-install-recommends \
   build-essential autoconf automake libtool autoconf-archive pkgconf make \
   libyaml-dev libjansson-dev libcunit1-dev zlib1g-dev libopenblas-dev \
   libprotobuf-c-dev protobuf-c-compiler clang libclang-rt-14-dev \
-  libopenmpi-dev openmpi-bin libdnnl-dev iproute2 qemu-user \
-  dataset-fashion-mnist librsvg2-bin python3 python3-numpy python3-pil python3-pip "$@"
+  libopenmpi-dev openmpi-bin libdnnl-dev iproute2 qemu-user libpcre2-dev libunistring-dev \
+  dataset-fashion-mnist librsvg2-bin python3 python3-numpy python3-pil python3-pip python3-venv "$@"
 if [ "${BATON_BENCH_DEPS:-0}" = 1 ]; then
   $SUDO apt-get install -y -q --no-install-recommends python3-torch
 fi

@@ -20,6 +20,7 @@ int bt_cmd_plan(int argc, char **argv);
 int bt_cmd_plot(int argc, char **argv);
 int bt_cmd_predict(int argc, char **argv);
 int bt_cmd_generate(int argc, char **argv);
+int bt_cmd_tokenize(int argc, char **argv);
 
 /* --trace / --timeline of `baton run` (run_trace.c). Every function accepts a NULL tracer (no
  * tracing asked for) and does nothing. */
