@@ -78,11 +78,12 @@ count_reports() {
 # then counts as a failure, with the partial log shown).
 check_limit=${BATON_CHECK_LIMIT:-900}
 
-# configure_build DIR CONFIGURE-ARGS...: (re)configures an out-of-tree build in DIR.
+# configure_build DIR CONFIGURE-ARGS...: (re)configures an out-of-tree build in DIR; on failure
+# prints its output and returns 1 (the caller counts the failure).
 configure_build() {
   local dir=$1; shift
   mkdir -p "$dir" && (cd "$dir" && "$root/configure" --enable-silent-rules "$@" >configure.out 2>&1) ||
-    { cat "$dir/configure.out"; failed=$((failed + 1)); return 1; }
+    { cat "$dir/configure.out"; return 1; }
 }
 
 # run_job NAME FUNCTION: runs a job and records its wall time and counts.
@@ -96,11 +97,50 @@ run_job() {
   echo "==== job $name: ${took}s"
 }
 
-job_tests() {
-  configure_build build || return
+# ---- builds: each job's build is a function build_<job> that returns non-zero (having printed
+# why) on failure. A build can start ahead, in the background and at low priority, while an earlier
+# job's tests run: those leave much of the two cores idle (processes waiting on mpirun's start-up,
+# on each other and on timers), so the later build fills that time instead of following it. The
+# job then waits for it. BATON_CHECK_AHEAD=0 builds each job in turn, when it starts.
+ahead=${BATON_CHECK_AHEAD:-1}
+ahead_dir=$(mktemp -d)
+trap 'rm -rf "$ahead_dir"' EXIT
+declare -A ahead_pid=()
+
+# start_ahead JOB: starts build_JOB in the background if JOB is selected and ahead is on.
+start_ahead() {
+  local job=$1
+  [ "$ahead" = 1 ] || return 0
+  case " $selected " in *" $job "*) ;; *) return 0 ;; esac
+  [ -z "${ahead_pid[$job]:-}" ] || return 0
+  ( nice -n 10 "build_$job" ) >"$ahead_dir/$job.log" 2>&1 &
+  ahead_pid[$job]=$!
+  echo "check.sh: the $job build started ahead (in the background)"
+}
+
+# need_build JOB: JOB's build, waited for if it started ahead, else run now; counts a failure.
+need_build() {
+  local job=$1 rc
+  if [ -n "${ahead_pid[$job]:-}" ]; then
+    wait "${ahead_pid[$job]}"; rc=$?
+    cat "$ahead_dir/$job.log"
+  else
+    "build_$job"; rc=$?
+  fi
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+  return $rc
+}
+
+build_tests() {
+  configure_build build || return 1
   grep -A13 'configured' build/configure.out || true
+  make -C build -j"$jobs" >build/make.out 2>&1 || { tail -50 build/make.out; return 1; }
+}
+
+job_tests() {
+  need_build tests || return
+  start_ahead asan # while the tests run (below)
   rm -f build/tests/*.trs build/tests/*.log
-  make -C build -j"$jobs" >build/make.out 2>&1 || { tail -50 build/make.out; failed=$((failed + 1)); return; }
   timeout "$check_limit" make -C build -j"$jobs" check >build/check.out 2>&1
   local rc=$? f0=$failed
   grep -E '^(PASS|FAIL|SKIP|ERROR|XFAIL|XPASS):|^# ' build/check.out || true
@@ -116,11 +156,17 @@ sync:tests/test_round_skip"
 # one line: it is passed whole as make's check_PROGRAMS, where a newline breaks the target list
 EMU_PROGRAMS="tests/test_cuda_emu tests/test_cuda_emu_rt tests/test_cuda tests/test_cuda_engine tests/test_cuda_build tests/test_round_skip"
 
-job_emu() {
-  configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return
+build_emu() {
+  configure_build build-emu --enable-cuda-emulator --without-protobuf-c --disable-shared || return 1
   # shellcheck disable=SC2086
   make -C build-emu -j"$jobs" $EMU_PROGRAMS baton >build-emu/make.out 2>&1 ||
-    { tail -50 build-emu/make.out; failed=$((failed + 1)); return; }
+    { tail -50 build-emu/make.out; return 1; }
+}
+
+job_emu() {
+  need_build emu || return
+  start_ahead tsan # while the emulator runs (mostly one busy core)
+  start_ahead fuzz
   local run mode prog env rc f0=$failed
   for run in $EMU_RUNS; do
     mode=${run%%:*}; prog=${run#*:}
@@ -144,13 +190,18 @@ job_emu() {
   done
 }
 
-job_emu_asan() {
-  local san='-fsanitize=address,undefined -fno-sanitize-recover=all' r
+build_emu_asan() {
+  local san='-fsanitize=address,undefined -fno-sanitize-recover=all'
   configure_build build-emu-asan --enable-cuda-emulator --without-protobuf-c --disable-shared \
-    CFLAGS="$san -g -O1" CXXFLAGS="$san -g -O1" LDFLAGS="$san" || return
+    CFLAGS="$san -g -O1" CXXFLAGS="$san -g -O1" LDFLAGS="$san" || return 1
   # shellcheck disable=SC2086
   make -C build-emu-asan -j"$jobs" $EMU_PROGRAMS >build-emu-asan/make.out 2>&1 ||
-    { tail -50 build-emu-asan/make.out; failed=$((failed + 1)); return; }
+    { tail -50 build-emu-asan/make.out; return 1; }
+}
+
+job_emu_asan() {
+  local r
+  need_build emu_asan || return
   rm -f build-emu-asan/tests/*.trs build-emu-asan/tests/*.log
   (san_env "$root/build-emu-asan/sanitizer-reports" && BT_EMU_MODE=sync make -C build-emu-asan check \
     TESTS="tests/test_cuda_emu tests/test_cuda tests/test_cuda_engine" check_PROGRAMS="$EMU_PROGRAMS" \
@@ -179,11 +230,17 @@ san_env() {
   export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=0:die_after_fork=0:second_deadlock_stack=1"
 }
 
-job_asan() {
+build_asan() {
   local san='-fsanitize=address,undefined -fno-sanitize-recover=all'
-  configure_build build-asan --without-cuda CFLAGS="$san -g -O1" LDFLAGS="$san" || return
-  make -C build-asan -j"$jobs" >build-asan/make.out 2>&1 ||
-    { tail -50 build-asan/make.out; failed=$((failed + 1)); return; }
+  configure_build build-asan --without-cuda CFLAGS="$san -g -O1" LDFLAGS="$san" || return 1
+  # the test programs too, so that make check below only runs them
+  make -C build-asan -j"$jobs" all >build-asan/make.out 2>&1 &&
+    make -C build-asan -j"$jobs" check TESTS= >>build-asan/make.out 2>&1 ||
+    { tail -50 build-asan/make.out; return 1; }
+}
+
+job_asan() {
+  need_build asan || return
   rm -f build-asan/tests/*.trs build-asan/tests/*.log
   local isa=auto
   if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then isa=avx2; fi
@@ -200,11 +257,15 @@ job_asan() {
 # the executor's tests: worker threads, channels, transfers, the tracer's clocks, training
 TSAN_TESTS="tests/test_engine tests/test_schedules tests/test_transfer tests/test_trace tests/test_mixed_precision tests/test_train tests/test_watchdog tests/test_gpt"
 
-job_tsan() {
-  configure_build build-tsan --without-cuda CFLAGS='-fsanitize=thread -g -O1' LDFLAGS='-fsanitize=thread' || return
+build_tsan() {
+  configure_build build-tsan --without-cuda CFLAGS='-fsanitize=thread -g -O1' LDFLAGS='-fsanitize=thread' || return 1
   # shellcheck disable=SC2086
   make -C build-tsan -j"$jobs" $TSAN_TESTS >build-tsan/make.out 2>&1 ||
-    { tail -50 build-tsan/make.out; failed=$((failed + 1)); return; }
+    { tail -50 build-tsan/make.out; return 1; }
+}
+
+job_tsan() {
+  need_build tsan || return
   rm -f build-tsan/tests/*.trs build-tsan/tests/*.log
   (san_env "$root/build-tsan/sanitizer-reports" &&
     timeout "$check_limit" make -C build-tsan check TESTS="$TSAN_TESTS" check_PROGRAMS="$TSAN_TESTS" >build-tsan/check.out 2>&1)
@@ -215,8 +276,15 @@ job_tsan() {
   if [ $rc -ne 0 ] && [ $failed -eq "$f0" ]; then tail -30 build-tsan/check.out; failed=$((failed + 1)); fi
 }
 
+# the clang fuzz build nested in build/fuzz (tests/fuzz/Makemodule.am): configured and built here,
+# run by job_fuzz
+build_fuzz() {
+  [ -f build/Makefile ] || configure_build build || return 1
+  make -C build fuzz-build >build/fuzz-build.out 2>&1 || { tail -50 build/fuzz-build.out; return 1; }
+}
+
 job_fuzz() {
-  [ -f build/Makefile ] || configure_build build || return
+  need_build fuzz || return
   rm -rf build/fuzz/fuzz-artifacts
   make -C build fuzz FUZZ_TIME="${BATON_FUZZ_TIME:-15}" >build/fuzz.out 2>&1
   local rc=$? f0=$failed
