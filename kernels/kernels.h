@@ -69,7 +69,8 @@ typedef enum bt_k_activation {
     BT_K_GELU = 1,    /* exact: x Phi(x) with erf */
     BT_K_TANH = 2,
     BT_K_SIGMOID = 3,
-    BT_K_SILU = 4     /* x sigmoid(x) */
+    BT_K_SILU = 4,    /* x sigmoid(x) */
+    BT_K_GELU_TANH = 5 /* PyTorch's tanh approximation: x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) */
 } bt_k_activation;
 
 /* y = f(x) */
@@ -211,16 +212,18 @@ cudaError_t bt_k_round(cudaStream_t s, bt_dtype precision, float *x, int64_t n);
 /* ---- attention.cu, matmul.cu, concat.cu, and the newer rows of embedding.cu, layernorm.cu -- */
 
 struct bt_attention_config;
-/* attention over x (batch, T, 3C) into y (batch, T, C); lse (batch, heads, T) unless NULL */
+/* attention over x (batch, T, ld) = q | k | v into y (batch, T, C), C = heads hd, ld = C + 2
+ * kv_heads hd; lse (batch, heads, T) unless NULL */
 cudaError_t bt_k_attention_forward(cudaStream_t s, bt_dtype dt, const void *x, void *y,
                                    double *lse, const struct bt_attention_config *cf,
                                    int64_t batch);
-/* dx (batch, T, 3C) += the gradient; dd: scratch of batch * heads * T doubles */
+/* dx (batch, T, ld) += the gradient; dd: scratch of batch * heads * T doubles */
 cudaError_t bt_k_attention_backward(cudaStream_t s, bt_dtype dt, const void *x, const void *y,
                                     const void *dy, const double *lse, double *dd, void *dx,
                                     const struct bt_attention_config *cf, int64_t batch);
-/* one position pos of one sequence: x (3C) = q | k | v of the row; k and v are stored as row pos of
- * cache's keys and values ((T, C) each, keys first); y (C) = softmax over keys 0..pos, per head */
+/* one position pos of one sequence: x (ld) = q | k | v of the row; k and v are stored as row pos of
+ * cache's keys and values ((T, kv_heads hd) each, keys first); y (C) = softmax over the keys the
+ * window sees (0..pos without one), per query head */
 cudaError_t bt_k_attention_decode(cudaStream_t s, bt_dtype dt, const void *x, void *cache, void *y,
                                   const struct bt_attention_config *cf, int64_t pos);
 /* y (n) = x + w[e mod tc] */

@@ -38,10 +38,12 @@
  *   - peer access between two GPUs (where there are two): asked twice, the same answer, and no
  *     CUDA error left behind (enabled once per direction).
  *   - decoding (run_op(BT_RUN_DECODE), op->cuda_decode): attention's KV-cache kernel position by
- *     position over contexts of 9 and 131 rows (no multiple of the CPU tile or the kernel's
- *     128-key chunk), f32 and f64, against the CPU decode entry (TOL) and both against the CPU
- *     forward's rows of the whole causal window; the caches equal bit for bit; non-causal
- *     attention and a position past the context refused alike; pos_embedding's row exact. */
+ *     position over contexts of 9, 131 and 300 rows (no multiple of the CPU tile or the kernel's
+ *     128-key chunk), multi-head, grouped-query and multi-query, with and without windows (one
+ *     longer than a chunk), f32 and f64, against the CPU decode entry (TOL) and both against the
+ *     CPU forward's rows of the whole causal window; the caches equal bit for bit; non-causal
+ *     attention and a position past the context refused alike; pos_embedding's row exact; rope's
+ *     row at each position (llama3 scaling) against the CPU decode and forward. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -735,31 +737,35 @@ static double rel_err(bt_dtype dt, const void *got, const void *want, size_t i)
 /* attention's CUDA decode against the CPU's decode entry, position by position through a whole
  * context of T rows (T = 9 and 131: no multiple of the CPU tile, 4, nor of the kernel's chunk of
  * 128 keys), and both against the row of the CPU forward over the whole causal window: rows within
- * TOL, the KV caches equal bit for bit (appending copies values). Non-causal: both refuse, with
- * the same words (a query would see keys not generated yet). */
-static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_t hd)
+ * TOL, the KV caches (kv_heads heads) equal bit for bit (appending copies values). Grouped-query
+ * and multi-query heads and windows shorter than T (also shorter than a chunk, and longer). Non-
+ * causal: both refuse, with the same words (a query would see keys not generated yet). */
+static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_t kv_heads, int64_t hd,
+                                   int64_t window)
 {
     const bt_op_def *op = bt_op_find("attention");
     CU_ASSERT_FATAL(op && op->cpu_decode && op->cuda_decode && op->decode_cache_bytes);
-    const int64_t C = heads * hd;
-    bt_attention_config cf = {.t = T, .c = C, .heads = heads, .hd = hd, .block = 4, .causal = 1};
+    const int64_t C = heads * hd, kvw = kv_heads * hd, W = C + 2 * kvw;
+    bt_attention_config cf = {.t = T, .c = C, .heads = heads, .hd = hd, .block = 4, .causal = 1,
+                              .kv_heads = kv_heads, .ld = W, .window = window};
     cf.scale = 1.0 / sqrt((double)hd);
-    const size_t es = bt_dtype_size(dt), row_in = (size_t)(3 * C) * es, row_out = (size_t)C * es;
+    const size_t es = bt_dtype_size(dt), row_in = (size_t)W * es, row_out = (size_t)C * es;
     const size_t cache_bytes = op->decode_cache_bytes(&cf);
+    CU_ASSERT_EQUAL(cache_bytes, (size_t)(2 * T * kvw) * sizeof(double));
     unsigned char *x = malloc((size_t)T * row_in), *fwd = malloc((size_t)T * row_out);
     unsigned char *cpu_row = malloc(row_out), *gpu_row = malloc(row_out);
     unsigned char *cpu_cache = calloc(1, cache_bytes), *gpu_cache_back = malloc(cache_bytes);
     void *ws = malloc(bt_attention_workspace_bytes(&cf)), *lse = malloc((size_t)(heads * T) * sizeof(double));
     CU_ASSERT_FATAL(x && fwd && cpu_row && gpu_row && cpu_cache && gpu_cache_back && ws && lse);
-    unsigned seed = (unsigned)(T * 31 + heads);
-    for (int64_t i = 0; i < T * 3 * C; i++) {
+    unsigned seed = (unsigned)(T * 31 + heads + 7 * kv_heads + 3 * window);
+    for (int64_t i = 0; i < T * W; i++) {
         seed = seed * 1103515245u + 12345u;
         const double v = ((double)((seed >> 8) & 0xffff) / 32768.0 - 1.0) * 2.0; /* [-2, 2) */
         if (dt == BT_F64) ((double *)x)[i] = v;
         else ((float *)x)[i] = (float)v;
     }
     /* the reference: the CPU forward over the whole window */
-    bt_tensor tin = {.data = x, .dtype = dt, .ndim = 3, .dim = {1, T, 3 * C}};
+    bt_tensor tin = {.data = x, .dtype = dt, .ndim = 3, .dim = {1, T, W}};
     bt_tensor tout = {.data = fwd, .dtype = dt, .ndim = 3, .dim = {1, T, C}};
     bt_op_call full = {.batch = 1, .n_in = 1, .in = &tin, .out = &tout, .config = &cf, .saved = lse,
                        .workspace = ws, .threads = 1};
@@ -770,7 +776,7 @@ static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_
     CU_ASSERT_FATAL(be->zero(gpu, d_cache, cache_bytes) == BT_OK);
     double worst_gpu = 0, worst_fwd = 0;
     for (int64_t p = 0; p < T; p++) {
-        bt_tensor ci = {.data = x + (size_t)p * row_in, .dtype = dt, .ndim = 3, .dim = {1, 1, 3 * C}};
+        bt_tensor ci = {.data = x + (size_t)p * row_in, .dtype = dt, .ndim = 3, .dim = {1, 1, W}};
         bt_tensor co = {.data = cpu_row, .dtype = dt, .ndim = 3, .dim = {1, 1, C}};
         bt_op_call cc = {.batch = 1, .n_in = 1, .in = &ci, .out = &co, .config = &cf, .position = p,
                          .cache = cpu_cache, .threads = 1};
@@ -791,14 +797,16 @@ static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_
         }
     }
     const double tol = dt == BT_F64 ? TOL_F64 : TOL_F32;
-    printf("\n  attention decode %s, T %lld, %lld heads of %lld: GPU vs CPU decode %.3g, CPU decode vs forward %.3g",
-           bt_dtype_name(dt), (long long)T, (long long)heads, (long long)hd, worst_gpu, worst_fwd);
+    printf("\n  attention decode %s, T %lld, %lld heads (%lld kv) of %lld, window %lld: GPU vs CPU decode "
+           "%.3g, CPU decode vs forward %.3g",
+           bt_dtype_name(dt), (long long)T, (long long)heads, (long long)kv_heads, (long long)hd,
+           (long long)window, worst_gpu, worst_fwd);
     CU_ASSERT(worst_gpu <= tol);
     CU_ASSERT(worst_fwd <= tol);
     CU_ASSERT_FATAL(be->to_host(gpu, gpu_cache_back, d_cache, cache_bytes) == BT_OK);
-    CU_ASSERT(memcmp(gpu_cache_back, cpu_cache, (size_t)(2 * T * C) * es) == 0);
+    CU_ASSERT(memcmp(gpu_cache_back, cpu_cache, (size_t)(2 * T * kvw) * es) == 0);
     /* a position outside the context, and non-causal attention: refused alike */
-    bt_tensor gi = {.data = d_x, .dtype = dt, .ndim = 3, .dim = {1, 1, 3 * C}};
+    bt_tensor gi = {.data = d_x, .dtype = dt, .ndim = 3, .dim = {1, 1, W}};
     bt_tensor go = {.data = d_y, .dtype = dt, .ndim = 3, .dim = {1, 1, C}};
     bt_op_call gc = {.batch = 1, .n_in = 1, .in = &gi, .out = &go, .config = &cf, .position = T, .cache = d_cache};
     CU_ASSERT(be->run_op(gpu, op, BT_RUN_DECODE, &gc) == BT_ERR_INVALID_ARG);
@@ -808,7 +816,7 @@ static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_
     CU_ASSERT(be->run_op(gpu, op, BT_RUN_DECODE, &gc) == BT_ERR_UNSUPPORTED);
     char gpu_msg[256];
     snprintf(gpu_msg, sizeof gpu_msg, "%s", bt_last_error());
-    bt_tensor ci = {.data = x, .dtype = dt, .ndim = 3, .dim = {1, 1, 3 * C}};
+    bt_tensor ci = {.data = x, .dtype = dt, .ndim = 3, .dim = {1, 1, W}};
     bt_tensor co = {.data = cpu_row, .dtype = dt, .ndim = 3, .dim = {1, 1, C}};
     bt_op_call cc = {.batch = 1, .n_in = 1, .in = &ci, .out = &co, .config = &cf, .cache = cpu_cache};
     CU_ASSERT(op->cpu_decode(&cc) == BT_ERR_UNSUPPORTED);
@@ -817,6 +825,60 @@ static void check_attention_decode(bt_dtype dt, int64_t T, int64_t heads, int64_
     be->free(gpu, d_y);
     be->free(gpu, d_cache);
     free(x), free(fwd), free(cpu_row), free(gpu_row), free(cpu_cache), free(gpu_cache_back), free(ws), free(lse);
+}
+
+/* rope's CUDA decode: the row at each position equals the CPU decode's (within TOL: cos and sin
+ * of the device's libm), and the CPU forward's row at that position; a negative position refused
+ * alike. */
+static void check_rope_decode(bt_dtype dt)
+{
+    oc_layer L;
+    const op_case *c = op_case_named("rope llama3");
+    CU_ASSERT_FATAL(c != NULL);
+    CU_ASSERT_FATAL(oc_setup(&L, c->op, c->args, c->n_in, c->shape, c->dtype, 1, dt) == BT_OK);
+    CU_ASSERT_FATAL(L.op->cpu_decode && L.op->cuda_decode);
+    CU_ASSERT_FATAL(oc_forward(&L) == BT_OK);
+    const int64_t T = L.in[0].dim[1], w = L.in[0].dim[2];
+    const size_t es = bt_dtype_size(dt), row = (size_t)w * es;
+    unsigned char *cpu_row = malloc(row), *gpu_row = malloc(row);
+    void *d_x = device_buffer(gpu, NULL, row), *d_y = device_buffer(gpu, NULL, row);
+    void *d_ws = device_buffer(gpu, NULL, L.ctx.ws_fixed);
+    CU_ASSERT_FATAL(cpu_row && gpu_row && d_x && d_y && d_ws);
+    const double tol = dt == BT_F64 ? TOL_F64 : TOL_F32;
+    double worst_gpu = 0, worst_fwd = 0;
+    for (int64_t p = 0; p < T; p++) {
+        bt_tensor ci = {.data = (char *)L.in[0].data + (size_t)p * row, .dtype = dt, .ndim = 3, .dim = {1, 1, w}};
+        bt_tensor co = {.data = cpu_row, .dtype = dt, .ndim = 3, .dim = {1, 1, w}};
+        bt_op_call cc = {.batch = 1, .n_in = 1, .in = &ci, .out = &co, .workspace = L.workspace,
+                         .config = L.ctx.config, .threads = 1, .position = p};
+        CU_ASSERT_FATAL(L.op->cpu_decode(&cc) == BT_OK);
+        CU_ASSERT_FATAL(be->from_host(gpu, d_x, ci.data, row) == BT_OK);
+        bt_tensor gi = ci, go = co;
+        gi.data = d_x, go.data = d_y;
+        bt_op_call gc = {.batch = 1, .n_in = 1, .in = &gi, .out = &go, .workspace = d_ws,
+                         .config = L.ctx.config, .position = p};
+        CU_ASSERT_FATAL(be->run_op(gpu, L.op, BT_RUN_DECODE, &gc) == BT_OK);
+        CU_ASSERT_FATAL(be->to_host(gpu, gpu_row, d_y, row) == BT_OK);
+        for (int64_t e = 0; e < w; e++) {
+            worst_gpu = fmax(worst_gpu, rel_err(dt, gpu_row, cpu_row, (size_t)e));
+            worst_fwd = fmax(worst_fwd, rel_err(dt, cpu_row, (char *)L.out.data + (size_t)p * row, (size_t)e));
+        }
+    }
+    printf("\n  rope decode %s: GPU vs CPU decode %.3g, CPU decode vs forward %.3g", bt_dtype_name(dt), worst_gpu,
+           worst_fwd);
+    CU_ASSERT(worst_gpu <= tol);
+    CU_ASSERT(worst_fwd == 0); /* the same row function at the same position */
+    bt_tensor gi = {.data = d_x, .dtype = dt, .ndim = 3, .dim = {1, 1, w}};
+    bt_tensor go = {.data = d_y, .dtype = dt, .ndim = 3, .dim = {1, 1, w}};
+    bt_op_call gc = {.batch = 1, .n_in = 1, .in = &gi, .out = &go, .workspace = d_ws, .config = L.ctx.config,
+                     .position = -2};
+    CU_ASSERT(be->run_op(gpu, L.op, BT_RUN_DECODE, &gc) == BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "rope: position -2 is negative"));
+    be->free(gpu, d_x);
+    be->free(gpu, d_y);
+    be->free(gpu, d_ws);
+    free(cpu_row), free(gpu_row);
+    oc_free(&L);
 }
 
 /* pos_embedding's CUDA decode: x + weight[position], exactly the CPU decode's row; a position
@@ -859,11 +921,19 @@ static void check_pos_embedding_decode(void)
 
 static void test_decode_kernels(void)
 {
-    check_attention_decode(BT_F32, 9, 2, 8);
-    check_attention_decode(BT_F64, 9, 2, 8);
-    check_attention_decode(BT_F32, 131, 3, 24);
-    check_attention_decode(BT_F64, 131, 3, 24);
+    static const struct {
+        int64_t t, heads, kv_heads, hd, window;
+    } shapes[] = {{9, 2, 2, 8, 0},   {131, 3, 3, 24, 0},  {9, 4, 2, 8, 0},   {131, 6, 2, 16, 0},
+                  {131, 4, 1, 8, 0}, {9, 2, 1, 8, 3},     {131, 4, 2, 8, 40}, {300, 2, 1, 8, 200}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        check_attention_decode(BT_F32, shapes[k].t, shapes[k].heads, shapes[k].kv_heads, shapes[k].hd,
+                               shapes[k].window);
+        check_attention_decode(BT_F64, shapes[k].t, shapes[k].heads, shapes[k].kv_heads, shapes[k].hd,
+                               shapes[k].window);
+    }
     check_pos_embedding_decode();
+    check_rope_decode(BT_F32);
+    check_rope_decode(BT_F64);
 }
 
 static void test_cudnn_unusable(void)
@@ -946,7 +1016,7 @@ int main(void)
         {"conv2d through cuDNN and through im2col + cuBLAS", test_conv_paths},
         {"data errors reported at the next sync", test_data_errors},
         {"op without CUDA kernels", test_op_without_cuda},
-        {"decode kernels (attention's KV cache, pos_embedding) = CPU decode", test_decode_kernels},
+        {"decode kernels (attention's KV cache, pos_embedding, rope) = CPU decode", test_decode_kernels},
         {"alloc, zero, copy, to/from host", test_memory},
         {"accumulate and sum_squares", test_accumulate_and_sum_squares},
         {"optimizer updates = bt_optim_update", test_optimizers},

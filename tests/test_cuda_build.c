@@ -243,12 +243,57 @@ static void test_config_layouts(void)
         CU_ASSERT(c->classes == 4 && c->positions == 3);
         oc_free(&L);
     }
+    {   /* grouped-query attention with a window: [T, (4 + 2 * 2) * 3] */
+        const bt_shape s[] = {SH(7, 24)};
+        const bt_dtype d[] = {BT_F32};
+        CU_ASSERT_EQUAL_FATAL(setup(&L, "attention", "heads=4 kv_heads=2 window=3 block=4", 1, s, d), 0);
+        const bt_attention_config *c = (const void *)L.ctx.config;
+        CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
+        CU_ASSERT(c->t == 7 && c->c == 12 && c->heads == 4 && c->kv_heads == 2 && c->hd == 3);
+        CU_ASSERT(c->ld == 24 && c->window == 3 && c->block == 4 && c->causal == 1);
+        CU_ASSERT_EQUAL(L.ctx.saved_per_sample, 4 * 7 * sizeof(double)); /* lse per query head */
+        CU_ASSERT_EQUAL(L.ctx.ws_per_sample, 4 * 7 * sizeof(double));    /* D per query head */
+        CU_ASSERT_EQUAL(L.op->decode_cache_bytes(c), 2 * 7 * 6 * sizeof(double)); /* kv heads */
+        oc_free(&L);
+    }
+    {   /* rope with llama3 scaling on [T, (2 + 2 * 1) * 4] */
+        const bt_shape s[] = {SH(5, 16)};
+        const bt_dtype d[] = {BT_F32};
+        CU_ASSERT_EQUAL_FATAL(setup(&L, "rope",
+                                    "heads=2 kv_heads=1 theta=500000 scaling=llama3 factor=8 "
+                                    "low_freq_factor=1 high_freq_factor=4 "
+                                    "original_max_position_embeddings=8192",
+                                    1, s, d),
+                              0);
+        const bt_rope_config *c = (const void *)L.ctx.config;
+        CU_ASSERT_EQUAL(L.ctx.config_size, sizeof *c);
+        CU_ASSERT(c->t == 5 && c->width == 16 && c->rotated == 3 && c->hd == 4);
+        CU_ASSERT(c->theta == 500000 && c->llama3 == 1 && c->factor == 8);
+        CU_ASSERT(c->low_freq_factor == 1 && c->high_freq_factor == 4);
+        CU_ASSERT(c->original_max_position_embeddings == 8192);
+        oc_free(&L);
+    }
+    {   /* gelu's form, swiglu's half */
+        const bt_shape s[] = {SH(2, 6)};
+        const bt_dtype d[] = {BT_F32};
+        CU_ASSERT_EQUAL_FATAL(setup(&L, "gelu", "", 1, s, d), 0);
+        CU_ASSERT_EQUAL(L.ctx.config_size, sizeof(bt_gelu_config));
+        CU_ASSERT_EQUAL(((const bt_gelu_config *)(const void *)L.ctx.config)->approx, BT_OPS_GELU_ERF);
+        oc_free(&L);
+        CU_ASSERT_EQUAL_FATAL(setup(&L, "gelu", "approx=tanh", 1, s, d), 0);
+        CU_ASSERT_EQUAL(((const bt_gelu_config *)(const void *)L.ctx.config)->approx, BT_OPS_GELU_TANH);
+        oc_free(&L);
+        CU_ASSERT_EQUAL_FATAL(setup(&L, "swiglu", "", 1, s, d), 0);
+        CU_ASSERT_EQUAL(L.ctx.config_size, sizeof(bt_swiglu_config));
+        CU_ASSERT_EQUAL(((const bt_swiglu_config *)(const void *)L.ctx.config)->half, 3);
+        oc_free(&L);
+    }
     /* ops whose CUDA kernels read no config must keep having none */
     static const struct {
         const char *op, *args;
         int n_in;
     } plain[] = {{"add", "", 2},     {"mul", "", 2},     {"relu", "", 1},
-                 {"gelu", "", 1},    {"tanh", "", 1},    {"sigmoid", "", 1},
+                 {"tanh", "", 1},    {"sigmoid", "", 1},
                  {"flatten", "", 1}, {"mse", "", 2},     {"reshape", "shape=-1", 1}};
     for (int k = 0; k < (int)(sizeof plain / sizeof plain[0]); k++) {
         const bt_shape s[] = {SH(2, 3), SH(2, 3)};

@@ -7,6 +7,8 @@
  *   - shape-rule errors (bad shapes, dtypes, arguments) and their messages; run-time errors (a
  *     label or an index out of range) as BT_ERR_INVALID_ARG with a message;
  *   - f32 against f64; dropout's reproducibility, rate and inference identity;
+ *   - decoding one position at a time (attention's KV cache, rope, pos_embedding) against the
+ *     forward's rows, at every position of every sample;
  *   - conv2d over a batch larger than one of its chunks (against loops of its definition) and
  *     maxpool2d's choice among tied maxima and NaN, which decides where its gradient goes;
  *   - the harness itself: a deliberately wrong backward must fail the gradient check.
@@ -265,9 +267,13 @@ static void ref_relu(const oc_layer *L, double *y)
 }
 static void ref_gelu(const oc_layer *L, double *y)
 {
+    const int tanh_form = strcmp(bt_infer_arg_string(&L->ctx, "approx", "none"), "tanh") == 0;
     for (int64_t e = 0; e < numel_in(L, 0); e++) {
         double x = in_at(L, 0, e);
-        y[e] = x * 0.5 * erfc(-x / sqrt(2.0)); /* x Phi(x) */
+        if (tanh_form) /* PyTorch's approximate='tanh' as written in its documentation */
+            y[e] = 0.5 * x * (1 + tanh(sqrt(2 / acos(-1.0)) * (x + 0.044715 * pow(x, 3))));
+        else
+            y[e] = x * 0.5 * erfc(-x / sqrt(2.0)); /* x Phi(x) */
     }
 }
 static void ref_tanh(const oc_layer *L, double *y)
@@ -287,6 +293,16 @@ static void ref_silu(const oc_layer *L, double *y)
         double x = in_at(L, 0, e);
         y[e] = x / (1 + exp(-x));
     }
+}
+/* silu(first half) * second half of every row */
+static void ref_swiglu(const oc_layer *L, double *y)
+{
+    const int64_t d = L->in[0].dim[L->in[0].ndim - 1], rows = numel_in(L, 0) / d, h = d / 2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < h; j++) {
+            const double g = in_at(L, 0, r * d + j), u = in_at(L, 0, r * d + h + j);
+            y[r * h + j] = g / (1 + exp(-g)) * u;
+        }
 }
 static void ref_softmax(const oc_layer *L, double *y)
 {
@@ -415,36 +431,89 @@ static void ref_cross_entropy(const oc_layer *L, double *y)
     }
 }
 
-/* attention by its definition: per sample and head the full T x T score matrix, masked, softmax
- * in double, times v. */
+/* heads, kv_heads and head_dim of an attention or rope case on rows of width w */
+static void ref_heads(const oc_layer *L, int64_t w, int64_t *h, int64_t *kvh, int64_t *hd)
+{
+    *h = bt_infer_arg_int(&L->ctx, "heads", 1);
+    *kvh = bt_infer_arg_int(&L->ctx, "kv_heads", *h);
+    *hd = bt_infer_arg_int(&L->ctx, "head_dim", w / (*h + 2 * *kvh));
+}
+
+/* attention by its definition: per sample and query head the full T x T score matrix of its kv
+ * head (HF's repeat_kv: query head h of heads / kv_heads per group reads kv head h / that),
+ * masked (causal, and outside the window), softmax in double, times v. */
 static void ref_attention(const oc_layer *L, double *y)
 {
-    const int64_t T = L->in[0].dim[1], C = L->in[0].dim[2] / 3;
-    const int64_t H = bt_infer_arg_int(&L->ctx, "heads", 1), hd = C / H;
+    const int64_t T = L->in[0].dim[1], W = L->in[0].dim[2];
+    int64_t H, KVH, hd;
+    ref_heads(L, W, &H, &KVH, &hd);
+    const int64_t C = H * hd, window = bt_infer_arg_int(&L->ctx, "window", 0);
     const int causal = bt_infer_arg_bool(&L->ctx, "causal", 1);
     double *s = calloc((size_t)T, sizeof *s);
     for (int64_t n = 0; n < L->batch; n++)
-        for (int64_t h = 0; h < H; h++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t kv = h / (H / KVH), kcol = C + kv * hd, vcol = C + KVH * hd + kv * hd;
             for (int64_t i = 0; i < T; i++) {
                 double mx = -INFINITY, z = 0;
                 for (int64_t j = 0; j < T; j++) {
                     double dot = 0;
                     for (int64_t c = 0; c < hd; c++)
-                        dot += in_at(L, 0, (n * T + i) * 3 * C + h * hd + c) *
-                               in_at(L, 0, (n * T + j) * 3 * C + C + h * hd + c);
-                    s[j] = causal && j > i ? -INFINITY : dot / sqrt((double)hd);
+                        dot += in_at(L, 0, (n * T + i) * W + h * hd + c) *
+                               in_at(L, 0, (n * T + j) * W + kcol + c);
+                    const int seen = (!causal || j <= i) && (window == 0 || i - j < window);
+                    s[j] = seen ? dot / sqrt((double)hd) : -INFINITY;
                     mx = fmax(mx, s[j]);
                 }
                 for (int64_t j = 0; j < T; j++) z += exp(s[j] - mx);
                 for (int64_t c = 0; c < hd; c++) {
                     double acc = 0;
                     for (int64_t j = 0; j < T; j++)
-                        acc += exp(s[j] - mx) / z *
-                               in_at(L, 0, (n * T + j) * 3 * C + 2 * C + h * hd + c);
+                        acc += exp(s[j] - mx) / z * in_at(L, 0, (n * T + j) * W + vcol + c);
                     y[(n * T + i) * C + h * hd + c] = acc;
                 }
             }
+        }
     free(s);
+}
+
+/* rope's inverse frequency of pair i of hd, written from Meta's Llama 3.1 description (the
+ * wavelength's band against the original context), independently of bt_rope_inv_freq. */
+static double ref_rope_freq(const oc_layer *L, int64_t i, int64_t hd)
+{
+    const double theta = bt_infer_arg_float(&L->ctx, "theta", 10000);
+    const double f = exp(-log(theta) * (double)(2 * i) / (double)hd);
+    if (!bt_infer_arg_string(&L->ctx, "scaling", NULL)) return f;
+    const double factor = bt_infer_arg_float(&L->ctx, "factor", NAN);
+    const double lo = bt_infer_arg_float(&L->ctx, "low_freq_factor", NAN);
+    const double hi = bt_infer_arg_float(&L->ctx, "high_freq_factor", NAN);
+    const double ctx = bt_infer_arg_float(&L->ctx, "original_max_position_embeddings", NAN);
+    const double wavelen = 2 * acos(-1.0) / f;
+    if (wavelen * hi < ctx) return f;             /* high frequencies: kept */
+    if (wavelen * lo > ctx) return f / factor;    /* low frequencies: interpolated by factor */
+    const double smooth = (ctx / wavelen - lo) / (hi - lo);
+    return smooth * f + (1 - smooth) * (f / factor);
+}
+
+/* rope as Hugging Face writes it: per head x * cos + rotate_half(x) * sin, where rotate_half(x)
+ * = [-x2, x1] and cos, sin repeat the hd/2 angles position * f_i twice; q and k heads (the first
+ * heads + kv_heads), v copied. */
+static void ref_rope(const oc_layer *L, double *y)
+{
+    const int64_t T = L->in[0].dim[1], W = L->in[0].dim[2];
+    int64_t H, KVH, hd;
+    ref_heads(L, W, &H, &KVH, &hd);
+    for (int64_t n = 0; n < L->batch; n++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t col = 0; col < W; col++) {
+                const int64_t e = (n * T + t) * W + col, head = col / hd, j = col % hd;
+                if (head >= H + KVH) {
+                    y[e] = in_at(L, 0, e);
+                    continue;
+                }
+                const double angle = (double)t * ref_rope_freq(L, j % (hd / 2), hd);
+                const double rot = j < hd / 2 ? -in_at(L, 0, e + hd / 2) : in_at(L, 0, e - hd / 2);
+                y[e] = in_at(L, 0, e) * cos(angle) + rot * sin(angle);
+            }
 }
 
 static void ref_pos_embedding(const oc_layer *L, double *y)
@@ -523,6 +592,7 @@ static const struct {
     {"embedding", ref_embedding}, {"dropout", ref_dropout},
     {"mse", ref_mse},             {"cross_entropy", ref_cross_entropy},
     {"attention", ref_attention}, {"pos_embedding", ref_pos_embedding},
+    {"rope", ref_rope},           {"swiglu", ref_swiglu},
     {"matmul", ref_matmul},       {"transpose", ref_transpose},
     {"split", ref_split},         {"concat", ref_concat},
     {"rmsnorm", ref_rmsnorm},
@@ -610,6 +680,32 @@ static void test_forward_hand_values(void)
         const double x[] = {-1, 0, 1};
         const double want[] = {-0.15865525393145707, 0, 0.8413447460685429};
         check_hand("gelu", "", 1, &s, &d, (const double *[]){x}, NULL, want, 3, 1e-15);
+    }
+    {   /* gelu approx=tanh at -3, -1, 0, 0.5, 1, 2.5, and the gradient of the sum of its outputs
+         * (PyTorch 1.13: F.gelu(x, approximate='tanh') in float64, and its autograd) */
+        bt_shape s = SH(6);
+        bt_dtype d = F;
+        const double x[] = {-3, -1, 0, 0.5, 1, 2.5};
+        const double want[] = {-0.0036373920817729943, -0.15880800939172324, 0.0,
+                               0.34571400982514394,    0.8411919906082768,   2.484915733910001};
+        const double dwant[] = {-0.011584166630969648, -0.08296408384578252, 0.5,
+                                0.8673699035346424,    1.0829640838457826,   1.037951576212666};
+        check_hand("gelu", "approx=tanh", 1, &s, &d, (const double *[]){x}, NULL, want, 6, 1e-15);
+        oc_layer L;
+        CU_ASSERT_FATAL(oc_setup(&L, "gelu", "approx=tanh", 1, &s, &d, 1, BT_F64) == BT_OK);
+        for (int e = 0; e < 6; e++) {
+            oc_set(&L.in[0], e, x[e]);
+            oc_set(&L.out_grad, e, 1);
+        }
+        oc_zero(&L.in_grad[0]);
+        CU_ASSERT_FATAL(oc_forward(&L) == BT_OK && oc_backward(&L) == BT_OK);
+        for (int e = 0; e < 6; e++) {
+            if (!(fabs(oc_get(&L.in_grad[0], e) - dwant[e]) <= 1e-15))
+                printf("\n  gelu tanh gradient at %g: %.17g, PyTorch %.17g\n", x[e], oc_get(&L.in_grad[0], e),
+                       dwant[e]);
+            CU_ASSERT(fabs(oc_get(&L.in_grad[0], e) - dwant[e]) <= 1e-15);
+        }
+        oc_free(&L);
     }
     {   /* silu = x sigmoid(x) at 0, 1, -2, 3, -0.5 (40-digit decimal arithmetic), and its
          * derivative s (1 + x (1 - s)) there, the gradient of the sum of the outputs */
@@ -743,6 +839,43 @@ static const struct {
     {"layernorm", "eps=0.0", 1, {SH(4)}, {BT_F32}, BT_ERR_SHAPE,
      "layernorm: eps must be > 0, got 0"},
     {"layernorm", "eps=-1.0", 1, {SH(4)}, {BT_F32}, BT_ERR_MODEL, "'eps' = -1 is out of range"},
+    {"attention", "heads=4 kv_heads=3", 1, {SH(7, 30)}, {BT_F32}, BT_ERR_SHAPE,
+     "attention: heads = 4 is not a multiple of kv_heads = 3"},
+    {"attention", "heads=2 kv_heads=1", 1, {SH(5, 13)}, {BT_F32}, BT_ERR_SHAPE,
+     "attention: the input's last dimension (13) must be (heads + 2 kv_heads) * head_dim, a "
+     "multiple of 2 + 2 * 1 = 4"},
+    {"attention", "heads=2 head_dim=4", 1, {SH(5, 18)}, {BT_F32}, BT_ERR_SHAPE,
+     "attention: the input's last dimension (18) must be (heads + 2 kv_heads) * head_dim = (2 + "
+     "2 * 2) * 4 = 24"},
+    {"attention", "heads=2 window=2 causal=false", 1, {SH(5, 18)}, {BT_F32}, BT_ERR_SHAPE,
+     "attention: window = 2 needs causal attention"},
+    {"attention", "heads=2 window=-1", 1, {SH(5, 18)}, {BT_F32}, BT_ERR_MODEL,
+     "'window' = -1 is out of range"},
+    {"attention", "heads=1", 1, {SH(6)}, {BT_F32}, BT_ERR_SHAPE,
+     "attention expects an input shaped [T, (heads + 2 kv_heads) * head_dim], got [6]"},
+    {"rope", "heads=1", 1, {SH(4, 9)}, {BT_F32}, BT_ERR_SHAPE,
+     "rope: head_dim (3) must be even"},
+    {"rope", "heads=2 kv_heads=4", 1, {SH(4, 20)}, {BT_F32}, BT_ERR_SHAPE,
+     "rope: heads = 2 is not a multiple of kv_heads = 4"},
+    {"rope", "heads=1 scaling=yarn", 1, {SH(4, 6)}, {BT_F32}, BT_ERR_SHAPE,
+     "rope: scaling must be \"llama3\" (HF rope_scaling's rope_type; leave it out for none), got "
+     "\"yarn\""},
+    {"rope", "heads=1 scaling=llama3 factor=8.0 low_freq_factor=1.0 high_freq_factor=4.0", 1,
+     {SH(4, 6)}, {BT_F32}, BT_ERR_SHAPE,
+     "rope: scaling: llama3 needs original_max_position_embeddings"},
+    {"rope", "heads=1 low_freq_factor=1.0", 1, {SH(4, 6)}, {BT_F32}, BT_ERR_SHAPE,
+     "rope: low_freq_factor is a parameter of scaling: llama3, which was not given"},
+    {"rope",
+     "heads=1 scaling=llama3 factor=8.0 low_freq_factor=4.0 high_freq_factor=4.0 "
+     "original_max_position_embeddings=64",
+     1, {SH(4, 6)}, {BT_F32}, BT_ERR_SHAPE,
+     "rope: high_freq_factor (4) must be larger than low_freq_factor (4)"},
+    {"rope", "heads=1 theta=0.0", 1, {SH(4, 6)}, {BT_F32}, BT_ERR_MODEL,
+     "'theta' = 0 is out of range"},
+    {"swiglu", "", 1, {SH(3, 5)}, {BT_F32}, BT_ERR_SHAPE,
+     "swiglu expects a last dimension 2I (gate | up), got [3, 5]"},
+    {"gelu", "approx=erf", 1, {SH(3)}, {BT_F32}, BT_ERR_SHAPE,
+     "gelu: approx must be \"none\" (the erf form) or \"tanh\", got \"erf\""},
     {"reshape", "shape=4,2", 1, {SH(6)}, {BT_F32}, BT_ERR_SHAPE,
      "reshape: cannot reshape [6] (6 elements) to [4, 2] (8 elements)"},
     {"reshape", "shape=-1,-1", 1, {SH(6)}, {BT_F32}, BT_ERR_SHAPE,
@@ -924,6 +1057,77 @@ static void test_declarations(void)
     CU_ASSERT_FATAL(oc_setup(&L, "maxpool2d", "kernel=3", 1, &p, &d, 1, BT_F64) == BT_OK);
     CU_ASSERT(L.ctx.out_shape.dim[0] == 2 && L.ctx.out_shape.dim[1] == 2 &&
               L.ctx.out_shape.dim[2] == 3);
+    oc_free(&L);
+}
+
+/* ---- decoding: one position at a time (cpu_decode) against the forward ------------------- */
+
+/* Every case of an op with a decode kernel (attention with its KV cache, rope, pos_embedding),
+ * causal where the op has the choice: each sample decoded alone, position by position from a
+ * zeroed cache (decode_cache_bytes), gives the forward's row at every position (f64 within 1e-12,
+ * f32 within 1e-5: the decode sums in double where the forward's tiles sum in f32). */
+static void check_decode_case(const op_case *c, bt_dtype real)
+{
+    oc_layer L;
+    CU_ASSERT_FATAL(setup_case(&L, c, real) == 0);
+    CU_ASSERT_FATAL(oc_forward(&L) == BT_OK);
+    const int64_t T = L.in[0].dim[1], w_in = L.in[0].dim[2], w_out = L.out.dim[2];
+    const size_t es = bt_dtype_size(real);
+    const size_t cache_bytes = L.op->decode_cache_bytes ? L.op->decode_cache_bytes(L.ctx.config) : 0;
+    unsigned char *cache = malloc(cache_bytes ? cache_bytes : 1), *row = malloc((size_t)w_out * es);
+    CU_ASSERT_FATAL(cache && row);
+    const double tol = real == BT_F64 ? 1e-12 : 1e-5;
+    double worst = 0;
+    for (int64_t n = 0; n < L.batch; n++) {
+        memset(cache, 0, cache_bytes ? cache_bytes : 1);
+        for (int64_t p = 0; p < T; p++) {
+            bt_tensor in = {.data = (char *)L.in[0].data + (size_t)((n * T + p) * w_in) * es,
+                            .dtype = real, .ndim = 3, .dim = {1, 1, w_in}};
+            bt_tensor out = {.data = row, .dtype = real, .ndim = 3, .dim = {1, 1, w_out}};
+            bt_op_call call = {.batch = 1, .n_in = 1, .in = &in, .out = &out,
+                               .n_params = L.n_params, .param = L.param, .workspace = L.workspace,
+                               .config = L.ctx.config, .threads = 1, .position = p,
+                               .cache = cache_bytes ? cache : NULL};
+            bt_status st = L.op->cpu_decode(&call);
+            if (st != BT_OK) printf("\n  %s decode: %s\n", c->label, bt_last_error());
+            CU_ASSERT_FATAL(st == BT_OK);
+            for (int64_t e = 0; e < w_out; e++) {
+                const double want = oc_get(&L.out, (n * T + p) * w_out + e);
+                worst = fmax(worst, fabs(oc_get(&out, e) - want) / fmax(1, fabs(want)));
+            }
+        }
+    }
+    if (!(worst <= tol))
+        printf("\n  %s [%s]: decode vs forward %.3g\n", c->label, bt_dtype_name(real), worst);
+    CU_ASSERT(worst <= tol);
+    free(cache);
+    free(row);
+    oc_free(&L);
+}
+
+static void test_decode_matches_forward(void)
+{
+    int cases = 0;
+    for (int k = 0; k < op_cases_count; k++) {
+        const op_case *c = &op_cases[k];
+        const bt_op_def *op = bt_op_find(c->op);
+        if (c->big || !op->cpu_decode || strstr(c->args, "causal=false")) continue;
+        CU_ASSERT_FATAL(c->n_in == 1 && c->shape[0].ndim == 2); /* [T, ...] rows */
+        check_decode_case(c, BT_F64);
+        check_decode_case(c, BT_F32);
+        cases++;
+    }
+    CU_ASSERT(cases >= 9); /* the attention, rope and pos_embedding rows */
+    /* a negative position: rope refuses (attention's refusals: test_cuda, alike on both) */
+    oc_layer L;
+    CU_ASSERT_FATAL(setup_case(&L, op_case_named("rope"), BT_F64) == 0);
+    const int64_t w = L.in[0].dim[2];
+    bt_tensor in = {.data = L.in[0].data, .dtype = BT_F64, .ndim = 3, .dim = {1, 1, w}};
+    bt_tensor out = {.data = L.out.data, .dtype = BT_F64, .ndim = 3, .dim = {1, 1, w}};
+    bt_op_call call = {.batch = 1, .n_in = 1, .in = &in, .out = &out, .workspace = L.workspace,
+                       .config = L.ctx.config, .threads = 1, .position = -1};
+    CU_ASSERT_EQUAL(L.op->cpu_decode(&call), BT_ERR_INVALID_ARG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(bt_last_error(), "rope: position -1 is negative"));
     oc_free(&L);
 }
 
@@ -1341,6 +1545,7 @@ int main(void)
         {"an error message quoting the current one", test_error_quotes_itself},
         {"declarations", test_declarations},
         {"f32 matches f64", test_f32_matches_f64},
+        {"decode one position at a time = forward", test_decode_matches_forward},
         {"dropout", test_dropout},
         {"larger GEMM paths", test_larger_gemm_paths},
         {"conv2d across chunks", test_conv2d_chunks},

@@ -34,6 +34,7 @@ typedef struct cuda_decoder {
 static const cuda_decoder builtin_cuda_decoders[] = {
     {&bt_op_attention, bt_cuda_attention_decode},
     {&bt_op_pos_embedding, bt_cuda_pos_embedding_decode},
+    {&bt_op_rope, bt_cuda_rope_decode},
 };
 
 static bt_op_fn decoder_of(const bt_op_def *op)

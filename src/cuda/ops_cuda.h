@@ -44,9 +44,11 @@ typedef struct bt_cuda_exec {
 #include "ops/builtin_ops.def"
 
 /* The decode kernels (op->cuda_decode) of the built-ins that have a CPU one: one position of one
- * sequence with its cache in device memory (kernels/attention.cu, kernels/embedding.cu). */
+ * sequence with its cache in device memory (kernels/attention.cu, kernels/embedding.cu,
+ * kernels/rope.cu). */
 bt_status bt_cuda_attention_decode(const bt_op_call *call);
 bt_status bt_cuda_pos_embedding_decode(const bt_op_call *call);
+bt_status bt_cuda_rope_decode(const bt_op_call *call);
 
 /* Attaches the CUDA kernels to every built-in op (graph/op_registry.h); runs once per process,
  * later calls return the first result. Needs no GPU. */

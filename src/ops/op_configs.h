@@ -5,10 +5,18 @@
 #ifndef BT_OPS_OP_CONFIGS_H
 #define BT_OPS_OP_CONFIGS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "baton/op.h"
+
+/* A helper the CUDA kernels call too (nvcc: host and device code; plain C elsewhere). */
+#ifdef __CUDACC__
+#define BT_OPS_HOST_DEVICE __host__ __device__
+#else
+#define BT_OPS_HOST_DEVICE
+#endif
 
 /* Every config must fit what bt_infer_set_config copies (BT_OP_CONFIG_MAX): checked at compile
  * time, on the CUDA side (nvcc compiles this header as C++) as on the CPU side. */
@@ -80,15 +88,34 @@ typedef struct bt_cross_entropy_config {
 } bt_cross_entropy_config;
 BT_OPS_CONFIG_FITS(bt_cross_entropy_config);
 
-/* attention: input [T, 3C] (q | k | v, heads side by side in each), output [T, C]; saved holds the
- * log-sum-exp of every (head, query) row as a double; tiles of `block` x `block` scores */
+/* attention: input [T, (heads + 2 kv_heads) hd] (q | k | v: the heads of each side by side),
+ * output [T, heads hd]; query head h reads kv head h / (heads / kv_heads) (grouped-query
+ * attention, HF's repeat_kv; kv_heads = heads is multi-head attention on [T, 3C]). saved holds
+ * the log-sum-exp of every (query head, query) row as a double; tiles of `block` x `block` scores.
+ * A causal query i sees keys j in (i - window, i] (window 0: [0, i]). */
 typedef struct bt_attention_config {
-    int64_t t, c, heads, hd; /* hd = c / heads */
+    int64_t t, c, heads, hd; /* c = heads * hd: the output's width, and where k starts */
     int64_t block;           /* tile edge: query and key rows per tile */
     int causal;
     double scale;            /* 1 / sqrt(hd) */
+    int64_t kv_heads;        /* divides heads */
+    int64_t ld;              /* the input's row: c + 2 kv_heads hd */
+    int64_t window;          /* keys a causal query sees, its own included; 0: all before it */
 } bt_attention_config;
 BT_OPS_CONFIG_FITS(bt_attention_config);
+
+/* Width of the keys (and of the values) in an input row: kv_heads * hd. The KV cache of one
+ * sequence holds T rows of it for the keys, then T for the values. */
+static inline int64_t bt_attention_kv_width(const bt_attention_config *cf)
+{
+    return cf->kv_heads * cf->hd;
+}
+
+/* The first key a causal query i sees: i - window + 1, or 0 (no window, or i < window). */
+BT_OPS_HOST_DEVICE static inline int64_t bt_attention_first_key(const bt_attention_config *cf, int64_t i)
+{
+    return cf->window > 0 && i - cf->window + 1 > 0 ? i - cf->window + 1 : 0;
+}
 
 /* Workspace the attention kernels declare (fixed bytes, sized for doubles): scores and their
  * gradient tiles, the output accumulator of a query tile, and per-row statistics. */
@@ -103,6 +130,52 @@ typedef struct bt_pos_embedding_config {
     int64_t t, c, num;
 } bt_pos_embedding_config;
 BT_OPS_CONFIG_FITS(bt_pos_embedding_config);
+
+/* rope: rotary position embedding in Hugging Face's rotate-half layout on the q | k | v rows that
+ * attention reads ([T, (heads + 2 kv_heads) hd]): the first `rotated` = heads + kv_heads heads of
+ * hd (q and k) are rotated, the rest (v) copied. In head dimensions (i, i + hd/2), i < hd/2, the
+ * row of position p is turned by the angle p f_i: y_i = x_i cos - x_{i+hd/2} sin, y_{i+hd/2} =
+ * x_{i+hd/2} cos + x_i sin. Position = the row's index in its sample's sequence (decoding: the
+ * call's position). */
+typedef struct bt_rope_config {
+    int64_t t, width, rotated, hd; /* hd even */
+    double theta;                  /* HF rope_theta */
+    int llama3;                    /* rope_scaling of rope_type llama3: the four numbers below */
+    double factor, low_freq_factor, high_freq_factor, original_max_position_embeddings;
+} bt_rope_config;
+BT_OPS_CONFIG_FITS(bt_rope_config);
+
+/* f_i, the inverse frequency of head dimensions (i, i + hd/2): 1 / theta^(2i / hd), and under
+ * llama3 scaling (Meta's Llama 3.1 formula) that divided by factor where its wavelength 2 pi / f_i
+ * is longer than original_max_position_embeddings / low_freq_factor, kept where it is shorter than
+ * original_max_position_embeddings / high_freq_factor, and in between (1 - s) f_i / factor + s f_i
+ * with s = (original_max_position_embeddings / wavelength - low_freq_factor) / (high_freq_factor -
+ * low_freq_factor). In double; the CPU and CUDA kernels both call this one definition. */
+BT_OPS_HOST_DEVICE static inline double bt_rope_inv_freq(const bt_rope_config *cf, int64_t i)
+{
+    const double f = 1.0 / pow(cf->theta, (double)(2 * i) / (double)cf->hd);
+    if (!cf->llama3) return f;
+    const double two_pi = 6.28318530717958647692;
+    const double wavelen = two_pi / f, old = cf->original_max_position_embeddings;
+    if (wavelen < old / cf->high_freq_factor) return f;
+    if (wavelen > old / cf->low_freq_factor) return f / cf->factor;
+    const double s = (old / wavelen - cf->low_freq_factor) / (cf->high_freq_factor - cf->low_freq_factor);
+    return (1 - s) * f / cf->factor + s * f;
+}
+
+/* swiglu: rows of [gate | up], each half wide: y = silu(gate) * up */
+typedef struct bt_swiglu_config {
+    int64_t half;
+} bt_swiglu_config;
+BT_OPS_CONFIG_FITS(bt_swiglu_config);
+
+/* gelu: the exact erf form, or PyTorch's tanh approximation (HF's gelu_new, gelu_pytorch_tanh) */
+#define BT_OPS_GELU_ERF 0
+#define BT_OPS_GELU_TANH 1
+typedef struct bt_gelu_config {
+    int approx; /* BT_OPS_GELU_* */
+} bt_gelu_config;
+BT_OPS_CONFIG_FITS(bt_gelu_config);
 
 /* matmul: per sample `lead` pairs of matrices a (m, k) b (k, n) -> (m, n); transpose: `lead`
  * matrices (r, c) -> (c, r) */

@@ -46,6 +46,11 @@ bt_status bt_ops_need_float(bt_infer_ctx *ctx, const char *op, int i);
 int bt_ops_lowp_selects(const void *config, bt_dtype precision, int pass, const char *backend);
 /* Every input must be f32 or f64, all of the same dtype; *dtype receives it. */
 bt_status bt_ops_same_float(bt_infer_ctx *ctx, const char *op, bt_dtype *dtype);
+/* The args heads, kv_heads (default heads, dividing it) and head_dim (default w / (heads + 2
+ * kv_heads)) of attention and rope, whose input rows of width w are q | k | v: heads, kv_heads
+ * and kv_heads heads of head_dim each. Fails naming the op where w is not that. */
+bt_status bt_ops_qkv_heads(bt_infer_ctx *ctx, const char *op, int64_t w, int64_t *heads,
+                           int64_t *kv_heads, int64_t *hd);
 /* The `act` argument of linear and conv2d: "relu" (BT_OPS_ACT_RELU, fused into the output) or
  * absent (BT_OPS_ACT_NONE); anything else is an error naming it. */
 bt_status bt_ops_fused_act(bt_infer_ctx *ctx, const char *op, int *act);

@@ -1,5 +1,6 @@
 /* ops/ops_util.c: checks the built-in shape rules share (float dtypes, equal shapes, ranks,
- * 2-D size arguments, the fused activation) and the kernels' unsupported-dtype error. Every
+ * 2-D size arguments, the fused activation, the heads of a q | k | v row) and the kernels'
+ * unsupported-dtype error. Every
  * message starts with the op's name and shows the offending values. */
 #include <string.h>
 
@@ -36,6 +37,34 @@ bt_status bt_ops_same_float(bt_infer_ctx *ctx, const char *op, bt_dtype *dtype)
                                   bt_dtype_name(bt_infer_input_dtype(ctx, i)));
     }
     *dtype = bt_infer_input_dtype(ctx, 0);
+    return BT_OK;
+}
+
+bt_status bt_ops_qkv_heads(bt_infer_ctx *ctx, const char *op, int64_t w, int64_t *heads,
+                           int64_t *kv_heads, int64_t *hd)
+{
+    const int64_t h = bt_infer_arg_int(ctx, "heads", 1);
+    const int64_t kvh = bt_infer_arg_int(ctx, "kv_heads", h);
+    if (h % kvh != 0)
+        return bt_infer_error(ctx, "%s: heads = %lld is not a multiple of kv_heads = %lld", op,
+                              (long long)h, (long long)kvh);
+    const int64_t per_row = h + 2 * kvh; /* heads in a row */
+    const int64_t given = bt_infer_arg_int(ctx, "head_dim", 0);
+    if (given > 0 && given * per_row != w)
+        return bt_infer_error(ctx,
+                              "%s: the input's last dimension (%lld) must be (heads + 2 kv_heads) "
+                              "* head_dim = (%lld + 2 * %lld) * %lld = %lld (q, k, v side by side)",
+                              op, (long long)w, (long long)h, (long long)kvh, (long long)given,
+                              (long long)(given * per_row));
+    if (given == 0 && w % per_row != 0)
+        return bt_infer_error(ctx,
+                              "%s: the input's last dimension (%lld) must be (heads + 2 kv_heads) "
+                              "* head_dim, a multiple of %lld + 2 * %lld = %lld (q, k, v side by "
+                              "side)",
+                              op, (long long)w, (long long)h, (long long)kvh, (long long)per_row);
+    *heads = h;
+    *kv_heads = kvh;
+    *hd = w / per_row;
     return BT_OK;
 }
 
