@@ -597,6 +597,7 @@ static void test_gpt_decodes_on_gpu(void)
 {
     check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_F32);
     check_gpt_on_gpu(bt_test_decode_mix_yaml, "mix.yaml", BT_F32);
+    check_gpt_on_gpu(bt_test_decode_llama_yaml, "llama.yaml", BT_F32);
     check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_BF16);
 }
 
