@@ -26,8 +26,9 @@
  *     cuda:0,cuda:0 on the local path and cpu:0,cuda:0 on the host path) gives the greedy tokens
  *     of the CPU; an op with a CPU decode kernel and no CUDA one on a GPU stage is refused before
  *     anything runs, naming the layer, the op and the device;
- *   - GPTs decode on GPU stages (attention's KV cache in device memory, pos_embedding's row; and
- *     a model with rmsnorm, split, concat, matmul, transpose, reshape, silu and mul): on cuda:0,
+ *   - GPTs decode on GPU stages (attention's KV cache in device memory, pos_embedding's row; a
+ *     model with rmsnorm, split, concat, matmul, transpose, reshape, silu and mul; a Llama-style
+ *     one with rope, grouped-query attention with a window, swiglu and gelu's tanh form): on cuda:0,
  *     cpu:0 + cuda:0, cuda:0 + cuda:0 and (two GPUs) cuda:0 + cuda:1, 3 prompts in flight past
  *     the window get the greedy tokens of cpu:0, and every row's logits of a window are within
  *     1e-4 of cpu:0's; in bf16, cuda:0 gives cpu:0's bf16 tokens and logits within 2e-2. */
@@ -597,6 +598,7 @@ static void test_gpt_decodes_on_gpu(void)
 {
     check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_F32);
     check_gpt_on_gpu(bt_test_decode_mix_yaml, "mix.yaml", BT_F32);
+    check_gpt_on_gpu(bt_test_decode_llama_yaml, "llama.yaml", BT_F32);
     check_gpt_on_gpu(gpt_yaml, "gpt.yaml", BT_BF16);
 }
 

@@ -14,8 +14,10 @@
  *     and sampled, past the context window; each prompt alone with seed + its index gets the same;
  *     scoring through every stage count equals the forward (f64);
  *   - decoding a model with rmsnorm, split, concat, matmul and transpose (the sequence a leading
- *     dim), reshape, silu and mul scores a window as the forward does (f64, 1 and 3 stages); a
- *     matmul whose matrices span the sequence is refused, naming the layer;
+ *     dim), reshape, silu and mul, and a Llama-style one (rope with llama3 scaling, grouped-query
+ *     attention with a sliding window, swiglu, gelu approx: tanh), scores a window as the forward
+ *     does (f64, 1 and 3 stages); a matmul whose matrices span the sequence is refused, naming the
+ *     layer;
  *   - generation in bf16 (precision: bf16): the decoder's score of a window equals the bf16
  *     forward's loss within 5e-6 relative on 1 and 2 stages (an f32 decoder of the same master
  *     weights is further off), and its greedy tokens equal those of the bf16 forward rerun over
@@ -678,13 +680,15 @@ static void test_generate_pipelined(void)
 
 
 /* The ops above decode one row each (split, concat, matmul and transpose count rows from the
- * call's tensors: with the config's T rows they ran past the one row's buffers): the decoder's
- * score of each window equals the forward's loss (f64) on 1 and 3 stages. A matmul whose matrices
- * span the sequence ([T, T] @ [T, T]) cannot decode a position alone: refused, naming the layer. */
-static void test_generate_every_op(void)
+ * call's tensors: with the config's T rows they ran past the one row's buffers), and so do the
+ * Hugging Face ops (rope by the row's position, grouped-query attention with a window keeping
+ * kv_heads in its cache, swiglu, gelu's tanh form): the decoder's score of each window equals the
+ * forward's loss (f64) on 1 and 3 stages. A matmul whose matrices span the sequence ([T, T] @
+ * [T, T]) cannot decode a position alone: refused, naming the layer. */
+static void check_decoder_scores(const char *yaml, const char *what)
 {
     bt_model *m = NULL;
-    CU_ASSERT_FATAL(bt_model_load_string(bt_test_decode_mix_yaml, strlen(bt_test_decode_mix_yaml), "mix.yaml", NULL, 0, &m) == BT_OK);
+    CU_ASSERT_FATAL(bt_model_load_string(yaml, strlen(yaml), what, NULL, 0, &m) == BT_OK);
     bt_engine *e = make_engine(m, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
     int32_t idx[4 * T], label[4 * T];
     fill_tokens(idx, label, 4, 21);
@@ -701,13 +705,20 @@ static void test_generate_every_op(void)
         CU_ASSERT_FATAL(bt_generate_score(e, m->graph, seq, T + 1, &l1) == BT_OK);
         CU_ASSERT_FATAL(bt_generate_score(three, m->graph, seq, T + 1, &l3) == BT_OK);
         if (!(fabs(l1 - per_sample[b]) <= 1e-12 * fabs(per_sample[b])))
-            printf("\n  mix.yaml sample %d: decoder %.17g, forward %.17g\n", b, l1, per_sample[b]);
+            printf("\n  %s sample %d: decoder %.17g, forward %.17g\n", what, b, l1, per_sample[b]);
         CU_ASSERT(fabs(l1 - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
         CU_ASSERT(fabs(l3 - per_sample[b]) <= 1e-12 * fabs(per_sample[b]));
     }
     bt_engine_destroy(three);
     bt_engine_destroy(e);
     bt_model_destroy(m);
+}
+
+static void test_generate_every_op(void)
+{
+    check_decoder_scores(bt_test_decode_mix_yaml, "mix.yaml");
+    check_decoder_scores(bt_test_decode_llama_yaml, "llama.yaml");
+    bt_model *m = NULL;
     static const char square_yaml[] =
         "format: 1\n"
         "inputs:\n"
@@ -719,7 +730,7 @@ static void test_generate_every_op(void)
         "  - {name: head, op: linear, args: {out: 13}}\n"
         "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
     CU_ASSERT_FATAL(bt_model_load_string(square_yaml, strlen(square_yaml), "square.yaml", NULL, 0, &m) == BT_OK);
-    e = make_engine(m, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
+    bt_engine *e = make_engine(m, 1, BT_SCHEDULE_1F1B, 1, BT_F64, BT_OPT_ADAMW, 3e-3);
     const int32_t window[T + 1] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     double loss;
     CU_ASSERT(bt_generate_score(e, m->graph, window, T + 1, &loss) == BT_ERR_UNSUPPORTED);

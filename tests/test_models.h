@@ -66,6 +66,37 @@ static const char bt_test_decode_mix_yaml[] =
     "  - {name: head, op: linear, args: {out: 13}}\n"
     "  - {name: loss, op: cross_entropy, from: [head, label]}\n";
 
+/* A model file (test_gpt, test_cuda_engine): two Llama-style decoder blocks of the Hugging Face ops
+ * (rmsnorm, a q|k|v linear with biases as Qwen2's, rope with llama3 scaling, grouped-query
+ * attention 4/2 with a sliding window of 5 < T, swiglu), then gelu's tanh form before the head. */
+static const char bt_test_decode_llama_yaml[] =
+    "format: 1\n"
+    "inputs:\n"
+    "  idx: {shape: [9], dtype: i32}\n"
+    "  label: {shape: [9], dtype: i32}\n"
+    "layers:\n"
+    "  - {name: wte, op: embedding, args: {num: 13, dim: 16, std: 0.5}, from: idx}\n"
+    "  - name: layers\n"
+    "    repeat: 2\n"
+    "    layers:\n"
+    "      - {name: input_layernorm, op: rmsnorm}\n"
+    "      - {name: qkv, op: linear, args: {out: 32}}\n"
+    "      - {name: rope, op: rope, args: {heads: 4, kv_heads: 2, theta: 500000, scaling: llama3, factor: 8,\n"
+    "                                      low_freq_factor: 1, high_freq_factor: 4,\n"
+    "                                      original_max_position_embeddings: 16}}\n"
+    "      - {name: attn, op: attention, args: {heads: 4, kv_heads: 2, window: 5, block: 4}}\n"
+    "      - {name: o_proj, op: linear, args: {out: 16, bias: false}}\n"
+    "      - {name: res_1, op: add, from: [-1, -6]}\n"
+    "      - {name: post_attention_layernorm, op: rmsnorm}\n"
+    "      - {name: gate_up, op: linear, args: {out: 48, bias: false}}\n"
+    "      - {name: mlp, op: swiglu}\n"
+    "      - {name: down_proj, op: linear, args: {out: 16, bias: false}}\n"
+    "      - {name: res_2, op: add, from: [-1, res_1]}\n"
+    "  - {name: norm, op: rmsnorm, from: layers}\n"
+    "  - {name: act, op: gelu, args: {approx: tanh}}\n"
+    "  - {name: lm_head, op: linear, args: {out: 13, bias: false}}\n"
+    "  - {name: loss, op: cross_entropy, from: [lm_head, label]}\n";
+
 /* Reads every parameter of g from e into params[i] (malloc'ed, sizes[i] bytes; f32), at most
  * max of them; returns how many (the caller frees them). */
 static inline int bt_test_read_params(bt_engine *e, const bt_graph *g, float **params, size_t *sizes, int max)

@@ -4,7 +4,8 @@
  * approximation, HF's gelu_new and gelu_pytorch_tanh), `tanh`, `sigmoid`, `silu` (x sigmoid(x),
  * PyTorch's SiLU). Output shape and dtype are the input's. And `swiglu`: [..., 2I] (gate | up)
  * to [..., I], silu(gate) * up, the gated MLP of Llama, Qwen2 and Mistral after one `linear` to
- * 2I (the same as `silu` on gate and `mul` by up, in one pass and one buffer). The backward
+ * 2I (the function `silu` on gate then `mul` by up computes, in one pass and one buffer; its
+ * f32 exp is ops/fastmath.h's vectorised one, within 2 ulp of silu's expf). The backward
  * recomputes what it needs from the input, so it never depends on the output buffer still
  * holding this layer's activations. Under mixed precision relu's results need no rounding
  * (lowp_exact), the others' do. */

@@ -11,6 +11,7 @@
  * length of what the KV cache holds), so decode needs no cache of its own. Angles, their cosines
  * and sines and each rotated pair are computed in double and rounded once. The backward is the
  * inverse rotation (the transpose), exact. No parameters. */
+#include <math.h>
 #include <string.h>
 
 #include "ops/op_configs.h"
