@@ -3,7 +3,7 @@
  * each architecture (llama3-scaled.json also carries the rope_scaling, head_dim and mlp_bias keys
  * of Meta's Llama 3.2 files, which 4.40.2 cannot write); each must read with the numbers given to
  * transformers. Then every refusal: an architecture, model_type, rope_scaling type, activation,
- * quantization or unknown key baton does not implement is BT_ERR_UNSUPPORTED naming the key and
+ * quantization or unknown key baton does not implement is BT_ERR_MODEL naming the key and
  * value; malformed JSON is BT_ERR_MODEL with line and column. */
 #include <stdio.h>
 #include <string.h>
@@ -98,23 +98,23 @@ static void test_refusals(void)
     make_tmpdir();
     bt_hf_config c;
     CU_ASSERT_EQUAL(read_text("{" LLAMA_KEYS "}", &c), BT_OK); /* the minimal file reads */
-    refused("{\"model_type\": \"bert\"}", BT_ERR_UNSUPPORTED, "\"model_type\"", "bert");
-    refused("{}", BT_ERR_UNSUPPORTED, "\"model_type\"", "(missing)");
+    refused("{\"model_type\": \"bert\"}", BT_ERR_MODEL, "\"model_type\"", "bert");
+    refused("{}", BT_ERR_MODEL, "\"model_type\"", "(missing)");
     refused("{" LLAMA_KEYS ", \"architectures\": [\"LlamaForSequenceClassification\"]}",
-            BT_ERR_UNSUPPORTED, "LlamaForSequenceClassification", "LlamaForCausalLM");
+            BT_ERR_MODEL, "LlamaForSequenceClassification", "LlamaForCausalLM");
     refused("{" LLAMA_KEYS ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}",
-            BT_ERR_UNSUPPORTED, "rope_scaling.rope_type", "yarn");
+            BT_ERR_MODEL, "rope_scaling.rope_type", "yarn");
     refused("{" LLAMA_KEYS ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4}}",
-            BT_ERR_UNSUPPORTED, "rope_scaling.rope_type", "linear");
+            BT_ERR_MODEL, "rope_scaling.rope_type", "linear");
     refused("{" LLAMA_KEYS ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
             "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
             "\"original_max_position_embeddings\": 64, \"beta\": 2}}",
-            BT_ERR_UNSUPPORTED, "rope_scaling.beta", NULL);
-    refused("{" LLAMA_KEYS ", \"quantization_config\": {\"bits\": 4}}", BT_ERR_UNSUPPORTED,
+            BT_ERR_MODEL, "rope_scaling.beta", NULL);
+    refused("{" LLAMA_KEYS ", \"quantization_config\": {\"bits\": 4}}", BT_ERR_MODEL,
             "quantization_config", NULL);
-    refused("{" LLAMA_KEYS ", \"hidden_act\": \"gelu\"}", BT_ERR_UNSUPPORTED, "hidden_act", "gelu");
-    refused("{" LLAMA_KEYS ", \"frobnicate\": 3}", BT_ERR_UNSUPPORTED, "\"frobnicate\"", "llama");
-    refused("{" LLAMA_KEYS ", \"torch_dtype\": \"int8\"}", BT_ERR_UNSUPPORTED, "torch_dtype", "int8");
+    refused("{" LLAMA_KEYS ", \"hidden_act\": \"gelu\"}", BT_ERR_MODEL, "hidden_act", "gelu");
+    refused("{" LLAMA_KEYS ", \"frobnicate\": 3}", BT_ERR_MODEL, "\"frobnicate\"", "llama");
+    refused("{" LLAMA_KEYS ", \"torch_dtype\": \"int8\"}", BT_ERR_MODEL, "torch_dtype", "int8");
     refused("{" LLAMA_KEYS ", \"num_key_value_heads\": 3}", BT_ERR_MODEL, "num_key_value_heads",
             NULL);
     refused("{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": \"8\"}", BT_ERR_MODEL,
@@ -125,13 +125,13 @@ static void test_refusals(void)
     refused("{\"model_type\": \"qwen2\", \"vocab_size\": 10, \"hidden_size\": 8, "
             "\"intermediate_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
             "\"max_position_embeddings\": 32, \"rms_norm_eps\": 1e-5, \"use_sliding_window\": true}",
-            BT_ERR_UNSUPPORTED, "use_sliding_window", "true");
+            BT_ERR_MODEL, "use_sliding_window", "true");
     refused("{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_embd\": 8, \"n_layer\": 1, "
             "\"n_head\": 2, \"n_positions\": 16, \"scale_attn_by_inverse_layer_idx\": true}",
-            BT_ERR_UNSUPPORTED, "scale_attn_by_inverse_layer_idx", NULL);
+            BT_ERR_MODEL, "scale_attn_by_inverse_layer_idx", NULL);
     refused("{\"model_type\": \"gpt2\", \"vocab_size\": 10, \"n_embd\": 8, \"n_layer\": 1, "
             "\"n_head\": 2, \"n_positions\": 16, \"activation_function\": \"relu\"}",
-            BT_ERR_UNSUPPORTED, "activation_function", "relu");
+            BT_ERR_MODEL, "activation_function", "relu");
     remove_tmpdir();
 }
 

@@ -24,15 +24,21 @@ typedef struct bt_model {
     bt_train_config train;
     bt_data_config data;
     bt_dtype dtype;           /* dtype: f32 (default) or f64, the engine's compute and parameter type */
+    const char *hf_dir;       /* the Hugging Face directory (config.json) it was read from, or NULL */
 } bt_model;
 
 /* Loads path, applying n_overrides "dotted.key=value" strings. The caller owns *out (free with
- * bt_model_destroy). */
+ * bt_model_destroy). A directory holding config.json is read as that Hugging Face model (Llama,
+ * Qwen2, Mistral, GPT-2: the model file `baton import` writes for it; docs/hf.md). */
 BT_API bt_status bt_model_load(const char *path, const char *const *overrides, int n_overrides,
                                bt_model **out);
 /* The same from a string; name is used in messages in place of a file name. */
 BT_API bt_status bt_model_load_string(const char *text, size_t len, const char *name,
                                       const char *const *overrides, int n_overrides, bt_model **out);
+/* *out_yaml = the baton model file equivalent to the Hugging Face directory dir (what
+ * bt_model_load reads there and `baton import` writes), with `context` positions per sample (0:
+ * the default, the model's maximum up to 512). The caller frees *out_yaml with free(). */
+BT_API bt_status bt_model_hf_yaml(const char *dir, long long context, char **out_yaml);
 /* Frees a model and everything it owns; accepts NULL. */
 BT_API void bt_model_destroy(bt_model *model);
 

@@ -67,6 +67,16 @@ static void print_layers(const bt_model *m, json_t *j)
         json_object_set_new(j, "layers", layers);
         json_object_set_new(j, "inputs", json_integer(bt_graph_num_inputs(g)));
         json_object_set_new(j, "parameter_tensors", json_integer(bt_graph_num_params(g)));
+        json_t *params = json_array(); /* each tensor: name, shape, the parameter it is tied to */
+        for (int i = 0; i < bt_graph_num_params(g); i++) {
+            bt_param_info p;
+            bt_graph_param(g, i, &p);
+            json_t *dims = json_array();
+            for (int d = 0; d < p.shape.ndim; d++) json_array_append_new(dims, json_integer(p.shape.dim[d]));
+            json_array_append_new(params, json_pack("{s:s, s:o, s:o}", "name", p.name, "shape", dims, "tied_to",
+                                                    p.tied_to ? json_string(p.tied_to) : json_null()));
+        }
+        json_object_set_new(j, "parameters", params);
         json_object_set_new(j, "params", json_integer(bt_graph_total_params(g)));
         json_object_set_new(j, "trainable", json_boolean(bt_graph_is_trainable(g)));
         return;

@@ -412,7 +412,9 @@ int bt_cmd_generate(int argc, char **argv)
         goto parse_fail;
     }
     bt_model *m = NULL;
-    if ((rc = bt_cli_load_model("generate", &mo, &m)) != BT_EXIT_OK) goto parse_fail;
+    if ((rc = bt_cli_load_model("generate", &mo, &m)) != BT_EXIT_OK ||
+        (rc = bt_cli_refuse_hf_weights("generate", &m)) != BT_EXIT_OK)
+        goto parse_fail;
     bt_engine *e = NULL;
     bt_cli_dist dist = {0};
     const int k = prompts.n;

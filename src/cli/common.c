@@ -114,6 +114,20 @@ static void file_peek(const bt_cli_model_opts *o, int *is_auto, int *trains)
     bt_model_destroy(m);
 }
 
+int bt_cli_refuse_hf_weights(const char *cmd, bt_model **m)
+{
+    if (!*m || !(*m)->hf_dir) return BT_EXIT_OK;
+    char shown[1024];
+    fprintf(stderr,
+            "baton %s: %s is a Hugging Face directory, and this baton reads its config.json but not "
+            "yet its weights (model.safetensors): %s would run on random weights, so it refuses. "
+            "check, profile and plan take the directory; baton import writes its model file\n",
+            cmd, bt_cli_escape((*m)->hf_dir, shown, sizeof shown), cmd);
+    bt_model_destroy(*m);
+    *m = NULL;
+    return BT_EXIT_USAGE;
+}
+
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *o, bt_model **out)
 {
     const char *ov[100];

@@ -21,6 +21,7 @@ static void usage(FILE *f)
             "  profile MODEL.yaml   measure each layer's time and memory on devices\n"
             "  plan MODEL.yaml      choose stage cuts and devices from measured costs\n"
             "  generate MODEL.yaml  sample text from a trained language model (--weights CKPT)\n"
+            "  import DIR           the baton model file of a Hugging Face directory (config.json)\n"
             "  tokenize MODEL       token ids of a text by a Hugging Face tokenizer.json (--decode: back)\n"
             "  plot RUN.jsonl ...   draw runs' JSON records as an SVG report (-o FILE)\n"
             "  schedule             print a pipeline schedule as a grid (--stages, --microbatches)\n"
@@ -42,6 +43,7 @@ static const command commands[] = {
     {"devices", bt_cmd_devices}, {"plot", bt_cmd_plot},   {"predict", bt_cmd_predict},
     {"generate", bt_cmd_generate},
     {"tokenize", bt_cmd_tokenize},
+    {"import", bt_cmd_import},
 };
 
 static const command *find_command(const char *name)

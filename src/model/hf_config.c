@@ -12,7 +12,7 @@
  *     generation_config.json), initialisation (initializer_range), label maps, dropout
  *     probabilities (kept in bt_hf_config for the training side to honour or refuse).
  * No approximate model: an unknown model_type, rope_scaling of another type, a quantization_config
- * and the like are BT_ERR_UNSUPPORTED with the key and its value. */
+ * and the like are BT_ERR_MODEL with the key and its value. */
 #include "model/hf_config.h"
 
 #include <errno.h>
@@ -113,7 +113,7 @@ static bt_status need_bool(reader *r, const char *key, int want, const char *why
     int v = want;
     BT_TRY(get_bool(r, key, &v));
     if (v != want)
-        return bt_error(BT_ERR_UNSUPPORTED, "%s: \"%s\": %s is not implemented (%s)", r->file, key,
+        return bt_error(BT_ERR_MODEL, "%s: \"%s\": %s is not implemented (%s)", r->file, key,
                         v ? "true" : "false", why);
     return BT_OK;
 }
@@ -211,7 +211,7 @@ static bt_status read_rope_scaling(reader *r, bt_hf_config *c)
     if (!type[0]) snprintf(type, sizeof type, "%s", type2);
     if (strcmp(type, "default") == 0) return BT_OK;
     if (strcmp(type, "llama3") != 0)
-        return bt_error(BT_ERR_UNSUPPORTED,
+        return bt_error(BT_ERR_MODEL,
                         "%s: \"rope_scaling.rope_type\": \"%s\" is not implemented (baton implements "
                         "llama3)",
                         r->file, type[0] ? type : "(none)");
@@ -228,7 +228,7 @@ static bt_status read_rope_scaling(reader *r, bt_hf_config *c)
     json_t *val;
     json_object_foreach(v, key, val) {
         if (!was_used(&s, key))
-            return bt_error(BT_ERR_UNSUPPORTED, "%s: \"rope_scaling.%s\" is not implemented", r->file,
+            return bt_error(BT_ERR_MODEL, "%s: \"rope_scaling.%s\" is not implemented", r->file,
                             key);
     }
     return BT_OK;
@@ -266,7 +266,7 @@ static bt_status read_llama_family(reader *r, bt_hf_config *c)
     snprintf(c->act, sizeof c->act, "silu");
     BT_TRY(get_str(r, "hidden_act", c->act, sizeof c->act));
     if (strcmp(c->act, "silu") != 0)
-        return bt_error(BT_ERR_UNSUPPORTED,
+        return bt_error(BT_ERR_MODEL,
                         "%s: \"hidden_act\": \"%s\" is not implemented for %s (baton implements silu)",
                         r->file, c->act, c->architecture);
     c->tied = 0;
@@ -314,7 +314,7 @@ static bt_status read_gpt2(reader *r, bt_hf_config *c)
     BT_TRY(get_str(r, "activation_function", c->act, sizeof c->act));
     if (strcmp(c->act, "gelu_pytorch_tanh") == 0) snprintf(c->act, sizeof c->act, "gelu_new");
     if (strcmp(c->act, "gelu_new") != 0 && strcmp(c->act, "gelu") != 0)
-        return bt_error(BT_ERR_UNSUPPORTED,
+        return bt_error(BT_ERR_MODEL,
                         "%s: \"activation_function\": \"%s\" is not implemented (baton implements "
                         "gelu_new, gelu_pytorch_tanh and gelu)",
                         r->file, c->act);
@@ -360,7 +360,7 @@ bt_status bt_hf_config_read(const char *dir, bt_hf_config *out)
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (strcmp(archs[i].model_type, out->model_type) == 0) a = &archs[i];
     if (!a) {
-        st = bt_error(BT_ERR_UNSUPPORTED,
+        st = bt_error(BT_ERR_MODEL,
                       "%s: \"model_type\": \"%s\" is not implemented (baton implements llama, qwen2, "
                       "mistral and gpt2)",
                       path, out->model_type[0] ? out->model_type : "(missing)");
@@ -380,7 +380,7 @@ bt_status bt_hf_config_read(const char *dir, bt_hf_config *out)
         }
         json_array_foreach(list, i, e) {
             if (!json_is_string(e) || strcmp(json_string_value(e), a->architecture) != 0) {
-                st = bt_error(BT_ERR_UNSUPPORTED,
+                st = bt_error(BT_ERR_MODEL,
                               "%s: \"architectures\": \"%s\" is not implemented for model_type %s "
                               "(baton implements %s)",
                               path, json_is_string(e) ? json_string_value(e) : "(not a string)",
@@ -390,14 +390,14 @@ bt_status bt_hf_config_read(const char *dir, bt_hf_config *out)
         }
     }
     if (json_object_get(root, "quantization_config")) {
-        st = bt_error(BT_ERR_UNSUPPORTED,
+        st = bt_error(BT_ERR_MODEL,
                       "%s: \"quantization_config\": quantized weights are not implemented", path);
         goto done;
     }
     BT_TRY_GOTO(st, get_str(&r, "torch_dtype", out->dtype, sizeof out->dtype), done);
     if (out->dtype[0] && strcmp(out->dtype, "float32") && strcmp(out->dtype, "bfloat16") &&
         strcmp(out->dtype, "float16")) {
-        st = bt_error(BT_ERR_UNSUPPORTED,
+        st = bt_error(BT_ERR_MODEL,
                       "%s: \"torch_dtype\": \"%s\" is not implemented (float32, bfloat16, float16)",
                       path, out->dtype);
         goto done;
@@ -413,7 +413,7 @@ bt_status bt_hf_config_read(const char *dir, bt_hf_config *out)
         json_t *val;
         json_object_foreach(root, key, val) {
             if (was_used(&r, key) || is_harmless(key)) continue;
-            st = bt_error(BT_ERR_UNSUPPORTED,
+            st = bt_error(BT_ERR_MODEL,
                           "%s: \"%s\" is not a %s setting baton knows; refusing rather than guess "
                           "whether it changes the model",
                           path, key, a->model_type);

@@ -48,8 +48,8 @@ int bt_hf_is_dir(const char *path);
 
 /* Reads DIR/config.json. Every key is either used, known not to change the computation, or
  * refused: an architecture, model_type, rope_scaling type, quantization or other setting baton
- * does not implement is BT_ERR_UNSUPPORTED naming the key and its value; malformed JSON or a wrong
- * type is BT_ERR_MODEL with file:line:column or the key. */
+ * does not implement is BT_ERR_MODEL (a usage error, exit 2) naming the key and its value, as are
+ * malformed JSON (file:line:column) and a wrong type or range (the key). */
 bt_status bt_hf_config_read(const char *dir, bt_hf_config *out);
 
 #endif

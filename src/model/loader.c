@@ -26,6 +26,8 @@
 #include "core/error.h"
 #include "graph/graph_internal.h"
 #include "core/strutil.h"
+#include "model/hf_config.h"
+#include "model/hf_import.h"
 #include "model/interp.h"
 #include "model/layer_args.h"
 #include "model/overrides.h"
@@ -698,6 +700,23 @@ fail:
     return st;
 }
 
+/* A Hugging Face directory: its config read strictly, then the model file baton import writes. */
+static bt_status load_hf(const char *dir, const char *const *overrides, int n_overrides, bt_model **out)
+{
+    bt_hf_config c;
+    char *text = NULL;
+    BT_TRY(bt_hf_config_read(dir, &c));
+    BT_TRY(bt_hf_model_yaml(&c, dir, bt_hf_default_context(&c), &text));
+    bt_status st = bt_model_load_string(text, strlen(text), dir, overrides, n_overrides, out);
+    free(text);
+    if (st == BT_OK && !((*out)->hf_dir = strdup(dir))) {
+        bt_model_destroy(*out);
+        *out = NULL;
+        st = bt_error(BT_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    return st;
+}
+
 bt_status bt_model_load(const char *path, const char *const *overrides, int n_overrides,
                         bt_model **out)
 {
@@ -705,6 +724,7 @@ bt_status bt_model_load(const char *path, const char *const *overrides, int n_ov
     size_t len = 0;
     if (!path || !out) return bt_error(BT_ERR_INVALID_ARG, "bt_model_load: NULL argument");
     *out = NULL;
+    if (bt_hf_is_dir(path)) return load_hf(path, overrides, n_overrides, out);
     BT_TRY(read_file(path, &text, &len));
     bt_status st = bt_model_load_string(text, len, path, overrides, n_overrides, out);
     free(text);
@@ -727,6 +747,7 @@ void bt_model_destroy(bt_model *m)
     if (!m) return;
     free((char *)m->name);
     free((char *)m->path);
+    free((char *)m->hf_dir);
     bt_graph_destroy(m->graph);
     free((char *)m->parallel.devices);
     free((char *)m->parallel.layout);
