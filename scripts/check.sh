@@ -113,7 +113,8 @@ start_ahead() {
   [ "$ahead" = 1 ] || return 0
   case " $selected " in *" $job "*) ;; *) return 0 ;; esac
   [ -z "${ahead_pid[$job]:-}" ] || return 0
-  ( nice -n 10 "build_$job" ) >"$ahead_dir/$job.log" 2>&1 &
+  # a subshell running the function, its priority lowered (its compilers inherit it)
+  ( renice -n 10 -p "$BASHPID" >/dev/null 2>&1; "build_$job" ) >"$ahead_dir/$job.log" 2>&1 &
   ahead_pid[$job]=$!
   echo "check.sh: the $job build started ahead (in the background)"
 }
