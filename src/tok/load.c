@@ -183,24 +183,30 @@ static bt_status add_norm(bt_tokenizer *t, tok_norm n)
     return BT_OK;
 }
 
+/* A {"type": "Sequence", KEY: [...]} component: each element loaded by load, in order. */
+typedef bt_status (*component_loader)(loader *ld, json_t *v, const char *path);
+static bt_status load_sequence(loader *ld, json_t *v, const char *path, const char *key, component_loader load)
+{
+    const char *const keys[] = {"type", key, NULL};
+    char p2[PATH_MAX_LEN];
+    BT_TRY(only_keys(ld, v, path, keys));
+    json_t *list = json_object_get(v, key);
+    sub(p2, path, key);
+    if (!json_is_array(list)) return bad(ld, p2, "must be an array");
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char p3[PATH_MAX_LEN];
+        idx(p3, p2, i);
+        BT_TRY(load(ld, json_array_get(list, i), p3));
+    }
+    return BT_OK;
+}
+
 static bt_status load_normalizer(loader *ld, json_t *v, const char *path)
 {
     const char *type;
     BT_TRY(get_type(ld, v, path, &type));
     char p2[PATH_MAX_LEN];
-    if (strcmp(type, "Sequence") == 0) {
-        static const char *const keys[] = {"type", "normalizers", NULL};
-        BT_TRY(only_keys(ld, v, path, keys));
-        json_t *list = json_object_get(v, "normalizers");
-        sub(p2, path, "normalizers");
-        if (!json_is_array(list)) return bad(ld, p2, "must be an array");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char p3[PATH_MAX_LEN];
-            idx(p3, p2, i);
-            BT_TRY(load_normalizer(ld, json_array_get(list, i), p3));
-        }
-        return BT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(ld, v, path, "normalizers", load_normalizer);
     tok_norm n = {0};
     if (strcmp(type, "NFC") == 0 || strcmp(type, "NFD") == 0 || strcmp(type, "NFKC") == 0 || strcmp(type, "NFKD") == 0) {
         static const char *const keys[] = {"type", NULL};
@@ -302,19 +308,7 @@ static bt_status load_pre_tokenizer(loader *ld, json_t *v, const char *path)
     char p2[PATH_MAX_LEN];
     tok_pre p = {0};
     bt_status st = BT_OK;
-    if (strcmp(type, "Sequence") == 0) {
-        static const char *const keys[] = {"type", "pretokenizers", NULL};
-        BT_TRY(only_keys(ld, v, path, keys));
-        json_t *list = json_object_get(v, "pretokenizers");
-        sub(p2, path, "pretokenizers");
-        if (!json_is_array(list)) return bad(ld, p2, "must be an array");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char p3[PATH_MAX_LEN];
-            idx(p3, p2, i);
-            BT_TRY(load_pre_tokenizer(ld, json_array_get(list, i), p3));
-        }
-        return BT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(ld, v, path, "pretokenizers", load_pre_tokenizer);
     if (strcmp(type, "ByteLevel") == 0) {
         static const char *const keys[] = {"type", "add_prefix_space", "trim_offsets", "use_regex", NULL};
         BT_TRY(only_keys(ld, v, path, keys));
@@ -694,19 +688,7 @@ static bt_status load_post(loader *ld, json_t *v, const char *path)
     const char *type;
     char p2[PATH_MAX_LEN];
     BT_TRY(get_type(ld, v, path, &type));
-    if (strcmp(type, "Sequence") == 0) {
-        static const char *const keys[] = {"type", "processors", NULL};
-        BT_TRY(only_keys(ld, v, path, keys));
-        json_t *list = json_object_get(v, "processors");
-        sub(p2, path, "processors");
-        if (!json_is_array(list)) return bad(ld, p2, "must be an array");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char p3[PATH_MAX_LEN];
-            idx(p3, p2, i);
-            BT_TRY(load_post(ld, json_array_get(list, i), p3));
-        }
-        return BT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(ld, v, path, "processors", load_post);
     if (strcmp(type, "ByteLevel") == 0) { /* trims offsets only: the ids stay */
         static const char *const keys[] = {"type", "add_prefix_space", "trim_offsets", "use_regex", NULL};
         BT_TRY(only_keys(ld, v, path, keys));
@@ -747,19 +729,7 @@ static bt_status load_decoder(loader *ld, json_t *v, const char *path)
     char p2[PATH_MAX_LEN];
     BT_TRY(get_type(ld, v, path, &type));
     tok_dec d = {0};
-    if (strcmp(type, "Sequence") == 0) {
-        static const char *const keys[] = {"type", "decoders", NULL};
-        BT_TRY(only_keys(ld, v, path, keys));
-        json_t *list = json_object_get(v, "decoders");
-        sub(p2, path, "decoders");
-        if (!json_is_array(list)) return bad(ld, p2, "must be an array");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char p3[PATH_MAX_LEN];
-            idx(p3, p2, i);
-            BT_TRY(load_decoder(ld, json_array_get(list, i), p3));
-        }
-        return BT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0) return load_sequence(ld, v, path, "decoders", load_decoder);
     if (strcmp(type, "ByteLevel") == 0) {
         static const char *const keys[] = {"type", "add_prefix_space", "trim_offsets", "use_regex", NULL};
         BT_TRY(only_keys(ld, v, path, keys));
