@@ -9,7 +9,8 @@
 #   - `baton check DIR --json` lists exactly those tensors with their shapes (GPT-2's Conv1D
 #     weights transposed), tied copies apart;
 #   - `baton import DIR -o FILE` writes a model file that `baton check` reads to the same layers;
-# then run, predict and generate refuse the directory (exit 2: its weights are not read yet), and
+# then run and generate refuse the directory (exit 2, saying why), predict GPT-2 (its Conv1D weights
+# are not transposed yet) and a directory without weights; and
 # the refusals: an unknown key, an unimplemented rope_scaling, import over config.json itself.
 set -u
 builddir=${BT_BUILDDIR:-$(pwd)}
@@ -59,12 +60,19 @@ PY
 done
 
 dir=$tmp/llama-gqa
-for cmd in run "predict --weights $dir --data eval" "generate --weights $dir"; do
+for cmd in run "generate --weights $dir"; do
   # shellcheck disable=SC2086 # the command and its options
   "$b" $cmd "$dir" >"$tmp/o" 2>"$tmp/e"; rc=$?
-  if [ $rc = 2 ] && grep -q "Hugging Face directory" "$tmp/e"; then ok "$cmd refuses the directory (weights not read yet)"
+  if [ $rc = 2 ] && grep -q "Hugging Face directory" "$tmp/e"; then ok "${cmd%% *} refuses the directory, saying why (exit 2)"
   else bad "$cmd on an HF directory: exit $rc: $(head -c 300 "$tmp/e")"; fi
 done
+: >"$tmp/ids.npy" # never read: both refusals come before the input is
+"$b" predict "$tmp/gpt2" --weights "$tmp/gpt2" --input "$tmp/ids.npy" --output "$tmp/x.npy" >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc = 2 ] && grep -q "Conv1D" "$tmp/e"; then ok "predict refuses GPT-2's Conv1D weights (not transposed yet), saying so"
+else bad "predict on GPT-2: exit $rc: $(head -c 300 "$tmp/e")"; fi
+"$b" predict "$dir" --weights "$dir" --input "$tmp/ids.npy" --output "$tmp/x.npy" >"$tmp/o" 2>"$tmp/e"; rc=$?
+if [ $rc != 0 ] && grep -q "no weights there" "$tmp/e"; then ok "predict on a directory without model.safetensors names the missing weights"
+else bad "predict without weights: exit $rc: $(head -c 300 "$tmp/e")"; fi
 cp "$dir/config.json" "$tmp/config.before"
 "$b" import "$dir" -o "$dir/config.json" >"$tmp/o" 2>"$tmp/e"; rc=$?
 if [ $rc = 2 ] && cmp -s "$dir/config.json" "$tmp/config.before"; then ok "import -o over its own config.json is refused, the file unchanged"

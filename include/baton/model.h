@@ -39,6 +39,11 @@ BT_API bt_status bt_model_load_string(const char *text, size_t len, const char *
  * bt_model_load reads there and `baton import` writes), with `context` positions per sample (0:
  * the default, the model's maximum up to 512). The caller frees *out_yaml with free(). */
 BT_API bt_status bt_model_hf_yaml(const char *dir, long long context, char **out_yaml);
+/* For a model read from a Hugging Face directory (hf_dir set; BT_OK for any other): whether its
+ * checkpoint's weights can be used as they are, for serving (training 0) or training (1). Refused,
+ * naming why: GPT-2's Conv1D weights (stored [in, out]; not transposed on loading yet), and for
+ * training a dropout probability the model file does not reproduce. */
+BT_API bt_status bt_model_hf_check_weights(const bt_model *m, int training);
 /* Frees a model and everything it owns; accepts NULL. */
 BT_API void bt_model_destroy(bt_model *model);
 

@@ -114,10 +114,11 @@ int bt_cli_load_plugins(const char *cmd, const bt_cli_model_opts *o);
 int bt_cli_take_positional(const char *cmd, int argc, char **argv, int first, bt_cli_model_opts *o);
 /* Loads the model and applies the flags; on failure prints the error and returns the exit code. */
 int bt_cli_load_model(const char *cmd, const bt_cli_model_opts *opts, bt_model **out);
-/* A command that needs a model's trained weights (run, predict, generate) refuses a Hugging Face
- * directory while baton cannot load its safetensors (exit 2 saying so): it would otherwise run on
- * random weights as if they were the checkpoint's. Frees *m then. */
-int bt_cli_refuse_hf_weights(const char *cmd, bt_model **m);
+/* A command that uses a model's weights refuses a Hugging Face directory whose checkpoint baton
+ * cannot use as it is (bt_model_hf_check_weights), generate any directory (its prompts need the
+ * directory's tokenizer, not wired into generate yet) and run (training: fine-tuning is not built
+ * yet): exit 2 saying why, never a run on random weights. Frees *m then. */
+int bt_cli_refuse_hf_weights(const char *cmd, bt_model **m, int training);
 /* Parses a byte count: "512M", "2G", "1.5GiB", "4096". Returns 1 on success. */
 int bt_cli_parse_bytes(const char *s, unsigned long long *out);
 /* Formats 1863690 as "1,863,690". */

@@ -413,7 +413,7 @@ int bt_cmd_generate(int argc, char **argv)
     }
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("generate", &mo, &m)) != BT_EXIT_OK ||
-        (rc = bt_cli_refuse_hf_weights("generate", &m)) != BT_EXIT_OK)
+        (rc = bt_cli_refuse_hf_weights("generate", &m, 0)) != BT_EXIT_OK)
         goto parse_fail;
     bt_engine *e = NULL;
     bt_cli_dist dist = {0};

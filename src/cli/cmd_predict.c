@@ -232,7 +232,7 @@ int bt_cmd_predict(int argc, char **argv)
         if (missing("--input", po.input_files[i])) return BT_EXIT_USAGE;
     bt_model *m = NULL;
     if ((rc = bt_cli_load_model("predict", &mo, &m)) != BT_EXIT_OK) return rc;
-    if ((rc = bt_cli_refuse_hf_weights("predict", &m)) != BT_EXIT_OK) return rc;
+    if ((rc = bt_cli_refuse_hf_weights("predict", &m, 0)) != BT_EXIT_OK) return rc;
     if (data) {
         po.source = strcmp(data, "eval") == 0 ? &m->data.eval : &m->data.train;
         section = strcmp(data, "eval") == 0 ? "data.eval" : "data.train";

@@ -531,7 +531,7 @@ int bt_cmd_run(int argc, char **argv)
     if (prc != BT_EXIT_OK) return prc;
     bt_model *m = NULL;
     rc = bt_cli_load_model("run", &o.model, &m);
-    if (rc == BT_EXIT_OK) rc = bt_cli_refuse_hf_weights("run", &m);
+    if (rc == BT_EXIT_OK) rc = bt_cli_refuse_hf_weights("run", &m, 1);
     if (rc != BT_EXIT_OK) return rc;
     if (bt_cli_tensorboard_dir(&o, m) && !m->train.enabled) {
         fprintf(stderr, "baton run: --tensorboard records training; %s has no train: section\n", o.model.path);

@@ -114,15 +114,27 @@ static void file_peek(const bt_cli_model_opts *o, int *is_auto, int *trains)
     bt_model_destroy(m);
 }
 
-int bt_cli_refuse_hf_weights(const char *cmd, bt_model **m)
+int bt_cli_refuse_hf_weights(const char *cmd, bt_model **m, int training)
 {
     if (!*m || !(*m)->hf_dir) return BT_EXIT_OK;
     char shown[1024];
-    fprintf(stderr,
-            "baton %s: %s is a Hugging Face directory, and this baton reads its config.json but not "
-            "yet its weights (model.safetensors): %s would run on random weights, so it refuses. "
-            "check, profile and plan take the directory; baton import writes its model file\n",
-            cmd, bt_cli_escape((*m)->hf_dir, shown, sizeof shown), cmd);
+    if (strcmp(cmd, "generate") == 0) {
+        fprintf(stderr,
+                "baton generate: %s is a Hugging Face directory: generate does not use its tokenizer "
+                "yet, so it cannot read a prompt the model understands (predict takes token ids: "
+                "--input ids.npy; baton tokenize makes them)\n",
+                bt_cli_escape((*m)->hf_dir, shown, sizeof shown));
+    } else if (training) {
+        fprintf(stderr,
+                "baton run: %s is a Hugging Face directory: fine-tuning it (from its weights, on text its "
+                "tokenizer reads, exported under its names) is not built yet, and a run from random "
+                "weights would ignore the checkpoint; predict serves it on token ids\n",
+                bt_cli_escape((*m)->hf_dir, shown, sizeof shown));
+    } else if (bt_model_hf_check_weights(*m, 0) != BT_OK) {
+        fprintf(stderr, "baton %s: %s\n", cmd, bt_last_error());
+    } else {
+        return BT_EXIT_OK;
+    }
     bt_model_destroy(*m);
     *m = NULL;
     return BT_EXIT_USAGE;

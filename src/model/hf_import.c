@@ -162,6 +162,25 @@ int64_t bt_hf_default_context(const bt_hf_config *c)
     return c->max_positions < BT_HF_DEFAULT_CONTEXT ? c->max_positions : BT_HF_DEFAULT_CONTEXT;
 }
 
+bt_status bt_model_hf_check_weights(const bt_model *m, int training)
+{
+    if (!m) return bt_error(BT_ERR_INVALID_ARG, "bt_model_hf_check_weights: NULL model");
+    if (!m->hf_dir) return BT_OK;
+    bt_hf_config c;
+    BT_TRY(bt_hf_config_read(m->hf_dir, &c));
+    if (c.arch == BT_HF_GPT2)
+        return bt_error(BT_ERR_UNSUPPORTED,
+                        "%s: GPT2LMHeadModel's Conv1D weights are stored [in, out], and baton does not "
+                        "transpose them on loading yet (check, profile and plan take the directory)",
+                        m->hf_dir);
+    if (training && c.dropout > 0)
+        return bt_error(BT_ERR_UNSUPPORTED,
+                        "%s: config.json's %s is %g, and baton's model of it has no dropout: training "
+                        "would not be the model's (set it to 0 to train without)",
+                        m->hf_dir, c.dropout_key, c.dropout);
+    return BT_OK;
+}
+
 bt_status bt_model_hf_yaml(const char *dir, long long context, char **out_yaml)
 {
     if (!dir || !out_yaml) return bt_error(BT_ERR_INVALID_ARG, "bt_model_hf_yaml: NULL argument");

@@ -80,6 +80,27 @@ bt_status bt_ckpt_source_latest(const char *dir, char **out)
     if (has_index) *out = index, free(single);
     else if (has_single) *out = single, free(index);
     else free(single), free(index);
+    if (*out) return BT_OK;
+    /* else a Hugging Face directory's weights: one model.safetensors (its tensors carry the
+     * checkpoint's names, which the model file of the directory uses: model/hf_import.c) */
+    char *hf = bt_strfmt("%s/model.safetensors", dir), *hf_index = bt_strfmt("%s/model.safetensors.index.json", dir);
+    if (!hf || !hf_index) {
+        free(hf);
+        free(hf_index);
+        return bt_error(BT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    const int has_hf = stat(hf, &sb) == 0, has_hf_index = stat(hf_index, &sb) == 0;
+    free(hf_index);
+    if (has_hf) {
+        *out = hf;
+        return BT_OK;
+    }
+    free(hf);
+    if (has_hf_index)
+        return bt_error(BT_ERR_UNSUPPORTED,
+                        "%s: a sharded Hugging Face checkpoint (model.safetensors.index.json): baton "
+                        "does not read its shards yet",
+                        dir);
     return BT_OK;
 }
 

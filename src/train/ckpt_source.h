@@ -32,8 +32,9 @@ typedef struct bt_ckpt_source {
 bt_status bt_ckpt_source_open(const char *path, bt_ckpt_source **out);
 /* Accepts NULL. */
 void bt_ckpt_source_close(bt_ckpt_source *s);
-/* The latest checkpoint of directory dir, as a malloc'ed path (see above); *out NULL when it has
- * none. Fails only when memory or a metadata read fails. */
+/* The latest checkpoint of directory dir, as a malloc'ed path (see above); else a Hugging Face
+ * directory's model.safetensors; *out NULL when it has none. Fails when memory or a metadata read
+ * fails, and on a sharded Hugging Face checkpoint (BT_ERR_UNSUPPORTED: not read yet). */
 bt_status bt_ckpt_source_latest(const char *dir, char **out);
 
 /* Tensor name, or NULL; *file (may be NULL) gets the file holding it. */
