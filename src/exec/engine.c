@@ -230,6 +230,7 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     e->test_start_delay_stage = -1;
     e->drop_send_mb = -1;
     e->staging_chunk = bt_transfer_default_chunk();
+    bt_transport_table_init(e->transport);
     bt_loss_scale_init(&e->scaler, params->loss_scale, 0);
     e->loss_scale = 1.0;
     BT_TRY_GOTO(st, bt_plan_build(graph, &params->parallel, &e->plan), fail);

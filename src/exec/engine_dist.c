@@ -79,6 +79,7 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
                         layout->size, layout->data, layout->stages, e->stages);
     e->dist.on = 1;
     e->dist.layout = *layout;
+    bt_remote_install_transports(e);
     e->dist.zero = e->params.parallel.zero && layout->data > 1 && e->train_sched;
     int64_t per = (int64_t)layout->data * e->params.parallel.microbatches;
     if (e->params.batch % per != 0)

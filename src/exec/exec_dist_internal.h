@@ -19,6 +19,8 @@ bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
 /* Receiver, after the message arrived (MPI) or was queued (nccl): a GPU side copies it into `buf`
  * on its copy stream and makes its compute stream wait for it. */
 bt_status bt_remote_recv(bt_stage *st, bt_channel *ch, int mb);
+/* The entries of the mpi, mpi-staged and nccl paths in the engine's table (exec/transport.h). */
+void bt_remote_install_transports(bt_engine *e);
 /* Whether this rank's side of ch is a device with its own memory (a GPU). */
 int bt_remote_on_device(const bt_engine *e, const bt_channel *ch);
 

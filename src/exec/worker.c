@@ -28,7 +28,7 @@ static int dropped(const bt_engine *e, const bt_stage *st, int mb)
 static int any_device_path(bt_channel *const *channels, int n)
 {
     for (int c = 0; c < n; c++)
-        if (bt_path_has_events(channels[c]->path)) return 1;
+        if (bt_channel_has_events(channels[c])) return 1;
     return 0;
 }
 
@@ -53,7 +53,7 @@ static bt_status send_instr(bt_engine *e, bt_stage *st, bt_channel *const *chann
     BT_TRY(be->event_record(st->dev, st->ev_end[instr], stream));
     if (!dropped(e, st, mb))
         for (int c = 0; c < n; c++)
-            if (!bt_path_is_remote(channels[c]->path)) bt_channel_post(channels[c], mb); /* MPI: the message is */
+            if (!bt_channel_is_remote(channels[c])) bt_channel_post(channels[c], mb); /* MPI: the message is */
     return BT_OK;
 }
 
@@ -65,7 +65,7 @@ static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *
     const bt_schedule *sched = e->job_sched;
     bt_instr_format(st->index, &sched->list[st->index][w->cur_instr], ins, sizeof ins);
     int peer = ch->from;
-    if (bt_path_is_remote(ch->path)) { /* the peer is another process: what it last did is not known here */
+    if (bt_channel_is_remote(ch)) { /* the peer is another process: what it last did is not known here */
         char who[96];
         bt_dist_describe_stage(e, peer, who, sizeof who);
         snprintf(buf, size, "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from %s (lost, "
@@ -101,9 +101,7 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
 {
     for (int c = 0; c < n; c++) {
         atomic_store(&w->waiting, 1);
-        bt_status s = bt_path_uses_mpi(channels[c]->path) ? bt_dist_wait(e, channels[c], mb)
-                      : channels[c]->path == BT_PATH_NCCL ? BT_OK /* queued ahead: the device waits */
-                                                           : bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
+        bt_status s = bt_transfer_wait(e, channels[c], mb);
         atomic_store(&w->waiting, 0);
         if (s != BT_OK) return wait_error(e, st, w, channels[c], mb, s);
     }
@@ -270,7 +268,7 @@ static bt_status set_seed(bt_engine *e, bt_stage *st)
 static void reset_channels(bt_channel *const *channels, int n)
 {
     for (int c = 0; c < n; c++) {
-        if (!bt_path_has_events(channels[c]->path)) continue;
+        if (!bt_channel_has_events(channels[c])) continue;
         memset(channels[c]->pending, 0, (size_t)channels[c]->microbatches * sizeof *channels[c]->pending);
         channels[c]->last_sent = -1;
     }

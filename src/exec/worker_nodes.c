@@ -255,7 +255,7 @@ static bt_status wait_slot_free(bt_stage *st, int mb)
     if (prev < 0 || prev == mb) return BT_OK;
     for (int c = 0; c < st->n_out_act; c++) {
         bt_channel *ch = st->out_act[c];
-        if (bt_path_has_events(ch->path) && ch->pending[prev])
+        if (bt_channel_has_events(ch) && ch->pending[prev])
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[prev]));
     }
     return BT_OK;
@@ -328,7 +328,7 @@ bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last)
     /* the gradients this stage sent back last are about to be overwritten */
     for (int c = 0; c < st->n_out_grad; c++) {
         bt_channel *ch = st->out_grad[c];
-        if (bt_path_has_events(ch->path) && ch->last_sent >= 0)
+        if (bt_channel_has_events(ch) && ch->last_sent >= 0)
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[ch->last_sent]));
     }
     BT_TRY(st->be->zero(st->dev, st->grads + st->outgoing_grad_bytes,
