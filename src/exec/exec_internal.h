@@ -381,6 +381,7 @@ struct bt_engine {
     double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
     bt_loss_scale scaler;      /* f16: dynamic loss scaling */
     bt_engine_dist dist;       /* across processes (engine_dist.c); off in one process */
+    const struct bt_rank_hooks *ranks; /* the rank hooks (exec/rank_hooks.h): the local table in one process */
     int local_stages;          /* stages this process runs (all of them in one process) */
     struct bt_decode_run *decode; /* the decode job's state (decode.c), during a BT_JOB_DECODE */
 };
@@ -499,6 +500,8 @@ bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st);
 
 /* worker.c */
 void *bt_worker_main(void *arg);
+/* The per-sample losses of the step on the last stage, summed (device idle). */
+double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st);
 /* worker_step.c */
 /* Mixed precision: copies p's master weights into its compute copy, rounded (queued). */
 bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p);
@@ -570,6 +573,9 @@ static inline bt_status bt_exec_ordering_event(const bt_backend *be, bt_device *
 {
     return be->event_create_untimed ? be->event_create_untimed(dev, out) : be->event_create(dev, out);
 }
+
+/* the steps of a job that meet other processes, through the engine's table */
+#include "exec/rank_hooks.h"
 
 /* the parts of a job across processes (engine_dist.c, dist_*.c, transfer_staged.c) */
 #include "exec/exec_dist_internal.h"

@@ -56,7 +56,7 @@ const char *bt_transfer_path_name(bt_transfer_path path)
 bt_transfer_path bt_transfer_path_for(bt_engine *e, int a, int b)
 {
     const bt_stage *sa = &e->stage[a], *sb = &e->stage[b];
-    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return bt_remote_path_for(e, a, b);
+    if (!bt_stage_is_local(e, a) || !bt_stage_is_local(e, b)) return e->ranks->remote_path(e, a, b);
     if (e->params.transfer == BT_TRANSFER_HOST || sa->be != sb->be) return BT_PATH_HOST;
     if (e->params.transfer == BT_TRANSFER_STAGED) return BT_PATH_STAGED;
     int access = sa->be->peer_access(sa->dev, sb->dev);

@@ -39,9 +39,6 @@ bt_transfer_path bt_remote_path_for(const bt_engine *e, int a, int b)
 bt_status bt_remote_check_mode(const bt_engine *e)
 {
     if (e->params.transfer != BT_TRANSFER_NCCL) return BT_OK;
-    if (!e->dist.on)
-        return bt_error(BT_ERR_INVALID_ARG, "--transfer nccl: NCCL joins GPU stages on different ranks, and this "
-                        "run is one process (start it under mpirun with stages on GPUs)");
     for (int a = 0; a < e->stages; a++)
         for (int b = 0; b < e->stages; b++) {
             if (a == b || (bt_stage_is_local(e, a) && bt_stage_is_local(e, b))) continue;

@@ -67,7 +67,7 @@ static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *
     int peer = ch->from;
     if (bt_channel_is_remote(ch)) { /* the peer is another process: what it last did is not known here */
         char who[96];
-        bt_dist_describe_stage(e, peer, who, sizeof who);
+        e->ranks->describe_stage(e, peer, who, sizeof who);
         snprintf(buf, size, "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from %s (lost, "
                  "or stuck: see that rank's own message)",
                  st->index, st->device_name, w->cur_instr, ins, ch->grad ? "gradients" : "activations", mb, who);
@@ -136,18 +136,9 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         w->live--;
         break;
     case BT_I_STEP:
-        if (e->dist.n_buckets > 0) { /* data parallel: the replicas' gradients, summed */
-            atomic_store(&w->waiting, 1);
-            s = bt_dist_grads_reduce(e, st);
-            atomic_store(&w->waiting, 0);
-        }
+        s = e->ranks->grads_reduce(e, w, st); /* data parallel: the replicas' gradients, summed */
         if (s == BT_OK && e->job == BT_JOB_TRAIN) s = bt_worker_run_step(e, w, st);
-        else if (s == BT_OK && e->dist.on) { /* gradients only: the loss still comes from the last stage */
-            s = st->be->sync(st->dev);
-            atomic_store(&w->waiting, 1);
-            if (s == BT_OK) s = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
-            atomic_store(&w->waiting, 0);
-        }
+        else if (s == BT_OK) s = e->ranks->grads_step(e, w, st); /* gradients only */
         break;
     default:
         s = bt_error(BT_ERR_INTERNAL, "not a compute instruction: kind %d", (int)ins->kind);
@@ -296,7 +287,7 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     reset_channels(st->out_grad, st->n_out_grad);
     for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
     bt_store_forget(st);
-    BT_TRY(bt_dist_job_start(e, st, e->job != BT_JOB_FORWARD));
+    BT_TRY(e->ranks->job_start(e, st, e->job != BT_JOB_FORWARD));
     BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     if (st->flat_g) /* every gradient, back to back (layout.c): one pass */
@@ -382,7 +373,7 @@ static void run_job(bt_engine *e, bt_worker *w)
     }
     w->cur_instr = -1; /* the host's watchdog: "stuck in its final device wait" */
     atomic_store(&w->waiting, 1);
-    s = bt_dist_job_end(e, st, w->status == BT_OK && !atomic_load(&e->abort));
+    s = e->ranks->job_end(e, st, w->status == BT_OK && !atomic_load(&e->abort));
     atomic_store(&w->waiting, 0);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
     s = st->be->sync(st->dev);

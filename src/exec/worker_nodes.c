@@ -368,7 +368,7 @@ bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
         /* a node whose W comes later (split backward) has its weight gradients final there */
-        if (last && !node_defers_wgrad(st, k)) BT_TRY(bt_dist_grads_final(e, st, k));
+        if (last && !node_defers_wgrad(st, k)) BT_TRY(e->ranks->grads_final(e, st, k));
     }
     return BT_OK;
 }
@@ -395,7 +395,7 @@ bt_status bt_worker_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
-        if (last) BT_TRY(bt_dist_grads_final(e, st, k)); /* the step's last W: data parallel buckets */
+        if (last) BT_TRY(e->ranks->grads_final(e, st, k)); /* the step's last W: data parallel buckets */
     }
     return BT_OK;
 }
