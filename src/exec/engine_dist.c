@@ -630,6 +630,25 @@ static bt_status hook_ties_summing(bt_engine *e, bt_worker *w)
     return s;
 }
 
+static int hook_last_backward(const bt_engine *e, bt_instr_kind kind, int instr)
+{
+    if (e->dist.n_buckets == 0) return 0;
+    return instr == (kind == BT_I_WGT ? e->dist.last_wgt : e->dist.last_bwd);
+}
+
+static bt_status hook_job_failed(const bt_engine *e, bt_status failed)
+{
+    return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
+                            e->dist.layout.replica);
+}
+
+/* parallel.zero shards the state over the stage's replicas until it is gathered */
+static bt_status hook_gather_state(bt_engine *e)
+{
+    if (!e->dist.zero || e->dist.full_state) return BT_OK;
+    return bt_dist_gather_state(e, &e->stage[e->dist.layout.stage]);
+}
+
 static bt_status hook_job_done(bt_engine *e, bt_job_kind job, double *loss_sum)
 {
     BT_TRY(bt_dist_after_job(e, job, loss_sum)); /* the loss over replicas */
@@ -657,6 +676,7 @@ const bt_rank_hooks bt_rank_hooks_dist = {
     .teardown = bt_dist_teardown,
     .job_start = bt_dist_job_start,
     .job_end = bt_dist_job_end,
+    .last_backward = hook_last_backward,
     .grads_final = bt_dist_grads_final,
     .grads_reduce = hook_grads_reduce,
     .grads_step = hook_grads_step,
@@ -666,7 +686,9 @@ const bt_rank_hooks bt_rank_hooks_dist = {
     .tie_exchange = hook_tie_exchange,
     .ties_summing = hook_ties_summing,
     .job_begin = bt_dist_mirror_drop,
+    .job_failed = hook_job_failed,
     .job_done = hook_job_done,
+    .gather_state = hook_gather_state,
     .mirror_read = bt_dist_mirror_read,
     .state_buffer = bt_dist_state_buffer,
     .describe_stage = bt_dist_describe_stage,

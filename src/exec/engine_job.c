@@ -244,10 +244,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     bt_status failed = collect_failure(e);
     double loss_sum = job != BT_JOB_FORWARD || e->has_loss ? e->worker[e->stages - 1].loss_sum : 0;
     if (failed == BT_OK) failed = e->ranks->job_done(e, job, &loss_sum); /* the loss over replicas, traces */
-    if (failed != BT_OK && e->dist.on)
-        return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
-                                e->dist.layout.replica);
-    BT_TRY(failed);
+    if (failed != BT_OK) return e->ranks->job_failed(e, failed);
 
     double busy = 0, sumsq = 0;
     int skipped = 0;

@@ -10,7 +10,10 @@
  *   worker.c        the instruction interpreter each stage's thread runs
  *   worker_nodes.c  its FWD, BWD and W on the stage's nodes (op calls, rounding, recomputation)
  *   worker_step.c   its STEP instruction: the barrier, the global norm, the optimizer update
- *   transfer.c      how a message crosses a stage boundary
+ *   transfer.c      how a message crosses a stage boundary, through the table of transports
+ *                   (exec/transport.h: one entry per path)
+ *   rank_hooks.c    the rank hooks of one process (exec/rank_hooks.h: the steps of a job that
+ *                   meet other processes, through one table the engine holds)
  *   channel.c       the mailbox that tells the receiver a message is there
  *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero

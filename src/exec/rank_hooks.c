@@ -42,6 +42,12 @@ static bt_status job_end(bt_engine *e, bt_stage *st, int ok)
     return BT_OK;
 }
 
+static int last_backward(const bt_engine *e, bt_instr_kind kind, int instr)
+{
+    (void)e, (void)kind, (void)instr;
+    return 0; /* no buckets in one process */
+}
+
 static bt_status grads_final(bt_engine *e, bt_stage *st, int k)
 {
     (void)e, (void)st, (void)k;
@@ -68,6 +74,18 @@ static bt_status ties_summing(bt_engine *e, bt_worker *w)
 }
 
 static void job_begin(bt_engine *e) { (void)e; }
+
+static bt_status job_failed(const bt_engine *e, bt_status failed)
+{
+    (void)e;
+    return failed;
+}
+
+static bt_status gather_state(bt_engine *e)
+{
+    (void)e;
+    return BT_OK;
+}
 
 static bt_status job_done(bt_engine *e, bt_job_kind job, double *loss_sum)
 {
@@ -103,6 +121,7 @@ const bt_rank_hooks bt_rank_hooks_local = {
     .teardown = release,
     .job_start = job_start,
     .job_end = job_end,
+    .last_backward = last_backward,
     .grads_final = grads_final,
     .grads_reduce = stage_step,
     .grads_step = stage_step,
@@ -112,7 +131,9 @@ const bt_rank_hooks bt_rank_hooks_local = {
     .tie_exchange = tie_exchange,
     .ties_summing = ties_summing,
     .job_begin = job_begin,
+    .job_failed = job_failed,
     .job_done = job_done,
+    .gather_state = gather_state,
     .mirror_read = mirror_read,
     .state_buffer = state_buffer,
     .describe_stage = describe_stage,

@@ -30,6 +30,9 @@ typedef struct bt_rank_hooks {
     /* After the job's instructions: waits for this rank's sends (ok = 1) or cancels what is
      * pending. */
     bt_status (*job_end)(bt_engine *e, bt_stage *st, int ok);
+    /* Whether the BWD or W at instruction instr of the stage's list is the step's last of its
+     * kind after which the data-parallel buckets start (its `last` argument). */
+    int (*last_backward)(const bt_engine *e, bt_instr_kind kind, int instr);
     /* Backward of node k in the stage's last backward of the step (or its last W): starts the
      * data-parallel buckets whose gradients are now final. */
     bt_status (*grads_final)(bt_engine *e, bt_stage *st, int k);
@@ -52,9 +55,13 @@ typedef struct bt_rank_hooks {
     bt_status (*ties_summing)(bt_engine *e, bt_worker *w);
     /* The host, before a job is posted (the copies of other ranks' tensors are stale then). */
     void (*job_begin)(bt_engine *e);
+    /* The host after a failed job: the failure's status, its message naming this rank. */
+    bt_status (*job_failed)(const bt_engine *e, bt_status failed);
     /* The host after a successful job: the loss over replicas into *loss_sum, and the other
      * ranks' trace records. */
     bt_status (*job_done)(bt_engine *e, bt_job_kind job, double *loss_sum);
+    /* For a checkpoint: the stage's full optimizer state on this rank (parallel.zero shards it). */
+    bt_status (*gather_state)(bt_engine *e);
     /* Parameter param of stage s held by another rank: its weights (slot -1) or a state slot. */
     bt_status (*mirror_read)(const bt_engine *e, int s, int param, int slot, void *dst, size_t bytes);
     /* The full state buffer of ps's slot for a read (write = 0) or a write. */

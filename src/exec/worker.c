@@ -7,8 +7,9 @@
  * finished its backward and the global gradient norm is finite (a barrier: a step is all or
  * nothing; worker_step.c). Where a device runs several stages (interleaved), their workers take
  * turns in the schedule's order. On any failure it records the message, raises the engine's abort
- * flag and wakes everyone, so no stage is left waiting. The hooks of a job across processes sit
- * where their instructions run; engine_dist.c and dist_dp.c hold what they do. */
+ * flag and wakes everyone, so no stage is left waiting. The steps of a job across processes are
+ * the engine's rank hooks (rank_hooks.h), called where their instructions run; in one process
+ * they do nothing (rank_hooks.c), and engine_dist.c and dist_dp.c hold what they do across them. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,11 +129,11 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         if (!training) w->peak_live = 1;
         break;
     case BT_I_BWD:
-        s = bt_worker_backward(e, st, ins->mb, e->dist.n_buckets > 0 && instr == e->dist.last_bwd);
+        s = bt_worker_backward(e, st, ins->mb, e->ranks->last_backward(e, BT_I_BWD, instr));
         if (!e->job_sched->split_backward) w->live--; /* else the slot is held until W */
         break;
     case BT_I_WGT:
-        s = bt_worker_weight_grads(e, st, ins->mb, e->dist.n_buckets > 0 && instr == e->dist.last_wgt);
+        s = bt_worker_weight_grads(e, st, ins->mb, e->ranks->last_backward(e, BT_I_WGT, instr));
         w->live--;
         break;
     case BT_I_STEP:
