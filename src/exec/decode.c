@@ -558,7 +558,7 @@ static int next_ready_polling(struct bt_decode_run *r, bt_worker *w, dstage *d, 
         if (arrived) t0 = now; /* a part of an item (one sender of several) is progress */
         if (now - t0 > limit_ms) {
             char me[96], peers[400];
-            bt_dist_describe_stage(e, d->st->index, me, sizeof me);
+            e->ranks->describe_stage(e, d->st->index, me, sizeof me);
             bt_decode_link_peers(r->link, peers, sizeof peers);
             *err = bt_error(BT_ERR_TIMEOUT, "watchdog: decode: after %.1f s, %s waits for its next item from %s "
                             "(lost, or stuck: see that rank's own message)", (now - t0) / 1000.0, me,

@@ -230,6 +230,8 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     e->test_start_delay_stage = -1;
     e->drop_send_mb = -1;
     e->staging_chunk = bt_transfer_default_chunk();
+    bt_transport_table_init(e->transport);
+    e->ranks = &bt_rank_hooks_local; /* bt_dist_setup installs the distributed table */
     bt_loss_scale_init(&e->scaler, params->loss_scale, 0);
     e->loss_scale = 1.0;
     BT_TRY_GOTO(st, bt_plan_build(graph, &params->parallel, &e->plan), fail);
@@ -264,8 +266,7 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
         goto fail;
     }
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, open_stage(e, s), fail);
-    BT_TRY_GOTO(st, bt_dist_check_gpu(e), fail); /* GPU stages across processes: what runs */
-    BT_TRY_GOTO(st, bt_remote_check_mode(e), fail);
+    BT_TRY_GOTO(st, e->ranks->check_stages(e), fail); /* e.g. GPU stages across processes: what runs */
     BT_TRY_GOTO(st, bt_topology_paths(e), fail);
     BT_TRY_GOTO(st, bt_layout_memory_params(e), fail);
     for (int s = 0; s < e->stages; s++) BT_TRY_GOTO(st, bt_layout_stage(e, &e->stage[s]), fail);
@@ -280,11 +281,7 @@ static bt_status create_engine(const bt_graph *graph, const bt_engine_params *pa
     }
     BT_TRY_GOTO(st, bt_topology_build_channels(e), fail);
     bt_layout_verify(e);
-    if (e->dist.on) {
-        BT_TRY_GOTO(st, bt_dist_setup_channels(e), fail);
-        BT_TRY_GOTO(st, bt_dist_setup_buckets(e), fail);
-        BT_TRY_GOTO(st, bt_dist_check_agreement(e), fail);
-    }
+    BT_TRY_GOTO(st, e->ranks->created(e), fail);
     for (int s = 0; s < e->stages; s++) {
         bt_memory_stats *mem = &e->stage[s].mem;
         mem->current = mem->weights + mem->gradients + mem->optimizer + mem->activations + mem->workspace;
@@ -349,7 +346,7 @@ void bt_engine_destroy(bt_engine *e)
         pthread_cond_destroy(&e->cv_done);
         pthread_cond_destroy(&e->cv_barrier);
     }
-    bt_dist_nccl_dp_teardown(e); /* device buffers and the communicator, while the devices are open */
+    e->ranks->release_devices(e); /* e.g. NCCL's buffers and communicator, while the devices are open */
     for (int c = 0; c < e->n_channels; c++) {
         if (e->stage) bt_transfer_teardown(e, &e->channels[c]);
         bt_channel_destroy(&e->channels[c]);
@@ -364,7 +361,7 @@ void bt_engine_destroy(bt_engine *e)
     for (int s = 0; e->worker && s < e->stages; s++) free(e->worker[s].trace);
     free(e->worker);
     free(e->sumsq);
-    bt_dist_teardown(e);
+    e->ranks->teardown(e);
     for (int k = 0; k < e->n_ties; k++)
         for (int side = 0; side < 2; side++) {
             free(e->ties[k].host[side]);

@@ -55,8 +55,7 @@ int bt_engine_ranks(const bt_engine *e) { return e && e->dist.on ? e->dist.layou
 bt_status bt_engine_gather_state(bt_engine *e)
 {
     BT_TRY(bt_engine_check_usable(e));
-    if (!e->dist.on || !e->dist.zero || e->dist.full_state) return BT_OK;
-    return bt_dist_gather_state(e, &e->stage[e->dist.layout.stage]);
+    return e->ranks->gather_state(e);
 }
 
 /* One rank's word in bt_engine_agree. */

@@ -79,6 +79,8 @@ bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout)
                         layout->size, layout->data, layout->stages, e->stages);
     e->dist.on = 1;
     e->dist.layout = *layout;
+    bt_remote_install_transports(e);
+    e->ranks = &bt_rank_hooks_dist;
     e->dist.zero = e->params.parallel.zero && layout->data > 1 && e->train_sched;
     int64_t per = (int64_t)layout->data * e->params.parallel.microbatches;
     if (e->params.batch % per != 0)
@@ -570,3 +572,124 @@ void bt_engine_dist_reduce_stats(const bt_engine *e, int64_t *reductions, int64_
     *wait_ms = e->dist.reduce_wait_ms;
     *total_ms = e->dist.reduce_ms;
 }
+
+/* The rank hooks (exec/rank_hooks.h): what a job across processes adds at each step the executor
+ * runs, with the worker marked waiting (for the host's watchdog) where it waits for other ranks. */
+static bt_status hook_grads_reduce(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    if (e->dist.n_buckets == 0) return BT_OK;
+    atomic_store(&w->waiting, 1);
+    bt_status s = bt_dist_grads_reduce(e, st);
+    atomic_store(&w->waiting, 0);
+    return s;
+}
+
+static bt_status hook_exchange(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    atomic_store(&w->waiting, 1);
+    bt_status s = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
+    atomic_store(&w->waiting, 0);
+    return s;
+}
+
+/* a gradients-only job's STEP: the device idle before the loss is read */
+static bt_status hook_grads_step(bt_engine *e, bt_worker *w, bt_stage *st)
+{
+    BT_TRY(st->be->sync(st->dev));
+    return hook_exchange(e, w, st);
+}
+
+static bt_status hook_sumsq(bt_engine *e, bt_stage *st, double *out)
+{
+    if (e->dist.zero) return bt_dist_zero_sumsq(e, st, out); /* the replicas' chunks of the summed gradients */
+    if (bt_dist_shm_sumsq_split(e)) return bt_dist_shm_sumsq(e, st, out); /* each replica summed its share */
+    return bt_worker_stage_sumsq(e, st, out);
+}
+
+static bt_status hook_update(bt_engine *e, bt_stage *st, double scale)
+{
+    if (e->dist.zero) return bt_dist_zero_update(e, st, e->lr, e->step + 1, scale);
+    return bt_worker_stage_update(e, st, scale);
+}
+
+static bt_status hook_tie_exchange(bt_engine *e, bt_worker *w, bt_tie *t, int side)
+{
+    atomic_store(&w->waiting, 1);
+    bt_status s = bt_dist_tie_exchange(e, t, side);
+    atomic_store(&w->waiting, 0);
+    return s;
+}
+
+/* the tie sums land in the shared arena: the peers must be done reading it */
+static bt_status hook_ties_summing(bt_engine *e, bt_worker *w)
+{
+    if (!e->dist.shm) return BT_OK;
+    atomic_store(&w->waiting, 1);
+    bt_status s = bt_dist_shm_readers_done(e);
+    atomic_store(&w->waiting, 0);
+    return s;
+}
+
+static int hook_last_backward(const bt_engine *e, bt_instr_kind kind, int instr)
+{
+    if (e->dist.n_buckets == 0) return 0;
+    return instr == (kind == BT_I_WGT ? e->dist.last_wgt : e->dist.last_bwd);
+}
+
+static bt_status hook_job_failed(const bt_engine *e, bt_status failed)
+{
+    return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
+                            e->dist.layout.replica);
+}
+
+/* parallel.zero shards the state over the stage's replicas until it is gathered */
+static bt_status hook_gather_state(bt_engine *e)
+{
+    if (!e->dist.zero || e->dist.full_state) return BT_OK;
+    return bt_dist_gather_state(e, &e->stage[e->dist.layout.stage]);
+}
+
+static bt_status hook_job_done(bt_engine *e, bt_job_kind job, double *loss_sum)
+{
+    BT_TRY(bt_dist_after_job(e, job, loss_sum)); /* the loss over replicas */
+    return bt_dist_gather_trace(e);              /* when tracing: the other ranks' records */
+}
+
+static bt_status hook_check_stages(const bt_engine *e)
+{
+    BT_TRY(bt_dist_check_gpu(e)); /* GPU stages across processes: what runs */
+    return bt_remote_check_mode(e);
+}
+
+static bt_status hook_created(bt_engine *e)
+{
+    BT_TRY(bt_dist_setup_channels(e));
+    BT_TRY(bt_dist_setup_buckets(e));
+    return bt_dist_check_agreement(e);
+}
+
+const bt_rank_hooks bt_rank_hooks_dist = {
+    .check_stages = hook_check_stages,
+    .remote_path = bt_remote_path_for,
+    .created = hook_created,
+    .release_devices = bt_dist_nccl_dp_teardown,
+    .teardown = bt_dist_teardown,
+    .job_start = bt_dist_job_start,
+    .job_end = bt_dist_job_end,
+    .last_backward = hook_last_backward,
+    .grads_final = bt_dist_grads_final,
+    .grads_reduce = hook_grads_reduce,
+    .grads_step = hook_grads_step,
+    .sumsq = hook_sumsq,
+    .exchange = hook_exchange,
+    .update = hook_update,
+    .tie_exchange = hook_tie_exchange,
+    .ties_summing = hook_ties_summing,
+    .job_begin = bt_dist_mirror_drop,
+    .job_failed = hook_job_failed,
+    .job_done = hook_job_done,
+    .gather_state = hook_gather_state,
+    .mirror_read = bt_dist_mirror_read,
+    .state_buffer = bt_dist_state_buffer,
+    .describe_stage = bt_dist_describe_stage,
+};

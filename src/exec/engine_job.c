@@ -229,7 +229,7 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
     e->lr = bt_lr_at(&e->params.lr_schedule, e->params.optimizer.lr, e->step, e->params.total_steps);
     e->loss_scale = e->params.precision == BT_F16 ? e->scaler.scale : 1.0;
     atomic_store(&e->abort, 0);
-    if (e->dist.on) bt_dist_mirror_drop(e); /* rank 0's checkpoint copy of the other stages: stale now */
+    e->ranks->job_begin(e); /* across processes: rank 0's checkpoint copy of the other stages is stale now */
     clear_mailboxes(e);
     e->barrier_count = 0;
     for (int d = 0; d < e->turn_devices; d++) bt_turns_reset(e->turns[d]); /* workers are idle */
@@ -243,12 +243,8 @@ static bt_status run_job(bt_engine *e, bt_job_kind job, const bt_feed *feeds, in
 
     bt_status failed = collect_failure(e);
     double loss_sum = job != BT_JOB_FORWARD || e->has_loss ? e->worker[e->stages - 1].loss_sum : 0;
-    if (failed == BT_OK) failed = bt_dist_after_job(e, job, &loss_sum); /* the loss over replicas */
-    if (failed == BT_OK) failed = bt_dist_gather_trace(e); /* when tracing: the other ranks' records */
-    if (failed != BT_OK && e->dist.on)
-        return bt_error_context(failed, "rank %d (stage %d, replica %d)", e->dist.layout.rank, e->dist.layout.stage,
-                                e->dist.layout.replica);
-    BT_TRY(failed);
+    if (failed == BT_OK) failed = e->ranks->job_done(e, job, &loss_sum); /* the loss over replicas, traces */
+    if (failed != BT_OK) return e->ranks->job_failed(e, failed);
 
     double busy = 0, sumsq = 0;
     int skipped = 0;

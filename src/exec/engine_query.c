@@ -54,7 +54,7 @@ bt_status bt_engine_read_param(const bt_engine *e, const char *name, void *dst, 
     int p;
     BT_TRY(find_param(e, name, &st, &ps, &p));
     BT_TRY(check_bytes(e, e->graph, p, name, bytes));
-    if (!ps) return bt_dist_mirror_read(e, st->index, p, -1, dst, bytes);
+    if (!ps) return e->ranks->mirror_read(e, st->index, p, -1, dst, bytes);
     return st->be->to_host(st->dev, dst, ps->w, bytes);
 }
 
@@ -81,7 +81,7 @@ bt_status bt_engine_read_grad(const bt_engine *e, const char *name, void *dst, s
     BT_TRY(check_bytes(e, e->graph, p, name, bytes));
     if (!ps) {
         char who[96];
-        bt_dist_describe_stage(e, st->index, who, sizeof who);
+        e->ranks->describe_stage(e, st->index, who, sizeof who);
         return bt_error(BT_ERR_INVALID_ARG, "the gradient of '%s' is held by %s, not by this rank", name, who);
     }
     if (!ps->g) return bt_error(BT_ERR_INVALID_ARG, "the engine was created without gradients");
@@ -116,8 +116,8 @@ bt_status bt_engine_read_state(const bt_engine *e, const char *name, int slot, v
     bt_param_store *ps;
     int p;
     BT_TRY(find_state(e, name, slot, bytes, &st, &ps, &p));
-    if (!ps) return bt_dist_mirror_read(e, st->index, p, slot, dst, bytes);
-    BT_TRY(bt_dist_state_buffer((bt_engine *)e, st, ps, slot, 0)); /* parallel.zero: sharded */
+    if (!ps) return e->ranks->mirror_read(e, st->index, p, slot, dst, bytes);
+    BT_TRY(e->ranks->state_buffer((bt_engine *)e, st, ps, slot, 0)); /* parallel.zero: sharded */
     return st->be->to_host(st->dev, dst, ps->state[slot], bytes);
 }
 
@@ -128,7 +128,7 @@ bt_status bt_engine_write_state(bt_engine *e, const char *name, int slot, const 
     int p;
     BT_TRY(find_state(e, name, slot, bytes, &st, &ps, &p));
     if (!ps) return BT_OK; /* another rank's */
-    BT_TRY(bt_dist_state_buffer(e, st, ps, slot, 1)); /* parallel.zero: held in full until the next job */
+    BT_TRY(e->ranks->state_buffer(e, st, ps, slot, 1)); /* parallel.zero: held in full until the next job */
     return st->be->from_host(st->dev, ps->state[slot], src, bytes);
 }
 

@@ -19,6 +19,8 @@ bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
 /* Receiver, after the message arrived (MPI) or was queued (nccl): a GPU side copies it into `buf`
  * on its copy stream and makes its compute stream wait for it. */
 bt_status bt_remote_recv(bt_stage *st, bt_channel *ch, int mb);
+/* The entries of the mpi, mpi-staged and nccl paths in the engine's table (exec/transport.h). */
+void bt_remote_install_transports(bt_engine *e);
 /* Whether this rank's side of ch is a device with its own memory (a GPU). */
 int bt_remote_on_device(const bt_engine *e, const bt_channel *ch);
 
@@ -67,8 +69,6 @@ bt_status bt_dist_grads_reduce(bt_engine *e, bt_stage *st);
  * last stage's own sum), by messages to the replica's other stages (and the last stage's other
  * replicas), so a timeout names the rank whose message is missing. */
 bt_status bt_dist_step_exchange(bt_engine *e, bt_stage *st, double local_loss);
-/* worker.c: the per-sample losses of the step on the last stage, summed (device idle). */
-double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st);
 /* After a job on the host: the loss summed over replicas, and the output of a forward job on
  * every rank. */
 bt_status bt_dist_after_job(bt_engine *e, int job_kind, double *loss_sum);
@@ -123,6 +123,9 @@ bt_status bt_dist_gather_state(bt_engine *e, bt_stage *st);
 /* After a successful job (when tracing): the other stages' instruction records of this replica,
  * from their ranks, into their workers' trace arrays, on this rank's timeline. */
 bt_status bt_dist_gather_trace(bt_engine *e);
+/* engine_dist.c: the rank hooks of a job across processes (exec/rank_hooks.h), which bt_dist_setup
+ * installs in the engine; they call the functions above. */
+extern const bt_rank_hooks bt_rank_hooks_dist;
 /* Creation (engine.c calls them in this order): the communicators and checks, once the plan and
  * schedules exist; the MPI channels' tags and requests; the buckets; the cross-rank agreement. */
 bt_status bt_dist_setup(bt_engine *e, const bt_dist_layout *layout);

@@ -10,7 +10,10 @@
  *   worker.c        the instruction interpreter each stage's thread runs
  *   worker_nodes.c  its FWD, BWD and W on the stage's nodes (op calls, rounding, recomputation)
  *   worker_step.c   its STEP instruction: the barrier, the global norm, the optimizer update
- *   transfer.c      how a message crosses a stage boundary
+ *   transfer.c      how a message crosses a stage boundary, through the table of transports
+ *                   (exec/transport.h: one entry per path)
+ *   rank_hooks.c    the rank hooks of one process (exec/rank_hooks.h: the steps of a job that
+ *                   meet other processes, through one table the engine holds)
  *   channel.c       the mailbox that tells the receiver a message is there
  *   engine_dist.c   one rank of a job across processes: the mpi path, STEP's exchange, statistics
  *   dist_dp.c       data parallelism across processes: gradient buckets, parallel.zero
@@ -69,6 +72,7 @@ typedef struct bt_channel {
     size_t msg_bytes;          /* one micro-batch's message */
     int microbatches;
     bt_transfer_path path;
+    const struct bt_transport *tp; /* the path's entry in the engine's table (exec/transport.h) */
     /* [microbatches][msg_bytes]: host memory (BT_PATH_HOST), else on the receiving device */
     unsigned char *buf;
     /* device paths: per micro-batch, recorded on the sender's copy stream when the copy starts
@@ -366,6 +370,9 @@ struct bt_engine {
     double test_start_delay_ms;
     /* test hook: a stage that silently skips one send (watchdog tests) */
     int drop_send_stage, drop_send_mb;
+    /* the transports by path (exec/transport.h): transfer.c's in one process, the ranks' added
+     * when the engine is one rank of a job across processes; NULL: no such path here */
+    const struct bt_transport *transport[BT_PATH_NCCL + 1];
     bt_transfer_path *paths;   /* [stages * stages]: the path from stage a to b at [a * stages + b] */
     /* the memory model's inputs (plan/memory.h): slots per stage, host paths */
     bt_memory_params memory;
@@ -377,6 +384,7 @@ struct bt_engine {
     double loss_scale;         /* the scale this job seeds the loss gradient with (1 unless f16) */
     bt_loss_scale scaler;      /* f16: dynamic loss scaling */
     bt_engine_dist dist;       /* across processes (engine_dist.c); off in one process */
+    const struct bt_rank_hooks *ranks; /* the rank hooks (exec/rank_hooks.h): the local table in one process */
     int local_stages;          /* stages this process runs (all of them in one process) */
     struct bt_decode_run *decode; /* the decode job's state (decode.c), during a BT_JOB_DECODE */
 };
@@ -393,20 +401,6 @@ static inline unsigned char *bt_slot_at(const bt_stage *st, int mb, size_t off)
 static inline int bt_stage_is_local(const bt_engine *e, int s)
 {
     return !e->dist.on || s == e->dist.layout.stage;
-}
-
-/* Whether a path orders its copies with events (the device paths; across processes, the sender's
- * side of mpi-staged and nccl, whose events stay unrecorded on a CPU side). */
-static inline int bt_path_has_events(bt_transfer_path path)
-{
-    return path == BT_PATH_LOCAL || path == BT_PATH_PEER || path == BT_PATH_STAGED ||
-           path == BT_PATH_MPI_STAGED || path == BT_PATH_NCCL;
-}
-
-/* Whether a path joins stages on different ranks. */
-static inline int bt_path_is_remote(bt_transfer_path path)
-{
-    return path == BT_PATH_MPI || path == BT_PATH_MPI_STAGED || path == BT_PATH_NCCL;
 }
 
 /* Whether a path's messages travel as MPI messages between host buffers. */
@@ -509,6 +503,8 @@ bt_status bt_worker_plan_exact(const bt_engine *e, bt_stage *st);
 
 /* worker.c */
 void *bt_worker_main(void *arg);
+/* The per-sample losses of the step on the last stage, summed (device idle). */
+double bt_worker_loss_sum(const bt_engine *e, const bt_stage *st);
 /* worker_step.c */
 /* Mixed precision: copies p's master weights into its compute copy, rounded (queued). */
 bt_status bt_worker_refresh_lowp(bt_engine *e, bt_stage *st, bt_param_store *p);
@@ -521,14 +517,33 @@ void bt_decode_worker(bt_engine *e, bt_worker *w);
  * with the host's watchdog; the first failure's status and message. */
 bt_status bt_engine_run_plain_job(bt_engine *e, bt_job_kind job);
 
-/* transfer.c */
+/* transfer.c: through the channel's transport (exec/transport.h) */
+#include "exec/transport.h"
+
+/* Whether a channel's copies are ordered by events (the device paths; across processes, the
+ * sender's side of mpi-staged and nccl, whose events stay unrecorded on a CPU side). */
+static inline int bt_channel_has_events(const bt_channel *ch)
+{
+    return (ch->tp->flags & BT_TRANSPORT_EVENTS) != 0;
+}
+
+/* Whether a channel joins stages on different ranks. */
+static inline int bt_channel_is_remote(const bt_channel *ch)
+{
+    return (ch->tp->flags & BT_TRANSPORT_REMOTE) != 0;
+}
+
 /* The path between stages a and b (devices open), given the engine's transfer mode. */
 bt_transfer_path bt_transfer_path_for(bt_engine *e, int a, int b);
-/* Allocates a channel's buffer, staging chunks and events for its path. */
+/* Fixes the channel's transport from its path (an internal error when the engine has none) and
+ * sets it up: its buffer, staging chunks and events. */
 bt_status bt_transfer_setup(bt_engine *e, bt_channel *ch);
 void bt_transfer_teardown(bt_engine *e, bt_channel *ch);
 /* Queues micro-batch mb's message on ch (the sender's values must be written, ev_ready marks it). */
 bt_status bt_transfer_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb);
+/* The receiver's host thread, until mb's message on ch was queued or arrived (the transport's
+ * wait: the mailbox in one process); the errors of bt_channel_wait. */
+bt_status bt_transfer_wait(bt_engine *e, bt_channel *ch, int mb);
 /* Makes st's compute stream wait until mb's message on ch has arrived (device paths), or copies it
  * from host memory into the stage (BT_PATH_HOST activations). */
 bt_status bt_transfer_recv_act(bt_stage *st, bt_channel *ch, int mb);
@@ -561,6 +576,9 @@ static inline bt_status bt_exec_ordering_event(const bt_backend *be, bt_device *
 {
     return be->event_create_untimed ? be->event_create_untimed(dev, out) : be->event_create(dev, out);
 }
+
+/* the steps of a job that meet other processes, through the engine's table */
+#include "exec/rank_hooks.h"
 
 /* the parts of a job across processes (engine_dist.c, dist_*.c, transfer_staged.c) */
 #include "exec/exec_dist_internal.h"

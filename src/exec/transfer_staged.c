@@ -39,9 +39,6 @@ bt_transfer_path bt_remote_path_for(const bt_engine *e, int a, int b)
 bt_status bt_remote_check_mode(const bt_engine *e)
 {
     if (e->params.transfer != BT_TRANSFER_NCCL) return BT_OK;
-    if (!e->dist.on)
-        return bt_error(BT_ERR_INVALID_ARG, "--transfer nccl: NCCL joins GPU stages on different ranks, and this "
-                        "run is one process (start it under mpirun with stages on GPUs)");
     for (int a = 0; a < e->stages; a++)
         for (int b = 0; b < e->stages; b++) {
             if (a == b || (bt_stage_is_local(e, a) && bt_stage_is_local(e, b))) continue;
@@ -120,21 +117,24 @@ void bt_remote_teardown(bt_engine *e, bt_channel *ch)
     ch->begin = ch->sent = NULL;
 }
 
+/* A CPU side's send (the mpi path, and the CPU side of mpi-staged): packed into host memory and
+ * sent; its copy time is the packing and the posting. */
+static bt_status pack_and_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
+{
+    double t0 = bt_now_ms();
+    BT_TRY(bt_transfer_pack_host(st, ch, mb, bt_channel_mpi_msg(ch, mb)));
+    BT_TRY(bt_dist_send(e, st, ch, mb));
+    ch->copy_ms += bt_now_ms() - t0;
+    ch->messages++;
+    ch->bytes += (double)ch->msg_bytes;
+    return BT_OK;
+}
+
 bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 {
     const bt_backend *be = st->be;
-    if (ch->path == BT_PATH_NCCL) return bt_dist_nccl_send(e, st, ch, mb);
     unsigned char *msg = bt_channel_mpi_msg(ch, mb);
-    if (!on_device(st)) { /* a CPU sender: the mpi path's packing, into host memory */
-        double t0 = bt_now_ms();
-        for (int k = 0; k < ch->n_values; k++)
-            BT_TRY(be->to_host(st->dev, msg + ch->value_off[k], bt_channel_value_source(st, ch, k, mb), bt_channel_value_bytes(ch, k)));
-        BT_TRY(bt_dist_send(e, st, ch, mb));
-        ch->copy_ms += bt_now_ms() - t0;
-        ch->messages++;
-        ch->bytes += (double)ch->msg_bytes;
-        return BT_OK;
-    }
+    if (!on_device(st)) return pack_and_send(e, st, ch, mb); /* a CPU sender: the mpi path's packing */
     /* the copy stream already waits for ev_ready (worker.c, send_instr) */
     BT_TRY(be->event_record(st->dev, ch->begin[mb], BT_STREAM_COPY));
     for (int k = 0; k < ch->n_values; k++)
@@ -150,13 +150,84 @@ bt_status bt_remote_send(bt_engine *e, bt_stage *st, bt_channel *ch, int mb)
 
 bt_status bt_remote_recv(bt_stage *st, bt_channel *ch, int mb)
 {
-    if (ch->path == BT_PATH_NCCL) return bt_dist_nccl_recv(st, ch, mb);
     if (!ch->mpi_buf || !on_device(st)) return BT_OK; /* host memory: read in place (the mpi path) */
     size_t off = (size_t)mb * ch->msg_bytes;
     BT_TRY(st->be->copy_async(st->dev, BT_STREAM_COPY, BT_COPY_H2D, ch->buf + off, ch->mpi_buf + off,
                               ch->msg_bytes));
     BT_TRY(st->be->event_record(st->dev, ch->landed[mb], BT_STREAM_COPY));
     return st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->landed[mb]);
+}
+
+/* The transports between ranks (exec/transport.h), installed by bt_dist_setup. */
+
+/* mpi: the buffer of the end this rank runs (the receiver's, or the sender's copy), in host memory
+ * (CPU stages); none when neither end is this rank's. No events: MPI requests (engine_dist.c). */
+static bt_status mpi_setup(bt_engine *e, bt_channel *ch)
+{
+    bt_stage *from = &e->stage[ch->from], *to = &e->stage[ch->to];
+    size_t total = ch->msg_bytes * (size_t)ch->microbatches;
+    bt_stage *own = bt_stage_is_local(e, ch->to) ? to : bt_stage_is_local(e, ch->from) ? from : NULL;
+    if (!own) return BT_OK;
+    BT_TRY(own->be->alloc(own->dev, total ? total : 64, (void **)&ch->buf));
+    own->mem.activations += total;
+    if (own == from) from->mpi_send_bytes += total;
+    return BT_OK;
+}
+
+static void mpi_teardown(bt_engine *e, bt_channel *ch)
+{
+    bt_stage *own = bt_stage_is_local(e, ch->to) ? &e->stage[ch->to] : &e->stage[ch->from];
+    if (ch->buf && own->dev) own->be->free(own->dev, ch->buf);
+}
+
+/* the receiver's buffer is host memory: the message is read in place where it arrived */
+static bt_status mpi_land(bt_stage *st, bt_channel *ch, int mb)
+{
+    (void)st, (void)ch, (void)mb;
+    return BT_OK;
+}
+
+/* mpi-staged and nccl: the device buffer a receiving rank copies (or NCCL receives) into; a sending
+ * rank sends from its slots through pinned host memory or NCCL, with no device buffer of the
+ * channel. */
+static bt_status gpu_setup(bt_engine *e, bt_channel *ch)
+{
+    bt_stage *to = &e->stage[ch->to];
+    size_t total = ch->msg_bytes * (size_t)ch->microbatches;
+    if (bt_stage_is_local(e, ch->to)) {
+        BT_TRY(to->be->alloc(to->dev, total ? total : 64, (void **)&ch->buf));
+        to->mem.activations += total;
+    }
+    return bt_remote_setup(e, ch);
+}
+
+static void gpu_teardown(bt_engine *e, bt_channel *ch)
+{
+    bt_stage *to = &e->stage[ch->to];
+    bt_remote_teardown(e, ch);
+    if (ch->buf && to->dev) to->be->free(to->dev, ch->buf);
+}
+
+/* nccl: the receives were queued ahead at the job's start; the device waits, not the host */
+static bt_status nccl_wait(bt_engine *e, bt_channel *ch, int mb)
+{
+    (void)e, (void)ch, (void)mb;
+    return BT_OK;
+}
+
+static const bt_transport transport_mpi = {BT_PATH_MPI, BT_TRANSPORT_REMOTE, mpi_setup, mpi_teardown,
+                                           pack_and_send, bt_dist_wait, mpi_land};
+static const bt_transport transport_mpi_staged = {BT_PATH_MPI_STAGED, BT_TRANSPORT_REMOTE | BT_TRANSPORT_EVENTS,
+                                                  gpu_setup, gpu_teardown, bt_remote_send, bt_dist_wait,
+                                                  bt_remote_recv};
+static const bt_transport transport_nccl = {BT_PATH_NCCL, BT_TRANSPORT_REMOTE | BT_TRANSPORT_EVENTS, gpu_setup,
+                                            gpu_teardown, bt_dist_nccl_send, nccl_wait, bt_dist_nccl_recv};
+
+void bt_remote_install_transports(bt_engine *e)
+{
+    e->transport[BT_PATH_MPI] = &transport_mpi;
+    e->transport[BT_PATH_MPI_STAGED] = &transport_mpi_staged;
+    e->transport[BT_PATH_NCCL] = &transport_nccl;
 }
 
 bt_status bt_dist_check_gpu(const bt_engine *e)

@@ -7,8 +7,9 @@
  * finished its backward and the global gradient norm is finite (a barrier: a step is all or
  * nothing; worker_step.c). Where a device runs several stages (interleaved), their workers take
  * turns in the schedule's order. On any failure it records the message, raises the engine's abort
- * flag and wakes everyone, so no stage is left waiting. The hooks of a job across processes sit
- * where their instructions run; engine_dist.c and dist_dp.c hold what they do. */
+ * flag and wakes everyone, so no stage is left waiting. The steps of a job across processes are
+ * the engine's rank hooks (rank_hooks.h), called where their instructions run; in one process
+ * they do nothing (rank_hooks.c), and engine_dist.c and dist_dp.c hold what they do across them. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +29,7 @@ static int dropped(const bt_engine *e, const bt_stage *st, int mb)
 static int any_device_path(bt_channel *const *channels, int n)
 {
     for (int c = 0; c < n; c++)
-        if (bt_path_has_events(channels[c]->path)) return 1;
+        if (bt_channel_has_events(channels[c])) return 1;
     return 0;
 }
 
@@ -53,7 +54,7 @@ static bt_status send_instr(bt_engine *e, bt_stage *st, bt_channel *const *chann
     BT_TRY(be->event_record(st->dev, st->ev_end[instr], stream));
     if (!dropped(e, st, mb))
         for (int c = 0; c < n; c++)
-            if (!bt_path_is_remote(channels[c]->path)) bt_channel_post(channels[c], mb); /* MPI: the message is */
+            if (!bt_channel_is_remote(channels[c])) bt_channel_post(channels[c], mb); /* MPI: the message is */
     return BT_OK;
 }
 
@@ -65,9 +66,9 @@ static void describe_wait(bt_engine *e, bt_stage *st, bt_worker *w, bt_channel *
     const bt_schedule *sched = e->job_sched;
     bt_instr_format(st->index, &sched->list[st->index][w->cur_instr], ins, sizeof ins);
     int peer = ch->from;
-    if (bt_path_is_remote(ch->path)) { /* the peer is another process: what it last did is not known here */
+    if (bt_channel_is_remote(ch)) { /* the peer is another process: what it last did is not known here */
         char who[96];
-        bt_dist_describe_stage(e, peer, who, sizeof who);
+        e->ranks->describe_stage(e, peer, who, sizeof who);
         snprintf(buf, size, "stage %d (%s) at instruction %d (%s) waits for %s of micro-batch %d from %s (lost, "
                  "or stuck: see that rank's own message)",
                  st->index, st->device_name, w->cur_instr, ins, ch->grad ? "gradients" : "activations", mb, who);
@@ -101,9 +102,7 @@ static bt_status recv_instr(bt_engine *e, bt_worker *w, bt_stage *st, bt_channel
 {
     for (int c = 0; c < n; c++) {
         atomic_store(&w->waiting, 1);
-        bt_status s = bt_path_uses_mpi(channels[c]->path) ? bt_dist_wait(e, channels[c], mb)
-                      : channels[c]->path == BT_PATH_NCCL ? BT_OK /* queued ahead: the device waits */
-                                                           : bt_channel_wait(e, channels[c], mb, e->params.watchdog_s);
+        bt_status s = bt_transfer_wait(e, channels[c], mb);
         atomic_store(&w->waiting, 0);
         if (s != BT_OK) return wait_error(e, st, w, channels[c], mb, s);
     }
@@ -130,26 +129,17 @@ static bt_status compute_instr(bt_engine *e, bt_worker *w, bt_stage *st, const b
         if (!training) w->peak_live = 1;
         break;
     case BT_I_BWD:
-        s = bt_worker_backward(e, st, ins->mb, e->dist.n_buckets > 0 && instr == e->dist.last_bwd);
+        s = bt_worker_backward(e, st, ins->mb, e->ranks->last_backward(e, BT_I_BWD, instr));
         if (!e->job_sched->split_backward) w->live--; /* else the slot is held until W */
         break;
     case BT_I_WGT:
-        s = bt_worker_weight_grads(e, st, ins->mb, e->dist.n_buckets > 0 && instr == e->dist.last_wgt);
+        s = bt_worker_weight_grads(e, st, ins->mb, e->ranks->last_backward(e, BT_I_WGT, instr));
         w->live--;
         break;
     case BT_I_STEP:
-        if (e->dist.n_buckets > 0) { /* data parallel: the replicas' gradients, summed */
-            atomic_store(&w->waiting, 1);
-            s = bt_dist_grads_reduce(e, st);
-            atomic_store(&w->waiting, 0);
-        }
+        s = e->ranks->grads_reduce(e, w, st); /* data parallel: the replicas' gradients, summed */
         if (s == BT_OK && e->job == BT_JOB_TRAIN) s = bt_worker_run_step(e, w, st);
-        else if (s == BT_OK && e->dist.on) { /* gradients only: the loss still comes from the last stage */
-            s = st->be->sync(st->dev);
-            atomic_store(&w->waiting, 1);
-            if (s == BT_OK) s = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
-            atomic_store(&w->waiting, 0);
-        }
+        else if (s == BT_OK) s = e->ranks->grads_step(e, w, st); /* gradients only */
         break;
     default:
         s = bt_error(BT_ERR_INTERNAL, "not a compute instruction: kind %d", (int)ins->kind);
@@ -270,7 +260,7 @@ static bt_status set_seed(bt_engine *e, bt_stage *st)
 static void reset_channels(bt_channel *const *channels, int n)
 {
     for (int c = 0; c < n; c++) {
-        if (!bt_path_has_events(channels[c]->path)) continue;
+        if (!bt_channel_has_events(channels[c])) continue;
         memset(channels[c]->pending, 0, (size_t)channels[c]->microbatches * sizeof *channels[c]->pending);
         channels[c]->last_sent = -1;
     }
@@ -298,7 +288,7 @@ static bt_status start_job(bt_engine *e, bt_worker *w, bt_stage *st)
     reset_channels(st->out_grad, st->n_out_grad);
     for (int k = 0; k < st->n_slots; k++) st->slot_owner[k] = -1;
     bt_store_forget(st);
-    BT_TRY(bt_dist_job_start(e, st, e->job != BT_JOB_FORWARD));
+    BT_TRY(e->ranks->job_start(e, st, e->job != BT_JOB_FORWARD));
     BT_TRY(record_step0(e, w, st));
     if (e->job == BT_JOB_FORWARD) return BT_OK;
     if (st->flat_g) /* every gradient, back to back (layout.c): one pass */
@@ -384,7 +374,7 @@ static void run_job(bt_engine *e, bt_worker *w)
     }
     w->cur_instr = -1; /* the host's watchdog: "stuck in its final device wait" */
     atomic_store(&w->waiting, 1);
-    s = bt_dist_job_end(e, st, w->status == BT_OK && !atomic_load(&e->abort));
+    s = e->ranks->job_end(e, st, w->status == BT_OK && !atomic_load(&e->abort));
     atomic_store(&w->waiting, 0);
     if (s != BT_OK && w->status == BT_OK) fail_job(e, w, s);
     s = st->be->sync(st->dev);

@@ -255,7 +255,7 @@ static bt_status wait_slot_free(bt_stage *st, int mb)
     if (prev < 0 || prev == mb) return BT_OK;
     for (int c = 0; c < st->n_out_act; c++) {
         bt_channel *ch = st->out_act[c];
-        if (bt_path_has_events(ch->path) && ch->pending[prev])
+        if (bt_channel_has_events(ch) && ch->pending[prev])
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[prev]));
     }
     return BT_OK;
@@ -328,7 +328,7 @@ bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last)
     /* the gradients this stage sent back last are about to be overwritten */
     for (int c = 0; c < st->n_out_grad; c++) {
         bt_channel *ch = st->out_grad[c];
-        if (bt_path_has_events(ch->path) && ch->last_sent >= 0)
+        if (bt_channel_has_events(ch) && ch->last_sent >= 0)
             BT_TRY(st->be->stream_wait(st->dev, BT_STREAM_COMPUTE, ch->sent[ch->last_sent]));
     }
     BT_TRY(st->be->zero(st->dev, st->grads + st->outgoing_grad_bytes,
@@ -368,7 +368,7 @@ bt_status bt_worker_backward(bt_engine *e, bt_stage *st, int mb, int last)
             return bt_error_context(s, "stage %d, backward of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
         /* a node whose W comes later (split backward) has its weight gradients final there */
-        if (last && !node_defers_wgrad(st, k)) BT_TRY(bt_dist_grads_final(e, st, k));
+        if (last && !node_defers_wgrad(st, k)) BT_TRY(e->ranks->grads_final(e, st, k));
     }
     return BT_OK;
 }
@@ -395,7 +395,7 @@ bt_status bt_worker_weight_grads(bt_engine *e, bt_stage *st, int mb, int last)
         if (s != BT_OK)
             return bt_error_context(s, "stage %d, weight gradient of layer '%s' (micro-batch %d)",
                                     st->index, g->layers[n->layer].name, mb);
-        if (last) BT_TRY(bt_dist_grads_final(e, st, k)); /* the step's last W: data parallel buckets */
+        if (last) BT_TRY(e->ranks->grads_final(e, st, k)); /* the step's last W: data parallel buckets */
     }
     return BT_OK;
 }

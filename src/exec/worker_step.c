@@ -96,20 +96,10 @@ static bt_status exchange_tied(bt_engine *e, bt_worker *w, bt_stage *st)
             bt_tie *t = &e->ties[k];
             if (t->stage[side] != st) continue;
             BT_TRY(st->be->to_host(st->dev, t->host[side], t->store[side]->g, t->bytes));
-            if (e->dist.on && !bt_stage_is_local(e, t->stage[1 - side]->index)) {
-                atomic_store(&w->waiting, 1);
-                bt_status s = bt_dist_tie_exchange(e, t, side);
-                atomic_store(&w->waiting, 0);
-                BT_TRY(s);
-            }
+            if (!bt_stage_is_local(e, t->stage[1 - side]->index)) BT_TRY(e->ranks->tie_exchange(e, w, t, side));
         }
     BT_TRY(stage_barrier(e, w));
-    if (e->dist.shm) { /* the sums below land in the shared arena: the peers must be done reading it */
-        atomic_store(&w->waiting, 1);
-        bt_status s = bt_dist_shm_readers_done(e);
-        atomic_store(&w->waiting, 0);
-        BT_TRY(s);
-    }
+    BT_TRY(e->ranks->ties_summing(e, w));
     for (int k = 0; k < e->n_ties; k++)
         for (int side = 0; side < 2; side++) {
             bt_tie *t = &e->ties[k];
@@ -137,25 +127,22 @@ static bt_status exchange_tied(bt_engine *e, bt_worker *w, bt_stage *st)
  * stage (and halves the scale); otherwise the step stops, naming the first parameter whose
  * gradient is not finite. Clipping scales by it. The gradients are scaled by the loss scale,
  * which the update divides out (grad_scale). */
+bt_status bt_worker_stage_sumsq(bt_engine *e, bt_stage *st, double *out)
+{
+    *out = 0;
+    if (st->n_params == 0) return BT_OK;
+    return st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, out);
+}
+
 bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
 {
     double sumsq = 0;
     BT_TRY(st->be->sync(st->dev));
     if (e->n_ties) BT_TRY(exchange_tied(e, w, st));
-    if (e->dist.zero) /* the replicas' chunks of the summed gradients */
-        BT_TRY(bt_dist_zero_sumsq(e, st, &sumsq));
-    else if (bt_dist_shm_sumsq_split(e)) /* each replica summed its share of the tensors */
-        BT_TRY(bt_dist_shm_sumsq(e, st, &sumsq));
-    else if (st->n_params)
-        BT_TRY(st->be->sum_squares(st->dev, e->dtype, st->sq_ptr, st->sq_n, st->n_params, &sumsq));
+    BT_TRY(e->ranks->sumsq(e, st, &sumsq)); /* across processes: the replicas' shares */
     e->sumsq[st->index] = sumsq;
     BT_TRY(stage_barrier(e, w));
-    if (e->dist.on) { /* across processes: every stage's sum, and the loss, from the other ranks */
-        atomic_store(&w->waiting, 1);
-        bt_status ds = bt_dist_step_exchange(e, st, bt_worker_loss_sum(e, st));
-        atomic_store(&w->waiting, 0);
-        BT_TRY(ds);
-    }
+    BT_TRY(e->ranks->exchange(e, w, st)); /* across processes: every stage's sum, and the loss */
     double total = 0;
     for (int s = 0; s < e->stages; s++) total += e->sumsq[s];
     if (!isfinite(total)) {
@@ -165,7 +152,11 @@ bt_status bt_worker_run_step(bt_engine *e, bt_worker *w, bt_stage *st)
     }
     double unscale = 1.0 / e->loss_scale, scale = unscale;
     if (e->params.clip_norm > 0) scale *= bt_optim_clip_scale(sqrt(total) * unscale, e->params.clip_norm);
-    if (e->dist.zero) return bt_dist_zero_update(e, st, e->lr, e->step + 1, scale);
+    return e->ranks->update(e, st, scale);
+}
+
+bt_status bt_worker_stage_update(bt_engine *e, bt_stage *st, double scale)
+{
     if (st->n_params == 0) return BT_OK;
     if (st->grad_arena) { /* data parallel in place (dist_dp.c): gradients in bucket order, not packed */
         for (int i = 0; i < st->n_params; i++) {
