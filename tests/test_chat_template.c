@@ -118,6 +118,8 @@ static void test_render_errors(void)
                  "t.jinja:1:39: raise_exception: Conversation roles must alternate");
     render_fails("{{ messages[0]['content'] }}", "{\"messages\": []}", "is undefined");
     render_fails("{{ nothing.role }}", "{}", "'nothing' is undefined");
+    /* the name of a missing key built at render time outlives the key's value */
+    render_fails("{{ d['mi' ~ 'ss'] + 1 }}", "{\"d\": {}}", "'miss' is undefined");
     render_fails("{{ 'a' + nothing }}", "{}", "'nothing' is undefined");
     render_fails("{{ temperature }}", "{\"temperature\": 0.5}", "a float value (0.5) is not supported");
     render_fails("{{ messages }}", "{\"messages\": []}", "printing a list (Python's repr) is not supported");
@@ -130,6 +132,8 @@ static void test_render_errors(void)
     render_fails("{{ 'É' | upper }}", "{}", "non-ASCII");
     render_fails("{% for x in 5 %}{% endfor %}", "{}", "a int is not iterable");
     render_fails("{% set x = 1 %}{% set x.y = 2 %}", "{}", "'x' is not a namespace");
+    render_fails("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}",
+                 "the render took more than 20000000 steps");
 }
 
 static void test_rules(void)

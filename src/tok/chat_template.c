@@ -1197,7 +1197,7 @@ typedef struct val {
     size_t n;           /* V_STR: bytes */
     json_t *j;          /* V_LIST, V_DICT, V_NS: a reference held */
     const loopinfo *loop;
-    const char *uname;  /* V_UNDEF: what was missing */
+    const char *uname;  /* V_UNDEF: what was missing (s, owned), or NULL */
 } val;
 
 typedef struct var {
@@ -1216,7 +1216,13 @@ typedef struct rctx {
     const json_t *vars;
     frame *top;
     tok_buf out;
+    int64_t steps; /* expressions and statements evaluated, against MAX_STEPS */
 } rctx;
+
+/* A render that evaluates more than this many expressions and statements fails (a template that
+ * loops over range(100000) twice nested, say), as does one whose text outgrows MAX_OUTPUT. */
+#define MAX_STEPS 20000000
+#define MAX_OUTPUT ((size_t)1 << 28)
 
 #define RERR(n, ...) errat(BT_ERR_INVALID_ARG, r->t, (n)->at, __VA_ARGS__)
 #define OOM() bt_error(BT_ERR_NOMEM, "chat template: out of memory")
@@ -1239,10 +1245,16 @@ static bt_status val_str(val *v, const char *s, size_t n, int markup)
     return BT_OK;
 }
 
+static void val_undef(val *v, const char *what);
+
 static bt_status val_copy(const val *from, val *to)
 {
     *to = *from;
     if (from->k == V_STR) return val_str(to, from->s, from->n, from->markup);
+    if (from->k == V_UNDEF) {
+        val_undef(to, from->uname);
+        return BT_OK;
+    }
     if (from->j) json_incref(from->j);
     return BT_OK;
 }
@@ -1254,11 +1266,13 @@ static void val_int(val *v, int k, int64_t i)
     v->i = i;
 }
 
+/* An undefined value; its own copy of what was missing names it in messages. */
 static void val_undef(val *v, const char *what)
 {
     memset(v, 0, sizeof *v);
     v->k = V_UNDEF;
-    v->uname = what;
+    v->s = what ? dupn(what, strlen(what)) : NULL;
+    v->uname = v->s;
 }
 
 static const char *kind_name(const val *v)
@@ -2090,6 +2104,11 @@ static bt_status eval_func(rctx *r, const node *n, val *out)
             goto done;
         }
         json_array_append_new(l, json_integer(i));
+        if (++r->steps > MAX_STEPS) {
+            json_decref(l);
+            st = RERR(n, "the render took more than %d steps", MAX_STEPS);
+            goto done;
+        }
     }
     memset(out, 0, sizeof *out);
     out->k = V_LIST;
@@ -2265,6 +2284,7 @@ static bt_status eval_cmp(rctx *r, const node *n, val *out)
 static bt_status eval(rctx *r, const node *n, val *out)
 {
     memset(out, 0, sizeof *out);
+    if (++r->steps > MAX_STEPS) return RERR(n, "the render took more than %d steps", MAX_STEPS);
     val a, b;
     bt_status st = BT_OK;
     switch (n->kind) {
@@ -2361,6 +2381,10 @@ static bt_status render_for(rctx *r, const node *n)
     size_t cnt = json_array_size(items);
     loopinfo info = {0, (int64_t)cnt};
     for (size_t i = 0; i < cnt && st == BT_OK; i++) {
+        if (++r->steps > MAX_STEPS) {
+            st = RERR(n, "the render took more than %d steps", MAX_STEPS);
+            break;
+        }
         frame f = {.up = r->top};
         val x, lv = {.k = V_LOOP, .loop = &info};
         info.index0 = (int64_t)i;
@@ -2387,8 +2411,10 @@ static bt_status render_for(rctx *r, const node *n)
 static bt_status render_body(rctx *r, const node *n)
 {
     for (; n; n = n->next) {
-        val v;
+        val v = {0};
         bt_status st = BT_OK;
+        if (++r->steps > MAX_STEPS) return RERR(n, "the render took more than %d steps", MAX_STEPS);
+        if (r->out.n > MAX_OUTPUT) return RERR(n, "the rendering is longer than %zu bytes", MAX_OUTPUT);
         switch (n->kind) {
         case N_TEXT: st = tok_buf_put(&r->out, n->s, n->n); break;
         case N_OUT:
