@@ -78,6 +78,7 @@ for name in sorted(os.listdir(tdir)):
     path = os.path.join(tdir, name)
     with open(path, encoding="utf-8", newline="") as f:
         template = compile_like_transformers(f.read())
+    rendered = 0
     for mname, messages in MESSAGES.items():
         if name not in ONLY.get(mname, [name]):
             continue
@@ -96,6 +97,7 @@ for name in sorted(os.listdir(tdir)):
                 r = subprocess.run([driver, path, vpath], capture_output=True)
                 err = r.stderr.decode("utf-8", "replace").strip()
                 if want_err is None:
+                    rendered += 1
                     if r.returncode != 0:
                         fail(f"{case}: jinja2 renders, baton fails (rc {r.returncode}): {err}")
                     elif r.stdout != want.encode("utf-8"):
@@ -106,5 +108,7 @@ for name in sorted(os.listdir(tdir)):
                         fail(f"{case}: jinja2 raises {type(want_err).__name__} ({msg}), baton gives rc {r.returncode}")
                     elif type(want_err) is TemplateError and msg not in err:
                         fail(f"{case}: baton's error lacks raise_exception's message {msg!r}: {err}")
+    if rendered < 8:  # a template that jinja2 itself fails on would show nothing
+        fail(f"{name}: jinja2 renders only {rendered} of its cases")
 print(f"chat_template_ref: {tests} tests, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -78,7 +78,9 @@ static void test_refusals(void)
     refused("{% if x is divisibleby(3) %}{% endif %}", "1:12: test 'divisibleby' is not supported");
     refused("{{ cycler('a') }}", "1:4: function 'cycler' is not supported");
     refused("{{ x.format(1) }}", "method 'format' is not supported");
-    refused("{% for a, b in x %}{% endfor %}", "for with several targets is not supported");
+    refused("{% for a, b, c in x %}{% endfor %}", "1:12: for with more than two targets is not supported");
+    render_fails("{% for a, b in [[1, 2, 3]] %}{% endfor %}", "{}", "not a pair");
+    render_fails("{% for k, v in [1] | items %}{% endfor %}", "{}", "items of a list");
     refused("{% for a in x if a %}{% endfor %}", "loop filter) is not supported");
     refused("{% set x %}a{% endset %}", "block set");
     refused("{{ 1.5 }}", "1:4: float literals are not supported");

@@ -37,6 +37,7 @@ struct node {
     int kind, op;
     size_t at;       /* offset in the (normalized) source */
     char *s;         /* text, name, string literal, filter/test/function/method name */
+    char *s2;        /* N_FOR: the second target of `for k, v in ...`, or NULL */
     size_t n;        /* bytes of s */
     int64_t i;       /* integer literal, boolean; for a test: negated */
     node *a, *b, *c; /* operands: object, index, ...; for N_IF: cond, body, else; N_FOR: iter, body, else */
@@ -391,7 +392,7 @@ static bt_status parse_unary(parser *p, int with_filter, node **out);
 static bt_status parse_unary_nested(parser *p, int with_filter, node **out);
 
 static const char *const known_filters[] = {"trim", "length", "count", "upper", "lower", "tojson", "string",
-                                            "default", "d", "first", "last", "join", "safe", NULL};
+                                            "default", "d", "first", "last", "join", "safe", "items", "list", NULL};
 static const char *const known_tests[] = {"defined", "undefined", "none", "string", "number", "integer", "boolean",
                                           "mapping", "sequence", "iterable", "true", "false", "even", "odd", NULL};
 static const char *const known_methods[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
@@ -997,7 +998,11 @@ static bt_status parse_for(parser *p, node **out, size_t at)
     MK(n, N_FOR, at);
     BT_TRY(next(p));
     BT_TRY(take_name(p, &n->s));
-    if (is_op(p, ",")) return errat(BT_ERR_MODEL, p->t, p->cur.at, "for with several targets is not supported");
+    if (is_op(p, ",")) {
+        BT_TRY(next(p));
+        BT_TRY(take_name(p, &n->s2));
+        if (is_op(p, ",")) return errat(BT_ERR_MODEL, p->t, p->cur.at, "for with more than two targets is not supported");
+    }
     if (!is_word(p, "in")) return errat(BT_ERR_MODEL, p->t, p->cur.at, "expected 'in'");
     BT_TRY(next(p));
     /* the iterable: no conditional expression here, as jinja2 parses it */
@@ -1124,6 +1129,7 @@ void bt_chat_template_destroy(bt_chat_template *t)
     for (size_t i = 0; i < t->nall; i++) {
         node *n = t->all[i];
         free(n->s);
+        free(n->s2);
         for (size_t k = 0; k < n->nkids; k++) free(n->kwnames[k]);
         free(n->kids);
         free(n->ops);
@@ -1192,6 +1198,7 @@ typedef struct loopinfo {
 typedef struct val {
     int k;
     int markup;         /* V_STR: markupsafe's Markup (tojson, safe) */
+    int gen;            /* V_LIST: a Python generator (what `items` gives): no len(), no index, true */
     int64_t i;          /* V_BOOL, V_INT */
     char *s;            /* V_STR: owned, NUL-terminated */
     size_t n;           /* V_STR: bytes */
@@ -1299,6 +1306,7 @@ static bt_status from_json(rctx *r, const node *at, json_t *j, val *v)
 /* A new reference to the JSON form of v. */
 static bt_status to_json(rctx *r, const node *at, const val *v, json_t **out)
 {
+    if (v->gen) return RERR(at, "a generator (what items gives) cannot be stored or serialized here");
     switch (v->k) {
     case V_NONE: *out = json_null(); break;
     case V_BOOL: *out = json_boolean(v->i); break;
@@ -1320,7 +1328,7 @@ static int truthy(const val *v)
     case V_BOOL:
     case V_INT: return v->i != 0;
     case V_STR: return v->n > 0;
-    case V_LIST: return json_array_size(v->j) > 0;
+    case V_LIST: return v->gen || json_array_size(v->j) > 0;
     case V_DICT: return json_object_size(v->j) > 0;
     default: return 1;
     }
@@ -1485,7 +1493,7 @@ static bt_status get_index(rctx *r, const node *n, const val *obj, const val *ke
     if (key->k == V_STR) return get_named(r, n, obj, key->s, out);
     if (key->k == V_INT || key->k == V_BOOL) {
         int64_t i = key->i;
-        if (obj->k == V_LIST) {
+        if (obj->k == V_LIST && !obj->gen) {
             int64_t len = (int64_t)json_array_size(obj->j);
             if (i < 0) i += len;
             if (i >= 0 && i < len) return from_json(r, n, json_array_get(obj->j, (size_t)i), out);
@@ -1554,7 +1562,9 @@ static bt_status eval_slice(rctx *r, const node *n, val *out)
         st = RERR(n, "slice step cannot be zero");
         goto done;
     }
-    if (obj.k == V_LIST) {
+    if (obj.k == V_LIST && obj.gen) {
+        val_undef(out, "slice");
+    } else if (obj.k == V_LIST) {
         json_t *a = json_array();
         if (!a) {
             st = OOM();
@@ -1933,6 +1943,8 @@ static bt_status apply_filter(rctx *r, const node *n, val *x, const args *a, val
         if (x->k == V_STR) {
             len = 0;
             for (size_t i = 0; i < x->n; i++) len += ((unsigned char)x->s[i] & 0xC0) != 0x80;
+        } else if (x->k == V_LIST && x->gen) {
+            return RERR(n, "length of a generator (what items gives)");
         } else if (x->k == V_LIST) len = (int64_t)json_array_size(x->j);
         else if (x->k == V_DICT) len = (int64_t)json_object_size(x->j);
         else if (x->k == V_UNDEF) len = 0;
@@ -1951,6 +1963,7 @@ static bt_status apply_filter(rctx *r, const node *n, val *x, const args *a, val
         free(b.s);
         return st;
     }
+    if (strcmp(f, "last") == 0 && x->gen) return RERR(n, "last of a generator (what items gives)");
     if (strcmp(f, "first") == 0 || strcmp(f, "last") == 0) {
         json_t *items;
         BT_TRY(items_of(r, n, x, &items));
@@ -1960,6 +1973,38 @@ static bt_status apply_filter(rctx *r, const node *n, val *x, const args *a, val
         else st = from_json(r, n, json_array_get(items, f[0] == 'f' ? 0 : cnt - 1), out);
         json_decref(items);
         return st;
+    }
+    if (strcmp(f, "items") == 0) {
+        if (x->k != V_DICT && x->k != V_UNDEF) return RERR(n, "items of a %s (not a mapping)", kind_name(x));
+        json_t *l = json_array();
+        if (!l) return OOM();
+        if (x->k == V_DICT) {
+            const char *key;
+            json_t *v;
+            json_object_foreach(x->j, key, v) {
+                json_t *pair = json_pack("[sO]", key, v);
+                if (!pair || json_array_append_new(l, pair)) {
+                    json_decref(l);
+                    return OOM();
+                }
+            }
+        }
+        memset(out, 0, sizeof *out);
+        out->k = V_LIST;
+        out->j = l;
+        out->gen = 1;
+        return BT_OK;
+    }
+    if (strcmp(f, "list") == 0) {
+        json_t *items;
+        BT_TRY(items_of(r, n, x, &items));
+        json_t *l = json_copy(items);
+        json_decref(items);
+        if (!l) return OOM();
+        memset(out, 0, sizeof *out);
+        out->k = V_LIST;
+        out->j = l;
+        return BT_OK;
     }
     if (strcmp(f, "join") == 0) {
         if (a->n > 0) BT_TRY(need_str(r, n, &a->v[0], "join"));
@@ -2386,12 +2431,25 @@ static bt_status render_for(rctx *r, const node *n)
             break;
         }
         frame f = {.up = r->top};
-        val x, lv = {.k = V_LOOP, .loop = &info};
+        val x = {0}, lv = {.k = V_LOOP, .loop = &info};
         info.index0 = (int64_t)i;
-        st = from_json(r, n->a, json_array_get(items, i), &x);
-        if (st == BT_OK) st = frame_set(&f, "loop", &lv);
-        if (st == BT_OK) st = frame_set(&f, n->s, &x);
-        val_free(&x);
+        json_t *item = json_array_get(items, i);
+        st = frame_set(&f, "loop", &lv);
+        if (st == BT_OK && !n->s2) {
+            st = from_json(r, n->a, item, &x);
+            if (st == BT_OK) st = frame_set(&f, n->s, &x);
+            val_free(&x);
+        } else if (st == BT_OK && (!json_is_array(item) || json_array_size(item) != 2)) {
+            st = RERR(n, "unpacking an item that is not a pair into '%s, %s' is not supported", n->s, n->s2);
+        } else if (st == BT_OK) {
+            val y = {0};
+            st = from_json(r, n->a, json_array_get(item, 0), &x);
+            if (st == BT_OK) st = from_json(r, n->a, json_array_get(item, 1), &y);
+            if (st == BT_OK) st = frame_set(&f, n->s, &x);
+            if (st == BT_OK) st = frame_set(&f, n->s2, &y);
+            val_free(&x);
+            val_free(&y);
+        }
         r->top = &f;
         if (st == BT_OK) st = render_body(r, n->b);
         r->top = f.up;
