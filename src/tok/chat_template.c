@@ -392,11 +392,15 @@ static bt_status parse_unary(parser *p, int with_filter, node **out);
 static bt_status parse_unary_nested(parser *p, int with_filter, node **out);
 
 static const char *const known_filters[] = {"trim", "length", "count", "upper", "lower", "tojson", "string",
-                                            "default", "d", "first", "last", "join", "safe", "items", "list", NULL};
+                                            "default", "d", "first", "last", "join", "safe", "items", "list",
+                                            "select", "reject", "selectattr", "rejectattr", NULL};
 static const char *const known_tests[] = {"defined", "undefined", "none", "string", "number", "integer", "boolean",
-                                          "mapping", "sequence", "iterable", "true", "false", "even", "odd", NULL};
+                                          "mapping", "sequence", "iterable", "true", "false", "even", "odd",
+                                          "equalto", "eq", "==", "ne", "!=", "sameas", NULL};
+/* the tests that take an argument */
+static const char *const arg_tests[] = {"equalto", "eq", "==", "ne", "!=", "sameas", NULL};
 static const char *const known_methods[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "upper",
-                                            "lower", "split", "replace", "get", NULL};
+                                            "lower", "split", "replace", "get", "items", NULL};
 static const char *const known_funcs[] = {"raise_exception", "range", "namespace", NULL};
 
 static int in_list(const char *const *list, const char *s)
@@ -624,6 +628,24 @@ static bt_status parse_postfix(parser *p, node **io)
     }
 }
 
+/* select/reject(test[, arg]) and selectattr/rejectattr(attr[, test[, arg]]): the test must be a
+ * string literal naming a test this evaluator has, with its argument when it takes one. */
+static bt_status check_select(parser *p, const node *n)
+{
+    int attr = strcmp(n->s, "selectattr") == 0 || strcmp(n->s, "rejectattr") == 0;
+    if (!attr && strcmp(n->s, "select") != 0 && strcmp(n->s, "reject") != 0) return BT_OK;
+    size_t ti = attr ? 1 : 0;
+    if (attr && (n->nkids < 1 || n->kids[0]->kind != E_STR || strchr(n->kids[0]->s, '.')))
+        return errat(BT_ERR_MODEL, p->t, n->at, "'%s' needs an attribute name (a string literal without dots)", n->s);
+    if (n->nkids <= ti) return BT_OK;
+    const node *tn = n->kids[ti];
+    if (tn->kind != E_STR) return errat(BT_ERR_MODEL, p->t, tn->at, "'%s' needs the test's name as a string literal", n->s);
+    if (!in_list(known_tests, tn->s)) return errat(BT_ERR_MODEL, p->t, tn->at, "test '%s' is not supported", tn->s);
+    size_t want = ti + 1 + (size_t)in_list(arg_tests, tn->s);
+    if (n->nkids != want) return errat(BT_ERR_MODEL, p->t, n->at, "'%s' with test '%s' takes %zu arguments", n->s, tn->s, want);
+    return BT_OK;
+}
+
 /* Filters and tests after a unary expression: `x|f(args)`, `x is [not] t(args)`. */
 static bt_status parse_filter_expr(parser *p, node **io)
 {
@@ -640,6 +662,7 @@ static bt_status parse_filter_expr(parser *p, node **io)
                 BT_TRY(next(p));
                 BT_TRY(parse_args(p, n, strcmp(n->s, "tojson") == 0));
             }
+            BT_TRY(check_select(p, n));
             *io = n;
         } else if (is_word(p, "is")) {
             BT_TRY(next(p));
@@ -653,10 +676,22 @@ static bt_status parse_filter_expr(parser *p, node **io)
             BT_TRY(take_name(p, &n->s));
             if (!in_list(known_tests, n->s)) return errat(BT_ERR_MODEL, p->t, n->at, "test '%s' is not supported", n->s);
             n->a = *io;
-            if (is_op(p, "(") || p->cur.kind == T_STR || p->cur.kind == T_INT ||
-                (p->cur.kind == T_NAME && !is_word(p, "else") && !is_word(p, "or") && !is_word(p, "and")) ||
-                is_op(p, "[") || is_op(p, "{"))
-                return errat(BT_ERR_MODEL, p->t, p->cur.at, "arguments to test '%s' are not supported", n->s);
+            int has_arg = is_op(p, "(") || p->cur.kind == T_STR || p->cur.kind == T_INT ||
+                          (p->cur.kind == T_NAME && !is_word(p, "else") && !is_word(p, "or") && !is_word(p, "and")) ||
+                          is_op(p, "[") || is_op(p, "{");
+            int takes_arg = in_list(arg_tests, n->s);
+            if (has_arg != takes_arg)
+                return errat(BT_ERR_MODEL, p->t, p->cur.at, takes_arg ? "test '%s' needs one argument" : "arguments to test '%s' are not supported", n->s);
+            if (takes_arg && is_op(p, "(")) {
+                BT_TRY(next(p));
+                BT_TRY(parse_args(p, n, 0));
+                if (n->nkids != 1) return errat(BT_ERR_MODEL, p->t, n->at, "test '%s' needs one argument", n->s);
+            } else if (takes_arg) {
+                node *arg;
+                BT_TRY(parse_primary(p, &arg));
+                BT_TRY(parse_postfix(p, &arg));
+                BT_TRY(add_kid(n, arg, 0, NULL));
+            }
             *io = n;
         } else {
             return BT_OK;
@@ -1007,7 +1042,12 @@ static bt_status parse_for(parser *p, node **out, size_t at)
     BT_TRY(next(p));
     /* the iterable: no conditional expression here, as jinja2 parses it */
     BT_TRY(parse_or(p, &n->a));
-    if (is_word(p, "if")) return errat(BT_ERR_MODEL, p->t, p->cur.at, "for ... if (a loop filter) is not supported");
+    if (is_word(p, "if")) {
+        node *cond;
+        BT_TRY(next(p));
+        BT_TRY(parse_expr(p, &cond));
+        BT_TRY(add_kid(n, cond, 0, NULL));
+    }
     if (is_word(p, "recursive")) return errat(BT_ERR_MODEL, p->t, p->cur.at, "recursive loops are not supported");
     BT_TRY(end_tag(p));
     static const char *const stops[] = {"else", "endfor", NULL};
@@ -1927,6 +1967,8 @@ static bt_status need_str(rctx *r, const node *n, const val *v, const char *what
     return RERR(n, "'%s' needs a string, not a %s", what, kind_name(v));
 }
 
+static bt_status filter_select(rctx *r, const node *n, const val *x, const args *a, val *out);
+
 static bt_status apply_filter(rctx *r, const node *n, val *x, const args *a, val *out)
 {
     const char *f = n->s;
@@ -1974,6 +2016,8 @@ static bt_status apply_filter(rctx *r, const node *n, val *x, const args *a, val
         json_decref(items);
         return st;
     }
+    if (!strcmp(f, "select") || !strcmp(f, "reject") || !strcmp(f, "selectattr") || !strcmp(f, "rejectattr"))
+        return filter_select(r, n, x, a, out);
     if (strcmp(f, "items") == 0) {
         if (x->k != V_DICT && x->k != V_UNDEF) return RERR(n, "items of a %s (not a mapping)", kind_name(x));
         json_t *l = json_array();
@@ -2025,7 +2069,7 @@ static bt_status apply_filter(rctx *r, const node *n, val *x, const args *a, val
         free(b.s);
         return st;
     }
-    val s;
+    val s = {0};
     BT_TRY(str_of(r, n, x, &s));
     bt_status st;
     if (strcmp(f, "string") == 0) {
@@ -2053,6 +2097,8 @@ static bt_status eval_filter(rctx *r, const node *n, val *out)
     BT_TRY(eval(r, n->a, &x));
     args a;
     size_t hi = strcmp(n->s, "default") == 0 || strcmp(n->s, "d") == 0 ? 2 : strcmp(n->s, "join") == 0 || strcmp(n->s, "trim") == 0 ? 1 : 0;
+    if (!strcmp(n->s, "select") || !strcmp(n->s, "reject") || !strcmp(n->s, "selectattr") || !strcmp(n->s, "rejectattr"))
+        hi = n->nkids; /* their arguments were checked at compile time */
     bt_status st = eval_args(r, n, 0, hi + (strcmp(n->s, "tojson") == 0), &a);
     if (st == BT_OK && a.n > hi) st = RERR(n, "too many arguments to '%s'", n->s);
     if (st == BT_OK) st = apply_filter(r, n, &x, &a, out);
@@ -2061,30 +2107,81 @@ static bt_status eval_filter(rctx *r, const node *n, val *out)
     return st;
 }
 
+/* jinja2's test t of x (arg: its argument for the tests that take one) in *res. */
+static bt_status apply_test(rctx *r, const node *n, const char *t, const val *x, const val *arg, int *res)
+{
+    const int k = x->k;
+    if (strcmp(t, "defined") == 0) *res = k != V_UNDEF;
+    else if (strcmp(t, "undefined") == 0) *res = k == V_UNDEF;
+    else if (strcmp(t, "none") == 0) *res = k == V_NONE;
+    else if (strcmp(t, "string") == 0) *res = k == V_STR;
+    else if (strcmp(t, "number") == 0) *res = k == V_INT || k == V_BOOL;
+    else if (strcmp(t, "integer") == 0) *res = k == V_INT;
+    else if (strcmp(t, "boolean") == 0) *res = k == V_BOOL;
+    else if (strcmp(t, "mapping") == 0) *res = k == V_DICT;
+    else if (strcmp(t, "sequence") == 0) *res = k == V_STR || (k == V_LIST && !x->gen) || k == V_DICT || k == V_UNDEF;
+    else if (strcmp(t, "iterable") == 0) *res = k == V_STR || k == V_LIST || k == V_DICT || k == V_UNDEF || k == V_LOOP;
+    else if (strcmp(t, "true") == 0) *res = k == V_BOOL && x->i;
+    else if (strcmp(t, "false") == 0) *res = k == V_BOOL && !x->i;
+    else if (!strcmp(t, "equalto") || !strcmp(t, "eq") || !strcmp(t, "==")) *res = py_eq(x, arg);
+    else if (!strcmp(t, "ne") || !strcmp(t, "!=")) *res = !py_eq(x, arg);
+    else if (strcmp(t, "sameas") == 0) {
+        /* Python's `is`: the singletons none, true and false; small ints are cached too */
+        int singleton = k == V_NONE || k == V_BOOL || k == V_UNDEF;
+        if (!singleton && !(arg->k == V_NONE || arg->k == V_BOOL))
+            return RERR(n, "test 'sameas' of a %s (object identity) is not supported", kind_name(x));
+        *res = k == arg->k && (k != V_BOOL || x->i == arg->i) && k != V_UNDEF;
+    } else if (k == V_INT || k == V_BOOL) *res = (x->i % 2 != 0) == (strcmp(t, "odd") == 0);
+    else return RERR(n, "test '%s' of a %s", t, kind_name(x));
+    return BT_OK;
+}
+
 static bt_status eval_test(rctx *r, const node *n, val *out)
 {
-    val x;
+    val x, arg = {0};
     BT_TRY(eval(r, n->a, &x));
-    const char *t = n->s;
     int res = 0;
-    bt_status st = BT_OK;
-    if (strcmp(t, "defined") == 0) res = x.k != V_UNDEF;
-    else if (strcmp(t, "undefined") == 0) res = x.k == V_UNDEF;
-    else if (strcmp(t, "none") == 0) res = x.k == V_NONE;
-    else if (strcmp(t, "string") == 0) res = x.k == V_STR;
-    else if (strcmp(t, "number") == 0) res = x.k == V_INT || x.k == V_BOOL;
-    else if (strcmp(t, "integer") == 0) res = x.k == V_INT;
-    else if (strcmp(t, "boolean") == 0) res = x.k == V_BOOL;
-    else if (strcmp(t, "mapping") == 0) res = x.k == V_DICT;
-    else if (strcmp(t, "sequence") == 0) res = x.k == V_STR || x.k == V_LIST || x.k == V_DICT || x.k == V_UNDEF;
-    else if (strcmp(t, "iterable") == 0) res = x.k == V_STR || x.k == V_LIST || x.k == V_DICT || x.k == V_UNDEF || x.k == V_LOOP;
-    else if (strcmp(t, "true") == 0) res = x.k == V_BOOL && x.i;
-    else if (strcmp(t, "false") == 0) res = x.k == V_BOOL && !x.i;
-    else if (x.k == V_INT || x.k == V_BOOL) res = (x.i % 2 != 0) == (strcmp(t, "odd") == 0);
-    else st = RERR(n, "test '%s' of a %s", t, kind_name(&x));
+    bt_status st = n->nkids ? eval(r, n->kids[0], &arg) : BT_OK;
+    if (st == BT_OK) st = apply_test(r, n, n->s, &x, &arg, &res);
     val_free(&x);
+    val_free(&arg);
     if (st == BT_OK) val_int(out, V_BOOL, res != (int)n->i);
     return st;
+}
+
+/* select, reject, selectattr, rejectattr: a generator of the items that pass (or fail) the test;
+ * without a test, the item's (or attribute's) truth. */
+static bt_status filter_select(rctx *r, const node *n, const val *x, const args *a, val *out)
+{
+    int attr = n->s[strlen(n->s) - 1] == 'r', keep = n->s[0] == 's';
+    size_t ti = attr ? 1 : 0;
+    json_t *items;
+    BT_TRY(items_of(r, n, x, &items));
+    json_t *l = json_array();
+    bt_status st = l ? BT_OK : OOM();
+    for (size_t i = 0; st == BT_OK && i < json_array_size(items); i++) {
+        val item, sub = {0};
+        st = from_json(r, n, json_array_get(items, i), &item);
+        if (st != BT_OK) break;
+        if (attr) st = get_named(r, n, &item, a->v[0].s, &sub);
+        const val *subj = attr ? &sub : &item;
+        int res = 0;
+        if (st == BT_OK && a->n > ti) st = apply_test(r, n, a->v[ti].s, subj, a->n > ti + 1 ? &a->v[ti + 1] : NULL, &res);
+        else if (st == BT_OK) res = truthy(subj);
+        if (st == BT_OK && res == keep) json_array_append(l, json_array_get(items, i));
+        val_free(&item);
+        val_free(&sub);
+    }
+    json_decref(items);
+    if (st != BT_OK) {
+        json_decref(l);
+        return st;
+    }
+    memset(out, 0, sizeof *out);
+    out->k = V_LIST;
+    out->j = l;
+    out->gen = 1;
+    return BT_OK;
 }
 
 static bt_status eval_func(rctx *r, const node *n, val *out)
@@ -2118,7 +2215,7 @@ static bt_status eval_func(rctx *r, const node *n, val *out)
     BT_TRY(eval_args(r, n, 1, is_range ? 3 : 1, &a));
     bt_status st = BT_OK;
     if (!is_range) {
-        val s;
+        val s = {0};
         st = str_of(r, n, &a.v[0], &s);
         if (st == BT_OK) st = RERR(n, "raise_exception: %s", s.s);
         val_free(&s);
@@ -2218,7 +2315,19 @@ static bt_status call_method(rctx *r, const node *n, const val *obj, const args 
         out->k = V_NONE;
         return BT_OK;
     }
-    if (obj->k != V_STR || strcmp(m, "get") == 0) return RERR(n, "a %s has no method '%s'", kind_name(obj), m);
+    if (obj->k == V_DICT && strcmp(m, "items") == 0) {
+        if (a->n) return RERR(n, "items() takes no arguments");
+        json_t *l = json_array();
+        if (!l) return OOM();
+        const char *key;
+        json_t *v;
+        json_object_foreach(obj->j, key, v) json_array_append_new(l, json_pack("[sO]", key, v));
+        memset(out, 0, sizeof *out);
+        out->k = V_LIST;
+        out->j = l;
+        return BT_OK;
+    }
+    if (obj->k != V_STR || !strcmp(m, "get") || !strcmp(m, "items")) return RERR(n, "a %s has no method '%s'", kind_name(obj), m);
     BT_TRY(need_str(r, n, obj, m));
     for (size_t i = 0; i < a->n; i++) BT_TRY(need_str(r, n, &a->v[i], m));
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
@@ -2415,6 +2524,54 @@ static bt_status eval(rctx *r, const node *n, val *out)
 
 static bt_status render_body(rctx *r, const node *n);
 
+/* Binds the loop's target (or its two targets, from a pair) to item in f. */
+static bt_status bind_targets(rctx *r, const node *n, frame *f, json_t *item)
+{
+    val x = {0}, y = {0};
+    bt_status st;
+    if (!n->s2) {
+        st = from_json(r, n->a, item, &x);
+        if (st == BT_OK) st = frame_set(f, n->s, &x);
+        val_free(&x);
+        return st;
+    }
+    if (!json_is_array(item) || json_array_size(item) != 2)
+        return RERR(n, "unpacking an item that is not a pair into '%s, %s' is not supported", n->s, n->s2);
+    st = from_json(r, n->a, json_array_get(item, 0), &x);
+    if (st == BT_OK) st = from_json(r, n->a, json_array_get(item, 1), &y);
+    if (st == BT_OK) st = frame_set(f, n->s, &x);
+    if (st == BT_OK) st = frame_set(f, n->s2, &y);
+    val_free(&x);
+    val_free(&y);
+    return st;
+}
+
+/* The items of a loop with a filter (`for x in y if c`) that pass it: c sees the targets, not
+ * `loop` (jinja2 counts loop.index and loop.length over the items that pass). */
+static bt_status filter_items(rctx *r, const node *n, json_t *items, json_t **out)
+{
+    json_t *kept = json_array();
+    if (!kept) return OOM();
+    bt_status st = BT_OK;
+    for (size_t i = 0; i < json_array_size(items) && st == BT_OK; i++) {
+        frame f = {.up = r->top};
+        val c = {0};
+        st = bind_targets(r, n, &f, json_array_get(items, i));
+        r->top = &f;
+        if (st == BT_OK) st = eval(r, n->kids[0], &c);
+        r->top = f.up;
+        if (st == BT_OK && truthy(&c)) json_array_append(kept, json_array_get(items, i));
+        val_free(&c);
+        frame_clear(&f);
+    }
+    if (st != BT_OK) {
+        json_decref(kept);
+        return st;
+    }
+    *out = kept;
+    return BT_OK;
+}
+
 static bt_status render_for(rctx *r, const node *n)
 {
     val it;
@@ -2423,6 +2580,12 @@ static bt_status render_for(rctx *r, const node *n)
     bt_status st = items_of(r, n->a, &it, &items);
     val_free(&it);
     if (st != BT_OK) return st;
+    if (n->nkids) {
+        json_t *all = items;
+        st = filter_items(r, n, all, &items);
+        json_decref(all);
+        if (st != BT_OK) return st;
+    }
     size_t cnt = json_array_size(items);
     loopinfo info = {0, (int64_t)cnt};
     for (size_t i = 0; i < cnt && st == BT_OK; i++) {
@@ -2431,25 +2594,10 @@ static bt_status render_for(rctx *r, const node *n)
             break;
         }
         frame f = {.up = r->top};
-        val x = {0}, lv = {.k = V_LOOP, .loop = &info};
+        val lv = {.k = V_LOOP, .loop = &info};
         info.index0 = (int64_t)i;
-        json_t *item = json_array_get(items, i);
         st = frame_set(&f, "loop", &lv);
-        if (st == BT_OK && !n->s2) {
-            st = from_json(r, n->a, item, &x);
-            if (st == BT_OK) st = frame_set(&f, n->s, &x);
-            val_free(&x);
-        } else if (st == BT_OK && (!json_is_array(item) || json_array_size(item) != 2)) {
-            st = RERR(n, "unpacking an item that is not a pair into '%s, %s' is not supported", n->s, n->s2);
-        } else if (st == BT_OK) {
-            val y = {0};
-            st = from_json(r, n->a, json_array_get(item, 0), &x);
-            if (st == BT_OK) st = from_json(r, n->a, json_array_get(item, 1), &y);
-            if (st == BT_OK) st = frame_set(&f, n->s, &x);
-            if (st == BT_OK) st = frame_set(&f, n->s2, &y);
-            val_free(&x);
-            val_free(&y);
-        }
+        if (st == BT_OK) st = bind_targets(r, n, &f, json_array_get(items, i));
         r->top = &f;
         if (st == BT_OK) st = render_body(r, n->b);
         r->top = f.up;
