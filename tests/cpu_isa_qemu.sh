@@ -6,9 +6,11 @@
 # oneDNN's ISA and cache sizes, OpenBLAS's kernels and baton's own dispatch (core/cpu_isa.c).
 # BATON_CPU_ISA=avx2 (the asan job) caps baton's, oneDNN's and OpenBLAS's run-time choices; this
 # also reaches the clones, which no variable can.
-# Left out: test_train (it forks a child from a threaded process, which qemu-user 7.2 cannot do:
-# qemu itself asserts), test_profile (two minutes emulated; its kernels are the ones test_ops
-# checks), test_cpu_bf16 (it reads the host's /proc/cpuinfo, which qemu does not emulate; the
+# The programs whose code dispatches by CPU (kernels, rounding, the optimizer, oneDNN's GEMMs and
+# convolutions, attention), and test_engine for a whole training step. Left out: test_train (it
+# forks a child from a threaded process, which qemu-user 7.2 cannot do: qemu itself asserts),
+# test_profile (two minutes emulated; its kernels are the ones test_ops checks), the I/O and
+# scheduling programs (no CPU-dependent path), test_cpu_bf16 (it reads the host's /proc/cpuinfo, which qemu does not emulate; the
 # cap runs it in tests/cpu_bf16_paths.sh), the CUDA tests, and the shell tests (the baton
 # command's paths are the library's). Not under the sanitizers: their shadow memory and qemu's
 # address space do not mix (ASAN_OPTIONS or TSAN_OPTIONS set: skipped, exit 77, saying so).
@@ -55,8 +57,7 @@ else
 fi
 
 progs="test_ops test_optim test_precision test_conv test_fused test_mixed_precision test_bf16_store
-test_round_skip test_engine test_schedules test_recompute test_gpt test_transfer test_watchdog
-test_data_files test_ckpt_shards"
+test_round_skip test_gpt test_engine"
 # two programs at a time (each emulated program is one busy core), reported in this order
 run_one() {
   BT_SRCDIR=$srcdir BT_BUILDDIR=$builddir qemu-x86_64 -cpu "$model" "$builddir/tests/$1" \

@@ -108,9 +108,12 @@ P="$b predict $model --stages 2 --threads 1 --input x=$tmp/x64.npy"
 refused "predict: weights" "--weights" -np 1 $P --weights "$ck1" : -np 1 $P --weights "$ck2"
 refused "predict: inputs" "--input 1" -np 1 $P --weights "$ck1" : -np 1 "$b" predict "$model" --stages 2 \
   --threads 1 --weights "$ck1" --input "x=$tmp/x96.npy"
-"$b" predict "$model" --stages 2 --threads 1 --weights "$ck2" --input "x=$tmp/x64.npy" --labels "$tmp/y64.npy" \
-  --output "$tmp/one.npy" >"$tmp/one.out" 2>&1 || bad "predict in one process: $(cat "$tmp/one.out")"
 for np in 2 4; do
+  # the one-process reference at the micro-batches' own size: D = np / 2 replicas each run the
+  # model's 4 micro-batches of their share, so one process runs 4 D (a GEMM's bits may depend on
+  # its row count: oneDNN's AVX2 kernels, run under BATON_CPU_ISA=avx2, differed at twice the size)
+  "$b" predict "$model" --stages 2 --threads 1 --weights "$ck2" --input "x=$tmp/x64.npy" --labels "$tmp/y64.npy" \
+    --microbatches $((4 * np / 2)) --output "$tmp/one.npy" >"$tmp/one.out" 2>&1 || bad "predict in one process: $(cat "$tmp/one.out")"
   rm -f "$tmp/many.npy"
   mpi -np $np $P --weights "$ck2" --labels "$tmp/y64.npy" --output "$tmp/many.npy" >"$tmp/many.out" 2>"$tmp/e"; rc=$?
   acc1=$(grep -o "accuracy [0-9.]*%  loss [0-9.]*" "$tmp/one.out") accn=$(grep -o "accuracy [0-9.]*%  loss [0-9.]*" "$tmp/many.out")

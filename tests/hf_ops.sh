@@ -11,6 +11,12 @@ py=
 for p in /usr/bin/python3 python3; do
   if "$p" -c 'import torch, numpy' >/dev/null 2>&1; then py=$p; break; fi
 done
+if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
+  # a minute of PyTorch under a sanitizer build's baton: the ops' kernels run under the sanitizers in
+  # test_ops and test_gpt, and this comparison runs in the tests job
+  echo "hf_ops: a sanitizer build: the PyTorch comparison runs in the tests job; skipping"
+  exit 77
+fi
 if [ -z "$py" ]; then
   echo "hf_ops: no python3 with torch and numpy (tried /usr/bin/python3 and python3 on PATH); skipping"
   exit 77
