@@ -994,6 +994,23 @@ static bt_status skip_comment(parser *p, size_t start)
     return errat(BT_ERR_MODEL, p->t, start, "unterminated comment");
 }
 
+/* After a body that stopped at *stopped ("else" or the end tag): an else body into *c up to
+ * {% end %}, then the end tag itself. *stopped stays the caller's to free. */
+static bt_status parse_else_end(parser *p, const char *end, char **stopped, node **c)
+{
+    if (strcmp(*stopped, "else") == 0) {
+        const char *const ends[] = {end, NULL};
+        BT_TRY(next(p));
+        BT_TRY(end_tag(p));
+        free(*stopped);
+        *stopped = NULL;
+        BT_TRY(parse_body(p, ends, stopped));
+        *c = p->t->body;
+    }
+    BT_TRY(next(p));
+    return end_tag(p);
+}
+
 static bt_status parse_if(parser *p, node **out, size_t at)
 {
     node *n;
@@ -1006,23 +1023,11 @@ static bt_status parse_if(parser *p, node **out, size_t at)
     BT_TRY(parse_body(p, stops, &stopped));
     n->b = p->t->body; /* parse_body leaves its list in t->body */
     *out = n;
-    bt_status st = BT_OK;
     if (strcmp(stopped, "elif") == 0) {
         free(stopped);
         return parse_if(p, &n->c, p->cur.at);
     }
-    if (strcmp(stopped, "else") == 0) {
-        BT_TRY_GOTO(st, next(p), done);
-        BT_TRY_GOTO(st, end_tag(p), done);
-        static const char *const end[] = {"endif", NULL};
-        free(stopped);
-        stopped = NULL;
-        BT_TRY_GOTO(st, parse_body(p, end, &stopped), done);
-        n->c = p->t->body;
-    }
-    BT_TRY_GOTO(st, next(p), done);
-    st = end_tag(p);
-done:
+    const bt_status st = parse_else_end(p, "endif", &stopped, &n->c);
     free(stopped);
     return st;
 }
@@ -1055,17 +1060,7 @@ static bt_status parse_for(parser *p, node **out, size_t at)
     bt_status st;
     BT_TRY_GOTO(st, parse_body(p, stops, &stopped), done);
     n->b = p->t->body;
-    if (strcmp(stopped, "else") == 0) {
-        BT_TRY_GOTO(st, next(p), done);
-        BT_TRY_GOTO(st, end_tag(p), done);
-        static const char *const end[] = {"endfor", NULL};
-        free(stopped);
-        stopped = NULL;
-        BT_TRY_GOTO(st, parse_body(p, end, &stopped), done);
-        n->c = p->t->body;
-    }
-    BT_TRY_GOTO(st, next(p), done);
-    st = end_tag(p);
+    st = parse_else_end(p, "endfor", &stopped, &n->c);
 done:
     free(stopped);
     *out = n;
